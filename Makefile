@@ -1,0 +1,52 @@
+# openwop-operator — stable entry points. Every target works from a fresh clone.
+SHELL := /bin/bash
+export CARGO_TARGET_DIR ?= $(HOME)/.cache/openwop/target
+CARGO ?= cargo
+
+.PHONY: all build test test-unit lint fmt fmt-check clippy crds crds-check bench demo cluster-up cluster-down
+
+all: build
+
+build:
+	$(CARGO) build --workspace --bins
+
+## test: everything CI runs — formatting, lints, generated files, all tests (unit, property, integration, e2e).
+test: fmt-check clippy crds-check
+	$(CARGO) test --workspace --no-fail-fast
+
+## test-unit: the fast subset that needs no cluster (pure crates only).
+test-unit:
+	$(CARGO) test -p openwop-protocol -p openwop-providers -p kubectl-openwop
+
+lint: fmt-check clippy
+
+fmt:
+	$(CARGO) fmt --all
+
+fmt-check:
+	$(CARGO) fmt --all -- --check
+
+clippy:
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+## crds: regenerate the CRD manifests from the Rust types.
+crds:
+	$(CARGO) run -q -p openwop-crds --bin crdgen > crds/openwop.dev_crds.yaml
+
+crds-check:
+	@if [ -f crds/src/bin/crdgen.rs ]; then \
+	  $(CARGO) run -q -p openwop-crds --bin crdgen | diff -u crds/openwop.dev_crds.yaml - \
+	    || { echo "crds/openwop.dev_crds.yaml is stale: run 'make crds' and commit it" >&2; exit 1; }; \
+	fi
+
+bench:
+	$(CARGO) bench --workspace
+
+cluster-up:
+	@bash e2e/cluster/cluster.sh up
+
+cluster-down:
+	@bash e2e/cluster/cluster.sh down
+
+demo:
+	@bash e2e/demo.sh

@@ -1,0 +1,3 @@
+fn main() {
+    println!("kubectl-openwop {}", env!("CARGO_PKG_VERSION"));
+}

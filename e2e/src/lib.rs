@@ -1,0 +1,1 @@
+//! Local mini-cluster helpers for tests.

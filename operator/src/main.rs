@@ -1,0 +1,3 @@
+fn main() {
+    println!("openwop-operator {}", env!("CARGO_PKG_VERSION"));
+}

@@ -1,0 +1,4 @@
+//! OpenWOP v1 wire types and the pure protocol logic of openwop-operator.
+//!
+//! This crate performs no I/O: no Kubernetes, no NATS, no HTTP, no clock reads
+//! except where a caller passes a timestamp in. Binaries wire it to the world.

@@ -1,0 +1,3 @@
+fn main() {
+    println!("openwop-worker {}", env!("CARGO_PKG_VERSION"));
+}
