@@ -1,0 +1,323 @@
+//! The envelope pipeline's outcome and every refusal / terminal code of the
+//! OpenWOP v1 wire contract.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::envelope::ContentTrust;
+
+/// Every refusal, warning and terminal error code the pipeline and the retry
+/// router put on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Code {
+    /// Not JSON, not an object, invalid UTF-8, over a parse limit, duplicate key,
+    /// or the closed top level / `meta` block is wrong.
+    InvalidEnvelopeShape,
+    /// `type` is not in the host's `supportedEnvelopes` (host-level gate).
+    UnknownEnvelopeKind,
+    /// The payload fails its kind's schema.
+    EnvelopeInvalid,
+    /// `schemaVersion` higher than advertised, or lower under `envelopeStrictness: strict`.
+    UnknownSchemaVersion,
+    /// Same `correlationId` re-emitted with a different `type`.
+    EnvelopeCorrelationConflict,
+    /// `type` outside the node's envelope contract (node-level gate).
+    EnvelopeContractViolation,
+    /// An engine limit (`envelopesPerTurn`, `schemaRounds`, `clarificationRounds`) is reached.
+    CapBreached,
+    /// Untrusted content presented as the resolution of an approval gate.
+    UntrustedContentBlocksApproval,
+    /// The request needs a capability the host does not offer.
+    CapabilityRequired,
+    /// Warning (never a refusal): lower `schemaVersion` accepted under `warn`.
+    EnvelopeSchemaVersionDrift,
+    /// Terminal: truncation retries exhausted.
+    EnvelopeTruncationUnrecoverable,
+    /// Terminal: the provider refused; never retried.
+    EnvelopeRefusal,
+}
+
+impl Code {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Code::InvalidEnvelopeShape => "invalid_envelope_shape",
+            Code::UnknownEnvelopeKind => "unknown_envelope_kind",
+            Code::EnvelopeInvalid => "envelope_invalid",
+            Code::UnknownSchemaVersion => "unknown_schema_version",
+            Code::EnvelopeCorrelationConflict => "envelope_correlation_conflict",
+            Code::EnvelopeContractViolation => "envelope_contract_violation",
+            Code::CapBreached => "cap_breached",
+            Code::UntrustedContentBlocksApproval => "untrusted_content_blocks_approval",
+            Code::CapabilityRequired => "capability_required",
+            Code::EnvelopeSchemaVersionDrift => "envelope_schema_version_drift",
+            Code::EnvelopeTruncationUnrecoverable => "envelope_truncation_unrecoverable",
+            Code::EnvelopeRefusal => "envelope_refusal",
+        }
+    }
+}
+
+impl fmt::Display for Code {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One located problem: a JSON Pointer into the envelope and a message a
+/// person can act on. Messages never quote instance values.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Detail {
+    pub instance_path: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keyword: Option<String>,
+    pub message: String,
+}
+
+impl Detail {
+    pub fn new(
+        instance_path: impl Into<String>,
+        keyword: &str,
+        message: impl Into<String>,
+    ) -> Self {
+        Detail {
+            instance_path: instance_path.into(),
+            keyword: Some(keyword.to_owned()),
+            message: message.into(),
+        }
+    }
+}
+
+/// What the pipeline decided about one envelope. Serialises with a `status`
+/// discriminator: `accepted | gated | invalid | breached`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "lowercase")]
+pub enum Outcome {
+    Accepted(Accepted),
+    Gated(Gated),
+    Invalid(Invalid),
+    Breached(Breached),
+}
+
+impl Outcome {
+    pub fn status(&self) -> &'static str {
+        match self {
+            Outcome::Accepted(_) => "accepted",
+            Outcome::Gated(_) => "gated",
+            Outcome::Invalid(_) => "invalid",
+            Outcome::Breached(_) => "breached",
+        }
+    }
+
+    pub fn is_accepted(&self) -> bool {
+        matches!(self, Outcome::Accepted(_))
+    }
+
+    /// The refusal code; `None` when accepted.
+    pub fn code(&self) -> Option<Code> {
+        match self {
+            Outcome::Accepted(_) => None,
+            Outcome::Gated(g) => Some(g.code),
+            Outcome::Invalid(i) => Some(i.code),
+            Outcome::Breached(b) => Some(b.code),
+        }
+    }
+
+    /// The human sentence (starts with the code) of a refusal.
+    pub fn reason(&self) -> Option<&str> {
+        match self {
+            Outcome::Accepted(_) => None,
+            Outcome::Gated(g) => Some(&g.reason),
+            Outcome::Invalid(i) => Some(&i.reason),
+            Outcome::Breached(b) => Some(&b.reason),
+        }
+    }
+
+    pub(crate) fn invalid(
+        code: Code,
+        sentence: impl fmt::Display,
+        details: Vec<Detail>,
+    ) -> Outcome {
+        Outcome::Invalid(Invalid {
+            code,
+            reason: format!("{code}: {sentence}"),
+            details,
+        })
+    }
+}
+
+/// Trust resolved by the trust step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NormalizedMeta {
+    pub content_trust: ContentTrust,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Accepted {
+    /// The envelope's own id, or the engine-assigned one (`pipeline::envelope_id_for`).
+    pub envelope_id: String,
+    /// Ids of the events projected for this envelope, in order.
+    pub recorded_event_ids: Vec<String>,
+    pub normalized_meta: NormalizedMeta,
+    /// The payload as it must be persisted: secrets replaced by `[REDACTED:<secretId>]`.
+    pub redacted_payload: Value,
+    pub redaction_count: u64,
+    /// True when this outcome was served from the correlationId dedup store.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub replayed: bool,
+    /// Non-blocking findings, e.g. `envelope_schema_version_drift`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<Detail>,
+}
+
+/// Which gate refused: the host's `supportedEnvelopes` or the node's contract.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Gate {
+    Host,
+    Node,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Gated {
+    /// `unknown_envelope_kind` (host gate) or `envelope_contract_violation` (node gate).
+    pub code: Code,
+    pub reason: String,
+    pub gate: Gate,
+    pub refused_type: String,
+    /// Universal kinds plus the kinds the refusing gate allows.
+    pub allowed_kinds: Vec<String>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub replayed: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Invalid {
+    pub code: Code,
+    pub reason: String,
+    pub details: Vec<Detail>,
+}
+
+/// The engine-limit families an envelope can breach (a subset of `CapKind`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EnvelopeCapKind {
+    Envelopes,
+    Schema,
+    Clarification,
+}
+
+impl EnvelopeCapKind {
+    /// The capabilities `limits` field that bounds this family.
+    pub fn limit_name(self) -> &'static str {
+        match self {
+            EnvelopeCapKind::Envelopes => "envelopesPerTurn",
+            EnvelopeCapKind::Schema => "schemaRounds",
+            EnvelopeCapKind::Clarification => "clarificationRounds",
+        }
+    }
+
+    pub fn cap_kind(self) -> crate::events::CapKind {
+        match self {
+            EnvelopeCapKind::Envelopes => crate::events::CapKind::Envelopes,
+            EnvelopeCapKind::Schema => crate::events::CapKind::Schema,
+            EnvelopeCapKind::Clarification => crate::events::CapKind::Clarification,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Breached {
+    /// Always `cap_breached`.
+    pub code: Code,
+    /// Names the limit and its value, e.g. `cap_breached: envelopesPerTurn limit 3 reached (observed 3)`.
+    pub reason: String,
+    pub cap_kind: EnvelopeCapKind,
+    pub limit: u64,
+    pub observed: u64,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub replayed: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn outcomes_serialise_with_status_and_codes() {
+        let o = Outcome::invalid(
+            Code::InvalidEnvelopeShape,
+            "meta.ts must be ISO 8601",
+            vec![Detail::new("/meta/ts", "format", "use ISO 8601")],
+        );
+        let v = serde_json::to_value(&o).unwrap();
+        assert_eq!(v["status"], "invalid");
+        assert_eq!(v["code"], "invalid_envelope_shape");
+        assert!(
+            v["reason"]
+                .as_str()
+                .unwrap()
+                .starts_with("invalid_envelope_shape: ")
+        );
+        assert_eq!(v["details"][0]["instancePath"], "/meta/ts");
+        assert_eq!(serde_json::from_value::<Outcome>(v).unwrap(), o);
+
+        let b = Outcome::Breached(Breached {
+            code: Code::CapBreached,
+            reason: "r".into(),
+            cap_kind: EnvelopeCapKind::Schema,
+            limit: 2,
+            observed: 2,
+            replayed: false,
+        });
+        let v = serde_json::to_value(&b).unwrap();
+        assert_eq!(
+            v,
+            json!({"status": "breached", "code": "cap_breached", "reason": "r", "capKind": "schema", "limit": 2, "observed": 2})
+        );
+    }
+
+    #[test]
+    fn every_code_has_its_wire_name() {
+        for (c, s) in [
+            (Code::InvalidEnvelopeShape, "invalid_envelope_shape"),
+            (Code::UnknownEnvelopeKind, "unknown_envelope_kind"),
+            (Code::EnvelopeInvalid, "envelope_invalid"),
+            (Code::UnknownSchemaVersion, "unknown_schema_version"),
+            (
+                Code::EnvelopeCorrelationConflict,
+                "envelope_correlation_conflict",
+            ),
+            (
+                Code::EnvelopeContractViolation,
+                "envelope_contract_violation",
+            ),
+            (Code::CapBreached, "cap_breached"),
+            (
+                Code::UntrustedContentBlocksApproval,
+                "untrusted_content_blocks_approval",
+            ),
+            (Code::CapabilityRequired, "capability_required"),
+            (
+                Code::EnvelopeSchemaVersionDrift,
+                "envelope_schema_version_drift",
+            ),
+            (
+                Code::EnvelopeTruncationUnrecoverable,
+                "envelope_truncation_unrecoverable",
+            ),
+            (Code::EnvelopeRefusal, "envelope_refusal"),
+        ] {
+            assert_eq!(c.as_str(), s);
+            assert_eq!(serde_json::to_value(c).unwrap(), json!(s));
+        }
+    }
+}
