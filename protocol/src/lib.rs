@@ -5,3 +5,4 @@
 pub mod envelope;
 pub mod events;
 pub mod outcome;
+pub mod retry;

@@ -1,0 +1,131 @@
+//! Scripted provider responses for the mock provider and `envelope simulate`.
+//!
+//! Program file format (JSON):
+//! `{"responses": [{"stopReason": "max_tokens", "content": "{\"a\":", "refusalText": null,
+//!   "outputTokens": 512, "inputTokens": 100}, …]}` — one entry consumed per provider call.
+//! `stopReason` may be any vendor's spelling (`stop`, `end_turn`, `MAX_TOKENS`, `refusal`, …).
+//! `content` is a string (raw model text, parsed leniently) or any other JSON value (an
+//! already-structured payload, as a tool call or vendor JSON mode returns it).
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::response::{NormalizedResponse, Usage, normalize_any};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct MockProgram {
+    pub responses: Vec<MockResponse>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct MockResponse {
+    pub stop_reason: String,
+    #[serde(default)]
+    pub content: Option<Value>,
+    #[serde(default)]
+    pub refusal_text: Option<String>,
+    #[serde(default)]
+    pub output_tokens: u64,
+    #[serde(default)]
+    pub input_tokens: u64,
+}
+
+impl MockResponse {
+    pub fn to_normalized(&self, model: &str) -> NormalizedResponse {
+        let (text, structured) = match &self.content {
+            None | Some(Value::Null) => (None, None),
+            Some(Value::String(s)) => (Some(s.clone()), None),
+            Some(v) => (None, Some(v.clone())),
+        };
+        NormalizedResponse {
+            stop: normalize_any(&self.stop_reason),
+            text,
+            structured,
+            refusal_text: self.refusal_text.clone(),
+            usage: Usage {
+                input_tokens: self.input_tokens,
+                output_tokens: self.output_tokens,
+            },
+            provider: "mock".into(),
+            model: model.into(),
+        }
+    }
+}
+
+/// A program being played: hands out one response per call, then reports exhaustion.
+#[derive(Debug, Clone)]
+pub struct MockCursor {
+    program: MockProgram,
+    next: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "mock program exhausted: call {call} requested but the program has only {len} responses; add more entries to `responses`"
+)]
+pub struct MockExhausted {
+    pub call: usize,
+    pub len: usize,
+}
+
+impl MockCursor {
+    pub fn new(program: MockProgram) -> Self {
+        Self { program, next: 0 }
+    }
+
+    pub fn calls_made(&self) -> usize {
+        self.next
+    }
+
+    pub fn next_response(&mut self, model: &str) -> Result<NormalizedResponse, MockExhausted> {
+        let r = self.program.responses.get(self.next).ok_or(MockExhausted {
+            call: self.next + 1,
+            len: self.program.responses.len(),
+        })?;
+        self.next += 1;
+        Ok(r.to_normalized(model))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::retry::response::StopReason;
+    use serde_json::json;
+
+    #[test]
+    fn program_is_consumed_in_order_then_exhausts() {
+        let p: MockProgram = serde_json::from_value(json!({"responses": [
+            {"stopReason": "max_tokens", "content": "{\"a\":", "outputTokens": 10, "inputTokens": 3},
+            {"stopReason": "end_turn", "content": {"a": 1}},
+            {"stopReason": "refusal", "refusalText": "no"}
+        ]}))
+        .unwrap();
+        let mut c = MockCursor::new(p);
+        let r1 = c.next_response("m").unwrap();
+        assert_eq!(r1.stop.truncation_wire().as_str(), "max_tokens");
+        assert_eq!(r1.text.as_deref(), Some("{\"a\":"));
+        assert_eq!(r1.usage.output_tokens, 10);
+        let r2 = c.next_response("m").unwrap();
+        assert_eq!(r2.stop, StopReason::Clean);
+        assert_eq!(r2.structured, Some(json!({"a": 1})));
+        let r3 = c.next_response("m").unwrap();
+        assert!(matches!(r3.stop, StopReason::Refusal { .. }));
+        assert_eq!(r3.refusal_text.as_deref(), Some("no"));
+        assert_eq!(
+            c.next_response("m").unwrap_err(),
+            MockExhausted { call: 4, len: 3 }
+        );
+    }
+
+    #[test]
+    fn unknown_fields_are_rejected() {
+        let err = serde_json::from_value::<MockProgram>(
+            json!({"responses": [{"stopReason": "stop", "stop_reason": "x"}]}),
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("stop_reason"), "{err}");
+    }
+}
