@@ -6,3 +6,4 @@ pub mod envelope;
 pub mod events;
 pub mod outcome;
 pub mod retry;
+pub mod schema;
