@@ -105,7 +105,10 @@ mod tests {
         .unwrap();
         let mut c = MockCursor::new(p);
         let r1 = c.next_response("m").unwrap();
-        assert_eq!(r1.stop.truncation_wire().as_str(), "max_tokens");
+        assert_eq!(
+            r1.stop.truncation_wire(),
+            crate::events::StopReason::MaxTokens
+        );
         assert_eq!(r1.text.as_deref(), Some("{\"a\":"));
         assert_eq!(r1.usage.output_tokens, 10);
         let r2 = c.next_response("m").unwrap();

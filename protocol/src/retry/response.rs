@@ -4,6 +4,8 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::events::StopReason as WireStopReason;
+
 /// Token accounting of one provider call.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -32,27 +34,6 @@ pub enum StopReason {
     Unknown { raw: String },
 }
 
-/// The `envelope.truncated.stopReason` wire values.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum TruncationStopReason {
-    MaxTokens,
-    Length,
-    StopSequence,
-    Unknown,
-}
-
-impl TruncationStopReason {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::MaxTokens => "max_tokens",
-            Self::Length => "length",
-            Self::StopSequence => "stop_sequence",
-            Self::Unknown => "unknown",
-        }
-    }
-}
-
 impl StopReason {
     /// Condition 1 of the completion criteria: did the model itself finish?
     pub fn is_clean(&self) -> bool {
@@ -60,17 +41,15 @@ impl StopReason {
     }
 
     /// The wire `stopReason` for `envelope.truncated`, for any non-clean, non-refusal stop.
-    pub fn truncation_wire(&self) -> TruncationStopReason {
+    pub fn truncation_wire(&self) -> WireStopReason {
         match self {
             Self::Truncated { raw } => match raw.as_str() {
-                "length" => TruncationStopReason::Length,
-                "max_tokens" | "MAX_TOKENS" | "max_output_tokens" => {
-                    TruncationStopReason::MaxTokens
-                }
-                "stop_sequence" => TruncationStopReason::StopSequence,
-                _ => TruncationStopReason::Unknown,
+                "length" => WireStopReason::Length,
+                "max_tokens" | "MAX_TOKENS" | "max_output_tokens" => WireStopReason::MaxTokens,
+                "stop_sequence" => WireStopReason::StopSequence,
+                _ => WireStopReason::Unknown,
             },
-            _ => TruncationStopReason::Unknown,
+            _ => WireStopReason::Unknown,
         }
     }
 }
@@ -290,7 +269,7 @@ mod tests {
         );
         assert_eq!(
             trunc("max_output_tokens").truncation_wire(),
-            TruncationStopReason::MaxTokens
+            WireStopReason::MaxTokens
         );
         assert!(matches!(
             normalize_openai_responses("incomplete", Some("content_filter"), false),
@@ -315,7 +294,7 @@ mod tests {
         assert_eq!(normalize_anthropic(Some("max_tokens")), trunc("max_tokens"));
         assert_eq!(
             normalize_anthropic(Some("stop_sequence")).truncation_wire(),
-            TruncationStopReason::StopSequence
+            WireStopReason::StopSequence
         );
         assert!(matches!(
             normalize_anthropic(Some("refusal")),
@@ -335,7 +314,7 @@ mod tests {
         );
         assert_eq!(
             normalize_gemini(Some("MAX_TOKENS"), None, None).truncation_wire(),
-            TruncationStopReason::MaxTokens
+            WireStopReason::MaxTokens
         );
         for r in [
             "SAFETY",
