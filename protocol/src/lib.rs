@@ -5,5 +5,7 @@
 pub mod envelope;
 pub mod events;
 pub mod outcome;
+pub mod recovery;
+pub mod redact;
 pub mod retry;
 pub mod schema;
