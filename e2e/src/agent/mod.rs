@@ -1,0 +1,158 @@
+//! The node agent: a small kubelet (and scheduler) that runs the pods of the mini-cluster as
+//! local processes. See e2e/README.md for what it supports.
+
+pub mod config;
+pub mod logs;
+pub mod node;
+pub mod pod;
+pub mod process;
+pub mod scheduler;
+pub mod status;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::{Client, Config};
+use tokio_util::sync::CancellationToken;
+
+/// Command-line options of `openwop-node-agent`.
+#[derive(Debug, Clone, clap::Parser)]
+#[command(
+    name = "openwop-node-agent",
+    about = "Runs the pods of the local mini-cluster as processes"
+)]
+pub struct Options {
+    /// Kubeconfig with the node's credentials (user system:node:<name>).
+    #[arg(long, env = "KUBECONFIG")]
+    pub kubeconfig: PathBuf,
+    #[arg(long, default_value = "openwop-node")]
+    pub node_name: String,
+    /// Image → binary mapping (YAML); re-read for every container start.
+    #[arg(long, env = "OPENWOP_NODE_AGENT_CONFIG")]
+    pub config: PathBuf,
+    /// Pod directories (tokens, per-pod kubeconfig) and container logs live here.
+    #[arg(long)]
+    pub state_dir: PathBuf,
+    /// API server URL given to pods (KUBERNETES_SERVICE_HOST/PORT and per-pod kubeconfig).
+    #[arg(long)]
+    pub api_server: String,
+    /// Cluster CA bundle given to pods as ca.crt.
+    #[arg(long)]
+    pub ca_file: PathBuf,
+    /// Port of the kubelet API (container logs) on 127.0.0.1; 0 disables it.
+    #[arg(long, default_value_t = 10250)]
+    pub kubelet_port: u16,
+    /// Serving certificate of the kubelet API.
+    #[arg(long)]
+    pub tls_cert: Option<PathBuf>,
+    #[arg(long)]
+    pub tls_key: Option<PathBuf>,
+}
+
+/// Shared state of the agent's tasks.
+pub struct Ctx {
+    pub client: Client,
+    pub opts: Options,
+    pub recorder: Recorder,
+    pub api_host: String,
+    pub api_port: u16,
+    pub ca_pem: String,
+}
+
+impl Ctx {
+    pub fn pods_dir(&self) -> PathBuf {
+        self.opts.state_dir.join("pods")
+    }
+    pub fn logs_dir(&self) -> PathBuf {
+        self.opts.state_dir.join("logs")
+    }
+
+    /// Publishes an Event; failures are logged, never fatal (events are best effort).
+    pub async fn event(
+        &self,
+        reference: &ObjectReference,
+        type_: EventType,
+        reason: &str,
+        note: String,
+    ) {
+        let ev = Event {
+            type_,
+            reason: reason.into(),
+            note: Some(note),
+            action: reason.into(),
+            secondary: None,
+        };
+        if let Err(err) = self.recorder.publish(&ev, reference).await {
+            tracing::warn!(%err, reason, "cannot publish event");
+        }
+    }
+}
+
+fn split_host_port(url: &str) -> anyhow::Result<(String, u16)> {
+    let uri: http::Uri = url
+        .parse()
+        .with_context(|| format!("invalid --api-server {url}"))?;
+    let host = uri
+        .host()
+        .with_context(|| format!("--api-server {url} has no host"))?
+        .to_string();
+    let port = uri.port_u16().unwrap_or(443);
+    Ok((host, port))
+}
+
+/// Runs the agent until `shutdown` is cancelled; then stops every container it started.
+pub async fn run(opts: Options, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let kubeconfig = kube::config::Kubeconfig::read_from(&opts.kubeconfig)
+        .with_context(|| format!("reading kubeconfig {}", opts.kubeconfig.display()))?;
+    let config =
+        Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default())
+            .await
+            .context("building the client config")?;
+    let client = Client::try_from(config).context("building the API client")?;
+    let (api_host, api_port) = split_host_port(&opts.api_server)?;
+    let ca_pem = std::fs::read_to_string(&opts.ca_file)
+        .with_context(|| format!("reading --ca-file {}", opts.ca_file.display()))?;
+    // Fail at start on a broken mapping file rather than at the first pod.
+    config::AgentConfig::load(&opts.config)?;
+    std::fs::create_dir_all(opts.state_dir.join("pods"))?;
+    std::fs::create_dir_all(opts.state_dir.join("logs"))?;
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: "openwop-node-agent".into(),
+            instance: Some(opts.node_name.clone()),
+        },
+    );
+    let ctx = Arc::new(Ctx {
+        client,
+        opts,
+        recorder,
+        api_host,
+        api_port,
+        ca_pem,
+    });
+
+    node::register(&ctx).await?;
+    tracing::info!(node = %ctx.opts.node_name, "node registered");
+
+    let mut tasks = tokio::task::JoinSet::new();
+    tasks.spawn(node::heartbeat(ctx.clone(), shutdown.clone()));
+    tasks.spawn(scheduler::run(ctx.clone(), shutdown.clone()));
+    if ctx.opts.kubelet_port != 0 {
+        tasks.spawn(logs::serve(ctx.clone(), shutdown.clone()));
+    }
+    // The pod manager returns only after its containers have stopped.
+    let result = pod::manage(ctx.clone(), shutdown.clone()).await;
+    shutdown.cancel();
+    while let Some(r) = tasks.join_next().await {
+        match r {
+            Ok(Err(err)) => tracing::error!(error = %format!("{err:#}"), "task failed"),
+            Err(err) => tracing::error!(%err, "task panicked"),
+            Ok(Ok(())) => {}
+        }
+    }
+    result
+}
