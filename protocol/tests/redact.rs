@@ -248,7 +248,7 @@ fn arb_json(secrets: Vec<String>) -> impl Strategy<Value = Value> {
         Just(Value::Null),
         any::<bool>().prop_map(Value::Bool),
         any::<i64>().prop_map(|n| json!(n)),
-        text.clone().prop_map(Value::String),
+        text.prop_map(Value::String),
     ];
     leaf.prop_recursive(5, 64, 6, move |inner| {
         let key = (
