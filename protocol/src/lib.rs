@@ -9,3 +9,4 @@ pub mod recovery;
 pub mod redact;
 pub mod retry;
 pub mod schema;
+pub mod tier1;
