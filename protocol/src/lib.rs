@@ -10,3 +10,5 @@ pub mod redact;
 pub mod retry;
 pub mod schema;
 pub mod tier1;
+pub mod pipeline;
+pub mod trust;

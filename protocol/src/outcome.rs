@@ -174,18 +174,22 @@ pub struct Accepted {
     pub warnings: Vec<Detail>,
 }
 
-/// Which gate refused: the host's `supportedEnvelopes` or the node's contract.
+/// Which gate refused, in pipeline order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "kebab-case")]
 pub enum Gate {
-    Host,
-    Node,
+    /// The kind is not in the host's `supportedEnvelopes` (`unknown_envelope_kind`; retryable).
+    SupportedEnvelopes,
+    /// The host-level envelope contract of the node's typeId refused it.
+    HostContract,
+    /// The node's own envelope contract refused it.
+    NodeContract,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Gated {
-    /// `unknown_envelope_kind` (host gate) or `envelope_contract_violation` (node gate).
+    /// `unknown_envelope_kind` (supportedEnvelopes) or `envelope_contract_violation` (contracts).
     pub code: Code,
     pub reason: String,
     pub gate: Gate,

@@ -1,0 +1,98 @@
+//! Step 5 — envelope contract gate (`ai-envelope.md` §"Envelope Contract").
+//! Universal kinds always pass. The host-level contract (the typeId's
+//! advertised accepts) is checked before the node's own contract. A refusal is
+//! `gated` / `envelope_contract_violation` and, per the contract's
+//! `refusalMode`, projects `node.failed` (fail-node, default) or a
+//! `log.appended` warning (discard-and-warn).
+
+use serde_json::json;
+
+use crate::envelope::{AiEnvelope, ContentTrust, is_universal_kind};
+use crate::events::{ErrorInfo, EventFactory, LogAppended, LogLevel, NodeFailed, RunEventDoc};
+use crate::outcome::{Code, Gate, Gated, Outcome};
+
+use super::kind::union_with_universals;
+use super::{Context, EnvelopeContract, RefusalMode};
+
+pub(crate) fn check(
+    env: &AiEnvelope,
+    ctx: &Context<'_>,
+    corr: &str,
+    trust: ContentTrust,
+    events: &mut EventFactory,
+) -> Result<(), (Outcome, Vec<RunEventDoc>)> {
+    if is_universal_kind(&env.kind) {
+        return Ok(());
+    }
+    for (gate, contract) in [
+        (Gate::HostContract, ctx.host.host_contract.as_ref()),
+        (Gate::NodeContract, ctx.node_contract),
+    ] {
+        let Some(contract) = contract else { continue };
+        if !contract.accepts.contains(&env.kind) {
+            return Err(refuse(env, ctx, corr, trust, events, gate, contract));
+        }
+    }
+    Ok(())
+}
+
+fn refuse(
+    env: &AiEnvelope,
+    ctx: &Context<'_>,
+    corr: &str,
+    trust: ContentTrust,
+    events: &mut EventFactory,
+    gate: Gate,
+    contract: &EnvelopeContract,
+) -> (Outcome, Vec<RunEventDoc>) {
+    let accepted = union_with_universals(&contract.accepts);
+    let whose = if gate == Gate::HostContract {
+        "the host's contract for this node type"
+    } else {
+        "this node's envelope contract"
+    };
+    let kind = super::quote_kind(&env.kind);
+    let message = format!(
+        "envelope kind '{kind}' is not accepted by {whose}; accepted kinds: {}",
+        accepted.join(", ")
+    );
+    let details = json!({"refusedType": env.kind, "acceptedTypes": accepted, "gate": gate});
+    let ev = match contract.refusal_mode {
+        RefusalMode::FailNode => events.emit(
+            &format!("{corr}/contract/node.failed"),
+            ctx.timestamp,
+            &NodeFailed {
+                node_id: ctx.node_id.to_owned(),
+                error: ErrorInfo {
+                    code: Code::EnvelopeContractViolation.as_str().to_owned(),
+                    message: message.clone(),
+                    details: Some(details),
+                    retryable: Some(false),
+                },
+                attempts: None,
+            },
+        ),
+        RefusalMode::DiscardAndWarn => events.emit(
+            &format!("{corr}/contract/log.appended"),
+            ctx.timestamp,
+            &LogAppended {
+                level: LogLevel::Warn,
+                message: format!(
+                    "{}: {message}; envelope discarded",
+                    Code::EnvelopeContractViolation
+                ),
+                node_id: Some(ctx.node_id.to_owned()),
+                fields: Some(details),
+            },
+        ),
+    };
+    let outcome = Outcome::Gated(Gated {
+        code: Code::EnvelopeContractViolation,
+        reason: format!("{}: {message}", Code::EnvelopeContractViolation),
+        gate,
+        refused_type: env.kind.clone(),
+        allowed_kinds: accepted,
+        replayed: false,
+    });
+    (outcome, vec![super::stamp(ev, ctx, corr, trust)])
+}

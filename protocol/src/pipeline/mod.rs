@@ -1,0 +1,378 @@
+//! The AI-envelope pipeline, in the normative order (`ai-envelope.md`
+//! §"Production flow"), one module per step:
+//!
+//! 1. [`parse`] — bytes/text → JSON, bounded by [`InputLimits`]; lenient recovery on syntax errors
+//! 2. [`shape`] — closed top level and `meta` (`invalid_envelope_shape`)
+//! 3. [`kind`] — host `supportedEnvelopes` (`gated` / `unknown_envelope_kind`)
+//! 4. [`payload`] — per-kind schema + schema-version drift (`envelope_invalid`, `unknown_schema_version`)
+//! 5. [`contract`] — host then node envelope contract (`gated` / `envelope_contract_violation`)
+//! 6. [`limits`] — `envelopesPerTurn`, `schemaRounds`, `clarificationRounds` (`breached` / `cap_breached`)
+//! 7. [`redaction`] — SR-1
+//! 8. [`trust`] — `contentTrust` resolution, `untrusted_content_blocks_approval`
+//! 9. [`dedup`] — correlationId replay / `envelope_correlation_conflict`
+//! 10. [`handler`] — kind → `RunEventDoc`s with `causationId = correlationId`
+//!
+//! Everything is pure: the caller passes the timestamp, the dedup store and
+//! the event factory, and persists what comes back.
+
+// Each step returns its refusal (an ordinary outcome) as `Err`; boxing it would
+// only add an allocation on a path that is as common as success.
+#![allow(clippy::result_large_err)]
+
+pub mod contract;
+pub mod dedup;
+pub mod handler;
+pub mod kind;
+pub mod limits;
+pub mod parse;
+pub mod payload;
+pub mod redaction;
+pub mod shape;
+pub mod trust;
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use crate::envelope::{AiEnvelope, ContentTrust};
+use crate::events::{EventFactory, RunEventDoc};
+use crate::outcome::{Accepted, NormalizedMeta, Outcome};
+use crate::redact::Redactor;
+use crate::schema::CompiledSchema;
+
+pub use crate::recovery::RecoveryPath;
+pub use dedup::{DedupEntry, DedupStore};
+pub use handler::interrupt_id_for;
+pub use parse::{InputLimits, Recovery};
+
+/// `envelopeStrictness` from the capabilities document.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Strictness {
+    #[default]
+    Warn,
+    Strict,
+}
+
+/// What to do with an envelope outside a contract.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RefusalMode {
+    /// `node.failed` with `envelope_contract_violation` (the spec default).
+    #[default]
+    FailNode,
+    /// `log.appended` warning; the envelope is dropped and the node goes on.
+    DiscardAndWarn,
+}
+
+/// An envelope contract: the non-universal kinds accepted, and the refusal mode.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EnvelopeContract {
+    pub accepts: Vec<String>,
+    #[serde(default)]
+    pub refusal_mode: RefusalMode,
+}
+
+/// Host-wide configuration: what the capabilities document advertises.
+#[derive(Debug, Default)]
+pub struct HostPolicy {
+    /// `supportedEnvelopes`; `None` accepts any kind at the kind step.
+    pub supported_envelopes: Option<Vec<String>>,
+    /// `schemaVersions`; kinds with an embedded schema fall back to its version.
+    pub schema_versions: BTreeMap<String, u32>,
+    pub strictness: Strictness,
+    /// Payload schemas of vendor kinds (compiled once, network resolution disabled).
+    pub kind_schemas: BTreeMap<String, CompiledSchema>,
+    /// The host-level envelope contract of the node's typeId, checked before the node's own.
+    pub host_contract: Option<EnvelopeContract>,
+    pub input_limits: InputLimits,
+}
+
+/// One engine-limit counter: `current` uses so far this turn/run, `cap` the limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Counter {
+    pub current: u64,
+    pub cap: u64,
+}
+
+/// Engine-limit counters as they stand before this envelope.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Counters {
+    #[serde(default)]
+    pub envelopes_per_turn: Option<Counter>,
+    #[serde(default)]
+    pub schema_rounds: Option<Counter>,
+    #[serde(default)]
+    pub clarification_rounds: Option<Counter>,
+}
+
+/// Everything one call needs besides the envelope, the dedup store and the event factory.
+#[derive(Debug, Clone, Copy)]
+pub struct Context<'a> {
+    pub host: &'a HostPolicy,
+    /// The run's SR-1 redactor (built once per run from its secrets).
+    pub redactor: &'a Redactor,
+    /// The emitting node: stamped on every projected event.
+    pub node_id: &'a str,
+    /// The node's own envelope contract (`None` = no node-level restriction).
+    pub node_contract: Option<&'a EnvelopeContract>,
+    pub run_trust_boundary: Option<ContentTrust>,
+    pub counters: Counters,
+    /// The envelope is being presented as the resolution of an approval gate.
+    pub approval_gate_context: bool,
+    /// RFC 3339 timestamp stamped on projected events (this crate reads no clock).
+    pub timestamp: &'a str,
+}
+
+impl<'a> Context<'a> {
+    pub fn new(
+        host: &'a HostPolicy,
+        redactor: &'a Redactor,
+        node_id: &'a str,
+        timestamp: &'a str,
+    ) -> Self {
+        Context {
+            host,
+            redactor,
+            node_id,
+            node_contract: None,
+            run_trust_boundary: None,
+            counters: Counters::default(),
+            approval_gate_context: false,
+            timestamp,
+        }
+    }
+}
+
+/// The result of one pipeline call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Processed {
+    pub outcome: Outcome,
+    /// Events to append to the run's log, in order (empty for a replay).
+    pub events: Vec<RunEventDoc>,
+    /// Set when lenient recovery produced the document (emit `envelope.recovery.applied`).
+    pub recovery: Option<Recovery>,
+    /// The envelope's `type` once the shape step passed.
+    pub kind: Option<String>,
+}
+
+/// Entry point for raw bytes (e.g. a file or an HTTP body): UTF-8 check, then [`accept_text`].
+pub fn accept_bytes(
+    bytes: &[u8],
+    ctx: &Context<'_>,
+    store: &mut DedupStore,
+    events: &mut EventFactory,
+) -> Processed {
+    if bytes.len() > ctx.host.input_limits.max_bytes {
+        return finish(
+            parse::too_large(bytes.len(), &ctx.host.input_limits),
+            Vec::new(),
+            None,
+            None,
+            ctx,
+        );
+    }
+    match std::str::from_utf8(bytes) {
+        Ok(text) => accept_text(text, ctx, store, events),
+        Err(e) => finish(
+            parse::not_utf8(e.valid_up_to()),
+            Vec::new(),
+            None,
+            None,
+            ctx,
+        ),
+    }
+}
+
+/// Entry point for model text: a direct parse first (the fast path), lenient
+/// recovery only when the text is not JSON as it stands.
+pub fn accept_text(
+    text: &str,
+    ctx: &Context<'_>,
+    store: &mut DedupStore,
+    events: &mut EventFactory,
+) -> Processed {
+    let limits = &ctx.host.input_limits;
+    match parse::parse_direct(text, limits) {
+        Ok(value) => run(value, None, ctx, store, events),
+        Err(parse::DirectError::Refuse(o)) => finish(o, Vec::new(), None, None, ctx),
+        Err(parse::DirectError::Syntax { line, column, eof }) => {
+            match parse::parse_recovered(text, limits) {
+                Ok((value, recovery)) => run(value, Some(recovery), ctx, store, events),
+                Err(why) => finish(
+                    parse::not_json(line, column, eof, &why),
+                    Vec::new(),
+                    None,
+                    None,
+                    ctx,
+                ),
+            }
+        }
+    }
+}
+
+/// Entry point for an already-parsed document (e.g. a provider's structured
+/// output); `recovery` is what the caller's parser did, reported back as is.
+pub fn accept_value(
+    value: Value,
+    recovery: Option<Recovery>,
+    ctx: &Context<'_>,
+    store: &mut DedupStore,
+    events: &mut EventFactory,
+) -> Processed {
+    run(value, recovery, ctx, store, events)
+}
+
+fn run(
+    value: Value,
+    recovery: Option<Recovery>,
+    ctx: &Context<'_>,
+    store: &mut DedupStore,
+    events: &mut EventFactory,
+) -> Processed {
+    let env = match shape::check(value) {
+        Ok(env) => env,
+        Err(o) => return finish(o, Vec::new(), recovery, None, ctx),
+    };
+    let kind = Some(env.kind.clone());
+    // The dedup key and causationId are the redacted correlationId, so a secret
+    // pasted into an id never reaches the log.
+    let corr = ctx.redactor.redact_str(&env.correlation_id).0.into_owned();
+    let trust = trust::resolve(&env, ctx);
+
+    if let Err(o) = kind::check(&env, ctx.host) {
+        return finish(o, Vec::new(), recovery, kind, ctx);
+    }
+    let warnings = match payload::check(&env, ctx.host) {
+        Ok(w) => w,
+        Err(o) => return finish(o, Vec::new(), recovery, kind, ctx),
+    };
+    if let Err((o, evs)) = contract::check(&env, ctx, &corr, trust, events) {
+        return decided(o, evs, &corr, &env, store, recovery, ctx);
+    }
+    if let Err((o, evs)) = limits::check(&env, ctx, &corr, trust, events) {
+        return decided(o, evs, &corr, &env, store, recovery, ctx);
+    }
+    let mut env = env;
+    let mut redacted = std::mem::take(&mut env.payload);
+    let redaction_count = redaction::apply(&mut redacted, ctx.redactor);
+    if let Err(o) = trust::check(trust, ctx) {
+        return finish(o, Vec::new(), recovery, kind, ctx);
+    }
+    match dedup::lookup(store, &corr, &env.kind) {
+        dedup::Lookup::Fresh => {}
+        dedup::Lookup::Replay(o) | dedup::Lookup::Conflict(o) => {
+            return finish(o, Vec::new(), recovery, kind, ctx);
+        }
+    }
+    let envelope_id = match &env.envelope_id {
+        Some(id) => ctx.redactor.redact_str(id).0.into_owned(),
+        None => envelope_id_for(events.run_id(), &corr),
+    };
+    let docs = handler::project(&env, &redacted, &envelope_id, ctx, &corr, trust, events);
+    let outcome = Outcome::Accepted(Accepted {
+        envelope_id,
+        recorded_event_ids: docs.iter().map(|d| d.event_id.clone()).collect(),
+        normalized_meta: NormalizedMeta {
+            content_trust: trust,
+        },
+        redacted_payload: redacted,
+        redaction_count,
+        replayed: false,
+        warnings,
+    });
+    decided(outcome, docs, &corr, &env, store, recovery, ctx)
+}
+
+/// A decision about a well-formed envelope: recorded for replay, then finished.
+fn decided(
+    outcome: Outcome,
+    events: Vec<RunEventDoc>,
+    corr: &str,
+    env: &AiEnvelope,
+    store: &mut DedupStore,
+    recovery: Option<Recovery>,
+    ctx: &Context<'_>,
+) -> Processed {
+    let processed = finish(outcome, events, recovery, Some(env.kind.clone()), ctx);
+    store.record(corr, &env.kind, &processed.outcome);
+    processed
+}
+
+/// Last line of SR-1 defence: no refusal text or event built by an earlier
+/// step (which may quote a kind name or a key) carries a secret.
+fn finish(
+    mut outcome: Outcome,
+    mut events: Vec<RunEventDoc>,
+    recovery: Option<Recovery>,
+    kind: Option<String>,
+    ctx: &Context<'_>,
+) -> Processed {
+    let r = ctx.redactor;
+    let fix = |s: &mut String| {
+        r.redact_in_place(s);
+    };
+    match &mut outcome {
+        Outcome::Accepted(a) => a.warnings.iter_mut().for_each(|d| fix(&mut d.message)),
+        Outcome::Gated(g) => {
+            fix(&mut g.reason);
+            fix(&mut g.refused_type);
+        }
+        Outcome::Invalid(i) => {
+            fix(&mut i.reason);
+            for d in &mut i.details {
+                fix(&mut d.instance_path);
+                fix(&mut d.message);
+            }
+        }
+        Outcome::Breached(b) => fix(&mut b.reason),
+    }
+    for e in &mut events {
+        r.redact_value(&mut e.payload);
+    }
+    Processed {
+        outcome,
+        events,
+        recovery,
+        kind: kind.map(|mut k| {
+            fix(&mut k);
+            k
+        }),
+    }
+}
+
+/// Stamps the pipeline's common fields on a projected event.
+pub(crate) fn stamp(
+    doc: RunEventDoc,
+    ctx: &Context<'_>,
+    corr: &str,
+    trust: ContentTrust,
+) -> RunEventDoc {
+    doc.with_node(ctx.node_id).caused_by(corr).with_trust(trust)
+}
+
+/// Engine-assigned `envelopeId` when the model omits it: deterministic from
+/// `(runId, correlationId)` — `env-` + 32 hex chars of SHA-256 — so a replayed
+/// or re-executed step assigns the same id without any stored state.
+pub fn envelope_id_for(run_id: &str, correlation_id: &str) -> String {
+    let mut h = Sha256::new();
+    h.update(b"envelope\0");
+    h.update(run_id.as_bytes());
+    h.update([0u8]);
+    h.update(correlation_id.as_bytes());
+    format!("env-{}", &hex::encode(h.finalize())[..32])
+}
+
+/// A kind name as quoted in messages: bounded, control characters dropped.
+pub(crate) fn quote_kind(kind: &str) -> String {
+    const MAX: usize = 64;
+    let mut out: String = kind.chars().filter(|c| !c.is_control()).take(MAX).collect();
+    if kind.chars().count() > MAX {
+        out.push('…');
+    }
+    out
+}

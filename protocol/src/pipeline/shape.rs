@@ -1,0 +1,480 @@
+//! Step 2 — shape: the closed top level and `meta` block of the envelope
+//! (`schemas/ai-envelope.schema.json`), checked by hand so every problem is
+//! reported at once with its JSON Pointer and a fix, without echoing values.
+//! A bad `meta.ts` names ISO 8601.
+
+use serde_json::{Map, Value};
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+
+use crate::envelope::{
+    AiEnvelope, ContentTrust, Display, EnvelopeMeta, MAX_ID_LEN, MAX_LABEL_LEN, MAX_TYPE_LEN,
+    Partial, Rendering, Source,
+};
+use crate::outcome::{Code, Detail, Outcome};
+
+use super::parse::escape_pointer;
+
+const TOP_LEVEL: [&str; 8] = [
+    "type",
+    "envelopeId",
+    "correlationId",
+    "schemaVersion",
+    "nodeId",
+    "payload",
+    "meta",
+    "partial",
+];
+const META: [&str; 6] = [
+    "source",
+    "ts",
+    "contentTrust",
+    "traceparent",
+    "label",
+    "rendering",
+];
+const RENDERING: [&str; 5] = ["display", "mimeType", "lang", "alt", "title"];
+
+/// Checks the document and builds the typed envelope (moving the payload, no copy).
+pub(crate) fn check(value: Value) -> Result<AiEnvelope, Outcome> {
+    let mut top = match value {
+        Value::Object(m) => m,
+        other => {
+            return Err(refuse(vec![Detail::new(
+                "",
+                "type",
+                format!(
+                    "the envelope must be a JSON object, found {}; wrap the fields in {{...}}",
+                    json_type(&other)
+                ),
+            )]));
+        }
+    };
+    let mut d = Vec::new();
+    closed(
+        &top,
+        &TOP_LEVEL,
+        "",
+        "remove it: the envelope top level is closed (extensions go inside payload)",
+        &mut d,
+    );
+    string(&top, "type", "", 1, MAX_TYPE_LEN, true, &mut d);
+    string(&top, "envelopeId", "", 1, MAX_ID_LEN, false, &mut d);
+    string(&top, "correlationId", "", 1, MAX_ID_LEN, true, &mut d);
+    string(&top, "nodeId", "", 1, MAX_ID_LEN, false, &mut d);
+    if let Some(v) = top.get("schemaVersion")
+        && v.as_u64().is_none_or(|n| n > u64::from(u32::MAX))
+    {
+        d.push(Detail::new(
+            "/schemaVersion",
+            "type",
+            "schemaVersion must be a non-negative integer (absent means 0)",
+        ));
+    }
+    if !top.contains_key("payload") {
+        d.push(Detail::new(
+            "",
+            "required",
+            "payload is required: add the kind's payload object",
+        ));
+    }
+    match top.get("meta") {
+        None => d.push(Detail::new(
+            "",
+            "required",
+            "meta is required: add {\"source\": \"ai-generation\", \"ts\": \"<ISO 8601 UTC time>\"}",
+        )),
+        Some(Value::Object(meta)) => check_meta(meta, &mut d),
+        Some(other) => d.push(Detail::new("/meta", "type", format!("meta must be an object, found {}", json_type(other)))),
+    }
+    if let Some(p) = top.get("partial") {
+        check_partial(p, &mut d);
+    }
+    if !d.is_empty() {
+        return Err(refuse(d));
+    }
+
+    // Every field below was checked above, so these conversions cannot fail.
+    let kind = take_string(&mut top, "type").unwrap_or_default();
+    let envelope_id = take_string(&mut top, "envelopeId");
+    let correlation_id = take_string(&mut top, "correlationId").unwrap_or_default();
+    let node_id = take_string(&mut top, "nodeId");
+    let schema_version = top
+        .get("schemaVersion")
+        .and_then(Value::as_u64)
+        .map_or(0, |n| n as u32);
+    let payload = top.remove("payload").unwrap_or(Value::Null);
+    let meta = match top.remove("meta") {
+        Some(Value::Object(m)) => build_meta(m),
+        _ => {
+            return Err(refuse(vec![Detail::new(
+                "/meta",
+                "type",
+                "meta must be an object",
+            )]));
+        }
+    };
+    let partial = top
+        .remove("partial")
+        .and_then(|p| serde_json::from_value::<Partial>(p).ok());
+    Ok(AiEnvelope {
+        kind,
+        envelope_id,
+        correlation_id,
+        schema_version,
+        node_id,
+        payload,
+        meta,
+        partial,
+    })
+}
+
+fn refuse(details: Vec<Detail>) -> Outcome {
+    let n = details.len();
+    Outcome::invalid(
+        Code::InvalidEnvelopeShape,
+        format!(
+            "the envelope does not match the AI envelope shape ({n} problem{})",
+            if n == 1 { "" } else { "s" }
+        ),
+        details,
+    )
+}
+
+fn check_meta(meta: &Map<String, Value>, d: &mut Vec<Detail>) {
+    closed(meta, &META, "/meta", "remove it: meta is closed", d);
+    match meta.get("source") {
+        None => d.push(Detail::new(
+            "/meta",
+            "required",
+            "meta.source is required: one of ai-generation, user, system",
+        )),
+        Some(v) if v.as_str().and_then(parse_source).is_none() => d.push(Detail::new(
+            "/meta/source",
+            "enum",
+            "meta.source must be one of ai-generation, user, system",
+        )),
+        Some(_) => {}
+    }
+    match meta.get("ts") {
+        None => d.push(Detail::new(
+            "/meta",
+            "required",
+            "meta.ts is required: the ISO 8601 (RFC 3339) UTC time of emission, e.g. 2026-05-18T10:00:00Z",
+        )),
+        Some(v) if !v.as_str().is_some_and(is_iso8601) => d.push(Detail::new(
+            "/meta/ts",
+            "format",
+            "meta.ts must be an ISO 8601 (RFC 3339) date-time in UTC, e.g. 2026-05-18T10:00:00Z",
+        )),
+        Some(_) => {}
+    }
+    if let Some(v) = meta.get("contentTrust")
+        && v.as_str().and_then(parse_trust).is_none()
+    {
+        d.push(Detail::new(
+            "/meta/contentTrust",
+            "enum",
+            "meta.contentTrust must be trusted or untrusted",
+        ));
+    }
+    string(meta, "traceparent", "/meta", 1, 512, false, d);
+    string(meta, "label", "/meta", 0, MAX_LABEL_LEN, false, d);
+    match meta.get("rendering") {
+        None => {}
+        Some(Value::Object(r)) => {
+            closed(
+                r,
+                &RENDERING,
+                "/meta/rendering",
+                "remove it: meta.rendering is closed",
+                d,
+            );
+            if let Some(v) = r.get("display")
+                && v.as_str().and_then(parse_display).is_none()
+            {
+                d.push(Detail::new(
+                    "/meta/rendering/display",
+                    "enum",
+                    "meta.rendering.display must be one of markdown, code, card, image, audio, file",
+                ));
+            }
+            for f in ["mimeType", "lang", "alt", "title"] {
+                string(r, f, "/meta/rendering", 0, 1024, false, d);
+            }
+        }
+        Some(_) => d.push(Detail::new(
+            "/meta/rendering",
+            "type",
+            "meta.rendering must be an object",
+        )),
+    }
+}
+
+fn check_partial(p: &Value, d: &mut Vec<Detail>) {
+    let Value::Object(m) = p else {
+        d.push(Detail::new(
+            "/partial",
+            "type",
+            "partial must be an object {isPartial, index, total}",
+        ));
+        return;
+    };
+    closed(
+        m,
+        &["isPartial", "index", "total"],
+        "/partial",
+        "remove it: partial is closed",
+        d,
+    );
+    if !m.get("isPartial").is_some_and(Value::is_boolean) {
+        d.push(Detail::new(
+            "/partial/isPartial",
+            "type",
+            "partial.isPartial is required and must be a boolean",
+        ));
+    }
+    if m.get("index").is_none_or(|v| v.as_u64().is_none()) {
+        d.push(Detail::new(
+            "/partial/index",
+            "type",
+            "partial.index is required and must be an integer >= 0",
+        ));
+    }
+    if m.get("total")
+        .is_none_or(|v| v.as_i64().is_none_or(|t| t < -1))
+    {
+        d.push(Detail::new(
+            "/partial/total",
+            "type",
+            "partial.total is required and must be an integer >= -1 (-1 = unknown)",
+        ));
+    }
+}
+
+fn closed(m: &Map<String, Value>, allowed: &[&str], at: &str, fix: &str, d: &mut Vec<Detail>) {
+    for k in m.keys() {
+        if !allowed.contains(&k.as_str()) {
+            d.push(Detail::new(
+                format!("{at}/{}", escape_pointer(k)),
+                "additionalProperties",
+                format!("unknown property: {fix}; allowed: {}", allowed.join(", ")),
+            ));
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn string(
+    m: &Map<String, Value>,
+    field: &str,
+    at: &str,
+    min: usize,
+    max: usize,
+    required: bool,
+    d: &mut Vec<Detail>,
+) {
+    let name = if at.is_empty() {
+        field.to_owned()
+    } else {
+        format!("{}.{field}", at.trim_start_matches('/').replace('/', "."))
+    };
+    match m.get(field) {
+        None if required => d.push(Detail::new(
+            at.to_owned(),
+            "required",
+            format!("{name} is required"),
+        )),
+        None => {}
+        Some(Value::String(s)) => {
+            let n = s.chars().count();
+            if n < min || n > max {
+                d.push(Detail::new(
+                    format!("{at}/{field}"),
+                    if n < min { "minLength" } else { "maxLength" },
+                    format!("{name} must be {min}..{max} characters long (found {n})"),
+                ));
+            }
+        }
+        Some(other) => d.push(Detail::new(
+            format!("{at}/{field}"),
+            "type",
+            format!("{name} must be a string, found {}", json_type(other)),
+        )),
+    }
+}
+
+fn take_string(m: &mut Map<String, Value>, field: &str) -> Option<String> {
+    match m.remove(field) {
+        Some(Value::String(s)) => Some(s),
+        _ => None,
+    }
+}
+
+fn build_meta(mut m: Map<String, Value>) -> EnvelopeMeta {
+    let source = m
+        .get("source")
+        .and_then(Value::as_str)
+        .and_then(parse_source)
+        .unwrap_or(Source::AiGeneration);
+    let content_trust = m
+        .get("contentTrust")
+        .and_then(Value::as_str)
+        .and_then(parse_trust);
+    let rendering = match m.remove("rendering") {
+        Some(Value::Object(mut r)) => Some(Rendering {
+            display: r
+                .get("display")
+                .and_then(Value::as_str)
+                .and_then(parse_display),
+            mime_type: take_string(&mut r, "mimeType"),
+            lang: take_string(&mut r, "lang"),
+            alt: take_string(&mut r, "alt"),
+            title: take_string(&mut r, "title"),
+        }),
+        _ => None,
+    };
+    EnvelopeMeta {
+        source,
+        ts: take_string(&mut m, "ts").unwrap_or_default(),
+        content_trust,
+        traceparent: take_string(&mut m, "traceparent"),
+        label: take_string(&mut m, "label"),
+        rendering,
+    }
+}
+
+/// RFC 3339 date-time (the ISO 8601 profile the wire uses).
+pub fn is_iso8601(s: &str) -> bool {
+    OffsetDateTime::parse(s, &Rfc3339).is_ok()
+}
+
+fn parse_source(s: &str) -> Option<Source> {
+    Some(match s {
+        "ai-generation" => Source::AiGeneration,
+        "user" => Source::User,
+        "system" => Source::System,
+        _ => return None,
+    })
+}
+
+fn parse_trust(s: &str) -> Option<ContentTrust> {
+    Some(match s {
+        "trusted" => ContentTrust::Trusted,
+        "untrusted" => ContentTrust::Untrusted,
+        _ => return None,
+    })
+}
+
+fn parse_display(s: &str) -> Option<Display> {
+    Some(match s {
+        "markdown" => Display::Markdown,
+        "code" => Display::Code,
+        "card" => Display::Card,
+        "image" => Display::Image,
+        "audio" => Display::Audio,
+        "file" => Display::File,
+        _ => return None,
+    })
+}
+
+pub(crate) fn json_type(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn details(v: Value) -> Vec<Detail> {
+        match check(v) {
+            Err(Outcome::Invalid(i)) => {
+                assert_eq!(i.code, Code::InvalidEnvelopeShape);
+                i.details
+            }
+            other => panic!("expected invalid shape, got {other:?}"),
+        }
+    }
+
+    fn valid() -> Value {
+        json!({"type": "error", "correlationId": "c1", "payload": {"code": "x", "message": "m"},
+               "meta": {"source": "ai-generation", "ts": "2026-05-18T10:00:00Z"}})
+    }
+
+    #[test]
+    fn valid_envelope_builds_typed_value() {
+        let mut v = valid();
+        v["meta"]["rendering"] = json!({"display": "code", "lang": "rust"});
+        v["partial"] = json!({"isPartial": false, "index": 2, "total": 3});
+        let env = check(v).unwrap();
+        assert_eq!(env.kind, "error");
+        assert_eq!(env.schema_version, 0);
+        assert_eq!(env.meta.rendering.unwrap().display, Some(Display::Code));
+        assert_eq!(env.partial.unwrap().total, 3);
+    }
+
+    #[test]
+    fn non_object_root() {
+        let d = details(json!([1]));
+        assert_eq!(d[0].instance_path, "");
+        assert!(d[0].message.contains("an array"));
+    }
+
+    #[test]
+    fn reports_every_problem_with_pointers() {
+        let d = details(
+            json!({"type": "", "correlationId": 5, "extra": 1, "schemaVersion": -1,
+            "meta": {"source": "robot", "ts": "tomorrow", "x": 1}}),
+        );
+        let paths: Vec<&str> = d.iter().map(|d| d.instance_path.as_str()).collect();
+        for p in [
+            "/extra",
+            "/type",
+            "/correlationId",
+            "/schemaVersion",
+            "",
+            "/meta/x",
+            "/meta/source",
+            "/meta/ts",
+        ] {
+            assert!(paths.contains(&p), "missing {p} in {paths:?}");
+        }
+        let ts = d.iter().find(|d| d.instance_path == "/meta/ts").unwrap();
+        assert!(ts.message.contains("ISO 8601"));
+        assert!(!ts.message.contains("tomorrow"));
+    }
+
+    #[test]
+    fn missing_meta_and_payload() {
+        let d = details(json!({"type": "error", "correlationId": "c"}));
+        assert!(
+            d.iter()
+                .any(|d| d.message.starts_with("payload is required"))
+        );
+        assert!(d.iter().any(|d| d.message.starts_with("meta is required")));
+    }
+
+    #[test]
+    fn length_limits() {
+        let mut v = valid();
+        v["correlationId"] = json!("c".repeat(129));
+        let d = details(v);
+        assert_eq!(d[0].keyword.as_deref(), Some("maxLength"));
+    }
+
+    #[test]
+    fn iso8601_check() {
+        assert!(is_iso8601("2026-05-18T10:00:00Z"));
+        assert!(is_iso8601("2026-05-18T10:00:00.123+02:00"));
+        assert!(!is_iso8601("2026-05-18"));
+        assert!(!is_iso8601("2026-13-18T10:00:00Z"));
+    }
+}
