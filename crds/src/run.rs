@@ -1,0 +1,323 @@
+//! The `Run` custom resource: one execution of a Workflow.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::schema::{any_json, free_object};
+
+/// Desired state of a Run: which workflow, with which inputs, answers to its pending
+/// interrupts, and whether to cancel it.
+// Several printer columns share `type_ = "string"`, which clippy mistakes for duplicates.
+#[allow(clippy::duplicated_attributes)]
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "openwop.dev",
+    version = "v1alpha1",
+    kind = "Run",
+    namespaced,
+    status = "RunStatus",
+    derive = "PartialEq",
+    shortname = "owr",
+    shortname = "wfrun",
+    category = "openwop",
+    doc = "One execution of an OpenWOP Workflow, carried out by a worker pod.",
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(name = "Workflow", type_ = "string", json_path = ".status.workflow"),
+    printcolumn(name = "Node", type_ = "string", json_path = ".status.currentNode"),
+    printcolumn(
+        name = "Attempts",
+        type_ = "integer",
+        json_path = ".status.attempts",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Events",
+        type_ = "integer",
+        json_path = ".status.events",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[x_kube(
+    validation = Rule::new("!has(oldSelf.cancel) || !oldSelf.cancel || (has(self.cancel) && self.cancel)")
+        .message("cancel cannot be reverted once set")
+        .reason(Reason::FieldValueForbidden)
+)]
+#[serde(rename_all = "camelCase")]
+pub struct RunSpec {
+    /// The workflow to run: exactly one of `name` (Kubernetes name of a Workflow in this
+    /// namespace) or `id` (OpenWOP workflow id). Immutable.
+    #[x_kube(validation = Rule::new("self == oldSelf").message("workflowRef is immutable; create a new Run"))]
+    pub workflow_ref: WorkflowRef,
+    /// Run inputs (free-form object).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "free_object")]
+    pub inputs: Option<Value>,
+    /// Run options, e.g. `escalationThreshold` (0..1, default 0.7).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub configurable: Option<Configurable>,
+    /// Maximum wall-clock duration of the run in seconds; the run fails with
+    /// `run_timeout` when exceeded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 604800))]
+    pub timeout_seconds: Option<i64>,
+    /// Answers to interrupts (clarification questions, approvals). Append-only: adding an
+    /// answer to the pending interrupt resumes the run with a new worker.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    #[x_kube(validation = Rule::new("oldSelf.all(o, self.exists(n, n.interruptId == o.interruptId))")
+        .message("answers are append-only: an answer cannot be removed"))]
+    pub answers: Vec<InterruptAnswer>,
+    /// Set to true to cancel the run. Cannot be reverted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cancel: Option<bool>,
+}
+
+/// Reference to the Workflow of a Run.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[x_kube(
+    validation = Rule::new("has(self.name) != has(self.id)")
+        .message("set exactly one of workflowRef.name (Kubernetes name) or workflowRef.id (OpenWOP id)")
+)]
+pub struct WorkflowRef {
+    /// Kubernetes name of the Workflow.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub name: Option<String>,
+    /// OpenWOP workflow id (`spec.id` of the Workflow).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 128), regex(pattern = r"^[a-z][a-z0-9_-]*$"))]
+    pub id: Option<String>,
+}
+
+impl fmt::Display for WorkflowRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (&self.name, &self.id) {
+            (Some(n), _) => f.write_str(n),
+            (None, Some(id)) => write!(f, "id:{id}"),
+            (None, None) => f.write_str("<none>"),
+        }
+    }
+}
+
+/// Run options (`RunOptions.configurable`). Unknown keys are kept and passed to the worker.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct Configurable {
+    /// Confidence below which an agent decision suspends the run for approval (default 0.7).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0.0, max = 1.0))]
+    pub escalation_threshold: Option<f64>,
+    /// Other options, passed through.
+    #[serde(flatten)]
+    pub extra: BTreeMap<String, Value>,
+}
+
+/// An answer to an interrupt.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(
+    validation = Rule::new("has(self.value) || has(self.approved)")
+        .message("an answer needs value (clarification answers) or approved (approval decision)")
+)]
+pub struct InterruptAnswer {
+    /// The interrupt answered (`status.pendingInterrupt.interruptId`).
+    #[schemars(length(min = 1, max = 128))]
+    pub interrupt_id: String,
+    /// Clarification answers, keyed by question id (any JSON).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "any_json")]
+    pub value: Option<Value>,
+    /// Approval decision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approved: Option<bool>,
+    /// Free-text comment.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 4096))]
+    pub comment: Option<String>,
+}
+
+/// OpenWOP run status values.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum RunPhase {
+    #[default]
+    Pending,
+    Running,
+    Paused,
+    WaitingApproval,
+    WaitingInput,
+    WaitingExternal,
+    Completed,
+    Failed,
+    Cancelling,
+    Cancelled,
+}
+
+impl RunPhase {
+    /// All phases, in wire order.
+    pub const ALL: [RunPhase; 10] = [
+        RunPhase::Pending,
+        RunPhase::Running,
+        RunPhase::Paused,
+        RunPhase::WaitingApproval,
+        RunPhase::WaitingInput,
+        RunPhase::WaitingExternal,
+        RunPhase::Completed,
+        RunPhase::Failed,
+        RunPhase::Cancelling,
+        RunPhase::Cancelled,
+    ];
+
+    /// The wire string.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunPhase::Pending => "pending",
+            RunPhase::Running => "running",
+            RunPhase::Paused => "paused",
+            RunPhase::WaitingApproval => "waiting-approval",
+            RunPhase::WaitingInput => "waiting-input",
+            RunPhase::WaitingExternal => "waiting-external",
+            RunPhase::Completed => "completed",
+            RunPhase::Failed => "failed",
+            RunPhase::Cancelling => "cancelling",
+            RunPhase::Cancelled => "cancelled",
+        }
+    }
+
+    /// Completed, failed or cancelled: nothing more happens.
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            RunPhase::Completed | RunPhase::Failed | RunPhase::Cancelled
+        )
+    }
+
+    /// Suspended until someone answers (no worker pod is held).
+    pub fn is_waiting(self) -> bool {
+        matches!(
+            self,
+            RunPhase::WaitingApproval | RunPhase::WaitingInput | RunPhase::WaitingExternal
+        )
+    }
+}
+
+impl fmt::Display for RunPhase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Observed state of a Run. Small by design: details live in the run's event stream.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct RunStatus {
+    /// OpenWOP run status.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<RunPhase>,
+    /// `Ready` (workflow resolved and snapshotted) and `Succeeded` (terminal outcome).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// OpenWOP run id (the Run's uid).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
+    /// The Workflow this run executes (Kubernetes name once resolved).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workflow: Option<String>,
+    /// The node executing or suspended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_node: Option<String>,
+    /// Number of run events seen.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub events: Option<u64>,
+    /// Worker pods started for this run (first start, retries and resumes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempts: Option<u32>,
+    /// Worker pods that died before finishing, since the last successful progress.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed_attempts: Option<u32>,
+    /// Sequence of the last run event seen.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_sequence: Option<u64>,
+    /// The interrupt waiting for an answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending_interrupt: Option<PendingInterrupt>,
+    /// Interrupts answered so far (ids), so an answer is consumed once.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub answered_interrupts: Vec<String>,
+    /// Terminal error.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<RunError>,
+    /// When the first worker started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<Time>,
+    /// When the run reached a terminal phase.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_time: Option<Time>,
+    /// Earliest time of the next worker start after a crash (backoff).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_after: Option<Time>,
+    /// Current worker pod.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker_pod: Option<String>,
+    /// The `metadata.generation` this status reflects.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+/// An interrupt waiting for an answer.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct PendingInterrupt {
+    /// Interrupt id, to quote in `spec.answers[].interruptId`.
+    pub interrupt_id: String,
+    /// Suspended node.
+    pub node_id: String,
+    /// `clarification`, `approval`, `external-event` or `custom`.
+    pub kind: String,
+    /// Questions to answer (clarification).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub questions: Vec<PendingQuestion>,
+    /// Why the run waits, e.g. `low-confidence`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Agent awaiting approval.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_id: Option<String>,
+    /// Escalation threshold (low-confidence approvals).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub threshold: Option<f64>,
+    /// Observed confidence (low-confidence approvals).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed: Option<f64>,
+}
+
+/// A clarification question.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct PendingQuestion {
+    /// Question id (answer key).
+    pub id: String,
+    /// Question text (truncated to 512 characters in status).
+    pub question: String,
+}
+
+/// Terminal error of a run.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct RunError {
+    /// OpenWOP error code, e.g. `envelope_invalid`, `run_timeout`, `worker_crashed`.
+    pub code: String,
+    /// Human-readable message.
+    pub message: String,
+}

@@ -1,0 +1,25 @@
+//! Schema helpers for fields whose content is free-form JSON.
+//!
+//! The apiserver only accepts *structural* schemas, so a field that may hold any JSON must be
+//! marked `x-kubernetes-preserve-unknown-fields` (otherwise the apiserver prunes its content).
+
+use schemars::{Schema, SchemaGenerator, json_schema};
+
+/// Any JSON value (object, array, string, number, boolean).
+pub fn any_json(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({ "x-kubernetes-preserve-unknown-fields": true })
+}
+
+/// A JSON object with arbitrary content.
+pub fn free_object(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({ "type": "object", "x-kubernetes-preserve-unknown-fields": true })
+}
+
+/// A list of JSON objects with arbitrary content.
+pub fn free_object_list(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "array",
+        "maxItems": 256,
+        "items": { "type": "object", "x-kubernetes-preserve-unknown-fields": true }
+    })
+}

@@ -1,0 +1,207 @@
+//! The committed CRD manifests match the Rust types, and the admission rules behave.
+
+use kube::core::cel::{validate_cel, validate_cel_update};
+use openwop_crds::{Run, Workflow};
+use serde_json::{Value, json};
+
+fn run(spec: Value) -> Run {
+    serde_json::from_value(json!({
+        "apiVersion": "openwop.dev/v1alpha1", "kind": "Run",
+        "metadata": {"name": "r1", "namespace": "default"},
+        "spec": spec
+    }))
+    .expect("valid Run")
+}
+
+fn workflow(spec: Value) -> Workflow {
+    serde_json::from_value(json!({
+        "apiVersion": "openwop.dev/v1alpha1", "kind": "Workflow",
+        "metadata": {"name": "w1", "namespace": "default"},
+        "spec": spec
+    }))
+    .expect("valid Workflow")
+}
+
+fn errors_of<E: std::fmt::Display>(r: Result<(), E>) -> String {
+    match r {
+        Ok(()) => String::new(),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn committed_yaml_is_up_to_date() {
+    let generated = openwop_crds::crds_yaml().expect("CRDs serialize");
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/openwop.dev_crds.yaml");
+    let committed = std::fs::read_to_string(path).expect("crds/openwop.dev_crds.yaml exists");
+    assert!(
+        committed == generated,
+        "crds/openwop.dev_crds.yaml is stale: run `make crds` and commit it"
+    );
+}
+
+#[test]
+fn crds_have_names_columns_and_status_subresource() {
+    let crds = openwop_crds::crds();
+    assert_eq!(crds.len(), 2);
+    for crd in &crds {
+        assert_eq!(crd.spec.group, "openwop.dev");
+        assert_eq!(crd.spec.scope, "Namespaced");
+        assert_eq!(
+            crd.spec.names.categories.as_deref(),
+            Some(&["openwop".to_string()][..])
+        );
+        let v = &crd.spec.versions[0];
+        assert_eq!(v.name, "v1alpha1");
+        assert!(
+            v.subresources
+                .as_ref()
+                .and_then(|s| s.status.as_ref())
+                .is_some()
+        );
+    }
+    let run = &crds[1];
+    let cols: Vec<_> = run.spec.versions[0]
+        .additional_printer_columns
+        .as_ref()
+        .expect("printer columns")
+        .iter()
+        .map(|c| (c.name.as_str(), c.json_path.as_str()))
+        .collect();
+    assert!(cols.contains(&("Phase", ".status.phase")));
+    assert!(cols.contains(&("Workflow", ".status.workflow")));
+    assert!(cols.contains(&("Node", ".status.currentNode")));
+    assert!(cols.contains(&("Age", ".metadata.creationTimestamp")));
+    assert_eq!(
+        run.spec.names.short_names.as_deref(),
+        Some(&["owr".to_string(), "wfrun".to_string()][..])
+    );
+}
+
+#[test]
+fn free_form_fields_preserve_unknown_fields() {
+    let yaml = openwop_crds::crds_yaml().unwrap();
+    // Every free-form field must be structural: preserve-unknown-fields, never a bare `{}`.
+    let docs: Vec<Value> = yaml
+        .split("\n---\n")
+        .filter(|d| d.contains("kind: CustomResourceDefinition"))
+        .map(|d| serde_yaml::from_str(d).unwrap())
+        .collect();
+    assert_eq!(docs.len(), 2);
+    let wf = &docs[0]["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"];
+    assert_eq!(
+        wf["nodes"]["items"]["properties"]["config"]["x-kubernetes-preserve-unknown-fields"],
+        json!(true)
+    );
+    assert_eq!(
+        wf["settings"]["x-kubernetes-preserve-unknown-fields"],
+        json!(true)
+    );
+    let run = &docs[1]["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"];
+    assert_eq!(
+        run["inputs"]["x-kubernetes-preserve-unknown-fields"],
+        json!(true)
+    );
+    assert_eq!(
+        run["configurable"]["x-kubernetes-preserve-unknown-fields"],
+        json!(true)
+    );
+    assert_eq!(
+        run["answers"]["items"]["properties"]["value"]["x-kubernetes-preserve-unknown-fields"],
+        json!(true)
+    );
+}
+
+#[test]
+fn workflow_ref_needs_exactly_one_of_name_or_id() {
+    assert_eq!(
+        errors_of(validate_cel(&run(json!({"workflowRef": {"name": "w"}})))),
+        ""
+    );
+    assert_eq!(
+        errors_of(validate_cel(&run(
+            json!({"workflowRef": {"id": "my_flow"}})
+        ))),
+        ""
+    );
+    let both = errors_of(validate_cel(&run(
+        json!({"workflowRef": {"name": "w", "id": "w"}}),
+    )));
+    assert!(both.contains("exactly one of workflowRef.name"), "{both}");
+    let none = errors_of(validate_cel(&run(json!({"workflowRef": {}}))));
+    assert!(none.contains("exactly one of workflowRef.name"), "{none}");
+}
+
+#[test]
+fn workflow_ref_is_immutable_and_cancel_irrevocable() {
+    let old = run(json!({"workflowRef": {"name": "w"}, "cancel": true}));
+    let changed = run(json!({"workflowRef": {"name": "other"}, "cancel": true}));
+    let e = errors_of(validate_cel_update(&changed, &old));
+    assert!(e.contains("workflowRef is immutable"), "{e}");
+    let uncancel = run(json!({"workflowRef": {"name": "w"}, "cancel": false}));
+    let e = errors_of(validate_cel_update(&uncancel, &old));
+    assert!(e.contains("cancel cannot be reverted"), "{e}");
+    assert_eq!(errors_of(validate_cel_update(&old, &old)), "");
+}
+
+#[test]
+fn answers_are_append_only_and_need_content() {
+    let one = run(
+        json!({"workflowRef": {"name": "w"}, "answers": [{"interruptId": "i1", "approved": true}]}),
+    );
+    let two = run(json!({"workflowRef": {"name": "w"}, "answers": [
+        {"interruptId": "i1", "approved": true}, {"interruptId": "i2", "value": {"q1": "blue"}}]}));
+    assert_eq!(errors_of(validate_cel_update(&two, &one)), "");
+    let fewer =
+        run(json!({"workflowRef": {"name": "w"}, "answers": [{"interruptId": "i2", "value": 1}]}));
+    let e2 = errors_of(validate_cel_update(&fewer, &two));
+    assert!(e2.contains("append-only"), "{e2}");
+    let empty = run(json!({"workflowRef": {"name": "w"}, "answers": [{"interruptId": "i3"}]}));
+    let e3 = errors_of(validate_cel(&empty));
+    assert!(e3.contains("needs value"), "{e3}");
+}
+
+#[test]
+fn edge_conditions_and_inputs_are_checked() {
+    let base = json!({
+        "id": "w", "name": "W", "version": "1",
+        "nodes": [{"id": "a", "typeId": "core.identity",
+                   "inputs": {"x": {"type": "connection", "nodeId": "b"}}}],
+        "edges": [{"id": "e", "sourceNodeId": "a", "targetNodeId": "b",
+                   "condition": {"type": "equals", "right": 1}}]
+    });
+    let e = errors_of(validate_cel(&workflow(base)));
+    assert!(
+        e.contains("a connection input needs nodeId and outputKey"),
+        "{e}"
+    );
+    assert!(e.contains("every other operator needs left"), "{e}");
+    let good = json!({
+        "id": "w", "name": "W", "version": "1",
+        "nodes": [{"id": "a", "typeId": "core.identity",
+                   "inputs": {"x": {"type": "static", "value": {"any": ["json"]}}}}],
+        "edges": [{"id": "e", "sourceNodeId": "a", "targetNodeId": "a",
+                   "condition": {"type": "truthy", "left": "output.ok"}}]
+    });
+    assert_eq!(errors_of(validate_cel(&workflow(good))), "");
+}
+
+#[test]
+fn definition_fills_wire_defaults_and_drops_kubernetes_fields() {
+    let wf = workflow(json!({
+        "id": "my_flow", "name": "My flow", "version": "1.0.0",
+        "nodes": [{"id": "n1", "typeId": "core.identity"}],
+        "providers": [{"provider": "openai", "secretRef": {"name": "s", "key": "k"}}]
+    }));
+    let d = wf.spec.definition();
+    assert_eq!(d["id"], "my_flow");
+    assert_eq!(d["nodes"][0]["name"], "n1");
+    assert_eq!(d["nodes"][0]["position"], json!({"x": 0.0, "y": 0.0}));
+    assert_eq!(d["nodes"][0]["config"], json!({}));
+    assert_eq!(d["nodes"][0]["inputs"], json!({}));
+    for k in ["edges", "triggers", "variables"] {
+        assert_eq!(d[k], json!([]), "{k}");
+    }
+    assert_eq!(d["settings"], json!({}));
+    assert!(d.get("providers").is_none() && d.get("worker").is_none());
+}
