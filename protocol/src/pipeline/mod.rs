@@ -215,6 +215,19 @@ pub fn accept_text(
     }
 }
 
+/// The strict, bounded JSON parse of step 1 on its own (no recovery): for
+/// callers that read envelope-bearing documents such as the CLI's request.
+/// Errors are `invalid_envelope_shape` outcomes with a pointer and a fix.
+pub fn parse_json(text: &str, limits: &InputLimits) -> Result<Value, Outcome> {
+    match parse::parse_direct(text, limits) {
+        Ok(v) => Ok(v),
+        Err(parse::DirectError::Refuse(o)) => Err(o),
+        Err(parse::DirectError::Syntax { line, column, eof }) => {
+            Err(parse::not_json(line, column, eof, "not attempted"))
+        }
+    }
+}
+
 /// Entry point for an already-parsed document (e.g. a provider's structured
 /// output); `recovery` is what the caller's parser did, reported back as is.
 pub fn accept_value(

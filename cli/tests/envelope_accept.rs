@@ -1,0 +1,108 @@
+//! Runs the built `kubectl-openwop envelope accept` binary end to end.
+
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+
+use serde_json::{Value, json};
+
+fn run(args: &[&str], stdin: &[u8]) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kubectl-openwop"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The process may exit before reading everything (size limit): ignore EPIPE.
+    let _ = child.stdin.take().unwrap().write_all(stdin);
+    child.wait_with_output().unwrap()
+}
+
+fn clar() -> Value {
+    json!({"type": "clarification.request", "schemaVersion": 1, "correlationId": "r:n:0:a",
+        "payload": {"questions": [{"id": "q1", "question": "Which region? sk-test-ABCDEFGH1234"}]},
+        "meta": {"source": "ai-generation", "ts": "2026-05-18T10:00:00Z"}})
+}
+
+#[test]
+fn accepted_request_prints_outcome_and_events() {
+    let req = json!({"envelope": clar(), "byokCanaries": [{"secretId": "k", "value": "sk-test-ABCDEFGH1234"}],
+        "projectTo": {"runId": "run-9", "nodeId": "n1", "timestamp": "2026-05-18T10:00:01Z"}});
+    let out = run(&["envelope", "accept", "-"], req.to_string().as_bytes());
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(!stdout.contains("sk-test-ABCDEFGH1234"));
+    let v: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(v["status"], "accepted");
+    assert_eq!(v["redactionCount"], 1);
+    assert_eq!(v["events"][0]["type"], "clarification.requested");
+    assert_eq!(v["events"][0]["runId"], "run-9");
+    assert_eq!(v["events"][1]["payload"]["kind"], "clarification");
+    assert_eq!(v["recordedEventIds"].as_array().unwrap().len(), 2);
+}
+
+#[test]
+fn refusals_exit_one() {
+    let env = json!({"type": "vendor.acme.other", "correlationId": "c", "payload": {},
+        "meta": {"source": "ai-generation", "ts": "2026-05-18T10:00:00Z"}});
+    let req = json!({"envelope": env, "hostSupportedEnvelopes": ["vendor.acme.prd.create"]});
+    let out = run(
+        &["envelope", "accept", "--compact"],
+        req.to_string().as_bytes(),
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["status"], "gated");
+    assert!(
+        v["allowedKinds"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("error"))
+    );
+}
+
+#[test]
+fn raw_mode_recovers_fenced_model_text_and_refuses_garbage() {
+    let text = format!("Sure:\n```json\n{}\n```", clar());
+    let out = run(&["envelope", "accept", "--raw", "-"], text.as_bytes());
+    assert_eq!(out.status.code(), Some(0));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["recovery"]["path"], "markdown-fence");
+
+    let out = run(&["envelope", "accept", "--raw"], b"\xff\xfe\x00garbage");
+    assert_eq!(out.status.code(), Some(1));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["code"], "invalid_envelope_shape");
+
+    let deep = "[".repeat(100_000);
+    let out = run(
+        &["envelope", "accept", "--raw", "--max-bytes", "200000"],
+        deep.as_bytes(),
+    );
+    assert_eq!(out.status.code(), Some(1));
+}
+
+#[test]
+fn unreadable_input_and_usage_errors_exit_two() {
+    let out = run(&["envelope", "accept", "/no/such/file.json"], b"");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot open /no/such/file.json"));
+    let out = run(
+        &["envelope", "accept"],
+        br#"{"envelope": {}, "envelope": {}}"#,
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("same key twice"));
+    let out = run(&["envelope", "accept"], br#"{"envlope": {}}"#);
+    assert_eq!(out.status.code(), Some(2));
+    let big = vec![b' '; 2048];
+    let out = run(&["envelope", "accept", "--max-bytes", "1024"], &big);
+    assert_eq!(out.status.code(), Some(2));
+    let out = run(&["envelope", "bogus"], b"");
+    assert_eq!(out.status.code(), Some(2));
+}
