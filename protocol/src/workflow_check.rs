@@ -1,0 +1,747 @@
+//! Registration-time checks of a workflow definition, shared by the operator (Workflow
+//! controller), the worker and `kubectl-openwop workflow check`.
+//!
+//! [`check_workflow`] runs, in order: the definition schema; graph integrity (unique node ids,
+//! edges and connections naming existing nodes); known `typeId`s; each node's `config` against
+//! its type's config schema (the RFC 0023 mock-agent config is closed); the RFC 0023 gate for
+//! `core.conformance.mock-agent`; envelope contracts naming only kinds the host advertises or
+//! the node declares; vendor envelope schemas compiled and walked for the Tier-1 subset under
+//! the configured posture. Every problem names the node and a JSON Pointer into the definition.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use serde_json::Value;
+
+use crate::schema::{self, CompiledSchema, Document, ValidationIssue};
+use crate::tier1;
+
+/// The conformance-only mock agent node type (RFC 0023).
+pub const MOCK_AGENT_TYPE_ID: &str = "core.conformance.mock-agent";
+/// Workflow ids with this prefix may use the mock agent without a host opt-in.
+pub const CONFORMANCE_ID_PREFIX: &str = "conformance-";
+/// Most problems reported for one workflow; the rest are summarised by a count.
+pub const MAX_PROBLEMS: usize = 50;
+
+/// How a node type's `config` is checked.
+#[derive(Debug)]
+pub enum ConfigRule {
+    /// Any JSON object.
+    AnyObject,
+    /// The closed RFC 0023 mock-agent config (`Document::MockAgentConfig`).
+    MockAgent,
+    /// A node-type-specific JSON Schema.
+    Schema(CompiledSchema),
+}
+
+/// One registered node type.
+#[derive(Debug)]
+pub struct NodeType {
+    pub type_id: String,
+    pub config: ConfigRule,
+}
+
+/// The node types a host can execute.
+#[derive(Debug, Default)]
+pub struct NodeRegistry {
+    types: BTreeMap<String, NodeType>,
+}
+
+/// Built-in node types: passthroughs, the LLM prompt node and the conformance mock agent.
+pub const BUILTIN_TYPE_IDS: &[&str] = &[
+    "core.identity",
+    "core.flow.noop",
+    "core.ai.callPrompt",
+    MOCK_AGENT_TYPE_ID,
+];
+
+impl NodeRegistry {
+    /// An empty registry.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The built-in node types ([`BUILTIN_TYPE_IDS`]).
+    pub fn builtin() -> Self {
+        let mut r = Self::new();
+        r.register(NodeType {
+            type_id: "core.identity".into(),
+            config: ConfigRule::AnyObject,
+        });
+        r.register(NodeType {
+            type_id: "core.flow.noop".into(),
+            config: ConfigRule::AnyObject,
+        });
+        r.register(NodeType {
+            type_id: "core.ai.callPrompt".into(),
+            config: ConfigRule::AnyObject,
+        });
+        r.register(NodeType {
+            type_id: MOCK_AGENT_TYPE_ID.into(),
+            config: ConfigRule::MockAgent,
+        });
+        r
+    }
+
+    /// Adds or replaces a node type.
+    pub fn register(&mut self, t: NodeType) {
+        self.types.insert(t.type_id.clone(), t);
+    }
+
+    /// Registers a node type whose config must satisfy `config_schema`.
+    pub fn register_with_schema(
+        &mut self,
+        type_id: &str,
+        config_schema: &Value,
+    ) -> Result<(), schema::SchemaCompileError> {
+        let compiled = schema::compile(config_schema)?;
+        self.register(NodeType {
+            type_id: type_id.into(),
+            config: ConfigRule::Schema(compiled),
+        });
+        Ok(())
+    }
+
+    /// Registered type ids, sorted.
+    pub fn type_ids(&self) -> impl Iterator<Item = &str> {
+        self.types.keys().map(String::as_str)
+    }
+
+    pub fn get(&self, type_id: &str) -> Option<&NodeType> {
+        self.types.get(type_id)
+    }
+}
+
+/// The host's `tierOneSubsetCompliance` posture for vendor envelope schemas.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Tier1Posture {
+    /// A violation makes the workflow invalid.
+    Strict,
+    /// A violation is reported as a warning.
+    #[default]
+    Warn,
+    /// Not checked.
+    Off,
+}
+
+impl Tier1Posture {
+    /// The wire value (`strict|warn|off`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Tier1Posture::Strict => "strict",
+            Tier1Posture::Warn => "warn",
+            Tier1Posture::Off => "off",
+        }
+    }
+
+    /// Parses the wire value.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "strict" => Some(Tier1Posture::Strict),
+            "warn" => Some(Tier1Posture::Warn),
+            "off" => Some(Tier1Posture::Off),
+            _ => None,
+        }
+    }
+}
+
+/// What the host offers, against which a definition is checked.
+#[derive(Debug)]
+pub struct CheckOptions<'a> {
+    pub registry: &'a NodeRegistry,
+    /// Kinds in the host's `supportedEnvelopes` (universal kinds are always accepted).
+    pub advertised_kinds: &'a BTreeSet<String>,
+    pub tier1: Tier1Posture,
+    /// The host opted in to the mock agent for this workflow's tenant
+    /// (`conformance.mockAgent: true` and the namespace is allowed).
+    pub mock_agent_opt_in: bool,
+}
+
+/// Kind of problem, as a stable machine-readable reason.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ProblemCode {
+    /// The definition does not match the workflow-definition schema.
+    DefinitionInvalid,
+    DuplicateNodeId,
+    /// An edge or connection input names a node that does not exist.
+    UnknownNodeReference,
+    UnknownTypeId,
+    NodeConfigInvalid,
+    /// `core.conformance.mock-agent` outside a conformance workflow without host opt-in.
+    MockAgentNotAllowed,
+    /// An envelope contract names a kind the host does not advertise and the node does not declare.
+    ContractKindNotAdvertised,
+    /// A declared vendor envelope schema is malformed or does not compile.
+    EnvelopeSchemaInvalid,
+    /// A declared vendor envelope schema is outside the Tier-1 subset.
+    EnvelopeSchemaNotTier1,
+    /// More problems than [`MAX_PROBLEMS`].
+    TooManyProblems,
+}
+
+impl ProblemCode {
+    /// CamelCase reason, usable as a Kubernetes condition reason.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProblemCode::DefinitionInvalid => "DefinitionInvalid",
+            ProblemCode::DuplicateNodeId => "DuplicateNodeId",
+            ProblemCode::UnknownNodeReference => "UnknownNodeReference",
+            ProblemCode::UnknownTypeId => "UnknownTypeId",
+            ProblemCode::NodeConfigInvalid => "NodeConfigInvalid",
+            ProblemCode::MockAgentNotAllowed => "MockAgentNotAllowed",
+            ProblemCode::ContractKindNotAdvertised => "ContractKindNotAdvertised",
+            ProblemCode::EnvelopeSchemaInvalid => "EnvelopeSchemaInvalid",
+            ProblemCode::EnvelopeSchemaNotTier1 => "EnvelopeSchemaNotTier1",
+            ProblemCode::TooManyProblems => "TooManyProblems",
+        }
+    }
+}
+
+/// One problem found in a definition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkflowProblem {
+    pub code: ProblemCode,
+    /// The node concerned, when there is one.
+    pub node_id: Option<String>,
+    /// JSON Pointer into the definition.
+    pub pointer: String,
+    /// What is wrong and what to do; never contains instance values other than ids and kinds.
+    pub message: String,
+}
+
+impl fmt::Display for WorkflowProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let at = if self.pointer.is_empty() {
+            "(root)"
+        } else {
+            &self.pointer
+        };
+        match &self.node_id {
+            Some(n) => write!(f, "node {n:?} ({at}): {}", self.message),
+            None => write!(f, "{at}: {}", self.message),
+        }
+    }
+}
+
+/// Result of [`check_workflow`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CheckReport {
+    /// Problems that make the workflow invalid.
+    pub errors: Vec<WorkflowProblem>,
+    /// Problems reported but tolerated (Tier-1 under `warn`).
+    pub warnings: Vec<WorkflowProblem>,
+}
+
+impl CheckReport {
+    pub fn is_valid(&self) -> bool {
+        self.errors.is_empty()
+    }
+
+    fn error(&mut self, p: WorkflowProblem) {
+        push_bounded(&mut self.errors, p);
+    }
+
+    fn warning(&mut self, p: WorkflowProblem) {
+        push_bounded(&mut self.warnings, p);
+    }
+}
+
+fn push_bounded(list: &mut Vec<WorkflowProblem>, p: WorkflowProblem) {
+    match list.len() {
+        n if n < MAX_PROBLEMS => list.push(p),
+        n if n == MAX_PROBLEMS => list.push(WorkflowProblem {
+            code: ProblemCode::TooManyProblems,
+            node_id: None,
+            pointer: String::new(),
+            message: format!("more than {MAX_PROBLEMS} problems; fix the ones above first"),
+        }),
+        _ => {}
+    }
+}
+
+/// Checks a workflow definition (the OpenWOP document, not the Kubernetes resource).
+pub fn check_workflow(definition: &Value, opts: &CheckOptions<'_>) -> CheckReport {
+    let mut report = CheckReport::default();
+    if let Err(issues) = schema::validate(Document::WorkflowDefinition, definition) {
+        for issue in issues {
+            report.error(from_issue(ProblemCode::DefinitionInvalid, None, "", &issue));
+        }
+    }
+    let workflow_id = definition.get("id").and_then(Value::as_str).unwrap_or("");
+    let Some(nodes) = definition.get("nodes").and_then(Value::as_array) else {
+        return report;
+    };
+
+    let mut ids = BTreeSet::new();
+    for (i, node) in nodes.iter().enumerate() {
+        if let Some(id) = node.get("id").and_then(Value::as_str)
+            && !ids.insert(id)
+        {
+            report.error(WorkflowProblem {
+                code: ProblemCode::DuplicateNodeId,
+                node_id: Some(id.into()),
+                pointer: format!("/nodes/{i}/id"),
+                message: "node id is used by an earlier node; node ids must be unique".into(),
+            });
+        }
+    }
+
+    if let Some(edges) = definition.get("edges").and_then(Value::as_array) {
+        for (i, edge) in edges.iter().enumerate() {
+            for field in ["sourceNodeId", "targetNodeId"] {
+                if let Some(target) = edge.get(field).and_then(Value::as_str)
+                    && !ids.contains(target)
+                {
+                    report.error(WorkflowProblem {
+                        code: ProblemCode::UnknownNodeReference,
+                        node_id: None,
+                        pointer: format!("/edges/{i}/{field}"),
+                        message: format!("edge names node {target:?}, which does not exist"),
+                    });
+                }
+            }
+        }
+    }
+
+    for (i, node) in nodes.iter().enumerate() {
+        check_node(i, node, workflow_id, &ids, opts, &mut report);
+    }
+    report
+}
+
+fn check_node(
+    i: usize,
+    node: &Value,
+    workflow_id: &str,
+    ids: &BTreeSet<&str>,
+    opts: &CheckOptions<'_>,
+    report: &mut CheckReport,
+) {
+    let node_id = node.get("id").and_then(Value::as_str).map(str::to_owned);
+    let base = format!("/nodes/{i}");
+
+    if let Some(inputs) = node.get("inputs").and_then(Value::as_object) {
+        for (port, src) in inputs {
+            if src.get("type").and_then(Value::as_str) == Some("connection")
+                && let Some(from) = src.get("nodeId").and_then(Value::as_str)
+                && !ids.contains(from)
+            {
+                report.error(WorkflowProblem {
+                    code: ProblemCode::UnknownNodeReference,
+                    node_id: node_id.clone(),
+                    pointer: format!("{base}/inputs/{}/nodeId", tier1::escape_token(port)),
+                    message: format!(
+                        "input {port:?} is connected to node {from:?}, which does not exist"
+                    ),
+                });
+            }
+        }
+    }
+
+    let Some(type_id) = node.get("typeId").and_then(Value::as_str) else {
+        return;
+    };
+    let empty = Value::Object(Default::default());
+    let config = node.get("config").unwrap_or(&empty);
+    match opts.registry.get(type_id) {
+        None => {
+            let known: Vec<&str> = opts.registry.type_ids().collect();
+            report.error(WorkflowProblem {
+                code: ProblemCode::UnknownTypeId,
+                node_id: node_id.clone(),
+                pointer: format!("{base}/typeId"),
+                message: format!(
+                    "unknown typeId {type_id:?}; this host runs: {}",
+                    known.join(", ")
+                ),
+            });
+        }
+        Some(t) => {
+            let result = match &t.config {
+                ConfigRule::AnyObject if config.is_object() => Ok(()),
+                ConfigRule::AnyObject => Err(vec![ValidationIssue {
+                    instance_path: String::new(),
+                    keyword: "type".into(),
+                    message: "config must be an object".into(),
+                }]),
+                ConfigRule::MockAgent => schema::validate(Document::MockAgentConfig, config),
+                ConfigRule::Schema(s) => s.validate(config),
+            };
+            if let Err(issues) = result {
+                let at = format!("{base}/config");
+                for issue in issues {
+                    let mut p =
+                        from_issue(ProblemCode::NodeConfigInvalid, node_id.clone(), &at, &issue);
+                    p.message = format!("config of {type_id}: {}", p.message);
+                    report.error(p);
+                }
+            }
+        }
+    }
+
+    if type_id == MOCK_AGENT_TYPE_ID
+        && !workflow_id.starts_with(CONFORMANCE_ID_PREFIX)
+        && !opts.mock_agent_opt_in
+    {
+        report.error(WorkflowProblem {
+            code: ProblemCode::MockAgentNotAllowed,
+            node_id: node_id.clone(),
+            pointer: format!("{base}/typeId"),
+            message: format!(
+                "{MOCK_AGENT_TYPE_ID} is conformance-only (RFC 0023): give the workflow an id starting with {CONFORMANCE_ID_PREFIX:?}, or have the operator admin allow the mock agent for this namespace"
+            ),
+        });
+    }
+
+    if let Some(contract) = node.get("envelopeContract") {
+        check_contract(&base, node_id.as_deref(), contract, opts, report);
+    }
+}
+
+fn check_contract(
+    base: &str,
+    node_id: Option<&str>,
+    contract: &Value,
+    opts: &CheckOptions<'_>,
+    report: &mut CheckReport,
+) {
+    let declared = contract.get("schemas").and_then(Value::as_object);
+    if let Some(schemas) = declared {
+        for (kind, s) in schemas {
+            let at = format!(
+                "{base}/envelopeContract/schemas/{}",
+                tier1::escape_token(kind)
+            );
+            check_vendor_schema(&at, node_id, kind, s, opts.tier1, report);
+        }
+    }
+    let Some(accepts) = contract.get("accepts").and_then(Value::as_array) else {
+        return;
+    };
+    for (j, kind) in accepts.iter().enumerate() {
+        let Some(kind) = kind.as_str() else { continue };
+        let known = schema::UNIVERSAL_KINDS.contains(&kind)
+            || opts.advertised_kinds.contains(kind)
+            || declared.is_some_and(|d| d.contains_key(kind));
+        if !known {
+            let advertised: Vec<&str> = schema::UNIVERSAL_KINDS
+                .iter()
+                .copied()
+                .chain(opts.advertised_kinds.iter().map(String::as_str))
+                .collect::<BTreeSet<_>>()
+                .into_iter()
+                .collect();
+            report.error(WorkflowProblem {
+                code: ProblemCode::ContractKindNotAdvertised,
+                node_id: node_id.map(str::to_owned),
+                pointer: format!("{base}/envelopeContract/accepts/{j}"),
+                message: format!(
+                    "envelope contract accepts {kind:?}, which this host does not advertise; declare its payload schema under envelopeContract.schemas or use one of: {}",
+                    advertised.join(", ")
+                ),
+            });
+        }
+    }
+}
+
+fn check_vendor_schema(
+    at: &str,
+    node_id: Option<&str>,
+    kind: &str,
+    s: &Value,
+    posture: Tier1Posture,
+    report: &mut CheckReport,
+) {
+    let problem = |code, pointer: String, message: String| WorkflowProblem {
+        code,
+        node_id: node_id.map(str::to_owned),
+        pointer,
+        message,
+    };
+    if !kind.starts_with("vendor.") || kind.split('.').count() < 3 {
+        report.error(problem(
+            ProblemCode::EnvelopeSchemaInvalid,
+            at.to_owned(),
+            format!("declared kind {kind:?} must be vendor-namespaced: vendor.<host>.<kind>"),
+        ));
+    }
+    if let Err(e) = schema::compile(s) {
+        report.error(problem(
+            ProblemCode::EnvelopeSchemaInvalid,
+            at.to_owned(),
+            format!("payload schema of {kind:?} does not compile: {e}"),
+        ));
+        return;
+    }
+    if posture == Tier1Posture::Off {
+        return;
+    }
+    for v in tier1::check(s) {
+        let p = problem(
+            ProblemCode::EnvelopeSchemaNotTier1,
+            format!("{at}{}", v.pointer),
+            format!(
+                "payload schema of {kind:?} is outside the Tier-1 subset ({}): {}",
+                v.rule, v.message
+            ),
+        );
+        match posture {
+            Tier1Posture::Strict => report.error(p),
+            _ => report.warning(p),
+        }
+    }
+}
+
+fn from_issue(
+    code: ProblemCode,
+    node_id: Option<String>,
+    prefix: &str,
+    issue: &ValidationIssue,
+) -> WorkflowProblem {
+    WorkflowProblem {
+        code,
+        node_id,
+        pointer: format!("{prefix}{}", issue.instance_path),
+        message: issue.message.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn opts<'a>(reg: &'a NodeRegistry, kinds: &'a BTreeSet<String>) -> CheckOptions<'a> {
+        CheckOptions {
+            registry: reg,
+            advertised_kinds: kinds,
+            tier1: Tier1Posture::Warn,
+            mock_agent_opt_in: false,
+        }
+    }
+
+    fn wf(id: &str, nodes: Value) -> Value {
+        json!({"id": id, "name": "W", "version": "1", "nodes": nodes, "edges": []})
+    }
+
+    fn codes(r: &CheckReport) -> Vec<ProblemCode> {
+        r.errors.iter().map(|p| p.code).collect()
+    }
+
+    #[test]
+    fn valid_workflow_passes() {
+        let reg = NodeRegistry::builtin();
+        let kinds = BTreeSet::new();
+        let d = json!({"id": "hello", "name": "Hello", "version": "1",
+            "nodes": [{"id": "a", "typeId": "core.identity", "config": {}},
+                      {"id": "b", "typeId": "core.flow.noop",
+                       "inputs": {"in": {"type": "connection", "nodeId": "a", "outputKey": "output"}}}],
+            "edges": [{"id": "e1", "sourceNodeId": "a", "targetNodeId": "b"}]});
+        let r = check_workflow(&d, &opts(&reg, &kinds));
+        assert!(r.is_valid(), "{:?}", r.errors);
+    }
+
+    #[test]
+    fn unknown_type_names_node_and_lists_registered_types() {
+        let reg = NodeRegistry::builtin();
+        let kinds = BTreeSet::new();
+        let r = check_workflow(
+            &wf("w", json!([{"id": "n1", "typeId": "core.nope"}])),
+            &opts(&reg, &kinds),
+        );
+        assert_eq!(codes(&r), vec![ProblemCode::UnknownTypeId]);
+        let msg = r.errors[0].to_string();
+        assert!(
+            msg.starts_with("node \"n1\" (/nodes/0/typeId): unknown typeId \"core.nope\""),
+            "{msg}"
+        );
+        assert!(msg.contains("core.identity"), "{msg}");
+    }
+
+    #[test]
+    fn duplicate_ids_and_dangling_edges_are_reported() {
+        let reg = NodeRegistry::builtin();
+        let kinds = BTreeSet::new();
+        let mut d = wf(
+            "w",
+            json!([{"id": "a", "typeId": "core.identity"}, {"id": "a", "typeId": "core.identity"}]),
+        );
+        d["edges"] = json!([{"id": "e", "sourceNodeId": "a", "targetNodeId": "ghost"}]);
+        let r = check_workflow(&d, &opts(&reg, &kinds));
+        assert_eq!(
+            codes(&r),
+            vec![
+                ProblemCode::DuplicateNodeId,
+                ProblemCode::UnknownNodeReference
+            ]
+        );
+        assert_eq!(r.errors[0].pointer, "/nodes/1/id");
+        assert_eq!(r.errors[1].pointer, "/edges/0/targetNodeId");
+    }
+
+    #[test]
+    fn mock_agent_gate_and_closed_config() {
+        let reg = NodeRegistry::builtin();
+        let kinds = BTreeSet::new();
+        let node =
+            json!([{"id": "m", "typeId": MOCK_AGENT_TYPE_ID, "config": {"mockConfidence": 0.9}}]);
+        let r = check_workflow(&wf("support", node.clone()), &opts(&reg, &kinds));
+        assert_eq!(codes(&r), vec![ProblemCode::MockAgentNotAllowed]);
+        assert!(r.errors[0].message.contains("conformance-"));
+        assert!(
+            check_workflow(&wf("conformance-mock", node.clone()), &opts(&reg, &kinds)).is_valid()
+        );
+        let mut o = opts(&reg, &kinds);
+        o.mock_agent_opt_in = true;
+        assert!(check_workflow(&wf("support", node), &o).is_valid());
+
+        let bad = json!([{"id": "m", "typeId": MOCK_AGENT_TYPE_ID, "config": {"mockConfidence": 0.9, "surprise": true}}]);
+        let r = check_workflow(&wf("conformance-x", bad), &opts(&reg, &kinds));
+        assert_eq!(codes(&r), vec![ProblemCode::NodeConfigInvalid]);
+        assert!(
+            r.errors[0].pointer.starts_with("/nodes/0/config"),
+            "{}",
+            r.errors[0].pointer
+        );
+        assert!(
+            !r.errors[0].message.contains("true"),
+            "no instance values: {}",
+            r.errors[0].message
+        );
+    }
+
+    #[test]
+    fn contracts_must_name_advertised_or_declared_kinds() {
+        let reg = NodeRegistry::builtin();
+        let kinds: BTreeSet<String> = ["media.image".to_string()].into();
+        let node = |accepts: Value, schemas: Value| {
+            json!([{"id": "p", "typeId": "core.ai.callPrompt",
+                    "envelopeContract": {"accepts": accepts, "schemas": schemas}}])
+        };
+        let ok = node(json!(["error", "media.image"]), json!({}));
+        assert!(check_workflow(&wf("w", ok), &opts(&reg, &kinds)).is_valid());
+        let bad = node(json!(["vendor.acme.plan"]), json!({}));
+        let r = check_workflow(&wf("w", bad), &opts(&reg, &kinds));
+        assert_eq!(codes(&r), vec![ProblemCode::ContractKindNotAdvertised]);
+        assert_eq!(r.errors[0].pointer, "/nodes/0/envelopeContract/accepts/0");
+        let schema = json!({"type": "object", "additionalProperties": false,
+            "required": ["title"], "properties": {"title": {"type": "string"}}});
+        let declared = node(
+            json!(["vendor.acme.plan"]),
+            json!({"vendor.acme.plan": schema}),
+        );
+        let r = check_workflow(&wf("w", declared), &opts(&reg, &kinds));
+        assert!(r.is_valid() && r.warnings.is_empty(), "{r:?}");
+    }
+
+    #[test]
+    fn tier1_posture_decides_error_warning_or_nothing() {
+        let reg = NodeRegistry::builtin();
+        let kinds = BTreeSet::new();
+        let loose =
+            json!({"type": "object", "properties": {"title": {"type": "string", "minLength": 3}}});
+        let d = wf(
+            "w",
+            json!([{"id": "p", "typeId": "core.ai.callPrompt",
+            "envelopeContract": {"accepts": ["vendor.acme.plan"], "schemas": {"vendor.acme.plan": loose}}}]),
+        );
+        let mut o = opts(&reg, &kinds);
+        let warn = check_workflow(&d, &o);
+        assert!(warn.is_valid());
+        assert!(!warn.warnings.is_empty());
+        assert!(
+            warn.warnings
+                .iter()
+                .all(|p| p.code == ProblemCode::EnvelopeSchemaNotTier1)
+        );
+        assert!(
+            warn.warnings[0]
+                .pointer
+                .starts_with("/nodes/0/envelopeContract/schemas/vendor.acme.plan")
+        );
+        o.tier1 = Tier1Posture::Strict;
+        let strict = check_workflow(&d, &o);
+        assert!(!strict.is_valid());
+        o.tier1 = Tier1Posture::Off;
+        let off = check_workflow(&d, &o);
+        assert!(off.is_valid() && off.warnings.is_empty());
+    }
+
+    #[test]
+    fn broken_vendor_schema_is_invalid_whatever_the_posture() {
+        let reg = NodeRegistry::builtin();
+        let kinds = BTreeSet::new();
+        let d = wf(
+            "w",
+            json!([{"id": "p", "typeId": "core.ai.callPrompt",
+            "envelopeContract": {"accepts": [], "schemas": {"plan": {"type": 12}}}}]),
+        );
+        let mut o = opts(&reg, &kinds);
+        o.tier1 = Tier1Posture::Off;
+        let r = check_workflow(&d, &o);
+        assert_eq!(
+            codes(&r),
+            vec![
+                ProblemCode::EnvelopeSchemaInvalid,
+                ProblemCode::EnvelopeSchemaInvalid
+            ]
+        );
+    }
+
+    #[test]
+    fn definition_schema_violations_are_reported_with_pointers() {
+        let reg = NodeRegistry::builtin();
+        let kinds = BTreeSet::new();
+        let r = check_workflow(&json!({"id": "Bad Id", "nodes": []}), &opts(&reg, &kinds));
+        assert!(!r.is_valid());
+        assert!(
+            r.errors
+                .iter()
+                .all(|p| p.code == ProblemCode::DefinitionInvalid)
+        );
+        assert!(
+            r.errors.iter().any(|p| p.pointer == "/id"),
+            "{:?}",
+            r.errors
+        );
+    }
+
+    #[test]
+    fn problem_count_is_bounded() {
+        let reg = NodeRegistry::builtin();
+        let kinds = BTreeSet::new();
+        let nodes: Vec<Value> = (0..200)
+            .map(|i| json!({"id": format!("n{i}"), "typeId": "core.nope"}))
+            .collect();
+        let r = check_workflow(&wf("w", Value::Array(nodes)), &opts(&reg, &kinds));
+        assert_eq!(r.errors.len(), MAX_PROBLEMS + 1);
+        assert_eq!(r.errors[MAX_PROBLEMS].code, ProblemCode::TooManyProblems);
+    }
+
+    #[test]
+    fn custom_node_type_schema_is_enforced() {
+        let mut reg = NodeRegistry::builtin();
+        reg.register_with_schema(
+            "vendor.acme.fetch",
+            &json!({"type": "object", "required": ["url"],
+            "properties": {"url": {"type": "string"}}, "additionalProperties": false}),
+        )
+        .unwrap();
+        let kinds = BTreeSet::new();
+        let r = check_workflow(
+            &wf(
+                "w",
+                json!([{"id": "f", "typeId": "vendor.acme.fetch", "config": {}}]),
+            ),
+            &opts(&reg, &kinds),
+        );
+        assert_eq!(codes(&r), vec![ProblemCode::NodeConfigInvalid]);
+        assert!(
+            r.errors[0]
+                .message
+                .starts_with("config of vendor.acme.fetch:"),
+            "{}",
+            r.errors[0].message
+        );
+    }
+}
