@@ -12,3 +12,4 @@ pub mod schema;
 pub mod tier1;
 pub mod pipeline;
 pub mod trust;
+pub mod workflow_check;
