@@ -55,7 +55,8 @@ pub fn run(cmd: SchemaCommand) -> ExitCode {
 
 fn read_schema(file: &Path) -> Result<Value> {
     let text = if file.as_os_str() == "-" {
-        std::io::read_to_string(std::io::stdin()).context("reading the schema from standard input")?
+        std::io::read_to_string(std::io::stdin())
+            .context("reading the schema from standard input")?
     } else {
         std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?
     };
@@ -82,10 +83,18 @@ fn tier1_cmd(file: &Path, vendor: Option<Vendor>) -> Result<ExitCode> {
                 return Ok(ExitCode::SUCCESS);
             }
             for v in &violations {
-                let at = if v.pointer.is_empty() { "(root)" } else { v.pointer.as_str() };
+                let at = if v.pointer.is_empty() {
+                    "(root)"
+                } else {
+                    v.pointer.as_str()
+                };
                 println!("{at}\t{}\t{}", v.rule, v.message);
             }
-            eprintln!("{}: {} Tier-1 violation(s)", file.display(), violations.len());
+            eprintln!(
+                "{}: {} Tier-1 violation(s)",
+                file.display(),
+                violations.len()
+            );
             Ok(ExitCode::FAILURE)
         }
     }

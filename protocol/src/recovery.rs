@@ -40,7 +40,10 @@ pub struct ParseLimits {
 
 impl Default for ParseLimits {
     fn default() -> Self {
-        ParseLimits { max_bytes: 4 * 1024 * 1024, max_depth: 64 }
+        ParseLimits {
+            max_bytes: 4 * 1024 * 1024,
+            max_depth: 64,
+        }
     }
 }
 
@@ -103,7 +106,9 @@ pub struct Recovered {
 pub enum ParseFailure {
     #[error("the response is empty; expected a JSON object")]
     Empty,
-    #[error("the response is {len} bytes, above the {limit}-byte parse limit; ask for a smaller output")]
+    #[error(
+        "the response is {len} bytes, above the {limit}-byte parse limit; ask for a smaller output"
+    )]
     TooLarge { len: usize, limit: usize },
     #[error("JSON nesting deeper than {limit} levels at byte {byte_offset}; flatten the structure")]
     TooDeep { byte_offset: usize, limit: usize },
@@ -148,7 +153,10 @@ impl ParseFailure {
 /// Parses `text` leniently; see the module documentation for the exact order.
 pub fn parse_lenient(text: &str, limits: &ParseLimits) -> Result<Recovered, ParseFailure> {
     if text.len() > limits.max_bytes {
-        return Err(ParseFailure::TooLarge { len: text.len(), limit: limits.max_bytes });
+        return Err(ParseFailure::TooLarge {
+            len: text.len(),
+            limit: limits.max_bytes,
+        });
     }
     let limit = limits.max_depth.min(MAX_DEPTH_CEILING);
     let (start, end) = trimmed_bounds(text, 0, text.len());
@@ -175,7 +183,14 @@ pub fn parse_lenient(text: &str, limits: &ParseLimits) -> Result<Recovered, Pars
         let (s, e) = trimmed_bounds(text, fs, fe);
         if s < e {
             match parse_exact(text, s, e, limit) {
-                Ok(value) => return Ok(done(value, RecoveryPath::MarkdownFence, Some(s), Vec::new())),
+                Ok(value) => {
+                    return Ok(done(
+                        value,
+                        RecoveryPath::MarkdownFence,
+                        Some(s),
+                        Vec::new(),
+                    ));
+                }
                 Err(err @ ParseFailure::TooDeep { .. }) => return Err(err),
                 Err(err) => note(err, &mut worst),
             }
@@ -195,7 +210,9 @@ pub fn parse_lenient(text: &str, limits: &ParseLimits) -> Result<Recovered, Pars
 
     // 4. Repair, starting at the first opener of the region.
     let Some(open) = first_opener(text.as_bytes(), region_start, region_end) else {
-        return Err(worst.filter(|w| w.rank() > 3).unwrap_or(ParseFailure::NoJson));
+        return Err(worst
+            .filter(|w| w.rank() > 3)
+            .unwrap_or(ParseFailure::NoJson));
     };
     match repair(text, open, region_end, limit) {
         Ok((fixed, repairs)) => match serde_json::from_str::<Value>(&fixed) {
@@ -205,7 +222,10 @@ pub fn parse_lenient(text: &str, limits: &ParseLimits) -> Result<Recovered, Pars
             Ok(value) => return Ok(done(value, RecoveryPath::BraceWalker, Some(open), repairs)),
             // Offsets inside the rewritten text do not map back; point at the document.
             Err(e) => note(
-                ParseFailure::Invalid { byte_offset: open, reason: describe(&e) },
+                ParseFailure::Invalid {
+                    byte_offset: open,
+                    reason: describe(&e),
+                },
                 &mut worst,
             ),
         },
@@ -214,13 +234,26 @@ pub fn parse_lenient(text: &str, limits: &ParseLimits) -> Result<Recovered, Pars
     Err(worst.unwrap_or(ParseFailure::NoJson))
 }
 
-fn done(value: Value, path: RecoveryPath, byte_offset: Option<usize>, repairs: Vec<Repair>) -> Recovered {
-    Recovered { value, path, byte_offset, repairs }
+fn done(
+    value: Value,
+    path: RecoveryPath,
+    byte_offset: Option<usize>,
+    repairs: Vec<Repair>,
+) -> Recovered {
+    Recovered {
+        value,
+        path,
+        byte_offset,
+        repairs,
+    }
 }
 
 fn trimmed_bounds(text: &str, start: usize, end: usize) -> (usize, usize) {
     let slice = &text[start..end];
-    let lead = slice.len() - slice.trim_start_matches(|c: char| c.is_whitespace() || c == '\u{feff}').len();
+    let lead = slice.len()
+        - slice
+            .trim_start_matches(|c: char| c.is_whitespace() || c == '\u{feff}')
+            .len();
     let trimmed = slice.trim_end();
     let s = start + lead;
     (s, (start + trimmed.len()).max(s))
@@ -238,7 +271,12 @@ fn parse_exact(text: &str, start: usize, end: usize, limit: usize) -> Result<Val
                     reason: "unexpected text after the JSON document".into(),
                 });
             }
-            Scan::TooDeep(at) => return Err(ParseFailure::TooDeep { byte_offset: at, limit }),
+            Scan::TooDeep(at) => {
+                return Err(ParseFailure::TooDeep {
+                    byte_offset: at,
+                    limit,
+                });
+            }
             Scan::Open => return Err(ParseFailure::Unterminated { byte_offset: start }),
             Scan::Mismatch(at) => {
                 return Err(ParseFailure::Invalid {
@@ -250,7 +288,10 @@ fn parse_exact(text: &str, start: usize, end: usize, limit: usize) -> Result<Val
     } else if bytes[start..end].iter().any(|b| matches!(b, b'{' | b'[')) {
         // A scalar never contains brackets outside strings; bound depth anyway.
         if let Some(at) = depth_exceeded(bytes, start, end, limit) {
-            return Err(ParseFailure::TooDeep { byte_offset: at, limit });
+            return Err(ParseFailure::TooDeep {
+                byte_offset: at,
+                limit,
+            });
         }
     }
     serde_json::from_str::<Value>(&text[start..end]).map_err(|e| ParseFailure::Invalid {
@@ -365,7 +406,9 @@ fn fence_content(text: &str) -> Option<(usize, usize)> {
     while let Some(rel) = text[search..].find("```") {
         let open = search + rel;
         let info_start = open + 3;
-        let info_end = text[info_start..].find('\n').map_or(text.len(), |n| info_start + n);
+        let info_end = text[info_start..]
+            .find('\n')
+            .map_or(text.len(), |n| info_start + n);
         let info = text[info_start..info_end].trim().to_ascii_lowercase();
         let content_start = (info_end + 1).min(text.len());
         let close = text[content_start..].find("```").map(|n| content_start + n);
@@ -381,7 +424,10 @@ fn fence_content(text: &str) -> Option<(usize, usize)> {
 }
 
 fn first_opener(bytes: &[u8], start: usize, end: usize) -> Option<usize> {
-    bytes[start..end].iter().position(|b| matches!(b, b'{' | b'[')).map(|p| start + p)
+    bytes[start..end]
+        .iter()
+        .position(|b| matches!(b, b'{' | b'['))
+        .map(|p| start + p)
 }
 
 /// Maximal balanced bracket regions, objects first, each in text order.
@@ -390,8 +436,7 @@ fn balanced_regions(bytes: &[u8], start: usize, end: usize) -> Vec<(usize, usize
     let mut stack: Vec<(usize, u8)> = Vec::new();
     let mut found: Vec<(usize, usize)> = Vec::new();
     let (mut in_string, mut escaped) = (false, false);
-    for i in start..end {
-        let b = bytes[i];
+    for (i, &b) in bytes.iter().enumerate().take(end).skip(start) {
         if in_string {
             if escaped {
                 escaped = false;
@@ -419,14 +464,20 @@ fn balanced_regions(bytes: &[u8], start: usize, end: usize) -> Vec<(usize, usize
             _ => {}
         }
     }
-    let (mut objects, arrays): (Vec<_>, Vec<_>) = found.into_iter().partition(|&(s, _)| bytes[s] == b'{');
+    let (mut objects, arrays): (Vec<_>, Vec<_>) =
+        found.into_iter().partition(|&(s, _)| bytes[s] == b'{');
     objects.extend(arrays);
     objects
 }
 
 /// Conservative rewrite of the document starting at `open` (see module docs).
 /// Returns the rewritten document and the repairs made.
-fn repair(text: &str, open: usize, end: usize, limit: usize) -> Result<(String, Vec<Repair>), ParseFailure> {
+fn repair(
+    text: &str,
+    open: usize,
+    end: usize,
+    limit: usize,
+) -> Result<(String, Vec<Repair>), ParseFailure> {
     let bytes = text.as_bytes();
     let mut out = String::with_capacity(end - open + 16);
     let mut repairs = Vec::new();
@@ -441,20 +492,33 @@ fn repair(text: &str, open: usize, end: usize, limit: usize) -> Result<(String, 
                 i += 1;
             }
             b'/' if bytes.get(i + 1) == Some(&b'/') => {
-                repairs.push(Repair { kind: RepairKind::Comment, byte_offset: i });
+                repairs.push(Repair {
+                    kind: RepairKind::Comment,
+                    byte_offset: i,
+                });
                 i = text[i..end].find('\n').map_or(end, |n| i + n);
             }
             b'/' if bytes.get(i + 1) == Some(&b'*') => {
-                repairs.push(Repair { kind: RepairKind::Comment, byte_offset: i });
+                repairs.push(Repair {
+                    kind: RepairKind::Comment,
+                    byte_offset: i,
+                });
                 match text[i + 2..end].find("*/") {
                     Some(n) => i = i + 2 + n + 2,
                     None => return Err(ParseFailure::Unterminated { byte_offset: open }),
                 }
             }
             b'{' | b'[' => {
-                stack.push(if b == b'{' { (b'}', true) } else { (b']', false) });
+                stack.push(if b == b'{' {
+                    (b'}', true)
+                } else {
+                    (b']', false)
+                });
                 if stack.len() > limit {
-                    return Err(ParseFailure::TooDeep { byte_offset: i, limit });
+                    return Err(ParseFailure::TooDeep {
+                        byte_offset: i,
+                        limit,
+                    });
                 }
                 out.push(b as char);
                 i += 1;
@@ -471,7 +535,10 @@ fn repair(text: &str, open: usize, end: usize, limit: usize) -> Result<(String, 
                 }
                 let kept = out.trim_end().len();
                 if out[..kept].ends_with(',') {
-                    repairs.push(Repair { kind: RepairKind::TrailingComma, byte_offset: i });
+                    repairs.push(Repair {
+                        kind: RepairKind::TrailingComma,
+                        byte_offset: i,
+                    });
                     out.truncate(kept - 1);
                 }
                 out.push(b as char);
@@ -496,21 +563,29 @@ fn repair(text: &str, open: usize, end: usize, limit: usize) -> Result<(String, 
             }
             b'"' | b'\'' => {
                 if b == b'\'' {
-                    repairs.push(Repair { kind: RepairKind::SingleQuotedString, byte_offset: i });
+                    repairs.push(Repair {
+                        kind: RepairKind::SingleQuotedString,
+                        byte_offset: i,
+                    });
                 }
                 i = copy_string(text, i, end, b, &mut out, &mut repairs)
                     .ok_or(ParseFailure::Unterminated { byte_offset: open })?;
             }
             c if c.is_ascii_alphabetic() || c == b'_' || c == b'$' => {
                 let s = i;
-                while i < end && (bytes[i].is_ascii_alphanumeric() || matches!(bytes[i], b'_' | b'$' | b'-')) {
+                while i < end
+                    && (bytes[i].is_ascii_alphanumeric() || matches!(bytes[i], b'_' | b'$' | b'-'))
+                {
                     i += 1;
                 }
                 let word = &text[s..i];
                 let key_position = stack.last().is_some_and(|t| t.1);
                 let next = text[i..end].trim_start().as_bytes().first().copied();
                 if key_position && next == Some(b':') {
-                    repairs.push(Repair { kind: RepairKind::UnquotedKey, byte_offset: s });
+                    repairs.push(Repair {
+                        kind: RepairKind::UnquotedKey,
+                        byte_offset: s,
+                    });
                     out.push('"');
                     out.push_str(word);
                     out.push('"');
@@ -561,7 +636,10 @@ fn copy_string(
             '"' => out.push_str("\\\""),
             c if (c as u32) < 0x20 => {
                 if !control_noted {
-                    repairs.push(Repair { kind: RepairKind::ControlCharInString, byte_offset: at });
+                    repairs.push(Repair {
+                        kind: RepairKind::ControlCharInString,
+                        byte_offset: at,
+                    });
                     control_noted = true;
                 }
                 match c {

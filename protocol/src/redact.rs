@@ -181,7 +181,10 @@ impl Redactor {
         // A marker must not itself contain a secret value (e.g. a secret equal to its id).
         for (n, id) in ids.iter().enumerate() {
             let marker = redactor.safe_marker(&format!("[REDACTED:{id}]"), n);
-            redactor.id_markers.entry(id.clone()).or_insert_with(|| marker.clone());
+            redactor
+                .id_markers
+                .entry(id.clone())
+                .or_insert_with(|| marker.clone());
             redactor.markers.push(marker);
         }
         Ok(redactor)
@@ -204,9 +207,9 @@ impl Redactor {
     /// Whether `s` holds anything this redactor would replace.
     fn has_hit(&self, s: &str) -> bool {
         let prefix_id = self.lengths.len();
-        self.matcher.find_overlapping_iter(s).any(|m| {
-            m.pattern().as_usize() != prefix_id || token_id_end(s, m.end()) > m.end()
-        })
+        self.matcher
+            .find_overlapping_iter(s)
+            .any(|m| m.pattern().as_usize() != prefix_id || token_id_end(s, m.end()) > m.end())
     }
 
     /// Number of secret values this redactor matches.
@@ -310,10 +313,18 @@ impl Redactor {
             if p == prefix_id {
                 let id_end = token_id_end(s, m.end());
                 if id_end > m.end() {
-                    hits.push(Hit { start: m.start(), end: id_end, pattern: None });
+                    hits.push(Hit {
+                        start: m.start(),
+                        end: id_end,
+                        pattern: None,
+                    });
                 }
             } else {
-                hits.push(Hit { start: m.start(), end: m.end(), pattern: Some(p) });
+                hits.push(Hit {
+                    start: m.start(),
+                    end: m.end(),
+                    pattern: Some(p),
+                });
             }
         }
         if hits.is_empty() {

@@ -86,7 +86,11 @@ fn repair_trailing_commas_comments_quotes_keys() {
     ] {
         assert!(kinds.contains(&k), "{k:?} missing from {kinds:?}");
     }
-    let comment = r.repairs.iter().find(|x| x.kind == RepairKind::Comment).unwrap();
+    let comment = r
+        .repairs
+        .iter()
+        .find(|x| x.kind == RepairKind::Comment)
+        .unwrap();
     assert_eq!(&text[comment.byte_offset..comment.byte_offset + 2], "//");
 }
 
@@ -120,7 +124,10 @@ fn truncated_document_is_never_completed() {
         let err = parse(text).unwrap_err();
         assert!(err.looks_truncated(), "{text:?} gave {err:?}");
         let off = err.byte_offset().unwrap();
-        assert!(matches!(text.as_bytes()[off], b'{' | b'['), "{text:?} offset {off}");
+        assert!(
+            matches!(text.as_bytes()[off], b'{' | b'['),
+            "{text:?} offset {off}"
+        );
     }
 }
 
@@ -129,7 +136,10 @@ fn invalid_reports_byte_offset_without_content() {
     let text = "{\"a\": tru}";
     let err = parse(text).unwrap_err();
     match &err {
-        ParseFailure::Invalid { byte_offset, reason } => {
+        ParseFailure::Invalid {
+            byte_offset,
+            reason,
+        } => {
             assert!(*byte_offset <= text.len());
             assert!(!reason.contains("tru}"));
         }
@@ -142,7 +152,10 @@ fn invalid_reports_byte_offset_without_content() {
 fn empty_no_json_and_too_large() {
     assert_eq!(parse("   \n ").unwrap_err(), ParseFailure::Empty);
     assert_eq!(parse("just some words").unwrap_err(), ParseFailure::NoJson);
-    let limits = ParseLimits { max_bytes: 10, max_depth: 8 };
+    let limits = ParseLimits {
+        max_bytes: 10,
+        max_depth: 8,
+    };
     assert_eq!(
         parse_lenient("{\"a\": \"0123456789\"}", &limits).unwrap_err(),
         ParseFailure::TooLarge { len: 19, limit: 10 }
@@ -151,24 +164,45 @@ fn empty_no_json_and_too_large() {
 
 #[test]
 fn depth_limit_is_enforced_with_offset() {
-    let limits = ParseLimits { max_bytes: 1 << 20, max_depth: 3 };
+    let limits = ParseLimits {
+        max_bytes: 1 << 20,
+        max_depth: 3,
+    };
     assert!(parse_lenient("[[[1]]]", &limits).is_ok());
     let err = parse_lenient("[[[[1]]]]", &limits).unwrap_err();
-    assert_eq!(err, ParseFailure::TooDeep { byte_offset: 3, limit: 3 });
+    assert_eq!(
+        err,
+        ParseFailure::TooDeep {
+            byte_offset: 3,
+            limit: 3
+        }
+    );
     // The ceiling applies even when a caller asks for more.
-    let huge = ParseLimits { max_bytes: 1 << 20, max_depth: 10_000 };
+    let huge = ParseLimits {
+        max_bytes: 1 << 20,
+        max_depth: 10_000,
+    };
     let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
     assert_eq!(
         parse_lenient(&deep, &huge).unwrap_err(),
-        ParseFailure::TooDeep { byte_offset: MAX_DEPTH_CEILING, limit: MAX_DEPTH_CEILING }
+        ParseFailure::TooDeep {
+            byte_offset: MAX_DEPTH_CEILING,
+            limit: MAX_DEPTH_CEILING
+        }
     );
 }
 
 #[test]
 fn hundred_thousand_deep_nesting_does_not_overflow() {
-    let limits = ParseLimits { max_bytes: 1 << 20, max_depth: 64 };
+    let limits = ParseLimits {
+        max_bytes: 1 << 20,
+        max_depth: 64,
+    };
     let balanced = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
-    assert!(matches!(parse_lenient(&balanced, &limits), Err(ParseFailure::TooDeep { .. })));
+    assert!(matches!(
+        parse_lenient(&balanced, &limits),
+        Err(ParseFailure::TooDeep { .. })
+    ));
     let objects = "{\"a\":".repeat(100_000);
     assert!(parse_lenient(&objects, &limits).is_err());
     let prose = format!("text {} more", "{".repeat(100_000));

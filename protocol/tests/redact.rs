@@ -2,9 +2,7 @@
 
 use std::borrow::Cow;
 
-use openwop_protocol::redact::{
-    MIN_SECRET_CHARS, Redactor, RedactorError, UNKNOWN_REF_MARKER,
-};
+use openwop_protocol::redact::{MIN_SECRET_CHARS, Redactor, RedactorError, UNKNOWN_REF_MARKER};
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
@@ -154,7 +152,10 @@ fn short_secrets_are_reported_or_refused() {
     let err = Redactor::try_new([("tiny".to_string(), "abc".to_string())]).unwrap_err();
     assert_eq!(
         err,
-        RedactorError::SecretTooShort { secret_id: "tiny".into(), min: MIN_SECRET_CHARS }
+        RedactorError::SecretTooShort {
+            secret_id: "tiny".into(),
+            min: MIN_SECRET_CHARS
+        }
     );
     assert!(!err.to_string().contains("abc\""));
     assert_eq!(
@@ -218,8 +219,9 @@ fn redact_in_place_for_span_attributes_and_errors() {
 
 #[test]
 fn hundreds_of_secrets() {
-    let secrets: Vec<(String, String)> =
-        (0..500).map(|i| (format!("s{i}"), format!("secret-value-{i:05}-zz"))).collect();
+    let secrets: Vec<(String, String)> = (0..500)
+        .map(|i| (format!("s{i}"), format!("secret-value-{i:05}-zz")))
+        .collect();
     let r = Redactor::new(secrets.clone());
     let text: String = secrets.iter().map(|(_, v)| format!("{v} ")).collect();
     let (out, n) = r.redact_str(&text);

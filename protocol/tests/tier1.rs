@@ -28,7 +28,10 @@ fn compliant() -> Value {
 }
 
 fn rules_at(schema: &Value) -> Vec<(String, Tier1Rule)> {
-    check(schema).into_iter().map(|v| (v.pointer, v.rule)).collect()
+    check(schema)
+        .into_iter()
+        .map(|v| (v.pointer, v.rule))
+        .collect()
 }
 
 fn has(schema: &Value, pointer: &str, rule: Tier1Rule) {
@@ -51,7 +54,11 @@ fn compliant_schema_has_no_violations() {
 
 #[test]
 fn root_must_be_object() {
-    has(&json!({"type": "array", "items": {"type": "string"}}), "", Tier1Rule::RootNotObject);
+    has(
+        &json!({"type": "array", "items": {"type": "string"}}),
+        "",
+        Tier1Rule::RootNotObject,
+    );
     has(&json!(true), "", Tier1Rule::RootNotObject);
     let mut s = compliant();
     s["anyOf"] = json!([]);
@@ -77,11 +84,25 @@ fn every_property_required_with_escaped_pointer() {
 #[test]
 fn unsupported_keywords_each_reported() {
     for key in [
-        "oneOf", "allOf", "not", "if", "then", "else", "dependencies", "dependentRequired",
-        "dependentSchemas", "prefixItems", "propertyNames",
+        "oneOf",
+        "allOf",
+        "not",
+        "if",
+        "then",
+        "else",
+        "dependencies",
+        "dependentRequired",
+        "dependentSchemas",
+        "prefixItems",
+        "propertyNames",
     ] {
         let mut inner = json!({"type": "string"});
-        inner[key] = if key == "not" || key == "if" || key == "then" || key == "else" || key == "propertyNames" {
+        inner[key] = if key == "not"
+            || key == "if"
+            || key == "then"
+            || key == "else"
+            || key == "propertyNames"
+        {
             json!({"type": "string"})
         } else if key == "dependentRequired" || key == "dependencies" || key == "dependentSchemas" {
             json!({})
@@ -89,7 +110,11 @@ fn unsupported_keywords_each_reported() {
             json!([{"type": "string"}])
         };
         let s = obj(json!({"x": inner}));
-        has(&s, &format!("/properties/x/{key}"), Tier1Rule::UnsupportedKeyword);
+        has(
+            &s,
+            &format!("/properties/x/{key}"),
+            Tier1Rule::UnsupportedKeyword,
+        );
     }
     let tuple = obj(json!({"t": {"type": "array", "items": [{"type": "string"}]}}));
     has(&tuple, "/properties/t/items", Tier1Rule::UnsupportedKeyword);
@@ -103,13 +128,25 @@ fn string_number_array_constraints() {
         "a": {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": 2, "uniqueItems": true}
     }));
     for k in ["minLength", "maxLength", "pattern", "format"] {
-        has(&s, &format!("/properties/s/{k}"), Tier1Rule::StringConstraint);
+        has(
+            &s,
+            &format!("/properties/s/{k}"),
+            Tier1Rule::StringConstraint,
+        );
     }
     for k in ["minimum", "maximum", "multipleOf", "exclusiveMinimum"] {
-        has(&s, &format!("/properties/n/{k}"), Tier1Rule::NumberConstraint);
+        has(
+            &s,
+            &format!("/properties/n/{k}"),
+            Tier1Rule::NumberConstraint,
+        );
     }
     for k in ["minItems", "maxItems", "uniqueItems"] {
-        has(&s, &format!("/properties/a/{k}"), Tier1Rule::ArrayConstraint);
+        has(
+            &s,
+            &format!("/properties/a/{k}"),
+            Tier1Rule::ArrayConstraint,
+        );
     }
 }
 
@@ -121,9 +158,16 @@ fn nesting_depth_limit() {
     }
     assert_eq!(check(&s), vec![], "five levels are allowed");
     let six = obj(json!({"n": s}));
-    has(&six, "/properties/n/properties/n/properties/n/properties/n/properties/n", Tier1Rule::NestingTooDeep);
+    has(
+        &six,
+        "/properties/n/properties/n/properties/n/properties/n/properties/n",
+        Tier1Rule::NestingTooDeep,
+    );
     assert_eq!(
-        check(&six).iter().filter(|v| v.rule == Tier1Rule::NestingTooDeep).count(),
+        check(&six)
+            .iter()
+            .filter(|v| v.rule == Tier1Rule::NestingTooDeep)
+            .count(),
         1,
         "reported once at the first level past the limit"
     );
@@ -136,7 +180,11 @@ fn depth_counts_through_refs() {
     for (k, v) in root.as_object().unwrap() {
         s[k] = v.clone();
     }
-    has(&s, "/$defs/Deep/properties/n/properties/n", Tier1Rule::NestingTooDeep);
+    has(
+        &s,
+        "/$defs/Deep/properties/n/properties/n",
+        Tier1Rule::NestingTooDeep,
+    );
 }
 
 #[test]
@@ -145,7 +193,11 @@ fn property_count_limit() {
     for i in 0..101 {
         props.insert(format!("p{i}"), json!({"type": "string"}));
     }
-    has(&obj(Value::Object(props.clone())), "", Tier1Rule::TooManyProperties);
+    has(
+        &obj(Value::Object(props.clone())),
+        "",
+        Tier1Rule::TooManyProperties,
+    );
     props.remove("p0");
     assert_eq!(check(&obj(Value::Object(props))), vec![]);
 }
@@ -195,7 +247,11 @@ fn refs_must_be_local_and_not_recursive() {
     has(&s, "/properties/r/$ref", Tier1Rule::NonLocalRef);
     let mut s = obj(json!({"tree": {"$ref": "#/$defs/Node"}}));
     s["$defs"] = json!({"Node": obj(json!({"children": {"type": "array", "items": {"$ref": "#/$defs/Node"}}}))});
-    has(&s, "/$defs/Node/properties/children/items/$ref", Tier1Rule::RecursiveRef);
+    has(
+        &s,
+        "/$defs/Node/properties/children/items/$ref",
+        Tier1Rule::RecursiveRef,
+    );
 }
 
 #[test]
@@ -258,26 +314,63 @@ fn openai_lowering() {
         title["description"],
         "The title. Constraints: must be at least 3 characters; must match the regular expression `^[A-Z]`."
     );
-    assert_eq!(out["properties"]["count"]["description"], "Constraints: must be at least 1; must be at most 10.");
+    assert_eq!(
+        out["properties"]["count"]["description"],
+        "Constraints: must be at least 1; must be at most 10."
+    );
     let tags = &out["properties"]["tags"];
-    assert_eq!(tags["type"], json!(["array", "null"]), "optional becomes nullable");
+    assert_eq!(
+        tags["type"],
+        json!(["array", "null"]),
+        "optional becomes nullable"
+    );
     assert!(tags.get("minItems").is_none());
-    assert!(tags["description"].as_str().unwrap().contains("must contain at least 1 item"));
-    assert!(tags["description"].as_str().unwrap().contains("items must be unique"));
+    assert!(
+        tags["description"]
+            .as_str()
+            .unwrap()
+            .contains("must contain at least 1 item")
+    );
+    assert!(
+        tags["description"]
+            .as_str()
+            .unwrap()
+            .contains("items must be unique")
+    );
     assert!(tags["items"].get("format").is_none());
-    assert_eq!(out["properties"]["mode"]["anyOf"][0]["enum"], json!(["fast", "slow", null]));
-    assert_eq!(out["properties"]["kind"]["anyOf"][0]["enum"], json!(["task", null]));
-    assert_eq!(out["properties"]["reasoning"]["type"], json!(["string", "null"]));
+    assert_eq!(
+        out["properties"]["mode"]["anyOf"][0]["enum"],
+        json!(["fast", "slow", null])
+    );
+    assert_eq!(
+        out["properties"]["kind"]["anyOf"][0]["enum"],
+        json!(["task", null])
+    );
+    assert_eq!(
+        out["properties"]["reasoning"]["type"],
+        json!(["string", "null"])
+    );
     let meta = &out["properties"]["meta"];
     assert_eq!(meta["type"], json!(["object", "null"]));
     assert_eq!(meta["additionalProperties"], false);
     assert_eq!(meta["required"], json!(["note"]));
-    assert_eq!(meta["properties"]["note"]["type"], json!(["string", "null"]));
+    assert_eq!(
+        meta["properties"]["note"]["type"],
+        json!(["string", "null"])
+    );
     // The lowered schema satisfies the structural Tier-1 rules.
     let remaining: Vec<_> = check(&out)
         .into_iter()
-        .filter(|v| matches!(v.rule, Tier1Rule::AdditionalPropertiesNotFalse | Tier1Rule::PropertyNotRequired
-            | Tier1Rule::StringConstraint | Tier1Rule::NumberConstraint | Tier1Rule::ArrayConstraint))
+        .filter(|v| {
+            matches!(
+                v.rule,
+                Tier1Rule::AdditionalPropertiesNotFalse
+                    | Tier1Rule::PropertyNotRequired
+                    | Tier1Rule::StringConstraint
+                    | Tier1Rule::NumberConstraint
+                    | Tier1Rule::ArrayConstraint
+            )
+        })
         .collect();
     assert_eq!(remaining, vec![]);
 }
@@ -294,14 +387,19 @@ fn openai_keeps_refs_including_recursion() {
     assert_eq!(node["additionalProperties"], false);
     assert_eq!(node["required"], json!(["name", "children"]));
     assert!(node["properties"]["name"].get("maxLength").is_none());
-    assert_eq!(node["properties"]["children"]["items"]["$ref"], "#/$defs/Node");
+    assert_eq!(
+        node["properties"]["children"]["items"]["$ref"],
+        "#/$defs/Node"
+    );
 }
 
 #[test]
 fn anthropic_inlines_refs_and_rejects_recursion() {
     let out = lower(&compliant(), Vendor::Anthropic).unwrap();
     assert!(out.get("$defs").is_none());
-    let branches = out["properties"]["steps"]["items"]["anyOf"].as_array().unwrap();
+    let branches = out["properties"]["steps"]["items"]["anyOf"]
+        .as_array()
+        .unwrap();
     assert_eq!(branches[0]["properties"]["kind"]["enum"], json!(["design"]));
     assert_eq!(branches[1]["properties"]["kind"]["enum"], json!(["action"]));
     assert!(!out.to_string().contains("$ref"));
@@ -323,10 +421,15 @@ fn anthropic_keeps_supported_formats_and_min_items_zero_or_one() {
     let tags = &out["properties"]["tags"];
     assert_eq!(tags["minItems"], 1);
     assert_eq!(tags["items"]["format"], "email");
-    let s = obj(json!({"d": {"type": "string", "format": "color"}, "l": {"type": "array", "items": {"type": "string"}, "minItems": 2}}));
+    let s = obj(
+        json!({"d": {"type": "string", "format": "color"}, "l": {"type": "array", "items": {"type": "string"}, "minItems": 2}}),
+    );
     let out = lower(&s, Vendor::Anthropic).unwrap();
     assert!(out["properties"]["d"].get("format").is_none());
-    assert_eq!(out["properties"]["d"]["description"], "Constraints: must be a valid color.");
+    assert_eq!(
+        out["properties"]["d"]["description"],
+        "Constraints: must be a valid color."
+    );
     assert!(out["properties"]["l"].get("minItems").is_none());
 }
 
@@ -348,12 +451,18 @@ fn gemini_lowering() {
     assert_eq!(out["properties"]["mode"]["enum"], json!(["fast", "slow"]));
     assert_eq!(out["properties"]["mode"]["format"], "enum");
     assert_eq!(out["properties"]["title"]["type"], "STRING");
-    assert!(out["properties"]["title"].get("nullable").is_none(), "required stays non-null");
+    assert!(
+        out["properties"]["title"].get("nullable").is_none(),
+        "required stays non-null"
+    );
     let meta = &out["properties"]["meta"];
     assert_eq!(meta["type"], "OBJECT");
     assert_eq!(meta["propertyOrdering"], json!(["note"]));
     assert_eq!(meta["properties"]["note"]["nullable"], true);
-    assert!(!out.to_string().contains("\"null\""), "no type unions for Gemini");
+    assert!(
+        !out.to_string().contains("\"null\""),
+        "no type unions for Gemini"
+    );
 }
 
 #[test]
@@ -364,10 +473,19 @@ fn gemini_type_unions_and_non_string_enums() {
         "e": {"type": "integer", "enum": [1, 2, 3]}
     }));
     let out = lower(&s, Vendor::Gemini).unwrap();
-    assert_eq!(out["properties"]["n"], json!({"type": "INTEGER", "nullable": true}));
-    assert_eq!(out["properties"]["m"]["anyOf"], json!([{"type": "STRING"}, {"type": "NUMBER"}]));
+    assert_eq!(
+        out["properties"]["n"],
+        json!({"type": "INTEGER", "nullable": true})
+    );
+    assert_eq!(
+        out["properties"]["m"]["anyOf"],
+        json!([{"type": "STRING"}, {"type": "NUMBER"}])
+    );
     assert!(out["properties"]["e"].get("enum").is_none());
-    assert_eq!(out["properties"]["e"]["description"], "Constraints: must be one of 1, 2, 3.");
+    assert_eq!(
+        out["properties"]["e"]["description"],
+        "Constraints: must be one of 1, 2, 3."
+    );
 }
 
 #[test]
@@ -375,7 +493,10 @@ fn gemini_inlines_refs() {
     let out = lower(&compliant(), Vendor::Gemini).unwrap();
     assert!(!out.to_string().contains("$ref"));
     assert!(out.get("$defs").is_none());
-    assert_eq!(out["properties"]["steps"]["items"]["anyOf"][1]["properties"]["kind"]["enum"], json!(["action"]));
+    assert_eq!(
+        out["properties"]["steps"]["items"]["anyOf"][1]["properties"]["kind"]["enum"],
+        json!(["action"])
+    );
 }
 
 #[test]
@@ -391,11 +512,16 @@ fn lowering_errors() {
     let s = obj(json!({"x": {"$ref": "#/$defs/Nope"}}));
     assert_eq!(
         lower(&s, Vendor::Gemini).unwrap_err(),
-        LowerError::UnresolvableRef { pointer: "/properties/x/$ref".into() }
+        LowerError::UnresolvableRef {
+            pointer: "/properties/x/$ref".into()
+        }
     );
     let s = obj(json!({"x": {"allOf": [{"type": "string"}, {"type": "string"}]}}));
     let err = lower(&s, Vendor::Anthropic).unwrap_err();
-    assert!(matches!(&err, LowerError::Unsupported { pointer, .. } if pointer == "/properties/x/allOf"), "{err:?}");
+    assert!(
+        matches!(&err, LowerError::Unsupported { pointer, .. } if pointer == "/properties/x/allOf"),
+        "{err:?}"
+    );
     let s = obj(json!({"x": {"oneOf": [{"type": "string"}, {"type": "integer"}]}}));
     let out = lower(&s, Vendor::OpenAi).unwrap();
     assert_eq!(out["properties"]["x"]["anyOf"].as_array().unwrap().len(), 2);

@@ -35,13 +35,30 @@ const MAX_LOWER_DEPTH: usize = 64;
 
 /// Formats Anthropic strict mode accepts.
 const ANTHROPIC_FORMATS: &[&str] = &[
-    "date-time", "date", "time", "duration", "email", "hostname", "uri", "ipv4", "ipv6", "uuid",
+    "date-time",
+    "date",
+    "time",
+    "duration",
+    "email",
+    "hostname",
+    "uri",
+    "ipv4",
+    "ipv6",
+    "uuid",
 ];
 
 /// Keywords dropped without a trace: annotations the vendors reject or ignore.
 const DROPPED: &[&str] = &[
-    "$schema", "$id", "$comment", "$anchor", "deprecated", "readOnly", "writeOnly", "examples",
-    "propertyOrdering", "title",
+    "$schema",
+    "$id",
+    "$comment",
+    "$anchor",
+    "deprecated",
+    "readOnly",
+    "writeOnly",
+    "examples",
+    "propertyOrdering",
+    "title",
 ];
 
 /// A structured-output vendor.
@@ -78,14 +95,28 @@ impl Vendor {
 pub enum LowerError {
     #[error("the root schema must be an object schema (\"type\": \"object\") for {vendor}")]
     RootNotObject { vendor: &'static str },
-    #[error("{vendor} does not accept anyOf at the root; wrap the union in a property of a root object")]
+    #[error(
+        "{vendor} does not accept anyOf at the root; wrap the union in a property of a root object"
+    )]
     RootAnyOf { vendor: &'static str },
-    #[error("`$ref` at {pointer} is recursive; {vendor} needs the reference inlined, so recursion cannot be expressed — bound it explicitly")]
-    RecursiveRef { pointer: String, vendor: &'static str },
-    #[error("`$ref` at {pointer} does not resolve to a location inside the schema; only local `#/...` references are supported")]
+    #[error(
+        "`$ref` at {pointer} is recursive; {vendor} needs the reference inlined, so recursion cannot be expressed — bound it explicitly"
+    )]
+    RecursiveRef {
+        pointer: String,
+        vendor: &'static str,
+    },
+    #[error(
+        "`$ref` at {pointer} does not resolve to a location inside the schema; only local `#/...` references are supported"
+    )]
     UnresolvableRef { pointer: String },
     #[error("{keyword} at {pointer} cannot be lowered for {vendor}: {hint}")]
-    Unsupported { pointer: String, keyword: String, vendor: &'static str, hint: &'static str },
+    Unsupported {
+        pointer: String,
+        keyword: String,
+        vendor: &'static str,
+        hint: &'static str,
+    },
     #[error("the schema nests deeper than {MAX_LOWER_DEPTH} levels at {pointer}; flatten it")]
     TooDeep { pointer: String },
 }
@@ -93,22 +124,35 @@ pub enum LowerError {
 /// Produces the request schema `vendor` accepts for the full `schema`.
 pub fn lower(schema: &Value, vendor: Vendor) -> Result<Value, LowerError> {
     let Some(root) = schema.as_object() else {
-        return Err(LowerError::RootNotObject { vendor: vendor.as_str() });
+        return Err(LowerError::RootNotObject {
+            vendor: vendor.as_str(),
+        });
     };
     if root.get("type") != Some(&Value::String("object".into())) {
-        return Err(LowerError::RootNotObject { vendor: vendor.as_str() });
+        return Err(LowerError::RootNotObject {
+            vendor: vendor.as_str(),
+        });
     }
     if root.contains_key("anyOf") || root.contains_key("oneOf") {
-        return Err(LowerError::RootAnyOf { vendor: vendor.as_str() });
+        return Err(LowerError::RootAnyOf {
+            vendor: vendor.as_str(),
+        });
     }
-    let mut lw = Lowerer { root: schema, vendor, refs: Vec::new() };
+    let mut lw = Lowerer {
+        root: schema,
+        vendor,
+        refs: Vec::new(),
+    };
     let mut out = lw.node(schema, "", 0)?;
     if vendor == Vendor::OpenAi {
         for defs in ["$defs", "definitions"] {
             if let Some(Value::Object(m)) = schema.get(defs) {
                 let mut lowered = Map::new();
                 for (name, def) in m {
-                    lowered.insert(name.clone(), lw.node(def, &child(&child("", defs), name), 1)?);
+                    lowered.insert(
+                        name.clone(),
+                        lw.node(def, &child(&child("", defs), name), 1)?,
+                    );
                 }
                 if let Value::Object(o) = &mut out {
                     o.insert(defs.to_string(), Value::Object(lowered));
@@ -138,7 +182,9 @@ impl Lowerer<'_> {
 
     fn node(&mut self, node: &Value, ptr: &str, depth: usize) -> Result<Value, LowerError> {
         if depth > MAX_LOWER_DEPTH {
-            return Err(LowerError::TooDeep { pointer: ptr.to_string() });
+            return Err(LowerError::TooDeep {
+                pointer: ptr.to_string(),
+            });
         }
         let m = match node {
             Value::Object(m) => m,
@@ -150,12 +196,14 @@ impl Lowerer<'_> {
                     hint: "declare an explicit typed schema",
                 });
             }
-            _ => return Err(LowerError::Unsupported {
-                pointer: ptr.to_string(),
-                keyword: "schema".into(),
-                vendor: self.vendor.as_str(),
-                hint: "a schema must be a JSON object",
-            }),
+            _ => {
+                return Err(LowerError::Unsupported {
+                    pointer: ptr.to_string(),
+                    keyword: "schema".into(),
+                    vendor: self.vendor.as_str(),
+                    hint: "a schema must be a JSON object",
+                });
+            }
         };
 
         if let Some(r) = m.get("$ref") {
@@ -180,11 +228,21 @@ impl Lowerer<'_> {
                     }
                     return self.node(&Value::Object(merged), ptr, depth + 1);
                 }
-                _ => return Err(self.unsupported(ptr, "allOf", "merge the branches into one object schema")),
+                _ => {
+                    return Err(self.unsupported(
+                        ptr,
+                        "allOf",
+                        "merge the branches into one object schema",
+                    ));
+                }
             }
         }
         if m.contains_key("prefixItems") || m.get("items").is_some_and(Value::is_array) {
-            let key = if m.contains_key("prefixItems") { "prefixItems" } else { "items" };
+            let key = if m.contains_key("prefixItems") {
+                "prefixItems"
+            } else {
+                "items"
+            };
             return Err(self.unsupported(ptr, key, "use one homogeneous `items` schema"));
         }
 
@@ -217,7 +275,9 @@ impl Lowerer<'_> {
                     out.insert("anyOf".into(), Value::Array(lowered));
                 }
                 "enum" => self.lower_enum(value, &mut out, &mut notes),
-                "const" => self.lower_enum(&Value::Array(vec![value.clone()]), &mut out, &mut notes),
+                "const" => {
+                    self.lower_enum(&Value::Array(vec![value.clone()]), &mut out, &mut notes)
+                }
                 "$defs" | "definitions" => {}
                 k if DROPPED.contains(&k) => {
                     if k == "title" && self.vendor == Vendor::Gemini {
@@ -250,9 +310,12 @@ impl Lowerer<'_> {
         depth: usize,
     ) -> Result<Value, LowerError> {
         let ref_ptr = child(ptr, "$ref");
-        let reference = r.as_str().ok_or(LowerError::UnresolvableRef { pointer: ref_ptr.clone() })?;
-        let target = resolve_local(self.root, reference)
-            .ok_or(LowerError::UnresolvableRef { pointer: ref_ptr.clone() })?;
+        let reference = r.as_str().ok_or(LowerError::UnresolvableRef {
+            pointer: ref_ptr.clone(),
+        })?;
+        let target = resolve_local(self.root, reference).ok_or(LowerError::UnresolvableRef {
+            pointer: ref_ptr.clone(),
+        })?;
         if self.vendor == Vendor::OpenAi {
             // OpenAI resolves `$defs` itself (recursion allowed); keep the reference.
             let mut out = Map::new();
@@ -263,7 +326,10 @@ impl Lowerer<'_> {
             return Ok(Value::Object(out));
         }
         if self.refs.iter().any(|x| x == reference) {
-            return Err(LowerError::RecursiveRef { pointer: ref_ptr, vendor: self.vendor.as_str() });
+            return Err(LowerError::RecursiveRef {
+                pointer: ref_ptr,
+                vendor: self.vendor.as_str(),
+            });
         }
         self.refs.push(reference.to_string());
         let target_ptr = reference.strip_prefix('#').unwrap_or_default().to_string();
@@ -287,7 +353,11 @@ impl Lowerer<'_> {
                 out.insert("type".into(), Value::String(t.to_ascii_uppercase()));
             }
             Value::Array(ts) => {
-                let non_null: Vec<&str> = ts.iter().filter_map(Value::as_str).filter(|t| *t != "null").collect();
+                let non_null: Vec<&str> = ts
+                    .iter()
+                    .filter_map(Value::as_str)
+                    .filter(|t| *t != "null")
+                    .collect();
                 if ts.iter().any(|t| t == "null") {
                     out.insert("nullable".into(), Value::Bool(true));
                 }
@@ -311,7 +381,9 @@ impl Lowerer<'_> {
     }
 
     fn lower_enum(&self, value: &Value, out: &mut Map<String, Value>, notes: &mut Vec<String>) {
-        let Some(values) = value.as_array() else { return };
+        let Some(values) = value.as_array() else {
+            return;
+        };
         if self.vendor == Vendor::Gemini {
             if values.iter().all(Value::is_string) {
                 out.insert("enum".into(), value.clone());
@@ -326,11 +398,19 @@ impl Lowerer<'_> {
     }
 
     /// Keeps what the vendor accepts; moves every other constraint into text.
-    fn constraint(&self, key: &str, value: &Value, out: &mut Map<String, Value>, notes: &mut Vec<String>) {
+    fn constraint(
+        &self,
+        key: &str,
+        value: &Value,
+        out: &mut Map<String, Value>,
+        notes: &mut Vec<String>,
+    ) {
         let keep = match (self.vendor, key) {
             (Vendor::Gemini, "minItems" | "maxItems") => true,
             (Vendor::Gemini, "format") => value == "date-time",
-            (Vendor::Anthropic, "format") => value.as_str().is_some_and(|f| ANTHROPIC_FORMATS.contains(&f)),
+            (Vendor::Anthropic, "format") => value
+                .as_str()
+                .is_some_and(|f| ANTHROPIC_FORMATS.contains(&f)),
             (Vendor::Anthropic, "minItems") => value == 0 || value == 1,
             _ => false,
         };
@@ -374,7 +454,10 @@ impl Lowerer<'_> {
         }
         let name_values: Vec<Value> = names.iter().map(|n| Value::String((*n).clone())).collect();
         if self.vendor != Vendor::Gemini {
-            out.insert("type".into(), out.get("type").cloned().unwrap_or_else(|| json!("object")));
+            out.insert(
+                "type".into(),
+                out.get("type").cloned().unwrap_or_else(|| json!("object")),
+            );
         } else if !out.contains_key("type") {
             out.insert("type".into(), json!("OBJECT"));
         }
@@ -393,7 +476,9 @@ impl Lowerer<'_> {
 
     /// Makes an optional property's schema accept `null` (it is now required).
     fn nullable(&self, schema: Value) -> Value {
-        let Value::Object(mut m) = schema else { return schema };
+        let Value::Object(mut m) = schema else {
+            return schema;
+        };
         if self.vendor == Vendor::Gemini {
             m.insert("nullable".into(), Value::Bool(true));
             return Value::Object(m);
@@ -417,7 +502,10 @@ impl Lowerer<'_> {
             }
             _ => {
                 if let Some(Value::Array(branches)) = m.get_mut("anyOf") {
-                    if !branches.iter().any(|b| b.get("type") == Some(&json!("null"))) {
+                    if !branches
+                        .iter()
+                        .any(|b| b.get("type") == Some(&json!("null")))
+                    {
                         branches.push(json!({"type": "null"}));
                     }
                     return Value::Object(m);
@@ -439,8 +527,14 @@ fn describe_constraint(key: &str, v: &Value) -> Option<String> {
     Some(match key {
         "minLength" => format!("must be at least {n} {}", plural("character", "characters")),
         "maxLength" => format!("must be at most {n} {}", plural("character", "characters")),
-        "pattern" => format!("must match the regular expression {}", v.as_str().map_or(n.clone(), |s| format!("`{s}`"))),
-        "format" => format!("must be a valid {}", v.as_str().unwrap_or("formatted value")),
+        "pattern" => format!(
+            "must match the regular expression {}",
+            v.as_str().map_or(n.clone(), |s| format!("`{s}`"))
+        ),
+        "format" => format!(
+            "must be a valid {}",
+            v.as_str().unwrap_or("formatted value")
+        ),
         "minimum" => format!("must be at least {n}"),
         "maximum" => format!("must be at most {n}"),
         "exclusiveMinimum" => format!("must be greater than {n}"),
@@ -449,12 +543,26 @@ fn describe_constraint(key: &str, v: &Value) -> Option<String> {
         "minItems" => format!("must contain at least {n} {}", plural("item", "items")),
         "maxItems" => format!("must contain at most {n} {}", plural("item", "items")),
         "uniqueItems" if v == true => "items must be unique".to_string(),
-        "minProperties" => format!("must have at least {n} {}", plural("property", "properties")),
+        "minProperties" => format!(
+            "must have at least {n} {}",
+            plural("property", "properties")
+        ),
         "maxProperties" => format!("must have at most {n} {}", plural("property", "properties")),
         "default" => format!("defaults to {n}"),
-        "not" | "if" | "then" | "else" | "dependencies" | "dependentRequired" | "dependentSchemas"
-        | "propertyNames" | "patternProperties" | "contains" | "minContains" | "maxContains"
-        | "unevaluatedProperties" | "unevaluatedItems" => {
+        "not"
+        | "if"
+        | "then"
+        | "else"
+        | "dependencies"
+        | "dependentRequired"
+        | "dependentSchemas"
+        | "propertyNames"
+        | "patternProperties"
+        | "contains"
+        | "minContains"
+        | "maxContains"
+        | "unevaluatedProperties"
+        | "unevaluatedItems" => {
             format!("additional `{key}` rules are checked after generation")
         }
         _ => return None,

@@ -50,8 +50,13 @@ const UNSUPPORTED: &[&str] = &[
     "propertyNames",
 ];
 const STRING_CONSTRAINTS: &[&str] = &["minLength", "maxLength", "pattern", "format"];
-const NUMBER_CONSTRAINTS: &[&str] =
-    &["minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"];
+const NUMBER_CONSTRAINTS: &[&str] = &[
+    "minimum",
+    "maximum",
+    "exclusiveMinimum",
+    "exclusiveMaximum",
+    "multipleOf",
+];
 const ARRAY_CONSTRAINTS: &[&str] = &["minItems", "maxItems", "uniqueItems"];
 
 /// Which Tier-1 rule a violation breaks.
@@ -176,7 +181,11 @@ struct Walker<'a> {
 impl Walker<'_> {
     fn report(&mut self, pointer: String, rule: Tier1Rule, message: String) {
         if self.seen.insert((pointer.clone(), rule)) {
-            self.out.push(Tier1Violation { pointer, rule, message });
+            self.out.push(Tier1Violation {
+                pointer,
+                rule,
+                message,
+            });
         }
     }
 }
@@ -261,7 +270,8 @@ fn check_root(w: &mut Walker<'_>, schema: &Value) {
         w.report(
             child("", "anyOf"),
             Tier1Rule::RootNotObject,
-            "anyOf is not allowed at the root; move the union into a property of a root object".into(),
+            "anyOf is not allowed at the root; move the union into a property of a root object"
+                .into(),
         );
     }
 }
@@ -269,7 +279,11 @@ fn check_root(w: &mut Walker<'_>, schema: &Value) {
 fn visit<'a>(w: &mut Walker<'a>, f: Frame<'a>, stack: &mut Vec<Frame<'a>>) {
     let Value::Object(m) = f.node else {
         if !f.node.is_boolean() {
-            w.report(f.ptr, Tier1Rule::UnsupportedKeyword, "a schema must be a JSON object".into());
+            w.report(
+                f.ptr,
+                Tier1Rule::UnsupportedKeyword,
+                "a schema must be a JSON object".into(),
+            );
         } else if f.node == &Value::Bool(true) && !f.ptr.ends_with("/additionalProperties") {
             w.report(
                 f.ptr,
@@ -299,7 +313,9 @@ fn visit<'a>(w: &mut Walker<'a>, f: Frame<'a>, stack: &mut Vec<Frame<'a>>) {
     for key in UNSUPPORTED {
         if m.contains_key(*key) {
             let hint = match *key {
-                "oneOf" => "use anyOf with a single-value string enum discriminator per branch (RFC 0031)",
+                "oneOf" => {
+                    "use anyOf with a single-value string enum discriminator per branch (RFC 0031)"
+                }
                 "allOf" => "merge the branches into one object schema",
                 "prefixItems" => "use a homogeneous `items` schema",
                 _ => "express the constraint in the description and validate it after generation",
@@ -350,7 +366,13 @@ fn visit<'a>(w: &mut Walker<'a>, f: Frame<'a>, stack: &mut Vec<Frame<'a>>) {
 
     // Children.
     let push = |stack: &mut Vec<Frame<'a>>, ptr: String, node: &'a Value| {
-        stack.push(Frame { ptr, node, depth, count_depth, refs: f.refs.clone() });
+        stack.push(Frame {
+            ptr,
+            node,
+            depth,
+            count_depth,
+            refs: f.refs.clone(),
+        });
     };
     if let Some(Value::Object(props)) = m.get("properties") {
         let pp = child(&f.ptr, "properties");
@@ -364,7 +386,8 @@ fn visit<'a>(w: &mut Walker<'a>, f: Frame<'a>, stack: &mut Vec<Frame<'a>>) {
         Some(Value::Array(_)) => w.report(
             child(&f.ptr, "items"),
             Tier1Rule::UnsupportedKeyword,
-            "tuple-form `items` is outside the Tier-1 subset; use one homogeneous items schema".into(),
+            "tuple-form `items` is outside the Tier-1 subset; use one homogeneous items schema"
+                .into(),
         ),
         Some(sub) => push(stack, child(&f.ptr, "items"), sub),
         None => {}
@@ -390,7 +413,11 @@ fn visit<'a>(w: &mut Walker<'a>, f: Frame<'a>, stack: &mut Vec<Frame<'a>>) {
 fn follow_ref<'a>(w: &mut Walker<'a>, f: &Frame<'a>, r: &'a Value, stack: &mut Vec<Frame<'a>>) {
     let ref_ptr = child(&f.ptr, "$ref");
     let Some(reference) = r.as_str() else {
-        w.report(ref_ptr, Tier1Rule::NonLocalRef, "`$ref` must be a string".into());
+        w.report(
+            ref_ptr,
+            Tier1Rule::NonLocalRef,
+            "`$ref` must be a string".into(),
+        );
         return;
     };
     let Some(target) = resolve_local(w.root, reference) else {
@@ -413,7 +440,13 @@ fn follow_ref<'a>(w: &mut Walker<'a>, f: &Frame<'a>, r: &'a Value, stack: &mut V
     refs.push(reference.to_string());
     // Report inside the definition at its own pointer.
     let target_ptr = reference.strip_prefix('#').unwrap_or_default().to_string();
-    stack.push(Frame { ptr: target_ptr, node: target, depth: f.depth, count_depth: f.count_depth, refs });
+    stack.push(Frame {
+        ptr: target_ptr,
+        node: target,
+        depth: f.depth,
+        count_depth: f.count_depth,
+        refs,
+    });
 }
 
 fn check_object(w: &mut Walker<'_>, ptr: &str, m: &Map<String, Value>) {
@@ -456,7 +489,12 @@ fn discriminators<'v>(root: &'v Value, branch: &'v Value) -> Option<Vec<(&'v str
     }
     let m = node.as_object()?;
     let props = m.get("properties")?.as_object()?;
-    let required: Vec<&str> = m.get("required")?.as_array()?.iter().filter_map(Value::as_str).collect();
+    let required: Vec<&str> = m
+        .get("required")?
+        .as_array()?
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
     let mut out = Vec::new();
     for (name, p) in props {
         if !required.contains(&name.as_str()) {
@@ -495,7 +533,11 @@ fn check_variants(w: &mut Walker<'_>, ptr: &str, branches: &[Value]) {
         }
     }
     let Some(first) = per_branch.first() else {
-        w.report(any_ptr, Tier1Rule::VariantDiscriminator, "anyOf must list at least one branch".into());
+        w.report(
+            any_ptr,
+            Tier1Rule::VariantDiscriminator,
+            "anyOf must list at least one branch".into(),
+        );
         return;
     };
     let shared: Vec<&str> = first
@@ -514,7 +556,9 @@ fn check_variants(w: &mut Walker<'_>, ptr: &str, branches: &[Value]) {
     let distinct = shared.iter().any(|name| {
         let mut values = HashSet::new();
         per_branch.iter().all(|b| {
-            b.iter().find(|(bn, _)| bn == name).is_some_and(|(_, v)| values.insert(v.to_string()))
+            b.iter()
+                .find(|(bn, _)| bn == name)
+                .is_some_and(|(_, v)| values.insert(v.to_string()))
         })
     });
     if !distinct {
