@@ -13,8 +13,8 @@ pub use run::{
     RunSpec, RunStatus, WorkflowRef,
 };
 pub use workflow::{
-    CredentialMount, EnvelopeContract, EnvelopeSchema, ProviderCredential, SecretKeyRef,
-    WorkerOverrides, Workflow, WorkflowEdge, WorkflowNode, WorkflowSpec, WorkflowStatus,
+    CredentialMount, EnvelopeContract, ProviderCredential, SecretKeyRef, WorkerOverrides, Workflow,
+    WorkflowEdge, WorkflowNode, WorkflowSpec, WorkflowStatus,
 };
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;

@@ -13,7 +13,7 @@ use crate::schema::{any_json, free_object, free_object_list};
 
 /// Desired state of a Workflow: the OpenWOP workflow definition (`id`, `name`, `version`,
 /// `nodes`, `edges`, `variables`, `settings`, ...) plus Kubernetes-side settings (`providers`,
-/// `worker`, `envelopeSchemas`). The OpenWOP `id` is independent of `metadata.name`: it may
+/// `worker`). The OpenWOP `id` is independent of `metadata.name`: it may
 /// contain `_` and be up to 128 characters, which a Kubernetes name cannot.
 // Several printer columns share `type_ = "string"`, which clippy mistakes for duplicates.
 #[allow(clippy::duplicated_attributes)]
@@ -95,12 +95,10 @@ pub struct WorkflowSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "free_object")]
     pub configurable_schema: Option<Value>,
-    /// Vendor envelope kinds (`vendor.<host>.<kind>`) this workflow's nodes emit, with their
-    /// payload schemas. Checked against the Tier-1 structured-output subset per the operator's
-    /// configured posture.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 64))]
-    pub envelope_schemas: Vec<EnvelopeSchema>,
+    /// JSON Schema the run's outputs must satisfy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "free_object")]
+    pub output_schema: Option<Value>,
     /// LLM provider credentials, each a reference to a key of a Secret in the Workflow's
     /// namespace. Never inline keys.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -217,6 +215,11 @@ pub struct EnvelopeContract {
     /// What happens when the node emits a kind outside `accepts` (default `fail-node`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub refusal_mode: Option<RefusalMode>,
+    /// Payload JSON Schemas of vendor kinds (`vendor.<host>.<kind>`) this node accepts, by kind;
+    /// checked against the Tier-1 structured-output subset per the operator's posture.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "free_object")]
+    pub schemas: Option<Value>,
 }
 
 /// Envelope contract refusal behaviour.
@@ -340,25 +343,6 @@ pub enum VariableType {
     Array,
 }
 
-/// A vendor envelope kind declared by the workflow with its payload schema.
-#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
-#[serde(rename_all = "camelCase")]
-pub struct EnvelopeSchema {
-    /// Kind, `vendor.<host>.<kind>`.
-    #[schemars(
-        length(min = 1, max = 256),
-        regex(pattern = r"^vendor\.[a-z0-9-]+\.[a-zA-Z0-9._-]+$")
-    )]
-    pub kind: String,
-    /// Payload schema version (default 1).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0))]
-    pub schema_version: Option<u32>,
-    /// The payload JSON Schema (2020-12).
-    #[schemars(schema_with = "free_object")]
-    pub schema: Value,
-}
-
 /// An LLM provider credential: a key of a Secret, injected into the worker pod.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, PartialEq)]
 #[serde(rename_all = "camelCase")]
@@ -473,6 +457,9 @@ impl WorkflowSpec {
         doc.insert("settings".into(), object_or_empty(&self.settings));
         if let Some(s) = &self.configurable_schema {
             doc.insert("configurableSchema".into(), s.clone());
+        }
+        if let Some(s) = &self.output_schema {
+            doc.insert("outputSchema".into(), s.clone());
         }
         Value::Object(doc)
     }
