@@ -66,8 +66,7 @@ proptest! {
     #[test]
     fn no_secret_survives((secrets, payload, kind, message_carries_secret) in case()) {
         let redactor = Redactor::new(secrets.iter().enumerate().map(|(i, v)| (format!("s{i}"), v.clone())));
-        let mut host = HostPolicy::default();
-        host.supported_envelopes = Some(vec!["vendor.acme.doc.create".into()]);
+        let host = HostPolicy { supported_envelopes: Some(vec!["vendor.acme.doc.create".into()]), ..HostPolicy::default() };
         let ctx = Context::new(&host, &redactor, "node-1", TS);
         let payload = if kind == "error" {
             let msg = if message_carries_secret { format!("failed with {}", secrets[0]) } else { "failed".into() };

@@ -1,0 +1,83 @@
+//! Full-pipeline throughput (envelopes/s) beside the floor measured in the same
+//! run: `serde_json` parse + serialize of the same bytes.
+
+use std::hint::black_box;
+
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use openwop_protocol::events::EventFactory;
+use openwop_protocol::pipeline::{Context, DedupStore, HostPolicy, accept_text};
+use openwop_protocol::redact::Redactor;
+use serde_json::{Value, json};
+
+const TS: &str = "2026-05-18T10:00:00Z";
+
+fn small_clarification() -> String {
+    json!({"type": "clarification.request", "schemaVersion": 1, "envelopeId": "e1", "correlationId": "r:n:0:a",
+        "payload": {"questions": [{"id": "q1", "question": "Which region should the cluster run in?"}]},
+        "meta": {"source": "ai-generation", "ts": TS}})
+    .to_string()
+}
+
+/// ~16 KB vendor envelope with nested arrays; 50 secrets, each appearing once.
+fn vendor_16k(secrets: &[(String, String)]) -> String {
+    let mut sections = Vec::new();
+    let mut i = 0;
+    while serde_json::to_string(&sections).unwrap().len() < 15_500 {
+        let s = &secrets[i % secrets.len()].1;
+        let leak = if i < secrets.len() {
+            format!(" (token {s})")
+        } else {
+            String::new()
+        };
+        sections.push(json!({"title": format!("Section {i}"), "items": [
+            {"text": format!("Requirement {i}: the service must stay available{leak}"), "tags": ["a", "b", [1, 2, [3]]]},
+            {"text": "Acceptance: p99 latency under 200ms", "scores": [0.1, 0.2, 0.3]}
+        ]}));
+        i += 1;
+    }
+    json!({"type": "vendor.acme.prd.create", "schemaVersion": 1, "envelopeId": "e2", "correlationId": "r:n:1:b",
+        "payload": {"reasoning": "plan first", "sections": sections}, "meta": {"source": "ai-generation", "ts": TS}})
+    .to_string()
+}
+
+fn invalid() -> String {
+    json!({"type": "clarification.request", "schemaVersion": 1, "correlationId": "r:n:2:c",
+        "payload": {"questions": []}, "meta": {"source": "ai-generation", "ts": "yesterday"}, "extra": true})
+    .to_string()
+}
+
+fn bench(c: &mut Criterion) {
+    let secrets: Vec<(String, String)> = (0..50)
+        .map(|i| (format!("key-{i}"), format!("sk-live-{i:04}-ABCDEFGHIJKL")))
+        .collect();
+    let redactor = Redactor::new(secrets.clone());
+    let host = HostPolicy::default();
+    let cases = [
+        ("small_clarification", small_clarification()),
+        ("vendor_16k_50_secrets", vendor_16k(&secrets)),
+        ("invalid", invalid()),
+    ];
+    let mut g = c.benchmark_group("pipeline");
+    g.throughput(Throughput::Elements(1));
+    for (name, text) in &cases {
+        g.bench_function(format!("{name}/floor_serde_parse_serialize"), |b| {
+            b.iter(|| {
+                let v: Value = serde_json::from_str(black_box(text)).unwrap();
+                black_box(serde_json::to_string(&v).unwrap())
+            })
+        });
+        g.bench_function(format!("{name}/full_pipeline"), |b| {
+            let ctx = Context::new(&host, &redactor, "node-1", TS);
+            b.iter(|| {
+                // A fresh store each time: measure first acceptance, not the replay cache.
+                let mut store = DedupStore::new();
+                let mut events = EventFactory::new("run-1", 0);
+                black_box(accept_text(black_box(text), &ctx, &mut store, &mut events))
+            })
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
