@@ -18,11 +18,11 @@ fuzz_target!(|data: &[u8]| {
     let mut events = EventFactory::new("run-fuzz", 0);
     for _ in 0..2 {
         let p = accept_bytes(data, &ctx, &mut store, &mut events);
-        let out = format!("{}{}", serde_json_string(&p.outcome), serde_json_string(&p.events));
+        let out = format!("{}{}", debug_text(&p.outcome), debug_text(&p.events));
         assert!(!out.contains(SECRET), "secret leaked");
     }
 });
 
-fn serde_json_string<T: std::fmt::Debug>(v: &T) -> String {
+fn debug_text<T: std::fmt::Debug>(v: &T) -> String {
     format!("{v:?}")
 }
