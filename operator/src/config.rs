@@ -1,0 +1,447 @@
+//! Operator configuration: a YAML/JSON file (`--config` / `OPENWOP_CONFIG`) with defaults for
+//! every field. Documented in `operator/README.md`.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use k8s_openapi::api::core::v1::ResourceRequirements;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// Why the configuration was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("config file {path} is not valid YAML/JSON for the operator config: {message}")]
+    Parse { path: String, message: String },
+    #[error("config field {field}: {message}")]
+    Invalid {
+        field: &'static str,
+        message: String,
+    },
+}
+
+/// Full operator configuration.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+pub struct OperatorConfig {
+    pub worker: WorkerConfig,
+    pub limits: Limits,
+    /// LLM providers configured on this host (advertised in `aiProviders.supported`).
+    pub providers: Vec<ProviderConfig>,
+    pub reliability: Reliability,
+    pub reasoning: Reasoning,
+    /// `envelopeStrictness`: `warn` or `strict`.
+    pub envelope_strictness: String,
+    /// Tier-1 posture for vendor envelope schemas: `strict`, `warn` or `off`.
+    pub tier_one_subset_compliance: String,
+    pub conformance: Conformance,
+    /// Extra node types (beyond the built-ins), with an optional config JSON Schema.
+    pub node_types: Vec<NodeTypeConfig>,
+    /// Fixture ids advertised in discovery (`fixtures`).
+    pub fixtures: Vec<String>,
+    pub runs: RunPolicy,
+    pub discovery: DiscoveryConfig,
+    pub leader_election: LeaderElectionConfig,
+    /// Address of the HTTP server (metrics, probes, discovery).
+    pub listen: String,
+}
+
+impl Default for OperatorConfig {
+    fn default() -> Self {
+        Self {
+            worker: WorkerConfig::default(),
+            limits: Limits::default(),
+            providers: Vec::new(),
+            reliability: Reliability::default(),
+            reasoning: Reasoning::default(),
+            envelope_strictness: "warn".into(),
+            tier_one_subset_compliance: "warn".into(),
+            conformance: Conformance::default(),
+            node_types: Vec::new(),
+            fixtures: Vec::new(),
+            runs: RunPolicy::default(),
+            discovery: DiscoveryConfig::default(),
+            leader_election: LeaderElectionConfig::default(),
+            listen: "0.0.0.0:8080".into(),
+        }
+    }
+}
+
+/// Worker pod settings.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+pub struct WorkerConfig {
+    pub image: String,
+    pub image_pull_policy: String,
+    /// Service account of worker pods; it needs no RBAC (the token is not mounted).
+    pub service_account_name: String,
+    pub resources: ResourceRequirements,
+    /// NATS URL the worker publishes run events to.
+    pub nats_url: String,
+    /// JetStream stream of run events.
+    pub events_stream: String,
+    /// Uid/gid the worker runs as (non-root).
+    pub run_as_user: i64,
+}
+
+impl Default for WorkerConfig {
+    fn default() -> Self {
+        let q = |s: &str| Quantity(s.into());
+        Self {
+            image: "ghcr.io/openwop/openwop-worker:latest".into(),
+            image_pull_policy: "IfNotPresent".into(),
+            service_account_name: "openwop-worker".into(),
+            resources: ResourceRequirements {
+                requests: Some(BTreeMap::from([
+                    ("cpu".into(), q("100m")),
+                    ("memory".into(), q("128Mi")),
+                ])),
+                limits: Some(BTreeMap::from([
+                    ("cpu".into(), q("1")),
+                    ("memory".into(), q("512Mi")),
+                ])),
+                ..Default::default()
+            },
+            nats_url: "nats://nats.openwop-system.svc:4222".into(),
+            events_stream: "OPENWOP_EVENTS".into(),
+            run_as_user: 65532,
+        }
+    }
+}
+
+/// Engine limits advertised in `limits`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+pub struct Limits {
+    pub clarification_rounds: u32,
+    pub schema_rounds: u32,
+    pub envelopes_per_turn: u32,
+    pub max_node_executions: Option<u32>,
+    pub max_run_duration_ms: Option<u64>,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            clarification_rounds: 3,
+            schema_rounds: 3,
+            envelopes_per_turn: 32,
+            max_node_executions: Some(1000),
+            max_run_duration_ms: None,
+        }
+    }
+}
+
+/// A configured LLM provider.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ProviderConfig {
+    /// Name used by Workflows (`spec.providers[].provider`).
+    pub name: String,
+    /// `openai`, `anthropic`, `gemini`, `openai-compatible` or `mock`.
+    pub vendor: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_url: Option<String>,
+}
+
+/// RFC 0032/0033 reliability settings.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+pub struct Reliability {
+    pub supported: bool,
+    /// 1..16.
+    pub max_retry_attempts: u32,
+    pub distinguishes_truncation: bool,
+    /// 1..8.
+    pub truncation_budget_multiplier: u32,
+}
+
+impl Default for Reliability {
+    fn default() -> Self {
+        Self {
+            supported: true,
+            max_retry_attempts: 3,
+            distinguishes_truncation: true,
+            truncation_budget_multiplier: 2,
+        }
+    }
+}
+
+/// RFC 0030 reasoning posture.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+pub struct Reasoning {
+    pub supported: bool,
+    /// `mandatory`, `advisory` or `off`.
+    pub prompt_directive: String,
+}
+
+impl Default for Reasoning {
+    fn default() -> Self {
+        Self {
+            supported: true,
+            prompt_directive: "advisory".into(),
+        }
+    }
+}
+
+/// RFC 0023 mock-agent opt-in.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+pub struct Conformance {
+    /// Namespaces whose workflows may use `core.conformance.mock-agent` whatever their id
+    /// (`*` = all). Empty = only `conformance-*` workflow ids may.
+    pub mock_agent_namespaces: Vec<String>,
+}
+
+impl Conformance {
+    /// Whether the host opted in for `namespace`.
+    pub fn mock_agent_allowed_in(&self, namespace: &str) -> bool {
+        self.mock_agent_namespaces
+            .iter()
+            .any(|n| n == "*" || n == namespace)
+    }
+}
+
+/// An extra node type.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct NodeTypeConfig {
+    pub type_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_schema: Option<Value>,
+}
+
+/// Run lifecycle policy.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+pub struct RunPolicy {
+    /// Runs holding a worker pod at once per namespace; others wait as `pending` (`Queued`).
+    pub max_concurrent_per_namespace: u32,
+    /// Worker pods that may die before finishing before the run fails (`worker_crashed`).
+    pub max_worker_retries: u32,
+    /// First retry delay; doubles per failed attempt up to `backoffMaxSeconds`.
+    pub backoff_base_seconds: u64,
+    pub backoff_max_seconds: u64,
+    /// Finished worker pods are deleted this long after the run ends.
+    pub pod_ttl_seconds_after_finished: u64,
+    /// When set, finished Runs themselves are deleted this long after they end.
+    pub run_ttl_seconds_after_finished: Option<u64>,
+}
+
+impl Default for RunPolicy {
+    fn default() -> Self {
+        Self {
+            max_concurrent_per_namespace: 10,
+            max_worker_retries: 3,
+            backoff_base_seconds: 10,
+            backoff_max_seconds: 300,
+            pod_ttl_seconds_after_finished: 300,
+            run_ttl_seconds_after_finished: None,
+        }
+    }
+}
+
+/// Where the capabilities document is kept.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+pub struct DiscoveryConfig {
+    pub namespace: String,
+    pub config_map: String,
+    /// `Cache-Control` of `/.well-known/openwop`.
+    pub cache_control: String,
+}
+
+impl Default for DiscoveryConfig {
+    fn default() -> Self {
+        Self {
+            namespace: "openwop-system".into(),
+            config_map: "openwop-discovery".into(),
+            cache_control: "public, max-age=60".into(),
+        }
+    }
+}
+
+/// Lease-based leader election.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+pub struct LeaderElectionConfig {
+    pub enabled: bool,
+    pub lease_name: String,
+    /// Defaults to `discovery.namespace` when empty.
+    pub lease_namespace: String,
+    pub lease_duration_seconds: u32,
+    pub renew_interval_seconds: u32,
+}
+
+impl Default for LeaderElectionConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            lease_name: "openwop-operator".into(),
+            lease_namespace: String::new(),
+            lease_duration_seconds: 15,
+            renew_interval_seconds: 5,
+        }
+    }
+}
+
+impl OperatorConfig {
+    /// Reads and validates a config file.
+    pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Self::from_yaml(&text).map_err(|e| match e {
+            ConfigError::Parse { message, .. } => ConfigError::Parse {
+                path: path.display().to_string(),
+                message,
+            },
+            other => other,
+        })
+    }
+
+    /// Parses and validates YAML (or JSON) text.
+    pub fn from_yaml(text: &str) -> Result<Self, ConfigError> {
+        let cfg: OperatorConfig = serde_yaml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: "<inline>".into(),
+            message: e.to_string(),
+        })?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// Checks ranges and enumerations.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |field, message: String| Err(ConfigError::Invalid { field, message });
+        if !matches!(self.envelope_strictness.as_str(), "warn" | "strict") {
+            return invalid("envelopeStrictness", "must be warn or strict".into());
+        }
+        if openwop_protocol::workflow_check::Tier1Posture::parse(&self.tier_one_subset_compliance)
+            .is_none()
+        {
+            return invalid(
+                "tierOneSubsetCompliance",
+                "must be strict, warn or off".into(),
+            );
+        }
+        if !matches!(
+            self.reasoning.prompt_directive.as_str(),
+            "mandatory" | "advisory" | "off"
+        ) {
+            return invalid(
+                "reasoning.promptDirective",
+                "must be mandatory, advisory or off".into(),
+            );
+        }
+        if !(1..=16).contains(&self.reliability.max_retry_attempts) {
+            return invalid("reliability.maxRetryAttempts", "must be 1..16".into());
+        }
+        if !(1..=8).contains(&self.reliability.truncation_budget_multiplier) {
+            return invalid(
+                "reliability.truncationBudgetMultiplier",
+                "must be 1..8".into(),
+            );
+        }
+        if self.runs.max_concurrent_per_namespace == 0 {
+            return invalid(
+                "runs.maxConcurrentPerNamespace",
+                "must be at least 1".into(),
+            );
+        }
+        if self.runs.backoff_base_seconds == 0
+            || self.runs.backoff_max_seconds < self.runs.backoff_base_seconds
+        {
+            return invalid(
+                "runs.backoffBaseSeconds",
+                "must be > 0 and not above runs.backoffMaxSeconds".into(),
+            );
+        }
+        if self.worker.run_as_user == 0 {
+            return invalid(
+                "worker.runAsUser",
+                "workers never run as root (uid 0)".into(),
+            );
+        }
+        for p in &self.providers {
+            if !matches!(
+                p.vendor.as_str(),
+                "openai" | "anthropic" | "gemini" | "openai-compatible" | "mock"
+            ) {
+                return invalid(
+                    "providers[].vendor",
+                    format!(
+                        "provider {:?}: vendor must be openai, anthropic, gemini, openai-compatible or mock",
+                        p.name
+                    ),
+                );
+            }
+        }
+        if self.leader_election.renew_interval_seconds == 0
+            || self.leader_election.renew_interval_seconds
+                >= self.leader_election.lease_duration_seconds
+        {
+            return invalid(
+                "leaderElection.renewIntervalSeconds",
+                "must be > 0 and below leaseDurationSeconds".into(),
+            );
+        }
+        Ok(())
+    }
+
+    /// Namespace of the leader Lease.
+    pub fn lease_namespace(&self) -> &str {
+        if self.leader_election.lease_namespace.is_empty() {
+            &self.discovery.namespace
+        } else {
+            &self.leader_election.lease_namespace
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid_and_empty_file_gives_defaults() {
+        let cfg = OperatorConfig::from_yaml("{}").unwrap();
+        assert_eq!(cfg, OperatorConfig::default());
+        assert_eq!(cfg.runs.max_concurrent_per_namespace, 10);
+        assert_eq!(cfg.lease_namespace(), "openwop-system");
+    }
+
+    #[test]
+    fn partial_file_overrides_only_given_fields() {
+        let cfg = OperatorConfig::from_yaml(
+            "runs:\n  maxConcurrentPerNamespace: 2\nconformance:\n  mockAgentNamespaces: [e2e]\n",
+        )
+        .unwrap();
+        assert_eq!(cfg.runs.max_concurrent_per_namespace, 2);
+        assert_eq!(cfg.runs.max_worker_retries, 3);
+        assert!(cfg.conformance.mock_agent_allowed_in("e2e"));
+        assert!(!cfg.conformance.mock_agent_allowed_in("default"));
+    }
+
+    #[test]
+    fn bad_values_name_the_field() {
+        let e = OperatorConfig::from_yaml("reliability:\n  maxRetryAttempts: 40\n").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "config field reliability.maxRetryAttempts: must be 1..16"
+        );
+        let e = OperatorConfig::from_yaml("tierOneSubsetCompliance: loose\n").unwrap_err();
+        assert!(e.to_string().contains("tierOneSubsetCompliance"));
+        let e = OperatorConfig::from_yaml("workr: {}\n").unwrap_err();
+        assert!(e.to_string().contains("unknown field `workr`"), "{e}");
+        let e = OperatorConfig::from_yaml("worker:\n  runAsUser: 0\n").unwrap_err();
+        assert!(e.to_string().contains("never run as root"));
+    }
+}

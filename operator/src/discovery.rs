@@ -1,0 +1,406 @@
+//! Discovery: the capabilities document computed from what is configured, stored in a
+//! ConfigMap, and served from that ConfigMap's content (`GET /.well-known/openwop`,
+//! `GET /schemas/envelopes/{kind}.schema.json`). An admin who edits the ConfigMap and sets
+//! the annotation `openwop.dev/managed: "false"` keeps their version: the operator stops
+//! writing it and serves it as is.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use openwop_protocol::schema;
+use openwop_protocol::tier1;
+use openwop_protocol::workflow_check::{NodeRegistry, Tier1Posture};
+use serde_json::{Map, Value, json};
+use sha2::{Digest, Sha256};
+
+use crate::config::OperatorConfig;
+
+/// ConfigMap key of the capabilities document.
+pub const CAPABILITIES_KEY: &str = "capabilities.json";
+/// Prefix of the ConfigMap keys holding envelope payload schemas (`envelope.<kind>.schema.json`).
+pub const SCHEMA_KEY_PREFIX: &str = "envelope.";
+pub const SCHEMA_KEY_SUFFIX: &str = ".schema.json";
+/// Annotation that stops the operator from overwriting an admin's ConfigMap.
+pub const MANAGED_ANNOTATION: &str = "openwop.dev/managed";
+/// `Cache-Control` of envelope schemas (ai-envelope.md §Canonical schema location).
+pub const SCHEMA_CACHE_CONTROL: &str = "public, max-age=300";
+
+/// Kinds the host advertises: the four universal kinds (the worker handles them all).
+pub fn advertised_kinds() -> Vec<String> {
+    schema::UNIVERSAL_KINDS
+        .iter()
+        .map(|k| (*k).to_owned())
+        .collect()
+}
+
+/// The Tier-1 posture to advertise: `strict` only when configured so and every served schema
+/// passes the strict walk; otherwise `warn` (or `off` when configured off).
+pub fn advertised_tier1(cfg: &OperatorConfig) -> &'static str {
+    match Tier1Posture::parse(&cfg.tier_one_subset_compliance) {
+        Some(Tier1Posture::Off) => "off",
+        Some(Tier1Posture::Strict) => {
+            let all_pass = advertised_kinds().iter().all(|k| {
+                schema::kind_payload_schema(k).is_some_and(|s| tier1::check(s).is_empty())
+            });
+            if all_pass { "strict" } else { "warn" }
+        }
+        _ => "warn",
+    }
+}
+
+/// The capabilities document for this configuration and node registry.
+pub fn capabilities(cfg: &OperatorConfig, registry: &NodeRegistry) -> Value {
+    let kinds = advertised_kinds();
+    let schema_versions: Map<String, Value> = kinds
+        .iter()
+        .map(|k| {
+            (
+                k.clone(),
+                json!(schema::kind_schema_version(k).unwrap_or(1)),
+            )
+        })
+        .collect();
+    let mut limits = json!({
+        "clarificationRounds": cfg.limits.clarification_rounds,
+        "schemaRounds": cfg.limits.schema_rounds,
+        "envelopesPerTurn": cfg.limits.envelopes_per_turn,
+    });
+    if let Some(n) = cfg.limits.max_node_executions {
+        limits["maxNodeExecutions"] = json!(n);
+    }
+    if let Some(ms) = cfg.limits.max_run_duration_ms {
+        limits["maxRunDurationMs"] = json!(ms);
+    }
+    let mock_agent = registry
+        .get(openwop_protocol::workflow_check::MOCK_AGENT_TYPE_ID)
+        .is_some();
+    let providers: Vec<&str> = cfg.providers.iter().map(|p| p.name.as_str()).collect();
+    let mut reliability = json!({
+        "supported": cfg.reliability.supported,
+        "maxRetryAttempts": cfg.reliability.max_retry_attempts,
+        "completion": {
+            "distinguishesTruncation": cfg.reliability.distinguishes_truncation,
+            "truncationBudgetMultiplier": cfg.reliability.truncation_budget_multiplier,
+        },
+    });
+    if cfg.reliability.supported {
+        reliability["events"] = json!([
+            "envelope.retry.attempted",
+            "envelope.retry.exhausted",
+            "envelope.refusal",
+            "envelope.truncated",
+            "envelope.recovery.applied"
+        ]);
+    }
+    let families = json!({
+        "envelopeStrictness": cfg.envelope_strictness,
+        "envelopeContracts": {"advertised": true},
+        "envelopes": {
+            "reasoning": {
+                "supported": cfg.reasoning.supported,
+                "promptDirective": cfg.reasoning.prompt_directive,
+            },
+            "tierOneSubsetCompliance": advertised_tier1(cfg),
+            "reliability": reliability,
+        },
+        "conformance": {"mockAgent": mock_agent && !cfg.conformance.mock_agent_namespaces.is_empty()},
+        "agents": {"supported": mock_agent, "reasoning": {"verbosity": "summary", "streaming": false}},
+        "secrets": {"supported": true, "scopes": ["namespace"]},
+        "aiProviders": {"supported": providers},
+        "fixtures": cfg.fixtures,
+        "nodeTypes": registry.type_ids().collect::<Vec<_>>(),
+    });
+    let mut doc = json!({
+        "protocolVersion": "1.1.x",
+        "supportedEnvelopes": kinds,
+        "schemaVersions": schema_versions,
+        "limits": limits,
+        "supportedTransports": ["nats"],
+        "implementation": {"name": "openwop-operator", "version": env!("CARGO_PKG_VERSION")},
+    });
+    if let (Some(root), Some(fam)) = (doc.as_object_mut(), families.as_object()) {
+        for (k, v) in fam {
+            root.insert(k.clone(), v.clone());
+        }
+        root.insert("capabilities".into(), families.clone());
+    }
+    doc
+}
+
+/// The discovery ConfigMap: the capabilities document and every advertised kind's schema.
+pub fn discovery_configmap(cfg: &OperatorConfig, doc: &Value) -> ConfigMap {
+    let mut data = BTreeMap::new();
+    data.insert(
+        CAPABILITIES_KEY.to_string(),
+        serde_json::to_string_pretty(doc).unwrap_or_else(|_| doc.to_string()),
+    );
+    for kind in advertised_kinds() {
+        if let Some(s) = schema::kind_payload_schema(&kind) {
+            data.insert(
+                format!("{SCHEMA_KEY_PREFIX}{kind}{SCHEMA_KEY_SUFFIX}"),
+                s.to_string(),
+            );
+        }
+    }
+    ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(cfg.discovery.config_map.clone()),
+            namespace: Some(cfg.discovery.namespace.clone()),
+            labels: Some(BTreeMap::from([
+                (
+                    "app.kubernetes.io/managed-by".to_string(),
+                    "openwop-operator".to_string(),
+                ),
+                (
+                    "app.kubernetes.io/component".to_string(),
+                    "discovery".to_string(),
+                ),
+            ])),
+            ..Default::default()
+        },
+        data: Some(data),
+        ..Default::default()
+    }
+}
+
+/// True when an admin took the ConfigMap over.
+pub fn is_admin_owned(cm: &ConfigMap) -> bool {
+    cm.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(MANAGED_ANNOTATION))
+        .is_some_and(|v| v == "false")
+}
+
+/// One servable document with its strong ETag.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Served {
+    pub body: String,
+    pub etag: String,
+}
+
+impl Served {
+    pub fn new(body: String) -> Self {
+        let digest = hex::encode(Sha256::digest(body.as_bytes()));
+        Self {
+            etag: format!("\"{}\"", &digest[..32]),
+            body,
+        }
+    }
+}
+
+/// What the HTTP endpoint serves, loaded from the ConfigMap.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct DiscoveryContent {
+    pub capabilities: Option<Served>,
+    pub schemas: BTreeMap<String, Served>,
+}
+
+impl DiscoveryContent {
+    /// Content of a discovery ConfigMap, verbatim.
+    pub fn from_configmap(cm: &ConfigMap) -> Self {
+        let mut out = DiscoveryContent::default();
+        for (k, v) in cm.data.iter().flatten() {
+            if k == CAPABILITIES_KEY {
+                out.capabilities = Some(Served::new(v.clone()));
+            } else if let Some(kind) = k
+                .strip_prefix(SCHEMA_KEY_PREFIX)
+                .and_then(|r| r.strip_suffix(SCHEMA_KEY_SUFFIX))
+            {
+                out.schemas.insert(kind.to_owned(), Served::new(v.clone()));
+            }
+        }
+        out
+    }
+}
+
+/// Shared, swappable discovery content plus the capabilities `Cache-Control`.
+#[derive(Clone)]
+pub struct DiscoveryState {
+    pub content: Arc<RwLock<DiscoveryContent>>,
+    pub cache_control: String,
+}
+
+impl DiscoveryState {
+    pub fn new(cache_control: &str) -> Self {
+        Self {
+            content: Arc::default(),
+            cache_control: cache_control.to_owned(),
+        }
+    }
+
+    pub fn set(&self, content: DiscoveryContent) {
+        if let Ok(mut c) = self.content.write() {
+            *c = content;
+        }
+    }
+
+    fn get(&self) -> DiscoveryContent {
+        self.content.read().map(|c| c.clone()).unwrap_or_default()
+    }
+}
+
+fn json_error(status: StatusCode, code: &str, message: &str) -> Response {
+    let body = json!({"error": code, "message": message}).to_string();
+    (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+fn conditional(headers: &HeaderMap, served: &Served, content_type: &str, cache: &str) -> Response {
+    let not_modified = headers
+        .get_all(header::IF_NONE_MATCH)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|t| {
+            let t = t.trim();
+            t == "*" || t == served.etag || t.strip_prefix("W/") == Some(served.etag.as_str())
+        });
+    let mut resp = if not_modified {
+        StatusCode::NOT_MODIFIED.into_response()
+    } else {
+        (StatusCode::OK, served.body.clone()).into_response()
+    };
+    let h = resp.headers_mut();
+    if !not_modified {
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_str(content_type)
+                .unwrap_or(HeaderValue::from_static("application/json")),
+        );
+    }
+    if let Ok(v) = HeaderValue::from_str(cache) {
+        h.insert(header::CACHE_CONTROL, v);
+    }
+    if let Ok(v) = HeaderValue::from_str(&served.etag) {
+        h.insert(header::ETAG, v);
+    }
+    resp
+}
+
+/// `GET /.well-known/openwop`.
+pub async fn well_known(State(state): State<DiscoveryState>, headers: HeaderMap) -> Response {
+    match state.get().capabilities {
+        Some(served) => conditional(&headers, &served, "application/json", &state.cache_control),
+        None => json_error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "discovery_unavailable",
+            "the capabilities document has not been loaded yet; retry shortly",
+        ),
+    }
+}
+
+/// `GET /schemas/envelopes/{kind}.schema.json`.
+pub async fn envelope_schema(
+    State(state): State<DiscoveryState>,
+    Path(file): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    let Some(kind) = file.strip_suffix(SCHEMA_KEY_SUFFIX) else {
+        return json_error(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            "expected /schemas/envelopes/{kind}.schema.json",
+        );
+    };
+    match state.get().schemas.get(kind) {
+        Some(served) => conditional(
+            &headers,
+            served,
+            "application/schema+json",
+            SCHEMA_CACHE_CONTROL,
+        ),
+        None => json_error(
+            StatusCode::NOT_FOUND,
+            "unknown_envelope_kind",
+            "this host does not advertise that envelope kind; see supportedEnvelopes at /.well-known/openwop",
+        ),
+    }
+}
+
+/// The discovery routes.
+pub fn router(state: DiscoveryState) -> axum::Router {
+    axum::Router::new()
+        .route("/.well-known/openwop", axum::routing::get(well_known))
+        .route(
+            "/schemas/envelopes/{file}",
+            axum::routing::get(envelope_schema),
+        )
+        .with_state(state)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn document_is_valid_and_truthful() {
+        let mut cfg = OperatorConfig::default();
+        cfg.providers.push(crate::config::ProviderConfig {
+            name: "openai".into(),
+            vendor: "openai".into(),
+            base_url: None,
+        });
+        cfg.limits.schema_rounds = 5;
+        let doc = capabilities(&cfg, &NodeRegistry::builtin());
+        schema::validate(schema::Document::Capabilities, &doc)
+            .expect("valid capabilities document");
+        assert_eq!(doc["limits"]["schemaRounds"], 5);
+        assert_eq!(doc["aiProviders"]["supported"], json!(["openai"]));
+        assert_eq!(doc["capabilities"]["aiProviders"], doc["aiProviders"]);
+        assert_eq!(doc["conformance"]["mockAgent"], false);
+        let events = doc["envelopes"]["reliability"]["events"]
+            .as_array()
+            .unwrap();
+        assert!(
+            events.contains(&json!("envelope.retry.exhausted"))
+                && events.contains(&json!("envelope.refusal"))
+        );
+        for k in schema::UNIVERSAL_KINDS {
+            assert!(
+                doc["supportedEnvelopes"]
+                    .as_array()
+                    .unwrap()
+                    .contains(&json!(k))
+            );
+        }
+        cfg.conformance.mock_agent_namespaces.push("e2e".into());
+        assert_eq!(
+            capabilities(&cfg, &NodeRegistry::builtin())["conformance"]["mockAgent"],
+            true
+        );
+    }
+
+    #[test]
+    fn tier1_strict_is_claimed_only_when_every_schema_passes() {
+        let mut cfg = OperatorConfig::default();
+        assert_eq!(advertised_tier1(&cfg), "warn");
+        cfg.tier_one_subset_compliance = "off".into();
+        assert_eq!(advertised_tier1(&cfg), "off");
+        cfg.tier_one_subset_compliance = "strict".into();
+        let all_pass = advertised_kinds()
+            .iter()
+            .all(|k| tier1::check(schema::kind_payload_schema(k).unwrap()).is_empty());
+        assert_eq!(
+            advertised_tier1(&cfg),
+            if all_pass { "strict" } else { "warn" }
+        );
+    }
+
+    #[test]
+    fn configmap_round_trips_to_served_content() {
+        let cfg = OperatorConfig::default();
+        let doc = capabilities(&cfg, &NodeRegistry::builtin());
+        let cm = discovery_configmap(&cfg, &doc);
+        let content = DiscoveryContent::from_configmap(&cm);
+        let served: Value = serde_json::from_str(&content.capabilities.unwrap().body).unwrap();
+        assert_eq!(served, doc);
+        assert_eq!(content.schemas.len(), 4);
+        assert!(content.schemas.contains_key("clarification.request"));
+        assert!(!is_admin_owned(&cm));
+    }
+}

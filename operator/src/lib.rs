@@ -1,0 +1,9 @@
+//! openwop-operator: Workflow and Run controllers, the discovery endpoint, metrics and leader
+//! election. The binary (`main.rs`) wires these to a cluster.
+
+pub mod config;
+pub mod discovery;
+pub mod metrics;
+pub mod pod;
+pub mod projection;
+pub mod snapshot;

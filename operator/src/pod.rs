@@ -1,0 +1,425 @@
+//! The worker Pod of a Run: a pure function of the Run, its workflow's Kubernetes-side settings
+//! and the operator config.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    Capabilities, ConfigMapVolumeSource, Container, EmptyDirVolumeSource, EnvVar, EnvVarSource,
+    KeyToPath, Pod, PodSecurityContext, PodSpec, SeccompProfile, SecretKeySelector,
+    SecretVolumeSource, SecurityContext, Volume, VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kube::{Resource, ResourceExt};
+use openwop_crds::{CredentialMount, ProviderCredential, Run, WorkerOverrides};
+use sha2::{Digest, Sha256};
+
+use crate::config::OperatorConfig;
+
+/// Label with the Run name (hashed when longer than a label value may be).
+pub const LABEL_RUN: &str = "openwop.dev/run";
+/// Label with the worker attempt number.
+pub const LABEL_ATTEMPT: &str = "openwop.dev/attempt";
+pub const LABEL_COMPONENT: &str = "app.kubernetes.io/component";
+pub const LABEL_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+pub const MANAGER: &str = "openwop-operator";
+/// Where the snapshot ConfigMap is mounted.
+pub const SNAPSHOT_DIR: &str = "/var/run/openwop/snapshot";
+/// Where file-mounted provider credentials live (`<dir>/<provider>/<key>`).
+pub const PROVIDERS_DIR: &str = "/var/run/openwop/providers";
+/// Exit code of a worker whose run is suspended waiting for input or approval.
+pub const EXIT_SUSPENDED: i32 = 3;
+
+/// The Kubernetes-side inputs of a worker pod taken from the Workflow.
+#[derive(Debug, Clone, Default)]
+pub struct WorkerInputs<'a> {
+    pub providers: &'a [ProviderCredential],
+    pub overrides: Option<&'a WorkerOverrides>,
+}
+
+/// A label value (≤ 63 characters) identifying `name`.
+pub fn label_value(name: &str) -> String {
+    if name.len() <= 63 {
+        return name.to_owned();
+    }
+    let digest = hex::encode(Sha256::digest(name.as_bytes()));
+    let head: String = name.chars().take(52).collect();
+    let head = head.trim_end_matches(['-', '.']);
+    format!("{head}-{}", &digest[..10])
+}
+
+/// Name of attempt `attempt` of the worker pod of `run` (≤ 63 characters).
+pub fn pod_name(run: &str, attempt: u32) -> String {
+    let suffix = format!("-w{attempt}");
+    if run.len() + suffix.len() <= 63 {
+        return format!("{run}{suffix}");
+    }
+    let digest = hex::encode(Sha256::digest(run.as_bytes()));
+    let room = 63 - suffix.len() - 9;
+    let head: String = run.chars().take(room).collect();
+    let head = head.trim_end_matches(['-', '.']);
+    format!("{head}-{}{suffix}", &digest[..8])
+}
+
+/// Name of the snapshot ConfigMap of `run`.
+pub fn snapshot_name(run: &str) -> String {
+    format!("{run}-snapshot")
+}
+
+/// NATS subject of a run's events.
+pub fn events_subject(namespace: &str, run: &str) -> String {
+    format!("openwop.events.{namespace}.{run}")
+}
+
+/// Owner reference making `run` the controller of a child object.
+pub fn owner_ref(run: &Run) -> OwnerReference {
+    OwnerReference {
+        api_version: Run::api_version(&()).into_owned(),
+        kind: Run::kind(&()).into_owned(),
+        name: run.name_any(),
+        uid: run.uid().unwrap_or_default(),
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    }
+}
+
+/// Labels shared by every object created for `run`.
+pub fn run_labels(run: &Run) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (LABEL_RUN.into(), label_value(&run.name_any())),
+        (LABEL_COMPONENT.into(), "worker".into()),
+        (LABEL_MANAGED_BY.into(), MANAGER.into()),
+        ("app.kubernetes.io/name".into(), "openwop".into()),
+    ])
+}
+
+/// Builds attempt `attempt` (1-based) of the worker pod of `run`.
+pub fn worker_pod(run: &Run, inputs: &WorkerInputs<'_>, cfg: &OperatorConfig, attempt: u32) -> Pod {
+    let name = run.name_any();
+    let namespace = run.namespace().unwrap_or_default();
+    let mut labels = run_labels(run);
+    labels.insert(LABEL_ATTEMPT.into(), attempt.to_string());
+
+    let env_pair = |k: &str, v: String| EnvVar {
+        name: k.into(),
+        value: Some(v),
+        ..Default::default()
+    };
+    let mut env = vec![
+        env_pair("OPENWOP_RUN_NAMESPACE", namespace.clone()),
+        env_pair("OPENWOP_RUN_NAME", name.clone()),
+        env_pair("OPENWOP_RUN_ID", run.uid().unwrap_or_default()),
+        env_pair("OPENWOP_ATTEMPT", attempt.to_string()),
+        env_pair("OPENWOP_SNAPSHOT", format!("{SNAPSHOT_DIR}/snapshot.json")),
+        env_pair("OPENWOP_NATS_URL", cfg.worker.nats_url.clone()),
+        env_pair("OPENWOP_EVENTS_STREAM", cfg.worker.events_stream.clone()),
+        env_pair("OPENWOP_EVENTS_SUBJECT", events_subject(&namespace, &name)),
+        env_pair("OPENWOP_PROVIDERS_DIR", PROVIDERS_DIR.into()),
+    ];
+    let mut volumes = vec![
+        Volume {
+            name: "snapshot".into(),
+            config_map: Some(ConfigMapVolumeSource {
+                name: snapshot_name(&name),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        Volume {
+            name: "tmp".into(),
+            empty_dir: Some(EmptyDirVolumeSource {
+                size_limit: Some(Quantity("64Mi".into())),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+    ];
+    let mut mounts = vec![
+        VolumeMount {
+            name: "snapshot".into(),
+            mount_path: SNAPSHOT_DIR.into(),
+            read_only: Some(true),
+            ..Default::default()
+        },
+        VolumeMount {
+            name: "tmp".into(),
+            mount_path: "/tmp".into(),
+            ..Default::default()
+        },
+    ];
+    for (i, p) in inputs.providers.iter().enumerate() {
+        match p.mount_as {
+            CredentialMount::Env => env.push(EnvVar {
+                name: p.env_name.clone().unwrap_or_default(),
+                value_from: Some(EnvVarSource {
+                    secret_key_ref: Some(SecretKeySelector {
+                        name: p.secret_ref.name.clone(),
+                        key: p.secret_ref.key.clone(),
+                        optional: Some(false),
+                    }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            CredentialMount::File => {
+                let vol = format!("provider-{i}");
+                volumes.push(Volume {
+                    name: vol.clone(),
+                    secret: Some(SecretVolumeSource {
+                        secret_name: Some(p.secret_ref.name.clone()),
+                        items: Some(vec![KeyToPath {
+                            key: p.secret_ref.key.clone(),
+                            path: p.secret_ref.key.clone(),
+                            mode: Some(0o400),
+                        }]),
+                        default_mode: Some(0o400),
+                        optional: Some(false),
+                    }),
+                    ..Default::default()
+                });
+                mounts.push(VolumeMount {
+                    name: vol,
+                    mount_path: format!("{PROVIDERS_DIR}/{}", p.provider),
+                    read_only: Some(true),
+                    ..Default::default()
+                });
+            }
+        }
+    }
+
+    let overrides = inputs.overrides;
+    let resources = overrides
+        .and_then(|o| o.resources.clone())
+        .unwrap_or_else(|| cfg.worker.resources.clone());
+    let service_account = overrides
+        .and_then(|o| o.service_account_name.clone())
+        .unwrap_or_else(|| cfg.worker.service_account_name.clone());
+
+    let container = Container {
+        name: "worker".into(),
+        image: Some(cfg.worker.image.clone()),
+        image_pull_policy: Some(cfg.worker.image_pull_policy.clone()),
+        env: Some(env),
+        volume_mounts: Some(mounts),
+        resources: Some(resources),
+        termination_message_policy: Some("File".into()),
+        security_context: Some(SecurityContext {
+            allow_privilege_escalation: Some(false),
+            privileged: Some(false),
+            read_only_root_filesystem: Some(true),
+            run_as_non_root: Some(true),
+            capabilities: Some(Capabilities {
+                drop: Some(vec!["ALL".into()]),
+                add: None,
+            }),
+            seccomp_profile: Some(SeccompProfile {
+                type_: "RuntimeDefault".into(),
+                localhost_profile: None,
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(pod_name(&name, attempt)),
+            namespace: Some(namespace),
+            labels: Some(labels),
+            owner_references: Some(vec![owner_ref(run)]),
+            ..Default::default()
+        },
+        spec: Some(PodSpec {
+            containers: vec![container],
+            restart_policy: Some("Never".into()),
+            service_account_name: Some(service_account),
+            // The worker talks to NATS only; it needs no Kubernetes API token.
+            automount_service_account_token: Some(false),
+            enable_service_links: Some(false),
+            active_deadline_seconds: run.spec.timeout_seconds,
+            node_selector: overrides.and_then(|o| o.node_selector.clone()),
+            tolerations: overrides.and_then(|o| o.tolerations.clone()),
+            security_context: Some(PodSecurityContext {
+                run_as_non_root: Some(true),
+                run_as_user: Some(cfg.worker.run_as_user),
+                run_as_group: Some(cfg.worker.run_as_user),
+                fs_group: Some(cfg.worker.run_as_user),
+                seccomp_profile: Some(SeccompProfile {
+                    type_: "RuntimeDefault".into(),
+                    localhost_profile: None,
+                }),
+                ..Default::default()
+            }),
+            volumes: Some(volumes),
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use openwop_crds::{RunSpec, SecretKeyRef, WorkflowRef};
+    use serde_json::json;
+
+    fn run() -> Run {
+        let mut r = Run::new(
+            "triage-1",
+            RunSpec {
+                workflow_ref: WorkflowRef {
+                    name: Some("triage".into()),
+                    id: None,
+                },
+                inputs: None,
+                configurable: None,
+                timeout_seconds: Some(600),
+                answers: vec![],
+                cancel: None,
+            },
+        );
+        r.metadata.namespace = Some("team-a".into());
+        r.metadata.uid = Some("uid-123".into());
+        r
+    }
+
+    #[test]
+    fn security_context_is_restricted() {
+        let pod = worker_pod(
+            &run(),
+            &WorkerInputs::default(),
+            &OperatorConfig::default(),
+            1,
+        );
+        let spec = pod.spec.unwrap();
+        let v = serde_json::to_value(&spec).unwrap();
+        assert_eq!(
+            v["securityContext"],
+            json!({"runAsNonRoot": true, "runAsUser": 65532, "runAsGroup": 65532,
+                   "fsGroup": 65532, "seccompProfile": {"type": "RuntimeDefault"}})
+        );
+        assert_eq!(
+            v["containers"][0]["securityContext"],
+            json!({"allowPrivilegeEscalation": false, "privileged": false,
+                   "readOnlyRootFilesystem": true, "runAsNonRoot": true,
+                   "capabilities": {"drop": ["ALL"]},
+                   "seccompProfile": {"type": "RuntimeDefault"}})
+        );
+        assert_eq!(v["automountServiceAccountToken"], json!(false));
+        assert_eq!(v["serviceAccountName"], json!("openwop-worker"));
+        assert_eq!(v["restartPolicy"], json!("Never"));
+        assert_eq!(v["activeDeadlineSeconds"], json!(600));
+        assert_eq!(
+            v["containers"][0]["resources"]["limits"]["memory"],
+            json!("512Mi")
+        );
+    }
+
+    #[test]
+    fn pod_is_owned_by_run_and_labelled() {
+        let pod = worker_pod(
+            &run(),
+            &WorkerInputs::default(),
+            &OperatorConfig::default(),
+            2,
+        );
+        assert_eq!(pod.metadata.name.as_deref(), Some("triage-1-w2"));
+        let owner = &pod.metadata.owner_references.as_ref().unwrap()[0];
+        assert_eq!(
+            (owner.kind.as_str(), owner.uid.as_str()),
+            ("Run", "uid-123")
+        );
+        assert_eq!(owner.controller, Some(true));
+        let labels = pod.metadata.labels.unwrap();
+        assert_eq!(labels[LABEL_RUN], "triage-1");
+        assert_eq!(labels[LABEL_ATTEMPT], "2");
+        let env = serde_json::to_value(&pod.spec.unwrap().containers[0].env).unwrap();
+        assert!(env.as_array().unwrap().contains(
+            &json!({"name": "OPENWOP_EVENTS_SUBJECT", "value": "openwop.events.team-a.triage-1"})
+        ));
+    }
+
+    #[test]
+    fn provider_keys_come_from_secrets_never_inline() {
+        let providers = vec![
+            ProviderCredential {
+                provider: "openai".into(),
+                secret_ref: SecretKeyRef {
+                    name: "llm".into(),
+                    key: "openai".into(),
+                },
+                mount_as: CredentialMount::File,
+                env_name: None,
+            },
+            ProviderCredential {
+                provider: "anthropic".into(),
+                secret_ref: SecretKeyRef {
+                    name: "llm".into(),
+                    key: "anthropic".into(),
+                },
+                mount_as: CredentialMount::Env,
+                env_name: Some("ANTHROPIC_API_KEY".into()),
+            },
+        ];
+        let inputs = WorkerInputs {
+            providers: &providers,
+            overrides: None,
+        };
+        let pod = worker_pod(&run(), &inputs, &OperatorConfig::default(), 1);
+        let v = serde_json::to_value(pod.spec.unwrap()).unwrap();
+        let env = v["containers"][0]["env"].as_array().unwrap();
+        let key = env
+            .iter()
+            .find(|e| e["name"] == "ANTHROPIC_API_KEY")
+            .unwrap();
+        assert_eq!(
+            key["valueFrom"]["secretKeyRef"],
+            json!({"name": "llm", "key": "anthropic", "optional": false})
+        );
+        assert!(key.get("value").is_none());
+        let mounts = v["containers"][0]["volumeMounts"].as_array().unwrap();
+        assert!(mounts.iter().any(
+            |m| m["mountPath"] == "/var/run/openwop/providers/openai" && m["readOnly"] == true
+        ));
+        let vol = v["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["name"] == "provider-0")
+            .unwrap();
+        assert_eq!(vol["secret"]["secretName"], "llm");
+        assert_eq!(vol["secret"]["defaultMode"], 0o400);
+    }
+
+    #[test]
+    fn overrides_replace_resources_and_service_account() {
+        let o = WorkerOverrides {
+            service_account_name: Some("custom".into()),
+            node_selector: Some(BTreeMap::from([("pool".into(), "ai".into())])),
+            ..Default::default()
+        };
+        let inputs = WorkerInputs {
+            providers: &[],
+            overrides: Some(&o),
+        };
+        let spec = worker_pod(&run(), &inputs, &OperatorConfig::default(), 1)
+            .spec
+            .unwrap();
+        assert_eq!(spec.service_account_name.as_deref(), Some("custom"));
+        assert_eq!(spec.node_selector.unwrap()["pool"], "ai");
+    }
+
+    #[test]
+    fn long_names_are_shortened_deterministically() {
+        let long = "r".repeat(100);
+        let p1 = pod_name(&long, 12);
+        assert!(p1.len() <= 63 && p1.ends_with("-w12"), "{p1}");
+        assert_eq!(p1, pod_name(&long, 12));
+        assert_ne!(
+            pod_name(&format!("{long}a"), 1),
+            pod_name(&format!("{long}b"), 1)
+        );
+        assert!(label_value(&long).len() <= 63);
+        assert_eq!(label_value("short"), "short");
+    }
+}
