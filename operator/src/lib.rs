@@ -2,7 +2,9 @@
 //! election. The binary (`main.rs`) wires these to a cluster.
 
 pub mod config;
+pub mod controller;
 pub mod discovery;
+pub mod leader;
 pub mod metrics;
 pub mod pod;
 pub mod projection;

@@ -1,3 +1,322 @@
-fn main() {
-    println!("openwop-operator {}", env!("CARGO_PKG_VERSION"));
+//! openwop-operator binary: config, HTTP (metrics, probes, discovery), leader election and the
+//! Workflow and Run controllers.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use clap::Parser;
+use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::Controller;
+use kube::runtime::events::Reporter;
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Client, ResourceExt};
+use openwop_crds::{Run, RunPhase, Workflow};
+use openwop_operator::config::OperatorConfig;
+use openwop_operator::controller::{Context, error_policy, reconcile_run, reconcile_workflow};
+use openwop_operator::discovery::{self, DiscoveryContent, DiscoveryState};
+use openwop_operator::leader::{Elector, Round};
+use openwop_operator::metrics::Metrics;
+use openwop_operator::pod::{LABEL_MANAGED_BY, MANAGER};
+use openwop_protocol::workflow_check::NodeRegistry;
+
+#[derive(Parser, Debug)]
+#[command(version, about = "Kubernetes operator for OpenWOP workflows")]
+struct Args {
+    /// Operator config file (YAML or JSON); defaults apply to every missing field.
+    #[arg(long, env = "OPENWOP_CONFIG")]
+    config: Option<PathBuf>,
+    /// Identity in the leader Lease (defaults to the pod name).
+    #[arg(long, env = "POD_NAME")]
+    identity: Option<String>,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .json()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info,kube=warn".into()),
+        )
+        .init();
+    let args = Args::parse();
+    let cfg = match &args.config {
+        Some(p) => OperatorConfig::from_file(p)?,
+        None => OperatorConfig::default(),
+    };
+    let cfg = Arc::new(cfg);
+    let mut registry = NodeRegistry::builtin();
+    for t in &cfg.node_types {
+        match &t.config_schema {
+            Some(s) => registry
+                .register_with_schema(&t.type_id, s)
+                .with_context(|| format!("config nodeTypes: schema of {}", t.type_id))?,
+            None => registry.register(openwop_protocol::workflow_check::NodeType {
+                type_id: t.type_id.clone(),
+                config: openwop_protocol::workflow_check::ConfigRule::AnyObject,
+            }),
+        }
+    }
+    let registry = Arc::new(registry);
+    let client = Client::try_default()
+        .await
+        .context("connecting to the Kubernetes API")?;
+    let identity = args
+        .identity
+        .unwrap_or_else(|| format!("openwop-operator-{}", std::process::id()));
+    let metrics = Metrics::default();
+    let discovery_state = DiscoveryState::new(&cfg.discovery.cache_control);
+    let ready = Arc::new(AtomicBool::new(false));
+
+    let http = serve_http(
+        cfg.listen.clone(),
+        metrics.clone(),
+        discovery_state.clone(),
+        ready.clone(),
+    );
+    let watch_discovery =
+        watch_discovery_configmap(client.clone(), cfg.clone(), discovery_state, ready.clone());
+    let ctx = Arc::new(Context {
+        client: client.clone(),
+        config: cfg.clone(),
+        registry: registry.clone(),
+        metrics: metrics.clone(),
+        reporter: Reporter {
+            controller: MANAGER.into(),
+            instance: Some(identity.clone()),
+        },
+        now: k8s_openapi::jiff::Timestamp::now,
+    });
+    let lead = lead_then_run(client, cfg, registry, identity, ctx);
+    tokio::select! {
+        r = http => r.context("HTTP server")?,
+        r = watch_discovery => r.context("discovery ConfigMap watch")?,
+        r = lead => r?,
+    }
+    Ok(())
+}
+
+async fn serve_http(
+    listen: String,
+    metrics: Metrics,
+    discovery_state: DiscoveryState,
+    ready: Arc<AtomicBool>,
+) -> anyhow::Result<()> {
+    let app = discovery::router(discovery_state)
+        .route(
+            "/metrics",
+            axum::routing::get(move || {
+                let m = metrics.clone();
+                async move {
+                    match m.encode() {
+                        Ok(text) => (
+                            [(
+                                header::CONTENT_TYPE,
+                                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                            )],
+                            text,
+                        )
+                            .into_response(),
+                        Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+                    }
+                }
+            }),
+        )
+        .route("/healthz", axum::routing::get(|| async { "ok" }))
+        .route(
+            "/readyz",
+            axum::routing::get(move || {
+                let r = ready.load(Ordering::Relaxed);
+                async move {
+                    if r {
+                        (StatusCode::OK, "ready")
+                    } else {
+                        (StatusCode::SERVICE_UNAVAILABLE, "discovery not loaded")
+                    }
+                }
+            }),
+        );
+    let listener = tokio::net::TcpListener::bind(&listen)
+        .await
+        .with_context(|| format!("binding {listen}"))?;
+    tracing::info!(%listen, "HTTP server listening");
+    axum::serve(listener, app).await?;
+    Ok(())
+}
+
+/// Every replica serves discovery from the ConfigMap's current content.
+async fn watch_discovery_configmap(
+    client: Client,
+    cfg: Arc<OperatorConfig>,
+    state: DiscoveryState,
+    ready: Arc<AtomicBool>,
+) -> anyhow::Result<()> {
+    let api: Api<ConfigMap> = Api::namespaced(client, &cfg.discovery.namespace);
+    let wc =
+        watcher::Config::default().fields(&format!("metadata.name={}", cfg.discovery.config_map));
+    let mut stream = watcher::watcher(api, wc).boxed();
+    while let Some(ev) = stream.next().await {
+        match ev {
+            Ok(watcher::Event::Apply(cm) | watcher::Event::InitApply(cm)) => {
+                state.set(DiscoveryContent::from_configmap(&cm));
+                ready.store(true, Ordering::Relaxed);
+            }
+            Ok(watcher::Event::Delete(_)) => {
+                state.set(DiscoveryContent::default());
+                ready.store(false, Ordering::Relaxed);
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "discovery ConfigMap watch error"),
+        }
+    }
+    Ok(())
+}
+
+/// Writes the computed capabilities document unless an admin took the ConfigMap over.
+async fn publish_discovery(
+    client: &Client,
+    cfg: &OperatorConfig,
+    registry: &NodeRegistry,
+) -> anyhow::Result<()> {
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), &cfg.discovery.namespace);
+    if let Some(existing) = api.get_opt(&cfg.discovery.config_map).await?
+        && discovery::is_admin_owned(&existing)
+    {
+        tracing::info!("discovery ConfigMap is admin-owned; serving it as is");
+        return Ok(());
+    }
+    let doc = discovery::capabilities(cfg, registry);
+    let cm = discovery::discovery_configmap(cfg, &doc);
+    api.patch(
+        &cfg.discovery.config_map,
+        &PatchParams::apply(MANAGER).force(),
+        &Patch::Apply(&cm),
+    )
+    .await?;
+    Ok(())
+}
+
+async fn lead_then_run(
+    client: Client,
+    cfg: Arc<OperatorConfig>,
+    registry: Arc<NodeRegistry>,
+    identity: String,
+    ctx: Arc<Context>,
+) -> anyhow::Result<()> {
+    let renew = Duration::from_secs(u64::from(cfg.leader_election.renew_interval_seconds));
+    let elector = cfg.leader_election.enabled.then(|| {
+        Elector::new(
+            Api::<Lease>::namespaced(client.clone(), cfg.lease_namespace()),
+            &cfg.leader_election.lease_name,
+            &identity,
+            cfg.leader_election.lease_duration_seconds,
+        )
+    });
+    if let Some(e) = &elector {
+        loop {
+            match e.round(k8s_openapi::jiff::Timestamp::now()).await {
+                Ok(Round::Leading) => break,
+                Ok(Round::Following { holder }) => {
+                    tracing::info!(%holder, "standing by: another replica leads")
+                }
+                Err(err) => tracing::warn!(error = %err, "leader election round failed"),
+            }
+            tokio::time::sleep(renew).await;
+        }
+    }
+    tracing::info!(%identity, "leading: starting controllers");
+    publish_discovery(&client, &cfg, &registry).await?;
+    let controllers = run_controllers(client.clone(), ctx);
+    let keep = async {
+        let Some(e) = &elector else {
+            return std::future::pending::<anyhow::Result<()>>().await;
+        };
+        loop {
+            tokio::time::sleep(renew).await;
+            match e.round(k8s_openapi::jiff::Timestamp::now()).await {
+                Ok(Round::Leading) => {}
+                Ok(Round::Following { holder }) => anyhow::bail!(
+                    "lost the leader lease to {holder}; exiting so a restart re-elects"
+                ),
+                Err(err) => tracing::warn!(error = %err, "lease renewal failed"),
+            }
+        }
+    };
+    tokio::select! {
+        _ = controllers => Ok(()),
+        r = keep => r,
+    }
+}
+
+async fn run_controllers(client: Client, ctx: Arc<Context>) {
+    let workflows: Api<Workflow> = Api::all(client.clone());
+    let runs: Api<Run> = Api::all(client.clone());
+    let pods: Api<Pod> = Api::all(client.clone());
+    let wf_ctrl = Controller::new(workflows.clone(), watcher::Config::default())
+        .shutdown_on_signal()
+        .run(reconcile_workflow, error_policy, ctx.clone())
+        .for_each(|r| async move {
+            if let Err(e) = r {
+                tracing::debug!(error = %e, "workflow reconcile");
+            }
+        });
+    let run_controller = Controller::new(runs, watcher::Config::default());
+    let store = run_controller.store();
+    let mapper_store = store.clone();
+    let run_ctrl = run_controller
+        .owns(
+            pods,
+            watcher::Config::default().labels(&format!("{LABEL_MANAGED_BY}={MANAGER}")),
+        )
+        // A Run waiting for its Workflow proceeds as soon as the Workflow appears or turns Ready.
+        .watches(
+            workflows,
+            watcher::Config::default(),
+            move |wf: Workflow| {
+                let ns = wf.namespace();
+                let name = wf.name_any();
+                let id = wf.spec.id.clone();
+                mapper_store
+                    .state()
+                    .into_iter()
+                    .filter(|r| r.namespace() == ns)
+                    .filter(|r| {
+                        r.spec.workflow_ref.name.as_deref() == Some(name.as_str())
+                            || r.spec.workflow_ref.id.as_deref() == Some(id.as_str())
+                    })
+                    .map(|r| ObjectRef::from_obj(r.as_ref()))
+                    .collect::<Vec<_>>()
+            },
+        )
+        .shutdown_on_signal()
+        .run(reconcile_run, error_policy, ctx.clone())
+        .for_each(|r| async move {
+            if let Err(e) = r {
+                tracing::debug!(error = %e, "run reconcile");
+            }
+        });
+    let gauges = async move {
+        loop {
+            tokio::time::sleep(Duration::from_secs(15)).await;
+            let mut counts: Vec<(RunPhase, i64)> = Vec::new();
+            for r in store.state() {
+                let p = r.status.as_ref().and_then(|s| s.phase).unwrap_or_default();
+                match counts.iter_mut().find(|(q, _)| *q == p) {
+                    Some((_, n)) => *n += 1,
+                    None => counts.push((p, 1)),
+                }
+            }
+            ctx.metrics.set_runs_by_phase(&counts);
+        }
+    };
+    tokio::join!(wf_ctrl, run_ctrl, gauges);
 }

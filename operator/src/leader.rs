@@ -1,0 +1,137 @@
+//! Leader election through a `coordination.k8s.io/v1` Lease: only the holder runs the
+//! controllers, so two replicas are safe. Writes use the Lease's resourceVersion, so two
+//! candidates can never both win the same term.
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use kube::api::{Api, PostParams};
+
+/// Outcome of one election round.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Round {
+    /// We hold the lease (acquired or renewed).
+    Leading,
+    /// Someone else holds a valid lease.
+    Following { holder: String },
+}
+
+/// A candidate for the lease `name` in `namespace`.
+pub struct Elector {
+    api: Api<Lease>,
+    name: String,
+    identity: String,
+    duration_seconds: i32,
+}
+
+/// Decides whether `identity` may take `lease` at `now`: free, expired or already ours.
+pub fn may_take(lease: &LeaseSpec, identity: &str, now: Timestamp) -> bool {
+    let holder = lease.holder_identity.as_deref().unwrap_or("");
+    if holder.is_empty() || holder == identity {
+        return true;
+    }
+    let renewed = lease
+        .renew_time
+        .as_ref()
+        .or(lease.acquire_time.as_ref())
+        .map(|t| t.0);
+    let duration = i64::from(lease.lease_duration_seconds.unwrap_or(15));
+    match renewed {
+        None => true,
+        Some(r) => r
+            .checked_add(SignedDuration::from_secs(duration))
+            .is_ok_and(|expiry| now >= expiry),
+    }
+}
+
+impl Elector {
+    pub fn new(api: Api<Lease>, name: &str, identity: &str, duration_seconds: u32) -> Self {
+        Self {
+            api,
+            name: name.into(),
+            identity: identity.into(),
+            duration_seconds: i32::try_from(duration_seconds).unwrap_or(15),
+        }
+    }
+
+    /// One acquire-or-renew attempt.
+    pub async fn round(&self, now: Timestamp) -> Result<Round, kube::Error> {
+        let existing = self.api.get_opt(&self.name).await?;
+        let Some(mut lease) = existing else {
+            let lease = Lease {
+                metadata: ObjectMeta {
+                    name: Some(self.name.clone()),
+                    ..Default::default()
+                },
+                spec: Some(self.spec(now, now, 0)),
+            };
+            return match self.api.create(&PostParams::default(), &lease).await {
+                Ok(_) => Ok(Round::Leading),
+                Err(kube::Error::Api(s)) if s.code == 409 => Ok(Round::Following {
+                    holder: "unknown".into(),
+                }),
+                Err(e) => Err(e),
+            };
+        };
+        let spec = lease.spec.clone().unwrap_or_default();
+        if !may_take(&spec, &self.identity, now) {
+            return Ok(Round::Following {
+                holder: spec.holder_identity.unwrap_or_default(),
+            });
+        }
+        let ours = spec.holder_identity.as_deref() == Some(self.identity.as_str());
+        let acquired = if ours {
+            spec.acquire_time.map_or(now, |t| t.0)
+        } else {
+            now
+        };
+        let transitions = spec.lease_transitions.unwrap_or(0) + i32::from(!ours);
+        lease.spec = Some(self.spec(acquired, now, transitions));
+        // `replace` carries the resourceVersion we read: a concurrent winner makes this a 409.
+        match self
+            .api
+            .replace(&self.name, &PostParams::default(), &lease)
+            .await
+        {
+            Ok(_) => Ok(Round::Leading),
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(Round::Following {
+                holder: "unknown".into(),
+            }),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn spec(&self, acquired: Timestamp, renewed: Timestamp, transitions: i32) -> LeaseSpec {
+        LeaseSpec {
+            holder_identity: Some(self.identity.clone()),
+            lease_duration_seconds: Some(self.duration_seconds),
+            acquire_time: Some(MicroTime(acquired)),
+            renew_time: Some(MicroTime(renewed)),
+            lease_transitions: Some(transitions),
+            ..Default::default()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ts(s: i64) -> Timestamp {
+        Timestamp::from_second(1_700_000_000 + s).unwrap()
+    }
+
+    #[test]
+    fn lease_rules() {
+        let held = LeaseSpec {
+            holder_identity: Some("a".into()),
+            lease_duration_seconds: Some(15),
+            renew_time: Some(MicroTime(ts(0))),
+            ..Default::default()
+        };
+        assert!(may_take(&held, "a", ts(1)), "holder renews");
+        assert!(!may_take(&held, "b", ts(14)), "valid lease is respected");
+        assert!(may_take(&held, "b", ts(15)), "expired lease can be taken");
+        assert!(may_take(&LeaseSpec::default(), "b", ts(0)), "free lease");
+    }
+}
