@@ -1,3 +1,247 @@
+//! `openwop-worker`: runs one Run (see the crate docs and worker/README.md).
+//! Exit codes: 0 terminal, 1 crashed (retry), 2 unusable snapshot/config, 3 suspended.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use openwop_protocol::redact::Redactor;
+use openwop_protocol::retry::MockProgram;
+use openwop_providers::{ProviderConfig, ProviderKind, build_provider};
+use openwop_worker::eventlog::RunLog;
+use openwop_worker::executor::{ExecConfig, Executor, RunEnd};
+use openwop_worker::graph::Graph;
+use openwop_worker::nats::{self, JetStreamPublisher, RetryPolicy};
+use openwop_worker::reasoning::{DEFAULT_MAX_PER_NODE, ReasoningStream};
+use openwop_worker::snapshot::Snapshot;
+use openwop_worker::{EXIT_BAD_INPUT, EXIT_CRASHED, EXIT_SUSPENDED, EXIT_TERMINAL, summary};
+use serde_json::Value;
+
+fn env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+/// Secrets to redact: provider keys and every file of `OPENWOP_SECRETS_DIR` (id = file name).
+fn load_secrets(snap: &Snapshot) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for p in &snap.providers {
+        let value = match (&p.path, &p.env_name) {
+            (Some(path), _) => std::fs::read_to_string(path).ok(),
+            (None, Some(name)) => std::env::var(name).ok(),
+            _ => None,
+        };
+        if let Some(v) = value.map(|v| v.trim().to_owned()).filter(|v| !v.is_empty()) {
+            out.push((format!("provider:{}", p.provider), v));
+        }
+    }
+    if let Some(dir) = env("OPENWOP_SECRETS_DIR")
+        && let Ok(entries) = std::fs::read_dir(&dir)
+    {
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name.starts_with('.') || !e.path().is_file() {
+                continue;
+            }
+            if let Ok(v) = std::fs::read_to_string(e.path()) {
+                let v = v.trim().to_owned();
+                if !v.is_empty() {
+                    out.push((name, v));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// `OPENWOP_MOCK_PROGRAMS`: `{nodeId: MockProgram | [MockProgram per clarification turn]}`.
+fn load_mock_programs() -> anyhow::Result<BTreeMap<String, Vec<MockProgram>>> {
+    let Some(path) = env("OPENWOP_MOCK_PROGRAMS") else {
+        return Ok(BTreeMap::new());
+    };
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("reading OPENWOP_MOCK_PROGRAMS {path}"))?;
+    let raw: BTreeMap<String, Value> = serde_json::from_str(&text)
+        .with_context(|| format!("{path} must be an object of node id → mock program"))?;
+    raw.into_iter()
+        .map(|(node, v)| {
+            let programs = match v {
+                Value::Array(a) => a.into_iter().map(serde_json::from_value).collect::<Result<Vec<MockProgram>, _>>(),
+                v => serde_json::from_value(v).map(|p| vec![p]),
+            }
+            .with_context(|| format!("{path}: program of node `{node}` is not a mock program ({{\"responses\": [...]}})"))?;
+            Ok((node, programs))
+        })
+        .collect()
+}
+
+/// Real providers named by the snapshot's mounts, with the model the first node using them asks for.
+fn build_providers(
+    snap: &Snapshot,
+) -> anyhow::Result<BTreeMap<String, Box<dyn openwop_providers::Provider>>> {
+    let mut out = BTreeMap::new();
+    let nodes = snap
+        .workflow
+        .get("nodes")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    for m in &snap.providers {
+        let Ok(kind) = ProviderKind::parse(&m.provider) else {
+            continue;
+        };
+        let Some(model) = nodes.iter().find_map(|n| {
+            let c = n.get("config")?;
+            (c.get("provider")?.as_str()? == m.provider)
+                .then(|| c.get("model").and_then(Value::as_str).map(str::to_owned))?
+        }) else {
+            continue;
+        };
+        let mut cfg = ProviderConfig::new(kind, model);
+        if let Some(path) = &m.path {
+            cfg = cfg.with_key_file(path);
+        } else if let Some(name) = &m.env_name {
+            cfg.key = Some(openwop_providers::KeySource::Env(name.clone()));
+        }
+        let p =
+            build_provider(&cfg).map_err(|e| anyhow::anyhow!("provider {}: {e}", m.provider))?;
+        out.insert(m.provider.clone(), p);
+    }
+    Ok(out)
+}
+
+fn write_termination(summary: &Value) {
+    let path = env("OPENWOP_TERMINATION_LOG").unwrap_or_else(|| "/dev/termination-log".into());
+    if std::path::Path::new(&path)
+        .parent()
+        .is_some_and(|d| d.exists())
+    {
+        let _ = std::fs::write(&path, summary.to_string());
+    }
+}
+
+async fn run() -> anyhow::Result<i32> {
+    let snapshot_path =
+        env("OPENWOP_SNAPSHOT").unwrap_or_else(|| "/etc/openwop/snapshot/snapshot.json".into());
+    let snap = match Snapshot::load(&snapshot_path) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!(error = %e, "unusable snapshot");
+            return Ok(EXIT_BAD_INPUT);
+        }
+    };
+    let namespace = env("OPENWOP_RUN_NAMESPACE").unwrap_or_else(|| snap.run.namespace.clone());
+    let name = env("OPENWOP_RUN_NAME").unwrap_or_else(|| snap.run.name.clone());
+    let run_id = env("OPENWOP_RUN_ID").unwrap_or_else(|| snap.run.run_id.clone());
+    let subject =
+        env("OPENWOP_EVENTS_SUBJECT").unwrap_or_else(|| nats::events_subject(&namespace, &name));
+    let stream_name = env("OPENWOP_EVENTS_STREAM").unwrap_or_else(|| "OPENWOP_EVENTS".into());
+    let url = env("OPENWOP_NATS_URL").unwrap_or_else(|| "nats://127.0.0.1:4222".into());
+    let mut policy = RetryPolicy::default();
+    if let Some(ms) = env("OPENWOP_PUBLISH_DEADLINE_MS").and_then(|v| v.parse().ok()) {
+        policy.deadline = Duration::from_millis(ms);
+    }
+    let max_reasoning = env("OPENWOP_REASONING_MAX_PER_NODE")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(DEFAULT_MAX_PER_NODE);
+
+    let secrets = load_secrets(&snap);
+    let cfg = ExecConfig {
+        allow_mock_agent: env("OPENWOP_CONFORMANCE_MOCK_AGENT").as_deref() == Some("true"),
+        mock_programs: match load_mock_programs() {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::error!(error = %format!("{e:#}"), "unusable mock programs");
+                return Ok(EXIT_BAD_INPUT);
+            }
+        },
+        mock_call_log: env("OPENWOP_MOCK_CALL_LOG").map(Into::into),
+        providers: match build_providers(&snap) {
+            Ok(p) => p,
+            Err(e) => {
+                let red = Redactor::new(secrets.clone());
+                tracing::error!(error = %red.redact_str(&format!("{e:#}")).0, "provider configuration");
+                return Ok(EXIT_BAD_INPUT);
+            }
+        },
+        secrets,
+    };
+
+    let client = nats::connect(&url).await?;
+    let js = nats::context(client, &policy);
+    let stream = nats::ensure_stream(&js, &stream_name, &policy).await?;
+    let existing = nats::read_run_events(&stream, &subject, &policy).await?;
+    tracing::info!(run = %name, replayed = existing.len(), "event log read");
+    let redactor = Arc::new(Redactor::new(cfg.secrets.clone()));
+    let log = RunLog::new(
+        JetStreamPublisher::new(js.clone(), policy),
+        subject,
+        &run_id,
+        redactor,
+        existing,
+    );
+    let reasoning = ReasoningStream::new(nats::reasoning_subject(&namespace, &name), max_reasoning);
+
+    let graph = Graph::parse(&snap.workflow);
+    let (end, events) = match graph {
+        Ok(graph) => {
+            let mut exec = Executor::new(&snap, &graph, &cfg, log, reasoning);
+            let end = exec.run().await?;
+            (end, exec.log.events().to_vec())
+        }
+        Err(e) => {
+            let mut log = log;
+            let err = openwop_protocol::events::ErrorInfo {
+                code: "workflow_invalid".into(),
+                message: e.to_string(),
+                details: None,
+                retryable: Some(false),
+            };
+            log.emit_value(
+                "run.failed",
+                None,
+                openwop_protocol::events::EventType::RunFailed,
+                serde_json::json!({"error": err}),
+            )
+            .await?;
+            (RunEnd::Failed(err), log.events().to_vec())
+        }
+    };
+    write_termination(&summary::summary(&end, &events));
+    tracing::info!(run = %name, events = events.len(), end = ?std::mem::discriminant(&end), "worker done");
+    Ok(match end {
+        RunEnd::Suspended { .. } => EXIT_SUSPENDED,
+        RunEnd::Completed | RunEnd::Failed(_) => EXIT_TERMINAL,
+    })
+}
+
 fn main() {
-    println!("openwop-worker {}", env!("CARGO_PKG_VERSION"));
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("OPENWOP_LOG")
+                .unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .json()
+        .init();
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("cannot start the async runtime: {e}");
+            std::process::exit(EXIT_CRASHED);
+        }
+    };
+    let code = match rt.block_on(run()) {
+        Ok(code) => code,
+        Err(e) => {
+            tracing::error!(error = %format!("{e:#}"), "worker crashed; the operator will retry");
+            EXIT_CRASHED
+        }
+    };
+    rt.shutdown_timeout(Duration::from_secs(1));
+    std::process::exit(code);
 }
