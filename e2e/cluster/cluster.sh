@@ -60,7 +60,8 @@ start() {
     return 0
   fi
   log "starting $name"
-  setsid "$@" >>"$logs/$name.log" 2>&1 </dev/null &
+  # 8>&- : the state lock must not outlive this script in the started processes.
+  setsid "$@" >>"$logs/$name.log" 2>&1 </dev/null 8>&- &
   echo $! >"$run/$name.pid"
 }
 
@@ -148,6 +149,8 @@ ensure_pki() {
   cert admin "/O=system:masters/CN=kubernetes-admin"
   cert controller-manager "/CN=system:kube-controller-manager"
   cert node-agent "/O=system:nodes/CN=system:node:$NODE_NAME"
+  # The agent also schedules (binds pods), which NodeRestriction forbids to nodes.
+  cert scheduler "/CN=system:kube-scheduler"
   cert kubelet-serving "/O=system:nodes/CN=system:node:$NODE_NAME" "IP:127.0.0.1,DNS:localhost,DNS:$NODE_NAME"
   cert apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client"
   if [[ ! -f "$pki/sa.key" ]]; then
@@ -158,6 +161,7 @@ ensure_pki() {
   kubeconfig "$admin_kc" kubernetes-admin admin
   kubeconfig "$state/controller-manager.kubeconfig" system:kube-controller-manager controller-manager
   kubeconfig "$state/node-agent.kubeconfig" "system:node:$NODE_NAME" node-agent
+  kubeconfig "$state/scheduler.kubeconfig" system:kube-scheduler scheduler
 }
 
 # ---------------------------------------------------------------- components
@@ -209,24 +213,6 @@ up() {
     --cert-dir="$state/apiserver" --profiling=false --v=1
   wait_for kube-apiserver 90 kc get --raw /readyz || die "kube-apiserver did not become ready; see $logs/kube-apiserver.log"
 
-  # What a kubelet cannot do by the Node authorizer alone: our agent is also the scheduler.
-  kc apply -f - >/dev/null <<EOF
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {name: "openwop:node-agent-scheduler"}
-rules:
-- {apiGroups: [""], resources: [pods], verbs: [get, list, watch]}
-- {apiGroups: [""], resources: [pods/binding], verbs: [create]}
-- {apiGroups: ["", events.k8s.io], resources: [events], verbs: [create, patch, update]}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {name: "openwop:node-agent-scheduler"}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: "openwop:node-agent-scheduler"}
-subjects:
-- {apiGroup: rbac.authorization.k8s.io, kind: User, name: "system:node:$NODE_NAME"}
-EOF
-
   # kube-controller-manager
   local kcm_kc="$state/controller-manager.kubeconfig"
   start kube-controller-manager "$bin/kube-controller-manager" "$bin/kube-controller-manager" \
@@ -265,7 +251,8 @@ EOF
   mkdir -p "$state/node-agent"
   start node-agent openwop-node-agent env CARGO_TARGET_DIR="$CARGO_TARGET_DIR" \
     RUST_LOG="${RUST_LOG:-info}" "${agent:-}" \
-    --kubeconfig "$state/node-agent.kubeconfig" --node-name "$NODE_NAME" \
+    --kubeconfig "$state/node-agent.kubeconfig" --scheduler-kubeconfig "$state/scheduler.kubeconfig" \
+    --node-name "$NODE_NAME" \
     --config "${OPENWOP_NODE_AGENT_CONFIG:-$repo/e2e/node-agent.yaml}" \
     --state-dir "$state/node-agent" --api-server "https://127.0.0.1:$P_API" --ca-file "$pki/ca.crt" \
     --kubelet-port "$P_KUBELET" --tls-cert "$pki/kubelet-serving.crt" --tls-key "$pki/kubelet-serving.key"

@@ -28,6 +28,10 @@ pub struct Options {
     /// Kubeconfig with the node's credentials (user system:node:<name>).
     #[arg(long, env = "KUBECONFIG")]
     pub kubeconfig: PathBuf,
+    /// Kubeconfig for the scheduler part (binding pods); NodeRestriction forbids nodes to
+    /// bind, so this is normally a system:kube-scheduler identity. Default: --kubeconfig.
+    #[arg(long)]
+    pub scheduler_kubeconfig: Option<PathBuf>,
     #[arg(long, default_value = "openwop-node")]
     pub node_name: String,
     /// Image → binary mapping (YAML); re-read for every container start.
@@ -55,6 +59,7 @@ pub struct Options {
 /// Shared state of the agent's tasks.
 pub struct Ctx {
     pub client: Client,
+    pub scheduler_client: Client,
     pub opts: Options,
     pub recorder: Recorder,
     pub api_host: String,
@@ -91,6 +96,16 @@ impl Ctx {
     }
 }
 
+async fn client_for(path: &std::path::Path) -> anyhow::Result<Client> {
+    let kubeconfig = kube::config::Kubeconfig::read_from(path)
+        .with_context(|| format!("reading kubeconfig {}", path.display()))?;
+    let config =
+        Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default())
+            .await
+            .with_context(|| format!("building the client config from {}", path.display()))?;
+    Client::try_from(config).context("building the API client")
+}
+
 fn split_host_port(url: &str) -> anyhow::Result<(String, u16)> {
     let uri: http::Uri = url
         .parse()
@@ -105,13 +120,11 @@ fn split_host_port(url: &str) -> anyhow::Result<(String, u16)> {
 
 /// Runs the agent until `shutdown` is cancelled; then stops every container it started.
 pub async fn run(opts: Options, shutdown: CancellationToken) -> anyhow::Result<()> {
-    let kubeconfig = kube::config::Kubeconfig::read_from(&opts.kubeconfig)
-        .with_context(|| format!("reading kubeconfig {}", opts.kubeconfig.display()))?;
-    let config =
-        Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default())
-            .await
-            .context("building the client config")?;
-    let client = Client::try_from(config).context("building the API client")?;
+    let client = client_for(&opts.kubeconfig).await?;
+    let scheduler_client = match &opts.scheduler_kubeconfig {
+        Some(path) => client_for(path).await?,
+        None => client.clone(),
+    };
     let (api_host, api_port) = split_host_port(&opts.api_server)?;
     let ca_pem = std::fs::read_to_string(&opts.ca_file)
         .with_context(|| format!("reading --ca-file {}", opts.ca_file.display()))?;
@@ -128,6 +141,7 @@ pub async fn run(opts: Options, shutdown: CancellationToken) -> anyhow::Result<(
     );
     let ctx = Arc::new(Ctx {
         client,
+        scheduler_client,
         opts,
         recorder,
         api_host,

@@ -66,7 +66,7 @@ async fn bind(ctx: &Ctx, pod: &Pod) {
     binding.metadata.name = Some(name.clone());
     binding.metadata.namespace = Some(ns.clone());
     binding.metadata.uid = pod.uid();
-    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let api: Api<Pod> = Api::namespaced(ctx.scheduler_client.clone(), &ns);
     match api
         .create_subresource::<_, serde_json::Value>(
             "binding",
@@ -89,7 +89,7 @@ async fn bind(ctx: &Ctx, pod: &Pod) {
 }
 
 pub async fn run(ctx: Arc<Ctx>, shutdown: CancellationToken) -> anyhow::Result<()> {
-    let api: Api<Pod> = Api::all(ctx.client.clone());
+    let api: Api<Pod> = Api::all(ctx.scheduler_client.clone());
     let fields = "spec.nodeName=";
     let mut stream = watcher(api.clone(), watcher::Config::default().fields(fields)).boxed();
     let mut resync = tokio::time::interval(RESYNC);

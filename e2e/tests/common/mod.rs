@@ -1,0 +1,108 @@
+//! Shared helpers for the mini-cluster integration tests.
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
+use kube::api::{Api, DeleteParams, PostParams};
+use kube::Client;
+use openwop_e2e::{Cluster, ClusterOptions, cluster_with};
+use serde_json::json;
+
+/// The shared test cluster, started on first use, running the agent cargo built for this test.
+pub async fn cluster() -> Cluster {
+    let opts = ClusterOptions {
+        node_agent_bin: Some(env!("CARGO_BIN_EXE_openwop-node-agent").into()),
+        ..Default::default()
+    };
+    match cluster_with(opts).await {
+        Ok(c) => c,
+        Err(err) => panic!("mini-cluster unavailable: {err}"),
+    }
+}
+
+/// Polls `f` until it returns `Some`, or panics with `what` after `timeout`.
+pub async fn wait_for<T, F, Fut>(timeout: Duration, what: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        if tokio::time::Instant::now() > deadline {
+            panic!("timed out after {timeout:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// A fresh namespace (with its default ServiceAccount, which pod admission needs).
+pub async fn namespace(client: &Client, prefix: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    let name = format!("{prefix}-{:x}", nanos ^ std::process::id());
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .expect("create namespace");
+    let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), &name);
+    wait_for(Duration::from_secs(30), "default service account", || {
+        let sas = sas.clone();
+        async move { sas.get_opt("default").await.ok().flatten() }
+    })
+    .await;
+    name
+}
+
+pub async fn delete_namespace(client: &Client, name: &str) {
+    let _ = Api::<Namespace>::all(client.clone())
+        .delete(name, &DeleteParams::background())
+        .await;
+}
+
+pub async fn create_pod(client: &Client, ns: &str, pod: serde_json::Value) -> Pod {
+    let pod: Pod = serde_json::from_value(pod).expect("pod manifest");
+    Api::<Pod>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &pod)
+        .await
+        .expect("create pod")
+}
+
+pub fn phase(p: &Pod) -> Option<String> {
+    p.status.as_ref().and_then(|s| s.phase.clone())
+}
+
+/// Waits until the pod reaches `want` and returns it.
+pub async fn wait_phase(client: &Client, ns: &str, name: &str, want: &str, secs: u64) -> Pod {
+    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    wait_for(
+        Duration::from_secs(secs),
+        &format!("pod {ns}/{name} to be {want}"),
+        || {
+            let api = api.clone();
+            async move {
+                let p = api.get_opt(name).await.ok().flatten()?;
+                (phase(&p).as_deref() == Some(want)).then_some(p)
+            }
+        },
+    )
+    .await
+}
+
+pub fn process_alive(pid: i32) -> bool {
+    // A zombie has exited; only a live process counts.
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .map(|(_, rest)| !rest.trim_start().starts_with('Z'))
+            .unwrap_or(false),
+        Err(_) => false,
+    }
+}
