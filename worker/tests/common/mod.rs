@@ -1,0 +1,211 @@
+//! Test harness: a real nats-server with JetStream per test (killed on drop, restartable on
+//! the same port and store), and the worker binary run as a child process.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use openwop_worker::nats::{self, RetryPolicy};
+use serde_json::Value;
+
+/// The pinned nats-server: `OPENWOP_NATS_SERVER`, else the cache `e2e/cluster/build-binaries.sh` fills.
+pub fn nats_server_binary() -> PathBuf {
+    if let Ok(p) = std::env::var("OPENWOP_NATS_SERVER") {
+        return PathBuf::from(p);
+    }
+    let home = std::env::var("HOME").unwrap_or_else(|_| "/root".into());
+    let root = std::env::var("OPENWOP_BIN_CACHE").unwrap_or_else(|_| format!("{home}/.cache/openwop/bin"));
+    let found = std::fs::read_dir(&root).ok().and_then(|d| {
+        d.flatten()
+            .map(|e| e.path().join("nats-server"))
+            .find(|p| p.exists() && p.to_string_lossy().contains("nats-v2.11"))
+    });
+    found.unwrap_or_else(|| {
+        panic!("nats-server not found: run `bash e2e/cluster/build-binaries.sh` or set OPENWOP_NATS_SERVER")
+    })
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+pub struct NatsServer {
+    child: Option<Child>,
+    pub port: u16,
+    pub store: tempfile::TempDir,
+}
+
+impl NatsServer {
+    pub fn start() -> NatsServer {
+        let mut s = NatsServer { child: None, port: free_port(), store: tempfile::tempdir().unwrap() };
+        s.spawn();
+        s
+    }
+
+    fn spawn(&mut self) {
+        let child = Command::new(nats_server_binary())
+            .args(["-js", "-a", "127.0.0.1", "-p", &self.port.to_string(), "-sd"])
+            .arg(self.store.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start nats-server");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            assert!(Instant::now() < deadline, "nats-server did not listen");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    pub fn restart(&mut self) {
+        self.stop();
+        self.spawn();
+    }
+}
+
+impl Drop for NatsServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// One run's files: snapshot, mock programs, termination log, mock call log, secrets.
+pub struct RunFiles {
+    pub dir: tempfile::TempDir,
+    pub namespace: String,
+    pub name: String,
+}
+
+impl RunFiles {
+    pub fn new(name: &str, run_id: &str, workflow: Value, inputs: Value, programs: Value) -> RunFiles {
+        let dir = tempfile::tempdir().unwrap();
+        let f = RunFiles { dir, namespace: "ns".into(), name: name.into() };
+        f.write_snapshot(run_id, &workflow, &inputs, &serde_json::json!([]));
+        std::fs::write(f.path("programs.json"), programs.to_string()).unwrap();
+        std::fs::create_dir_all(f.path("secrets")).unwrap();
+        f
+    }
+
+    pub fn path(&self, p: &str) -> PathBuf {
+        self.dir.path().join(p)
+    }
+
+    pub fn write_snapshot(&self, run_id: &str, workflow: &Value, inputs: &Value, answers: &Value) {
+        let snap = serde_json::json!({"run": {"namespace": self.namespace, "name": self.name, "uid": run_id, "runId": run_id},
+            "workflow": workflow, "providers": [], "inputs": inputs, "configurable": {}, "answers": answers});
+        std::fs::write(self.path("snapshot.json"), snap.to_string()).unwrap();
+    }
+
+    pub fn set_answers(&self, answers: Value) {
+        let mut snap: Value = serde_json::from_str(&std::fs::read_to_string(self.path("snapshot.json")).unwrap()).unwrap();
+        snap["answers"] = answers;
+        std::fs::write(self.path("snapshot.json"), snap.to_string()).unwrap();
+    }
+
+    pub fn subject(&self) -> String {
+        nats::events_subject(&self.namespace, &self.name)
+    }
+
+    pub fn command(&self, url: &str) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_openwop-worker"));
+        c.env("OPENWOP_SNAPSHOT", self.path("snapshot.json"))
+            .env("OPENWOP_NATS_URL", url)
+            .env("OPENWOP_EVENTS_STREAM", "OPENWOP_EVENTS")
+            .env("OPENWOP_MOCK_PROGRAMS", self.path("programs.json"))
+            .env("OPENWOP_MOCK_CALL_LOG", self.path("calls.jsonl"))
+            .env("OPENWOP_TERMINATION_LOG", self.path("termination.json"))
+            .env("OPENWOP_SECRETS_DIR", self.path("secrets"))
+            .env_remove("OPENWOP_RUN_NAMESPACE")
+            .env_remove("OPENWOP_RUN_NAME")
+            .env_remove("OPENWOP_RUN_ID")
+            .env_remove("OPENWOP_EVENTS_SUBJECT")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        c
+    }
+
+    /// Runs the worker to its end; returns (exit code, stderr).
+    pub fn run(&self, url: &str) -> (i32, String) {
+        let out = self.command(url).output().expect("run worker");
+        (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+
+    pub fn termination(&self) -> Value {
+        serde_json::from_str(&std::fs::read_to_string(self.path("termination.json")).unwrap()).unwrap()
+    }
+
+    pub fn calls(&self) -> Vec<Value> {
+        std::fs::read_to_string(self.path("calls.jsonl"))
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+}
+
+pub fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
+}
+
+/// Every raw message on `subject`, in stream order.
+pub fn read_raw(url: &str, subject: &str) -> Vec<Value> {
+    rt().block_on(async {
+        let policy = RetryPolicy { deadline: Duration::from_secs(20), ..Default::default() };
+        let client = nats::connect(url).await.unwrap();
+        let js = nats::context(client, &policy);
+        let stream = nats::ensure_stream(&js, "OPENWOP_EVENTS", &policy).await.unwrap();
+        nats::read_subject(&stream, subject, &policy)
+            .await
+            .unwrap()
+            .iter()
+            .map(|b| serde_json::from_slice(b).unwrap())
+            .collect()
+    })
+}
+
+/// The comparable part of an event (everything but the timestamp).
+pub fn essence(e: &Value) -> Value {
+    let mut e = e.clone();
+    e.as_object_mut().unwrap().remove("timestamp");
+    e
+}
+
+pub fn types(events: &[Value]) -> Vec<String> {
+    events.iter().map(|e| e["type"].as_str().unwrap().to_owned()).collect()
+}
+
+pub fn assert_gap_free(events: &[Value]) {
+    let mut ids = std::collections::HashSet::new();
+    for (i, e) in events.iter().enumerate() {
+        assert_eq!(e["sequence"].as_u64(), Some(i as u64), "sequence gap at {i}: {e}");
+        assert!(ids.insert(e["eventId"].as_str().unwrap().to_owned()), "duplicate eventId at {i}");
+    }
+}
+
+pub fn wait_for(mut cond: impl FnMut() -> bool, timeout: Duration) -> bool {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    false
+}
+
+pub fn exists(p: &Path) -> bool {
+    p.exists()
+}
