@@ -65,16 +65,21 @@ start() {
   echo $! >"$run/$name.pid"
 }
 
+# Alive and not a zombie awaiting its reaper.
+running() {
+  [[ -e "/proc/$1" ]] && ! grep -q '^State:[[:space:]]*Z' "/proc/$1/status" 2>/dev/null
+}
+
 stop() {
   local name="$1" match="$2" pid i
   pid="$(alive_pid "$name" "$match")" || { rm -f "$run/$name.pid"; return 0; }
   log "stopping $name (pid $pid)"
   kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
   for i in $(seq 1 150); do
-    [[ -e "/proc/$pid" ]] && ! grep -q '^State:.*Z' "/proc/$pid/status" 2>/dev/null || break
+    running "$pid" || break
     sleep 0.1
   done
-  if [[ -e "/proc/$pid" ]]; then
+  if running "$pid"; then
     log "$name did not stop in 15s: SIGKILL"
     kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
   fi

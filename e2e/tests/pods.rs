@@ -27,6 +27,7 @@ fn sh_pod(name: &str, script: &str, restart: &str) -> serde_json::Value {
 async fn deployment_runs_a_process_and_gc_ends_it() {
     let c = cluster().await;
     let ns = namespace(&c.client, "e2e-deploy").await;
+    // `$$$$`: Kubernetes reduces `$$` to `$` in commands, so the shell sees `$$` (its pid).
     let marker_dir = tempfile::tempdir().unwrap();
     let marker = marker_dir.path().join("pid");
     let deploy: Deployment = serde_json::from_value(json!({
@@ -40,7 +41,7 @@ async fn deployment_runs_a_process_and_gc_ends_it() {
                     "terminationGracePeriodSeconds": 5,
                     "containers": [{
                         "name": "main", "image": "local/sh",
-                        "command": ["sh", "-c", format!("echo $$ > {}; exec sleep 3600", marker.display())],
+                        "command": ["sh", "-c", format!("echo $$$$ > {}; exec sleep 3600", marker.display())],
                     }],
                 },
             },
@@ -267,7 +268,7 @@ async fn deletion_sends_sigterm_then_sigkill_after_the_grace_period() {
     let pidf = dir.path().join("pid");
     // Records SIGTERM, then ignores it: only SIGKILL after the grace period ends it.
     let script = format!(
-        "echo $$ > {p}; trap 'echo TERM > {t}' TERM; while true; do sleep 0.2; done",
+        "echo $$$$ > {p}; trap 'echo TERM > {t}' TERM; while true; do sleep 0.2; done",
         p = pidf.display(),
         t = term.display()
     );

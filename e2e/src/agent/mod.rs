@@ -13,8 +13,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use k8s_openapi::api::core::v1::ObjectReference;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, Time};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, PostParams};
+use kube::runtime::events::EventType;
 use kube::{Client, Config};
 use tokio_util::sync::CancellationToken;
 
@@ -61,7 +64,6 @@ pub struct Ctx {
     pub client: Client,
     pub scheduler_client: Client,
     pub opts: Options,
-    pub recorder: Recorder,
     pub api_host: String,
     pub api_port: u16,
     pub ca_pem: String,
@@ -75,7 +77,8 @@ impl Ctx {
         self.opts.state_dir.join("logs")
     }
 
-    /// Publishes an Event; failures are logged, never fatal (events are best effort).
+    /// Publishes a core/v1 Event as the kubelet does (nodes may create those, not
+    /// events.k8s.io ones); failures are logged, never fatal.
     pub async fn event(
         &self,
         reference: &ObjectReference,
@@ -83,14 +86,39 @@ impl Ctx {
         reason: &str,
         note: String,
     ) {
-        let ev = Event {
-            type_,
-            reason: reason.into(),
-            note: Some(note),
-            action: reason.into(),
-            secondary: None,
+        let now = Timestamp::now();
+        let ns = reference
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".into());
+        let mut ev = Event {
+            involved_object: reference.clone(),
+            reason: Some(reason.into()),
+            message: Some(note),
+            type_: Some(match type_ {
+                EventType::Normal => "Normal".into(),
+                EventType::Warning => "Warning".into(),
+            }),
+            source: Some(EventSource {
+                component: Some("openwop-node-agent".into()),
+                host: Some(self.opts.node_name.clone()),
+            }),
+            first_timestamp: Some(Time(now)),
+            last_timestamp: Some(Time(now)),
+            event_time: Some(MicroTime(now)),
+            count: Some(1),
+            action: Some(reason.into()),
+            reporting_component: Some("openwop-node-agent".into()),
+            reporting_instance: Some(self.opts.node_name.clone()),
+            ..Default::default()
         };
-        if let Err(err) = self.recorder.publish(&ev, reference).await {
+        ev.metadata.generate_name = Some(format!(
+            "{}.",
+            reference.name.as_deref().unwrap_or("object")
+        ));
+        ev.metadata.namespace = Some(ns.clone());
+        let api: Api<Event> = Api::namespaced(self.client.clone(), &ns);
+        if let Err(err) = api.create(&PostParams::default(), &ev).await {
             tracing::warn!(%err, reason, "cannot publish event");
         }
     }
@@ -132,18 +160,10 @@ pub async fn run(opts: Options, shutdown: CancellationToken) -> anyhow::Result<(
     config::AgentConfig::load(&opts.config)?;
     std::fs::create_dir_all(opts.state_dir.join("pods"))?;
     std::fs::create_dir_all(opts.state_dir.join("logs"))?;
-    let recorder = Recorder::new(
-        client.clone(),
-        Reporter {
-            controller: "openwop-node-agent".into(),
-            instance: Some(opts.node_name.clone()),
-        },
-    );
     let ctx = Arc::new(Ctx {
         client,
         scheduler_client,
         opts,
-        recorder,
         api_host,
         api_port,
         ca_pem,
