@@ -90,7 +90,10 @@ async fn up_up_down_up_down_leaves_nothing_running() {
     for pid in &first {
         assert!(!common::process_alive(*pid), "pid {pid} survived down");
     }
-    assert!(blocking("status").await.unwrap().is_err(), "status fails when stopped");
+    assert!(
+        blocking("status").await.unwrap().is_err(),
+        "status fails when stopped"
+    );
 
     // Up after down: a fresh cluster with the same kubeconfig.
     let out = blocking("up").await.unwrap().expect("up after down");

@@ -126,7 +126,13 @@ async fn deployment_runs_a_process_and_gc_ends_it() {
         (!process_alive(pid)).then_some(())
     })
     .await;
-    assert!(rss.list(&ListParams::default()).await.unwrap().items.is_empty());
+    assert!(
+        rss.list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
     delete_namespace(&c.client, &ns).await;
 }
 
@@ -200,12 +206,7 @@ async fn on_failure_restarts_until_success() {
 }
 
 async fn phase_is_running(api: &Api<Pod>, name: &str) -> bool {
-    api.get(name)
-        .await
-        .ok()
-        .and_then(|p| phase(&p))
-        .as_deref()
-        == Some("Running")
+    api.get(name).await.ok().and_then(|p| phase(&p)).as_deref() == Some("Running")
 }
 
 #[tokio::test]
@@ -331,7 +332,10 @@ async fn unmappable_image_stays_pending_with_a_warning_event() {
     assert_eq!(ev.type_.as_deref(), Some("Warning"));
     assert_eq!(ev.involved_object.name.as_deref(), Some("nginx"));
     let msg = ev.message.unwrap_or_default();
-    assert!(msg.contains("nginx:1.27") && msg.contains("node-agent.yaml"), "{msg}");
+    assert!(
+        msg.contains("nginx:1.27") && msg.contains("node-agent.yaml"),
+        "{msg}"
+    );
     let pod = Api::<Pod>::namespaced(c.client.clone(), &ns)
         .get("nginx")
         .await
@@ -339,7 +343,14 @@ async fn unmappable_image_stays_pending_with_a_warning_event() {
     assert_eq!(phase(&pod).as_deref(), Some("Pending"));
     let cs = &pod.status.unwrap().container_statuses.unwrap()[0];
     assert_eq!(
-        cs.state.as_ref().unwrap().waiting.as_ref().unwrap().reason.as_deref(),
+        cs.state
+            .as_ref()
+            .unwrap()
+            .waiting
+            .as_ref()
+            .unwrap()
+            .reason
+            .as_deref(),
         Some("ImageNotMapped")
     );
     // Deleting a pod that never ran completes at once.

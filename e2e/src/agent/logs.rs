@@ -31,17 +31,19 @@ fn tls_config(ctx: &Ctx) -> anyhow::Result<rustls::ServerConfig> {
         .with_context(|| format!("reading {}", cert.display()))?
         .collect::<Result<_, _>>()
         .with_context(|| format!("parsing {}", cert.display()))?;
-    let key = PrivateKeyDer::from_pem_file(key)
-        .with_context(|| format!("reading {}", key.display()))?;
+    let key =
+        PrivateKeyDer::from_pem_file(key).with_context(|| format!("reading {}", key.display()))?;
     let mut roots = rustls::RootCertStore::empty();
     for ca in CertificateDer::pem_slice_iter(ctx.ca_pem.as_bytes()) {
         roots.add(ca.context("parsing the cluster CA")?)?;
     }
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-    let verifier =
-        rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
-            .build()
-            .context("building the client-certificate verifier")?;
+    let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+        Arc::new(roots),
+        provider.clone(),
+    )
+    .build()
+    .context("building the client-certificate verifier")?;
     let config = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()?
         .with_client_cert_verifier(verifier)
@@ -159,7 +161,11 @@ pub fn tail(data: &[u8], lines: usize) -> &[u8] {
     if lines == 0 { &[] } else { data }
 }
 
-async fn handle(ctx: &Ctx, req: Request<hyper::body::Incoming>, shutdown: CancellationToken) -> Response<Body> {
+async fn handle(
+    ctx: &Ctx,
+    req: Request<hyper::body::Incoming>,
+    shutdown: CancellationToken,
+) -> Response<Body> {
     let path = req.uri().path().to_string();
     if path == "/healthz" {
         return text(StatusCode::OK, "ok");
@@ -180,7 +186,11 @@ async fn handle(ctx: &Ctx, req: Request<hyper::body::Incoming>, shutdown: Cancel
     let q = parse_query(req.uri().query());
     let dir = ctx.logs_dir().join(ns).join(pod).join(container);
     let Some((file, run)) = pick_log(&dir, q.previous) else {
-        let what = if q.previous { "previous terminated container" } else { "container" };
+        let what = if q.previous {
+            "previous terminated container"
+        } else {
+            "container"
+        };
         return text(
             StatusCode::NOT_FOUND,
             format!("{what} {container:?} in pod {ns}/{pod} has no logs on this node"),
@@ -188,7 +198,12 @@ async fn handle(ctx: &Ctx, req: Request<hyper::body::Incoming>, shutdown: Cancel
     };
     let data = match tokio::fs::read(&file).await {
         Ok(d) => d,
-        Err(err) => return text(StatusCode::INTERNAL_SERVER_ERROR, format!("reading logs: {err}")),
+        Err(err) => {
+            return text(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("reading logs: {err}"),
+            );
+        }
     };
     let mut start: Vec<u8> = match q.tail_lines {
         Some(n) => tail(&data, n).to_vec(),
@@ -204,7 +219,14 @@ async fn handle(ctx: &Ctx, req: Request<hyper::body::Incoming>, shutdown: Cancel
     let exit_marker = dir.join(format!("{run}.exit"));
     let offset = data.len() as u64;
     let (tx, rx) = futures::channel::mpsc::channel::<Result<Frame<Bytes>, std::io::Error>>(16);
-    tokio::spawn(follow(file, offset, exit_marker, Bytes::from(start), tx, shutdown));
+    tokio::spawn(follow(
+        file,
+        offset,
+        exit_marker,
+        Bytes::from(start),
+        tx,
+        shutdown,
+    ));
     let body = StreamBody::new(rx).boxed();
     Response::new(body)
 }

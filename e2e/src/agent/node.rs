@@ -185,7 +185,7 @@ pub async fn heartbeat(ctx: Arc<Ctx>, shutdown: CancellationToken) -> anyhow::Re
         if let Err(err) = renew_lease(&ctx).await {
             tracing::warn!(error = %format!("{err:#}"), "lease renewal failed");
         }
-        if tick % STATUS_EVERY == 0 {
+        if tick.is_multiple_of(STATUS_EVERY) {
             // A deleted Node (kubectl delete node) is re-created, as a kubelet would.
             let r = match post_status(&ctx).await {
                 Err(_) => register(&ctx).await,

@@ -221,7 +221,10 @@ impl Worker {
         // After an agent restart, keep counting restarts where the last agent left off.
         let status = pod.status.clone().unwrap_or_default();
         for (ctrs, statuses) in [
-            (&mut init, status.init_container_statuses.unwrap_or_default()),
+            (
+                &mut init,
+                status.init_container_statuses.unwrap_or_default(),
+            ),
             (&mut main, status.container_statuses.unwrap_or_default()),
         ] {
             for s in statuses {
@@ -235,7 +238,10 @@ impl Worker {
             Some("Failed") => Some("Failed"),
             _ => None,
         };
-        let start_time = status.start_time.map(|t| t.0).unwrap_or_else(Timestamp::now);
+        let start_time = status
+            .start_time
+            .map(|t| t.0)
+            .unwrap_or_else(Timestamp::now);
         let (exits_tx, exits_rx) = mpsc::unbounded_channel();
         Self {
             reference: pod.object_ref(&()),
@@ -311,7 +317,10 @@ impl Worker {
     }
 
     fn restart_policy(&self) -> Option<String> {
-        self.pod.spec.as_ref().and_then(|s| s.restart_policy.clone())
+        self.pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.restart_policy.clone())
     }
 
     fn reset_log_dir(&self) {
@@ -367,7 +376,8 @@ impl Worker {
         let cfg = match AgentConfig::load(&self.ctx.opts.config) {
             Ok(c) => c,
             Err(err) => {
-                self.block_all("InvalidNodeAgentConfig", err.to_string()).await;
+                self.block_all("InvalidNodeAgentConfig", err.to_string())
+                    .await;
                 return;
             }
         };
@@ -501,9 +511,11 @@ impl Worker {
         let policy = self.restart_policy();
         if !self.init_done {
             // Init containers run one at a time, in order, each to success.
-            let Some(i) = self.init.iter().position(|c| {
-                !matches!(&c.state, State::Terminated(t) if t.exit_code == 0)
-            }) else {
+            let Some(i) = self
+                .init
+                .iter()
+                .position(|c| !matches!(&c.state, State::Terminated(t) if t.exit_code == 0))
+            else {
                 self.init_done = true;
                 return Box::pin(self.start_due()).await;
             };
@@ -809,8 +821,14 @@ impl Worker {
             }
         };
         (
-            self.init.iter().map(|c| c.view(will_restart(c, Kind::Init))).collect(),
-            self.main.iter().map(|c| c.view(will_restart(c, Kind::Main))).collect(),
+            self.init
+                .iter()
+                .map(|c| c.view(will_restart(c, Kind::Init)))
+                .collect(),
+            self.main
+                .iter()
+                .map(|c| c.view(will_restart(c, Kind::Main)))
+                .collect(),
         )
     }
 
@@ -831,9 +849,10 @@ impl Worker {
                 let mut p = status::phase(self.init_done, self.init_failed(), &main);
                 // A pod being deleted whose containers all stopped ends in a terminal phase.
                 if self.terminating.is_some() && !self.any_running() && p != "Pending" {
-                    p = if main.iter().all(|c| {
-                        matches!(&c.state, State::Terminated(t) if t.exit_code == 0)
-                    }) {
+                    p = if main
+                        .iter()
+                        .all(|c| matches!(&c.state, State::Terminated(t) if t.exit_code == 0))
+                    {
                         "Succeeded"
                     } else {
                         "Failed"

@@ -28,7 +28,7 @@ pub enum EnvError {
         kind: &'static str,
         namespace: String,
         name: String,
-        source: kube::Error,
+        source: Box<kube::Error>,
     },
     #[error("env {var}: unsupported fieldRef {path:?}")]
     UnsupportedField { var: String, path: String },
@@ -136,9 +136,7 @@ pub fn pod_field(pod: &Pod, var: &str, path: &str) -> Result<String, EnvError> {
             .and_then(|s| s.service_account_name.clone())
             .unwrap_or_else(|| "default".into()),
         // Every pod on this node shares the host's loopback address.
-        "status.podIP" | "status.hostIP" | "status.podIPs" | "status.hostIPs" => {
-            "127.0.0.1".into()
-        }
+        "status.podIP" | "status.hostIP" | "status.podIPs" | "status.hostIPs" => "127.0.0.1".into(),
         _ => {
             if let Some(k) = bracket("metadata.labels['") {
                 m.labels
@@ -169,7 +167,7 @@ async fn get_secret(client: &Client, ns: &str, name: &str) -> Result<Option<Secr
             kind: "Secret",
             namespace: ns.into(),
             name: name.into(),
-            source,
+            source: Box::new(source),
         })
 }
 
@@ -185,7 +183,7 @@ async fn get_config_map(
             kind: "ConfigMap",
             namespace: ns.into(),
             name: name.into(),
-            source,
+            source: Box::new(source),
         })
 }
 
@@ -433,10 +431,7 @@ mod tests {
         pod.metadata.labels = Some([("app".to_string(), "a".to_string())].into());
         assert_eq!(pod_field(&pod, "V", "metadata.name").unwrap(), "p");
         assert_eq!(pod_field(&pod, "V", "metadata.namespace").unwrap(), "ns");
-        assert_eq!(
-            pod_field(&pod, "V", "metadata.labels['app']").unwrap(),
-            "a"
-        );
+        assert_eq!(pod_field(&pod, "V", "metadata.labels['app']").unwrap(), "a");
         assert!(pod_field(&pod, "V", "spec.nope").is_err());
     }
 }

@@ -49,7 +49,8 @@ async fn bind(ctx: &Ctx, pod: &Pod) {
     if let Ok(node) = Api::<Node>::all(ctx.client.clone()).get(node_name).await
         && let Some(sel) = selector_mismatch(pod, &node)
     {
-        let note = format!("0/1 nodes are available: node {node_name} does not match nodeSelector {sel}");
+        let note =
+            format!("0/1 nodes are available: node {node_name} does not match nodeSelector {sel}");
         ctx.event(&reference, EventType::Warning, "FailedScheduling", note)
             .await;
         return;
@@ -84,7 +85,9 @@ async fn bind(ctx: &Ctx, pod: &Pod) {
         }
         // Already bound or gone: nothing to do.
         Err(kube::Error::Api(e)) if matches!(e.code, 404 | 409) => {}
-        Err(err) => tracing::warn!(pod = %format!("{ns}/{name}"), %err, "binding failed; will retry"),
+        Err(err) => {
+            tracing::warn!(pod = %format!("{ns}/{name}"), %err, "binding failed; will retry")
+        }
     }
 }
 

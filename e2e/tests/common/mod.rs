@@ -5,8 +5,8 @@ use std::future::Future;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
-use kube::api::{Api, DeleteParams, PostParams};
 use kube::Client;
+use kube::api::{Api, DeleteParams, PostParams};
 use openwop_e2e::{Cluster, ClusterOptions, cluster_with};
 use serde_json::json;
 
