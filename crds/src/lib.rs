@@ -35,7 +35,105 @@ pub fn crds_yaml() -> Result<String, serde_yaml::Error> {
     );
     for crd in crds() {
         out.push_str("---\n");
-        out.push_str(&serde_yaml::to_string(&crd)?);
+        out.push_str(&quote_yaml11_booleans(&serde_yaml::to_string(&crd)?));
     }
     Ok(out)
+}
+
+/// Words YAML 1.1 reads as booleans. serde_yaml (YAML 1.2) leaves them bare, but kubectl's
+/// parser is YAML 1.1: a bare `y` (the `Position.y` property and its `required` entry) became
+/// `true`, and the apiserver refused the CRD.
+const YAML11_BOOLEANS: [&str; 16] = [
+    "y", "Y", "yes", "Yes", "YES", "n", "N", "no", "No", "NO", "on", "On", "ON", "off", "Off",
+    "OFF",
+];
+
+/// Quotes bare mapping keys and scalar values (block style, as serde_yaml writes them) that a
+/// YAML 1.1 parser would read as booleans.
+fn quote_yaml11_booleans(yaml: &str) -> String {
+    let is_bool = |w: &str| YAML11_BOOLEANS.contains(&w);
+    let mut out = String::with_capacity(yaml.len());
+    // Inside a block scalar (`key: |-`), lines indented deeper than its key are text.
+    let mut block_indent: Option<usize> = None;
+    for line in yaml.lines() {
+        let indent = line.len() - line.trim_start().len();
+        match block_indent {
+            Some(b) if indent > b || line.trim().is_empty() => {
+                out.push_str(line);
+                out.push('\n');
+                continue;
+            }
+            _ => block_indent = None,
+        }
+        let trimmed = line.trim_end();
+        if trimmed.ends_with(": |")
+            || trimmed.ends_with(": |-")
+            || trimmed.ends_with(": >")
+            || trimmed.ends_with(": >-")
+        {
+            block_indent = Some(indent);
+        }
+        let (prefix, rest) = line.split_at(indent);
+        let (dash, body) = match rest.strip_prefix("- ") {
+            Some(b) => ("- ", b),
+            None => ("", rest),
+        };
+        out.push_str(prefix);
+        out.push_str(dash);
+        match body
+            .split_once(": ")
+            .map(|(k, v)| (k, Some(v)))
+            .or_else(|| body.strip_suffix(':').map(|k| (k, None)))
+        {
+            Some((key, value)) => {
+                push_scalar(&mut out, key, is_bool(key));
+                out.push(':');
+                if let Some(v) = value {
+                    out.push(' ');
+                    push_scalar(&mut out, v, is_bool(v));
+                }
+            }
+            None => push_scalar(&mut out, body, is_bool(body)),
+        }
+        out.push('\n');
+    }
+    out
+}
+
+fn push_scalar(out: &mut String, s: &str, quote: bool) {
+    if quote {
+        out.push('\'');
+        out.push_str(s);
+        out.push('\'');
+    } else {
+        out.push_str(s);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn yaml11_booleans_are_quoted_where_keys_and_values_are() {
+        let src = "properties:\n  y:\n    type: number\nrequired:\n- x\n- y\nv: n\nd: |-\n  y\n  no\ne: yes\n";
+        assert_eq!(
+            quote_yaml11_booleans(src),
+            "properties:\n  'y':\n    type: number\nrequired:\n- x\n- 'y'\nv: 'n'\nd: |-\n  y\n  no\ne: 'yes'\n"
+        );
+    }
+
+    #[test]
+    fn generated_crds_have_no_bare_yaml11_booleans() {
+        let yaml = crds_yaml().unwrap();
+        assert!(
+            yaml.contains("- 'y'") && yaml.contains("'y':"),
+            "Position.y is quoted"
+        );
+        // Still the same documents for a YAML 1.2 reader.
+        for (doc, crd) in yaml.split("\n---\n").skip(1).zip(crds()) {
+            let parsed: CustomResourceDefinition = serde_yaml::from_str(doc).unwrap();
+            assert_eq!(parsed, crd);
+        }
+    }
 }

@@ -9,7 +9,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::schema::{any_json, free_object};
+use crate::schema::free_object;
 
 /// Desired state of a Run: which workflow, with which inputs, answers to its pending
 /// interrupts, and whether to cancel it.
@@ -134,9 +134,10 @@ pub struct InterruptAnswer {
     /// The interrupt answered (`status.pendingInterrupt.interruptId`).
     #[schemars(length(min = 1, max = 128))]
     pub interrupt_id: String,
-    /// Clarification answers, keyed by question id (any JSON).
+    /// Clarification answers: an object keyed by question id (values are any JSON).
+    // Typed `object` (not untyped JSON) so the CEL rule below can test `has(self.value)`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(schema_with = "any_json")]
+    #[schemars(schema_with = "free_object")]
     pub value: Option<Value>,
     /// Approval decision.
     #[serde(default, skip_serializing_if = "Option::is_none")]

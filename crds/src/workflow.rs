@@ -160,8 +160,9 @@ pub struct Position {
 /// Where an input port takes its value from.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
+// No CEL rule for `static` needing `value`: an untyped (any JSON) field is invisible to CEL
+// (`has(self.value)` does not compile on the apiserver); the Workflow controller reports it.
 #[x_kube(
-    validation = Rule::new("self.type != 'static' || has(self.value)").message("a static input needs value"),
     validation = Rule::new("self.type != 'expression' || has(self.expression)").message("an expression input needs expression"),
     validation = Rule::new("self.type != 'connection' || (has(self.nodeId) && has(self.outputKey))").message("a connection input needs nodeId and outputKey"),
     validation = Rule::new("self.type != 'variable' || has(self.variableName)").message("a variable input needs variableName")
