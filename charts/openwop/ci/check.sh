@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# Checks the openwop chart: generated files are fresh, helm lint is clean, every values file
+# renders, the rendered nats.conf is valid, and (when a cluster answers) every manifest passes
+# a server-side dry-run. Usage: bash charts/openwop/ci/check.sh   (call it from `make test`).
+# Needs helm and nats-server on PATH, or the mini-cluster's binaries (e2e/cluster/build-binaries.sh).
+set -euo pipefail
+
+CHART="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+ROOT="$(cd "$CHART/../.." && pwd)"
+RELEASE=openwop-check
+NAMESPACE=openwop-chart-check
+fail() { echo "chart check: $*" >&2; exit 1; }
+
+if ! command -v helm >/dev/null || ! command -v nats-server >/dev/null; then
+  BIN="$(bash "$ROOT/e2e/cluster/build-binaries.sh" | tail -n 1)"
+  export PATH="$BIN:$PATH"
+fi
+command -v helm >/dev/null || fail "helm not found (run e2e/cluster/build-binaries.sh)"
+
+echo "== CRDs identical to crds/openwop.dev_crds.yaml"
+diff -u "$ROOT/crds/openwop.dev_crds.yaml" "$CHART/crds/openwop.dev_crds.yaml" \
+  || fail "charts/openwop/crds is stale: cp crds/openwop.dev_crds.yaml charts/openwop/crds/"
+
+echo "== values.schema.json and README.md up to date"
+python3 "$CHART/ci/gen_schema.py" --check
+python3 "$CHART/ci/values_doc.py" --check
+
+echo "== helm lint"
+helm lint --strict "$CHART" -n "$NAMESPACE"
+for f in "$CHART"/ci/*-values.yaml; do
+  helm lint --strict "$CHART" -n "$NAMESPACE" -f "$f" --set serviceMonitor.enabled=false
+done
+
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+
+echo "== render"
+helm template "$RELEASE" "$CHART" -n "$NAMESPACE" --include-crds >"$work/default.yaml"
+for f in "$CHART"/ci/*-values.yaml; do
+  name="$(basename "$f" -values.yaml)"
+  helm template "$RELEASE" "$CHART" -n "$NAMESPACE" -f "$f" \
+    --api-versions monitoring.coreos.com/v1 >"$work/$name-sm.yaml"
+  # The dry-run cluster has no Prometheus Operator: render without the ServiceMonitor.
+  helm template "$RELEASE" "$CHART" -n "$NAMESPACE" -f "$f" --set serviceMonitor.enabled=false \
+    >"$work/$name.yaml"
+done
+grep -q '^kind: ServiceMonitor' "$work/full-sm.yaml" || fail "full values render no ServiceMonitor"
+grep -q '^kind: NetworkPolicy' "$work/full.yaml" || fail "full values render no NetworkPolicy"
+grep -q 'volumeClaimTemplates' "$work/full.yaml" || fail "persistence renders no volumeClaimTemplates"
+grep -q '^kind: StatefulSet' "$work/external-nats.yaml" && fail "external NATS still renders the StatefulSet"
+grep -q 'natsUrl: nats://nats.messaging.svc:4222' "$work/external-nats.yaml" \
+  || fail "external NATS URL not passed to the operator config"
+
+echo "== invalid values are refused"
+expect_refusal() {
+  local why="$1"; shift
+  if helm template "$RELEASE" "$CHART" "$@" >/dev/null 2>"$work/err"; then
+    fail "accepted $why ($*)"
+  fi
+}
+expect_refusal "a typo" --set operator.replicsa=2
+expect_refusal "maxRetryAttempts 40" --set reliability.maxRetryAttempts=40
+expect_refusal "an unknown vendor" --set 'providers[0].name=x' --set 'providers[0].vendor=acme'
+expect_refusal "external NATS without URL" --set nats.enabled=false
+expect_refusal "two replicas without leader election" --set operator.leaderElection.enabled=false
+expect_refusal "runAsUser 0" --set worker.runAsUser=0
+expect_refusal "ServiceMonitor without its API" --set serviceMonitor.enabled=true
+
+if command -v nats-server >/dev/null; then
+  echo "== nats.conf accepted by nats-server -t"
+  python3 - "$work/full.yaml" "$work/nats.conf" <<'PY'
+import sys, yaml
+for d in yaml.safe_load_all(open(sys.argv[1])):
+    if d and d["kind"] == "ConfigMap" and "nats.conf" in d.get("data", {}):
+        open(sys.argv[2], "w").write(d["data"]["nats.conf"])
+        break
+else:
+    sys.exit("no nats.conf rendered")
+PY
+  POD_NAME=check nats-server -c "$work/nats.conf" -t >/dev/null
+fi
+
+if [ -n "${KUBECONFIG:-}" ] && kubectl version --request-timeout=5s >/dev/null 2>&1; then
+  echo "== server-side dry-run against $(kubectl config current-context)"
+  for ns in "$NAMESPACE" openwop-chart-check-a openwop-chart-check-b; do
+    kubectl create namespace "$ns" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+  done
+  # Pod Security "restricted" warns (on dry-run too) about any pod template that breaks it.
+  kubectl label namespace "$NAMESPACE" --overwrite \
+    pod-security.kubernetes.io/enforce=restricted pod-security.kubernetes.io/warn=restricted >/dev/null
+  for f in "$work"/default.yaml "$work"/full.yaml "$work"/external-nats.yaml; do
+    echo "-- $(basename "$f")"
+    kubectl apply --server-side --dry-run=server --field-manager=chart-check -f "$f" \
+      >/dev/null 2>"$work/dry-run.err" || { cat "$work/dry-run.err" >&2; fail "dry-run of $f refused"; }
+    if grep -i 'podsecurity' "$work/dry-run.err" >&2; then
+      fail "$(basename "$f"): a pod template violates the restricted Pod Security Standard"
+    fi
+  done
+else
+  echo "== no cluster reachable (KUBECONFIG unset or down): server-side dry-run skipped"
+fi
+echo "chart check: ok"
