@@ -353,7 +353,7 @@ impl<'a, P: Publisher> Executor<'a, P> {
         }
         let inputs = match self.resolve_inputs(node, edge_inputs, states, variables) {
             Ok(i) => i,
-            Err(e) => return self.fail_node(id, e, None).await.map(Ok),
+            Err(e) => return self.fail_node(id, *e, None).await.map(Ok),
         };
         let max_retries = node.max_retries.unwrap_or(self.graph.default_max_retries);
         let mut attempt = 0u32;
@@ -444,7 +444,7 @@ impl<'a, P: Publisher> Executor<'a, P> {
         mut inputs: Map<String, Value>,
         states: &BTreeMap<String, NodeState>,
         variables: &Value,
-    ) -> Result<Value, ErrorInfo> {
+    ) -> Result<Value, Box<ErrorInfo>> {
         for (port, pv) in &node.inputs {
             let v = match pv {
                 PortValue::Static(v) => Some(v.clone()),
@@ -458,35 +458,35 @@ impl<'a, P: Publisher> Executor<'a, P> {
                         _ => None,
                     };
                     if v.is_none() && !optional {
-                        return Err(error(
+                        return Err(Box::new(error(
                             "input_missing",
                             format!(
                                 "input `{port}` needs output `{output_key}` of node `{node_id}`, which produced none"
                             ),
                             false,
-                        ));
+                        )));
                     }
                     v
                 }
                 PortValue::Variable { name, optional } => {
                     let v = variables.get(name).cloned();
                     if v.is_none() && !optional {
-                        return Err(error(
+                        return Err(Box::new(error(
                             "input_missing",
                             format!("input `{port}` needs variable `{name}`, which has no value"),
                             false,
-                        ));
+                        )));
                     }
                     v
                 }
                 PortValue::Expression(_) => {
-                    return Err(error(
+                    return Err(Box::new(error(
                         "capability_required",
                         format!(
                             "input `{port}` uses an expression port value; this host has no expression engine"
                         ),
                         false,
-                    ));
+                    )));
                 }
             };
             if let Some(v) = v {

@@ -45,7 +45,11 @@ fn programs() -> Value {
 
 /// Runs to the end, answering each interrupt as it appears: approve CP-1, answer the clarification.
 /// `kill_after` (ms) SIGKILLs successive worker processes until one ends by itself.
-fn drive(files: &RunFiles, url: &str, mut kill_after: impl FnMut() -> Option<u64>) -> (usize, usize) {
+fn drive(
+    files: &RunFiles,
+    url: &str,
+    mut kill_after: impl FnMut() -> Option<u64>,
+) -> (usize, usize) {
     let mut answers: Vec<Value> = vec![];
     let (mut kills, mut starts) = (0, 0);
     loop {
@@ -66,7 +70,11 @@ fn drive(files: &RunFiles, url: &str, mut kill_after: impl FnMut() -> Option<u64
             }
         }
         starts += 1;
-        let mut child = files.command(url).stderr(std::process::Stdio::null()).spawn().unwrap();
+        let mut child = files
+            .command(url)
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
         let pid = child.id();
         let code = match kill_after() {
             Some(ms) => {
@@ -86,7 +94,10 @@ fn drive(files: &RunFiles, url: &str, mut kill_after: impl FnMut() -> Option<u64
         for c in files.calls() {
             if c["pid"].as_u64() == Some(pid as u64) {
                 let key = c["key"].as_str().unwrap();
-                assert!(!finished.contains(key), "provider call for finished emission {key} repeated");
+                assert!(
+                    !finished.contains(key),
+                    "provider call for finished emission {key} repeated"
+                );
             }
         }
         match code {
@@ -113,7 +124,13 @@ fn drive(files: &RunFiles, url: &str, mut kill_after: impl FnMut() -> Option<u64
 #[test]
 fn sequence_interrupts_and_dedup_against_real_jetstream() {
     let nats = NatsServer::start();
-    let files = RunFiles::new("ref", RUN_ID, workflow(), json!({"doc": "hello"}), programs());
+    let files = RunFiles::new(
+        "ref",
+        RUN_ID,
+        workflow(),
+        json!({"doc": "hello"}),
+        programs(),
+    );
     // First worker: stops at the CP-1 approval.
     let (code, _) = files.run(&nats.url());
     assert_eq!(code, 3);
@@ -123,28 +140,61 @@ fn sequence_interrupts_and_dedup_against_real_jetstream() {
     assert_eq!(t["pendingInterrupt"]["agentId"], "agent-m");
     let first = read_raw(&nats.url(), &files.subject());
     let tys = types(&first);
-    let agent: Vec<&str> = tys.iter().map(String::as_str).filter(|t| t.starts_with("agent.")).collect();
-    assert_eq!(agent, ["agent.reasoned", "agent.toolCalled", "agent.toolReturned", "agent.handoff", "agent.decided"]);
+    let agent: Vec<&str> = tys
+        .iter()
+        .map(String::as_str)
+        .filter(|t| t.starts_with("agent."))
+        .collect();
+    assert_eq!(
+        agent,
+        [
+            "agent.reasoned",
+            "agent.toolCalled",
+            "agent.toolReturned",
+            "agent.handoff",
+            "agent.decided"
+        ]
+    );
     assert_eq!(tys.last().unwrap(), "node.suspended");
-    assert!(tys.contains(&"envelope.truncated".to_string()) && tys.contains(&"envelope.retry.attempted".to_string()));
+    assert!(
+        tys.contains(&"envelope.truncated".to_string())
+            && tys.contains(&"envelope.retry.attempted".to_string())
+    );
     // Passthrough nodes never emit agent.* events.
-    assert!(first.iter().all(|e| !(e["nodeId"] == "a" && e["type"].as_str().unwrap().starts_with("agent."))));
+    assert!(
+        first
+            .iter()
+            .all(|e| !(e["nodeId"] == "a" && e["type"].as_str().unwrap().starts_with("agent.")))
+    );
     // A worker restarted without an answer publishes nothing new.
     assert_eq!(files.run(&nats.url()).0, 3);
     assert_eq!(read_raw(&nats.url(), &files.subject()).len(), first.len());
     // An untrusted answer cannot approve.
-    let id = t["pendingInterrupt"]["interruptId"].as_str().unwrap().to_owned();
+    let id = t["pendingInterrupt"]["interruptId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     files.set_answers(json!([{"interruptId": id, "approved": true, "contentTrust": "untrusted"}]));
     assert_eq!(files.run(&nats.url()).0, 3);
     let after = read_raw(&nats.url(), &files.subject());
-    assert_eq!(after.last().unwrap()["payload"]["message"].as_str().unwrap().split(':').next(), Some("untrusted_content_blocks_approval"));
+    assert_eq!(
+        after.last().unwrap()["payload"]["message"]
+            .as_str()
+            .unwrap()
+            .split(':')
+            .next(),
+        Some("untrusted_content_blocks_approval")
+    );
     // Approve → clarification → answer → completed.
     files.set_answers(json!([{"interruptId": id, "approved": true}]));
     assert_eq!(files.run(&nats.url()).0, 3);
     let t = files.termination();
     assert_eq!(t["phase"], "waiting-input");
     assert_eq!(t["pendingInterrupt"]["questions"][0]["id"], "region");
-    let qid = t["pendingInterrupt"]["interruptId"].as_str().unwrap().to_owned();
+    let qid = t["pendingInterrupt"]["interruptId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     files.set_answers(json!([{"interruptId": id, "approved": true}, {"interruptId": qid, "value": {"region": "eu"}}]));
     assert_eq!(files.run(&nats.url()).0, 0);
     assert_eq!(files.termination()["phase"], "completed");
@@ -153,12 +203,27 @@ fn sequence_interrupts_and_dedup_against_real_jetstream() {
     let tys = types(&all);
     assert_eq!(tys.first().unwrap(), "run.started");
     assert_eq!(tys.last().unwrap(), "run.completed");
-    for t in ["approval.granted", "interrupt.resolved", "node.resumed", "clarification.requested", "interrupt.requested", "clarification.resolved", "run.resumed"] {
+    for t in [
+        "approval.granted",
+        "interrupt.resolved",
+        "node.resumed",
+        "clarification.requested",
+        "interrupt.requested",
+        "clarification.resolved",
+        "run.resumed",
+    ] {
         assert!(tys.iter().any(|x| x == t), "missing {t}");
     }
-    assert_eq!(all.last().unwrap()["payload"]["outputs"]["z"]["output"]["region"], "eu");
+    assert_eq!(
+        all.last().unwrap()["payload"]["outputs"]["z"]["output"]["region"],
+        "eu"
+    );
     // Each provider call happened exactly once: p twice (truncation + retry), q once per turn.
-    let keys: Vec<String> = files.calls().iter().map(|c| c["key"].as_str().unwrap().to_owned()).collect();
+    let keys: Vec<String> = files
+        .calls()
+        .iter()
+        .map(|c| c["key"].as_str().unwrap().to_owned())
+        .collect();
     assert_eq!(keys, ["p#0", "p#0", "q#0", "q#1"]);
     // Republishing a recorded event with its id is dropped by JetStream's dedup window.
     rt().block_on(async {
@@ -166,43 +231,80 @@ fn sequence_interrupts_and_dedup_against_real_jetstream() {
         let js = async_nats::jetstream::new(client);
         let e = &all[3];
         let ack = js
-            .send_publish(files.subject(), async_nats::jetstream::message::PublishMessage::build()
-                .payload(serde_json::to_vec(e).unwrap().into())
-                .message_id(e["eventId"].as_str().unwrap()))
-            .await.unwrap().await.unwrap();
+            .send_publish(
+                files.subject(),
+                async_nats::jetstream::message::PublishMessage::build()
+                    .payload(serde_json::to_vec(e).unwrap().into())
+                    .message_id(e["eventId"].as_str().unwrap()),
+            )
+            .await
+            .unwrap()
+            .await
+            .unwrap();
         assert!(ack.duplicate);
     });
     assert_eq!(read_raw(&nats.url(), &files.subject()).len(), all.len());
     // The reasoning subject carries start → thoughts (incl. a nested tool context) → conclusion.
-    let rs = read_raw(&nats.url(), &openwop_worker::nats::reasoning_subject("ns", "ref"));
+    let rs = read_raw(
+        &nats.url(),
+        &openwop_worker::nats::reasoning_subject("ns", "ref"),
+    );
     let m_msgs: Vec<&Value> = rs.iter().filter(|m| m["nodeId"] == "m").collect();
     assert_eq!(m_msgs[0]["kind"], "reasoning.start");
     let start = m_msgs[0]["id"].as_str().unwrap();
-    assert!(m_msgs.iter().any(|m| m["context"].as_str().is_some_and(|c| c.starts_with(&format!("{start}/")))));
+    assert!(m_msgs.iter().any(|m| {
+        m["context"]
+            .as_str()
+            .is_some_and(|c| c.starts_with(&format!("{start}/")))
+    }));
     assert_eq!(m_msgs.last().unwrap()["kind"], "reasoning.conclusion");
-    assert!(rs.iter().any(|m| m["nodeId"] == "p" && m["payload"]["message"] == "summed it"));
+    assert!(
+        rs.iter()
+            .any(|m| m["nodeId"] == "p" && m["payload"]["message"] == "summed it")
+    );
 }
 
 #[test]
 fn sigkill_at_many_points_yields_the_uninterrupted_log() {
     let nats = NatsServer::start();
-    let reference = RunFiles::new("reference", RUN_ID, workflow(), json!({"doc": "hello"}), programs());
+    let reference = RunFiles::new(
+        "reference",
+        RUN_ID,
+        workflow(),
+        json!({"doc": "hello"}),
+        programs(),
+    );
     drive(&reference, &nats.url(), || None);
-    let want: Vec<Value> = read_raw(&nats.url(), &reference.subject()).iter().map(essence).collect();
+    let want: Vec<Value> = read_raw(&nats.url(), &reference.subject())
+        .iter()
+        .map(essence)
+        .collect();
 
     // Same run id, so the same event ids: the killed run gets its own server, since
     // JetStream's dedup window is per stream.
     let nats = NatsServer::start();
-    let killed = RunFiles::new("reference", RUN_ID, workflow(), json!({"doc": "hello"}), programs());
+    let killed = RunFiles::new(
+        "reference",
+        RUN_ID,
+        workflow(),
+        json!({"doc": "hello"}),
+        programs(),
+    );
     let mut delay = 0u64;
     let (kills, starts) = drive(&killed, &nats.url(), || {
         delay += 7;
         Some(delay)
     });
     eprintln!("{kills} SIGKILLs over {starts} worker starts");
-    let got: Vec<Value> = read_raw(&nats.url(), &killed.subject()).iter().map(essence).collect();
+    let got: Vec<Value> = read_raw(&nats.url(), &killed.subject())
+        .iter()
+        .map(essence)
+        .collect();
     assert_gap_free(&got);
-    assert!(kills >= 3, "only {kills} kills in {starts} starts; the run is too fast for the schedule");
+    assert!(
+        kills >= 3,
+        "only {kills} kills in {starts} starts; the run is too fast for the schedule"
+    );
     assert_eq!(types(&got), types(&want));
     for (g, w) in got.iter().zip(&want) {
         assert_eq!(g, w);
@@ -212,12 +314,21 @@ fn sigkill_at_many_points_yields_the_uninterrupted_log() {
 #[test]
 fn nats_restart_mid_run_loses_nothing() {
     let mut nats = NatsServer::start();
-    let nodes: Vec<Value> = (0..150).map(|i| json!({"id": format!("n{i}"), "typeId": "core.identity"})).collect();
+    let nodes: Vec<Value> = (0..150)
+        .map(|i| json!({"id": format!("n{i}"), "typeId": "core.identity"}))
+        .collect();
     let edges: Vec<Value> = (1..150).map(|i| json!({"id": format!("e{i}"), "sourceNodeId": format!("n{}", i - 1), "targetNodeId": format!("n{i}")})).collect();
     let wf = json!({"id": "chain", "nodes": nodes, "edges": edges});
     let files = RunFiles::new("restart", RUN_ID, wf, json!({"x": 1}), json!({}));
-    let mut child = files.command(&nats.url()).stderr(std::process::Stdio::null()).spawn().unwrap();
-    assert!(wait_for(|| read_raw_quick(&nats.url(), &files.subject()) >= 20, Duration::from_secs(20)));
+    let mut child = files
+        .command(&nats.url())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(wait_for(
+        || read_raw_quick(&nats.url(), &files.subject()) >= 20,
+        Duration::from_secs(20)
+    ));
     nats.stop();
     std::thread::sleep(Duration::from_millis(1500));
     nats.restart();
@@ -248,15 +359,27 @@ fn the_secret_canary_never_reaches_nats_or_logs() {
         "p": {"responses": [{"stopReason": "stop", "content": {"type": "vendor.acme.note", "payload": {"text": format!("secret is {CANARY}"), "reasoning": format!("found {CANARY}")}}}]},
         "r": {"responses": [{"stopReason": "refusal", "refusalText": format!("I will not reveal {CANARY}")}]}
     });
-    let files = RunFiles::new("canary", RUN_ID, wf, json!({"doc": format!("input {CANARY}")}), programs);
+    let files = RunFiles::new(
+        "canary",
+        RUN_ID,
+        wf,
+        json!({"doc": format!("input {CANARY}")}),
+        programs,
+    );
     std::fs::write(files.path("secrets/canary"), CANARY).unwrap();
     let (code, stderr) = files.run(&nats.url());
     assert_eq!(code, 0, "{stderr}");
     let events = read_raw(&nats.url(), &files.subject());
-    let reasoning = read_raw(&nats.url(), &openwop_worker::nats::reasoning_subject("ns", "canary"));
+    let reasoning = read_raw(
+        &nats.url(),
+        &openwop_worker::nats::reasoning_subject("ns", "canary"),
+    );
     assert!(types(&events).contains(&"envelope.refusal".to_string()));
     assert!(!reasoning.is_empty());
-    let everything = format!("{events:?}{reasoning:?}{stderr}{}", std::fs::read_to_string(files.path("termination.json")).unwrap());
+    let everything = format!(
+        "{events:?}{reasoning:?}{stderr}{}",
+        std::fs::read_to_string(files.path("termination.json")).unwrap()
+    );
     assert!(!everything.contains(CANARY), "canary leaked");
     assert!(everything.contains("[REDACTED:canary]"));
 }

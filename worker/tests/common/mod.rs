@@ -15,7 +15,8 @@ pub fn nats_server_binary() -> PathBuf {
         return PathBuf::from(p);
     }
     let home = std::env::var("HOME").unwrap_or_else(|_| "/root".into());
-    let root = std::env::var("OPENWOP_BIN_CACHE").unwrap_or_else(|_| format!("{home}/.cache/openwop/bin"));
+    let root =
+        std::env::var("OPENWOP_BIN_CACHE").unwrap_or_else(|_| format!("{home}/.cache/openwop/bin"));
     let found = std::fs::read_dir(&root).ok().and_then(|d| {
         d.flatten()
             .map(|e| e.path().join("nats-server"))
@@ -27,7 +28,11 @@ pub fn nats_server_binary() -> PathBuf {
 }
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 pub struct NatsServer {
@@ -38,14 +43,25 @@ pub struct NatsServer {
 
 impl NatsServer {
     pub fn start() -> NatsServer {
-        let mut s = NatsServer { child: None, port: free_port(), store: tempfile::tempdir().unwrap() };
+        let mut s = NatsServer {
+            child: None,
+            port: free_port(),
+            store: tempfile::tempdir().unwrap(),
+        };
         s.spawn();
         s
     }
 
     fn spawn(&mut self) {
         let child = Command::new(nats_server_binary())
-            .args(["-js", "-a", "127.0.0.1", "-p", &self.port.to_string(), "-sd"])
+            .args([
+                "-js",
+                "-a",
+                "127.0.0.1",
+                "-p",
+                &self.port.to_string(),
+                "-sd",
+            ])
             .arg(self.store.path())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -90,9 +106,19 @@ pub struct RunFiles {
 }
 
 impl RunFiles {
-    pub fn new(name: &str, run_id: &str, workflow: Value, inputs: Value, programs: Value) -> RunFiles {
+    pub fn new(
+        name: &str,
+        run_id: &str,
+        workflow: Value,
+        inputs: Value,
+        programs: Value,
+    ) -> RunFiles {
         let dir = tempfile::tempdir().unwrap();
-        let f = RunFiles { dir, namespace: "ns".into(), name: name.into() };
+        let f = RunFiles {
+            dir,
+            namespace: "ns".into(),
+            name: name.into(),
+        };
         f.write_snapshot(run_id, &workflow, &inputs, &serde_json::json!([]));
         std::fs::write(f.path("programs.json"), programs.to_string()).unwrap();
         std::fs::create_dir_all(f.path("secrets")).unwrap();
@@ -110,7 +136,9 @@ impl RunFiles {
     }
 
     pub fn set_answers(&self, answers: Value) {
-        let mut snap: Value = serde_json::from_str(&std::fs::read_to_string(self.path("snapshot.json")).unwrap()).unwrap();
+        let mut snap: Value =
+            serde_json::from_str(&std::fs::read_to_string(self.path("snapshot.json")).unwrap())
+                .unwrap();
         snap["answers"] = answers;
         std::fs::write(self.path("snapshot.json"), snap.to_string()).unwrap();
     }
@@ -140,11 +168,15 @@ impl RunFiles {
     /// Runs the worker to its end; returns (exit code, stderr).
     pub fn run(&self, url: &str) -> (i32, String) {
         let out = self.command(url).output().expect("run worker");
-        (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stderr).into_owned())
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
     }
 
     pub fn termination(&self) -> Value {
-        serde_json::from_str(&std::fs::read_to_string(self.path("termination.json")).unwrap()).unwrap()
+        serde_json::from_str(&std::fs::read_to_string(self.path("termination.json")).unwrap())
+            .unwrap()
     }
 
     pub fn calls(&self) -> Vec<Value> {
@@ -157,16 +189,24 @@ impl RunFiles {
 }
 
 pub fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
 }
 
 /// Every raw message on `subject`, in stream order.
 pub fn read_raw(url: &str, subject: &str) -> Vec<Value> {
     rt().block_on(async {
-        let policy = RetryPolicy { deadline: Duration::from_secs(20), ..Default::default() };
+        let policy = RetryPolicy {
+            deadline: Duration::from_secs(20),
+            ..Default::default()
+        };
         let client = nats::connect(url).await.unwrap();
         let js = nats::context(client, &policy);
-        let stream = nats::ensure_stream(&js, "OPENWOP_EVENTS", &policy).await.unwrap();
+        let stream = nats::ensure_stream(&js, "OPENWOP_EVENTS", &policy)
+            .await
+            .unwrap();
         nats::read_subject(&stream, subject, &policy)
             .await
             .unwrap()
@@ -184,14 +224,24 @@ pub fn essence(e: &Value) -> Value {
 }
 
 pub fn types(events: &[Value]) -> Vec<String> {
-    events.iter().map(|e| e["type"].as_str().unwrap().to_owned()).collect()
+    events
+        .iter()
+        .map(|e| e["type"].as_str().unwrap().to_owned())
+        .collect()
 }
 
 pub fn assert_gap_free(events: &[Value]) {
     let mut ids = std::collections::HashSet::new();
     for (i, e) in events.iter().enumerate() {
-        assert_eq!(e["sequence"].as_u64(), Some(i as u64), "sequence gap at {i}: {e}");
-        assert!(ids.insert(e["eventId"].as_str().unwrap().to_owned()), "duplicate eventId at {i}");
+        assert_eq!(
+            e["sequence"].as_u64(),
+            Some(i as u64),
+            "sequence gap at {i}: {e}"
+        );
+        assert!(
+            ids.insert(e["eventId"].as_str().unwrap().to_owned()),
+            "duplicate eventId at {i}"
+        );
     }
 }
 
