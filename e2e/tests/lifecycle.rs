@@ -63,12 +63,18 @@ fn kubeconfig_from(stdout: &str) -> std::path::PathBuf {
 
 #[tokio::test]
 async fn up_up_down_up_down_leaves_nothing_running() {
-    let state = tempfile::tempdir().unwrap();
+    // Kept on failure (for its logs); the guard stops the cluster however the test ends.
+    let state = tempfile::Builder::new()
+        .prefix("openwop-lifecycle-")
+        .tempdir()
+        .unwrap()
+        .keep();
     let opts = ClusterOptions {
-        state_dir: Some(state.path().to_owned()),
+        state_dir: Some(state.clone()),
         port_offset: 1000,
         node_agent_bin: Some(env!("CARGO_BIN_EXE_openwop-node-agent").into()),
     };
+    let _guard = Down(opts.clone());
     let blocking = |sub: &'static str| {
         let opts = opts.clone();
         tokio::task::spawn_blocking(move || run(&opts, sub))
@@ -76,14 +82,31 @@ async fn up_up_down_up_down_leaves_nothing_running() {
 
     let out = blocking("up").await.unwrap().expect("first up");
     let kubeconfig = kubeconfig_from(&out);
-    let first = pids(state.path());
+    let first = pids(state.as_path());
     assert_eq!(first.len(), COMPONENTS.len());
     ready_node(&kubeconfig).await;
 
     // A second up is a no-op: same processes.
     let out = blocking("up").await.unwrap().expect("second up");
     assert_eq!(kubeconfig_from(&out), kubeconfig);
-    assert_eq!(pids(state.path()), first);
+    let again = pids(state.as_path());
+    // The agent is exempt: `up` restarts it when its binary was rebuilt meanwhile (a shared
+    // target directory), by design.
+    for (i, c) in COMPONENTS
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| **c != "node-agent")
+    {
+        if again.get(i) != first.get(i) {
+            let log = std::fs::read_to_string(state.join("logs").join(format!("{c}.log")))
+                .unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(20).collect();
+            panic!(
+                "{c} was restarted by the second up; its log ends with:\n{}",
+                tail.join("\n")
+            );
+        }
+    }
     blocking("status").await.unwrap().expect("status");
 
     blocking("down").await.unwrap().expect("down");
@@ -99,10 +122,23 @@ async fn up_up_down_up_down_leaves_nothing_running() {
     let out = blocking("up").await.unwrap().expect("up after down");
     assert_eq!(kubeconfig_from(&out), kubeconfig);
     ready_node(&kubeconfig).await;
-    let second = pids(state.path());
+    let second = pids(state.as_path());
     blocking("purge").await.unwrap().expect("purge");
     for pid in &second {
         assert!(!common::process_alive(*pid), "pid {pid} survived purge");
     }
-    assert!(!state.path().exists());
+    assert!(!state.as_path().exists());
+}
+
+struct Down(ClusterOptions);
+
+impl Drop for Down {
+    fn drop(&mut self) {
+        if self.0.state_dir.as_ref().is_some_and(|d| d.exists()) {
+            if let Err(err) = run(&self.0, "down") {
+                eprintln!("cleanup: {err}");
+            }
+            eprintln!("state kept for inspection: {:?}", self.0.state_dir);
+        }
+    }
 }

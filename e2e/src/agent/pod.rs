@@ -230,6 +230,14 @@ impl Worker {
             for s in statuses {
                 if let Some(c) = ctrs.iter_mut().find(|c| c.spec.name == s.name) {
                     c.restart_count = s.restart_count;
+                    // Its process died with the previous agent: starting it again is a restart.
+                    c.started_once = s
+                        .state
+                        .as_ref()
+                        .is_some_and(|st| st.running.is_some() || st.terminated.is_some())
+                        || s.last_state
+                            .as_ref()
+                            .is_some_and(|st| st.terminated.is_some());
                 }
             }
         }
