@@ -4,14 +4,23 @@
 mod envelope_cmd;
 mod schema_cmd;
 mod simulate_cmd;
+mod views;
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-/// OpenWOP for Kubernetes: offline checks of AI envelopes and schemas.
+/// OpenWOP for Kubernetes: offline checks of AI envelopes and schemas, and live views of runs.
 ///
 /// Installed on your PATH as `kubectl-openwop`, it also runs as `kubectl openwop ...`.
+/// Online commands use your kubeconfig (KUBECONFIG, current context and namespace) like kubectl;
+/// `events` reads the run's event stream from NATS (--nats-url or OPENWOP_NATS_URL).
+///
+/// Typical session:
+///   kubectl openwop runs -n team-a                      list runs with phase and node
+///   kubectl openwop events triage-1 -n team-a -f        follow the live timeline
+///   kubectl openwop describe triage-1 -n team-a         status and the pending question
+///   kubectl openwop resume triage-1 -n team-a --answer region=eu
 #[derive(Parser)]
 #[command(name = "kubectl-openwop", version, propagate_version = true)]
 struct Cli {
@@ -27,6 +36,35 @@ enum Command {
     /// Check JSON Schemas against the Tier-1 structured-output subset and lower them per vendor.
     #[command(subcommand)]
     Schema(schema_cmd::SchemaCommand),
+    /// List runs with their workflow, phase, current node and age.
+    Runs(views::runs::RunsArgs),
+    /// Show a run's status, conditions, error, worker pod and pending interrupt.
+    Describe(views::runs::DescribeArgs),
+    /// Answer a run's pending interrupt (clarification answers, or approve / reject).
+    Resume(views::resume::ResumeArgs),
+    /// Print a run's event timeline from NATS JetStream (-f to follow it live).
+    Events(views::events::EventsArgs),
+}
+
+/// Runs an online command on a Tokio runtime; errors print with their causes and exit 1.
+fn online<F: std::future::Future<Output = anyhow::Result<()>>>(fut: F) -> ExitCode {
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(fut) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 fn main() -> ExitCode {
@@ -34,5 +72,9 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Envelope(cmd) => envelope_cmd::run(cmd),
         Command::Schema(cmd) => schema_cmd::run(cmd),
+        Command::Runs(args) => online(views::runs::list(args)),
+        Command::Describe(args) => online(views::runs::describe(args)),
+        Command::Resume(args) => online(views::resume::run(args)),
+        Command::Events(args) => online(views::events::run(args)),
     }
 }

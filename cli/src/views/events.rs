@@ -1,0 +1,428 @@
+//! `kubectl-openwop events RUN [-f] [--json] [--since-seq N]`: reads the run's JetStream
+//! subjects (`openwop.events.<ns>.<run>` and `openwop.reasoning.<ns>.<run>`) with an ordered
+//! consumer and prints a timeline, the reasoning in its own lane.
+
+use std::io::Write as _;
+use std::time::Duration;
+
+use anyhow::{Context as _, Result, bail};
+use async_nats::jetstream::{self, consumer};
+use clap::Args;
+use futures::StreamExt;
+use serde_json::{Value, json};
+
+use super::{Style, one_line};
+
+#[derive(Args, Debug)]
+pub struct EventsArgs {
+    /// Name of the Run.
+    pub run: String,
+    /// Namespace of the run (part of the subject name).
+    #[arg(short = 'n', long, default_value = "default")]
+    pub namespace: String,
+    /// Keep following new events until the run ends (run.completed / failed / cancelled).
+    #[arg(short = 'f', long)]
+    pub follow: bool,
+    /// One JSON object per line: {"lane": "events"|"reasoning", "subject", "streamSequence", "message"}.
+    #[arg(long)]
+    pub json: bool,
+    /// Skip run events whose `sequence` is below N (reasoning messages are not filtered).
+    #[arg(long, value_name = "N")]
+    pub since_seq: Option<u64>,
+    /// Hide the reasoning lane.
+    #[arg(long)]
+    pub no_reasoning: bool,
+    /// NATS server with the run-events stream (e.g. a `kubectl port-forward` of the chart's NATS).
+    #[arg(
+        long,
+        env = "OPENWOP_NATS_URL",
+        default_value = "nats://127.0.0.1:4222"
+    )]
+    pub nats_url: String,
+    /// JetStream stream holding the run's subjects.
+    #[arg(long, env = "OPENWOP_EVENTS_STREAM", default_value = "OPENWOP_EVENTS")]
+    pub stream: String,
+}
+
+/// Which subject family a message came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lane {
+    Events,
+    Reasoning,
+}
+
+impl Lane {
+    fn as_str(self) -> &'static str {
+        match self {
+            Lane::Events => "events",
+            Lane::Reasoning => "reasoning",
+        }
+    }
+}
+
+pub fn events_subject(ns: &str, run: &str) -> String {
+    format!("openwop.events.{ns}.{run}")
+}
+
+pub fn reasoning_subject(ns: &str, run: &str) -> String {
+    format!("openwop.reasoning.{ns}.{run}")
+}
+
+fn s<'a>(v: &'a Value, key: &str) -> &'a str {
+    v.get(key).and_then(Value::as_str).unwrap_or("")
+}
+
+/// `HH:MM:SS.mmm` of an RFC 3339 timestamp, or the text as is.
+fn clock(ts: &str) -> String {
+    match ts.find('T') {
+        Some(i) if ts.len() >= i + 13 => ts[i + 1..i + 13].to_owned(),
+        _ => ts.to_owned(),
+    }
+}
+
+/// One-line summary of an event's payload, by type.
+pub fn summary(event_type: &str, p: &Value) -> String {
+    let err = |e: &Value| format!("{}: {}", s(e, "code"), one_line(s(e, "message"), 160));
+    match event_type {
+        "node.failed" | "run.failed" => p.get("error").map(err).unwrap_or_default(),
+        "log.appended" => format!("[{}] {}", s(p, "level"), one_line(s(p, "message"), 160)),
+        "clarification.requested" => {
+            let qs: Vec<String> = p
+                .get("questions")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .map(|q| format!("{}: {}", s(q, "id"), one_line(s(q, "question"), 80)))
+                .collect();
+            qs.join(" | ")
+        }
+        "interrupt.requested" | "node.suspended" => {
+            let mut out = format!("interrupt {} kind {}", s(p, "interruptId"), s(p, "kind"));
+            if !s(p, "reason").is_empty() {
+                out.push_str(&format!(" reason {}", s(p, "reason")));
+            }
+            out
+        }
+        "agent.reasoned" => one_line(s(p, "reasoning"), 160),
+        "agent.decided" => match p.get("confidence") {
+            Some(c) => format!("{} (confidence {c})", one_line(s(p, "decision"), 120)),
+            None => one_line(s(p, "decision"), 160),
+        },
+        "agent.toolCalled" | "agent.toolReturned" => {
+            format!("{} {}", s(p, "toolName"), s(p, "callId"))
+        }
+        "agent.handoff" => format!("{} → {}", s(p, "fromAgentId"), s(p, "toAgentId")),
+        "envelope.retry.attempted" => format!(
+            "attempt {} ({})",
+            p.get("attempt").unwrap_or(&Value::Null),
+            s(p, "reason")
+        ),
+        "envelope.retry.exhausted" => format!(
+            "after {} attempts ({})",
+            p.get("totalAttempts").unwrap_or(&Value::Null),
+            s(p, "finalReason")
+        ),
+        "envelope.truncated" => format!(
+            "{}/{} stop {}",
+            s(p, "provider"),
+            s(p, "model"),
+            s(p, "stopReason")
+        ),
+        "envelope.refusal" => format!("{}/{}", s(p, "provider"), s(p, "model")),
+        "envelope.recovery.applied" => format!("path {}", s(p, "path")),
+        "cap.breached" => format!(
+            "{} limit {} observed {}",
+            s(p, "kind"),
+            p.get("limit").unwrap_or(&Value::Null),
+            p.get("observed").unwrap_or(&Value::Null)
+        ),
+        "approval.granted"
+        | "approval.rejected"
+        | "interrupt.resolved"
+        | "clarification.resolved" => s(p, "interruptId").to_owned(),
+        _ => {
+            let text = p.to_string();
+            if text == "{}" || text == "null" {
+                String::new()
+            } else {
+                one_line(&text, 120)
+            }
+        }
+    }
+}
+
+fn type_colour(t: &str) -> &'static str {
+    match t {
+        "run.completed" | "node.completed" | "approval.granted" => "32",
+        "run.failed"
+        | "node.failed"
+        | "envelope.refusal"
+        | "envelope.retry.exhausted"
+        | "cap.breached"
+        | "approval.rejected"
+        | "replay.diverged" => "31",
+        "run.cancelled" => "33",
+        _ if t.starts_with("interrupt.")
+            || t.starts_with("clarification.")
+            || t.starts_with("approval.")
+            || t == "node.suspended" =>
+        {
+            "33"
+        }
+        _ if t.starts_with("envelope.") => "35",
+        _ if t.starts_with("agent.") => "36",
+        _ if t.starts_with("run.") => "1",
+        _ => "0",
+    }
+}
+
+/// One timeline line of a RunEventDoc.
+pub fn render_event(doc: &Value, style: Style) -> String {
+    let t = s(doc, "type");
+    let seq = doc.get("sequence").and_then(Value::as_u64);
+    let seq = seq.map_or("   ?".into(), |n| format!("{n:>4}"));
+    let node = doc
+        .get("nodeId")
+        .and_then(Value::as_str)
+        .or_else(|| {
+            doc.get("payload")
+                .and_then(|p| p.get("nodeId"))
+                .and_then(Value::as_str)
+        })
+        .unwrap_or("");
+    let summary = summary(t, doc.get("payload").unwrap_or(&Value::Null));
+    let line = format!(
+        "{} {} {:<26} {:<16} {}",
+        style.paint("2", &clock(s(doc, "timestamp"))),
+        style.paint("2", &format!("#{seq}")),
+        style.paint(type_colour(t), &format!("{t:<26}")),
+        node,
+        summary
+    );
+    line.trim_end().to_owned()
+}
+
+/// One reasoning-lane line: indented under the timeline, nested contexts deeper.
+pub fn render_reasoning(msg: &Value, style: Style) -> String {
+    let kind = s(msg, "kind");
+    let depth = s(msg, "context").matches('/').count();
+    let marker = match kind {
+        "reasoning.start" => "┌",
+        "reasoning.conclusion" => "└",
+        _ => "│",
+    };
+    let text = msg
+        .get("payload")
+        .map(|p| s(p, "message"))
+        .unwrap_or_default();
+    let who = s(msg, "from");
+    let head = format!(
+        "{} {:>5} {}{} {}",
+        style.paint("2", &clock(s(msg, "ts"))),
+        "",
+        "  ".repeat(depth),
+        marker,
+        style.paint(
+            "2;36",
+            &format!("reasoning {who} {}", s(msg, "nodeId")).replace("  ", " ")
+        ),
+    );
+    format!(
+        "{} {}",
+        head.trim_end(),
+        style.paint("36", &one_line(text, 200))
+    )
+}
+
+/// The `--json` line of one message.
+pub fn json_line(lane: Lane, subject: &str, stream_seq: u64, message: Value) -> String {
+    json!({"lane": lane.as_str(), "subject": subject, "streamSequence": stream_seq, "message": message})
+        .to_string()
+}
+
+fn is_terminal_event(t: &str) -> bool {
+    matches!(t, "run.completed" | "run.failed" | "run.cancelled")
+}
+
+pub async fn run(args: EventsArgs) -> Result<()> {
+    let style = Style::detect();
+    let events = events_subject(&args.namespace, &args.run);
+    let reasoning = reasoning_subject(&args.namespace, &args.run);
+    let client = async_nats::ConnectOptions::new()
+        .name(concat!("kubectl-openwop/", env!("CARGO_PKG_VERSION")))
+        .connection_timeout(Duration::from_secs(5))
+        .connect(&args.nats_url)
+        .await
+        .with_context(|| {
+            format!(
+                "cannot connect to NATS at {} (set --nats-url or OPENWOP_NATS_URL; with the chart: \
+                 kubectl -n openwop-system port-forward svc/openwop-nats 4222)",
+                args.nats_url
+            )
+        })?;
+    let js = jetstream::new(client);
+    let stream = js.get_stream(&args.stream).await.with_context(|| {
+        format!(
+            "JetStream stream {} not found on {} (no run has published yet, or --stream is wrong)",
+            args.stream, args.nats_url
+        )
+    })?;
+    let mut filters = vec![events.clone()];
+    if !args.no_reasoning {
+        filters.push(reasoning.clone());
+    }
+    let mut consumer = stream
+        .create_consumer(consumer::pull::OrderedConfig {
+            filter_subjects: filters,
+            deliver_policy: consumer::DeliverPolicy::All,
+            ..Default::default()
+        })
+        .await
+        .context("cannot create an ordered consumer on the run's subjects")?;
+    let pending = consumer
+        .info()
+        .await
+        .context("cannot read the consumer's state")?
+        .num_pending;
+    if pending == 0 && !args.follow {
+        eprintln!(
+            "no events yet for run {}/{} (subject {events}); use -f to wait for them",
+            args.namespace, args.run
+        );
+        return Ok(());
+    }
+    let mut messages = consumer
+        .messages()
+        .await
+        .context("cannot start reading the run's subjects")?;
+    let mut out = std::io::stdout().lock();
+    while let Some(msg) = messages.next().await {
+        let msg = msg.context("reading from JetStream")?;
+        let info = msg
+            .info()
+            .map_err(|e| anyhow::anyhow!("bad JetStream metadata: {e}"))?;
+        let (stream_seq, left) = (info.stream_sequence, info.pending);
+        let lane = if msg.subject.as_str() == reasoning {
+            Lane::Reasoning
+        } else {
+            Lane::Events
+        };
+        let body: Value = match serde_json::from_slice(&msg.payload) {
+            Ok(v) => v,
+            Err(e) => {
+                eprintln!(
+                    "skipping stream message {stream_seq} on {}: not JSON ({e})",
+                    msg.subject
+                );
+                if left == 0 && !args.follow {
+                    break;
+                }
+                continue;
+            }
+        };
+        let skip = lane == Lane::Events
+            && args
+                .since_seq
+                .is_some_and(|n| body.get("sequence").and_then(Value::as_u64).unwrap_or(0) < n);
+        let terminal = lane == Lane::Events && is_terminal_event(s(&body, "type"));
+        if !skip {
+            let line = if args.json {
+                json_line(lane, msg.subject.as_str(), stream_seq, body)
+            } else if lane == Lane::Reasoning {
+                render_reasoning(&body, style)
+            } else {
+                render_event(&body, style)
+            };
+            if writeln!(out, "{line}").and_then(|()| out.flush()).is_err() {
+                return Ok(()); // stdout closed (e.g. piped into head)
+            }
+        }
+        if left == 0 && (!args.follow || terminal) {
+            return Ok(());
+        }
+    }
+    bail!("the JetStream message stream ended unexpectedly")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PLAIN: Style = Style { enabled: false };
+
+    #[test]
+    fn event_lines_show_time_sequence_type_node_and_summary() {
+        let doc = json!({"eventId": "e1", "runId": "r", "type": "node.failed", "sequence": 7,
+            "timestamp": "2026-05-18T10:00:01.250Z", "nodeId": "classify",
+            "payload": {"nodeId": "classify", "error": {"code": "envelope_invalid", "message": "bad\npayload"}}});
+        assert_eq!(
+            render_event(&doc, PLAIN),
+            format!(
+                "10:00:01.250 #   7 {:<26} {:<16} envelope_invalid: bad payload",
+                "node.failed", "classify"
+            )
+        );
+    }
+
+    #[test]
+    fn colour_only_on_request() {
+        let doc = json!({"type": "run.completed", "sequence": 1, "timestamp": "2026-05-18T10:00:00Z", "payload": {}});
+        assert!(!render_event(&doc, PLAIN).contains('\x1b'));
+        assert!(render_event(&doc, Style { enabled: true }).contains("\x1b[32m"));
+    }
+
+    #[test]
+    fn summaries_by_type() {
+        assert_eq!(
+            summary(
+                "clarification.requested",
+                &json!({"questions": [{"id": "q1", "question": "Which?"}, {"id": "q2", "question": "When?"}]})
+            ),
+            "q1: Which? | q2: When?"
+        );
+        assert_eq!(
+            summary(
+                "envelope.retry.attempted",
+                &json!({"attempt": 2, "reason": "truncation"})
+            ),
+            "attempt 2 (truncation)"
+        );
+        assert_eq!(
+            summary(
+                "agent.decided",
+                &json!({"decision": "escalate", "confidence": 0.4})
+            ),
+            "escalate (confidence 0.4)"
+        );
+        assert_eq!(
+            summary("log.appended", &json!({"level": "warn", "message": "m"})),
+            "[warn] m"
+        );
+        assert_eq!(summary("run.started", &json!({})), "");
+        assert_eq!(summary("x.custom", &json!({"a": 1})), "{\"a\":1}");
+    }
+
+    #[test]
+    fn reasoning_lane_is_marked_and_nested_contexts_indent() {
+        let start = json!({"kind": "reasoning.start", "from": "agent-1", "nodeId": "n1", "ts": "2026-05-18T10:00:00Z", "payload": {"message": "thinking"}});
+        let nested = json!({"kind": "reasoning.thought", "context": "rsn-1/child", "from": "agent-1", "nodeId": "n1", "ts": "2026-05-18T10:00:00Z", "payload": {"message": "deeper"}});
+        let a = render_reasoning(&start, PLAIN);
+        let b = render_reasoning(&nested, PLAIN);
+        assert!(a.contains("┌ reasoning agent-1 n1 thinking"), "{a}");
+        assert!(b.contains("  │ reasoning agent-1 n1 deeper"), "{b}");
+    }
+
+    #[test]
+    fn json_lines_carry_lane_and_message() {
+        let v: Value = serde_json::from_str(&json_line(
+            Lane::Reasoning,
+            "openwop.reasoning.ns.r",
+            4,
+            json!({"kind": "reasoning.thought"}),
+        ))
+        .unwrap();
+        assert_eq!(v["lane"], "reasoning");
+        assert_eq!(v["streamSequence"], 4);
+        assert_eq!(v["message"]["kind"], "reasoning.thought");
+    }
+}

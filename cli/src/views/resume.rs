@@ -1,0 +1,346 @@
+//! `kubectl-openwop resume RUN --answer id=value… | --approve | --reject [--reason TEXT]`:
+//! appends one entry to `spec.answers` (append-only, enforced by the CRD's CEL rule), guarded
+//! by the Run's resourceVersion so a concurrent writer is never overwritten.
+
+use anyhow::{Context as _, Result, bail};
+use clap::Args;
+use kube::ResourceExt;
+use kube::api::{Api, Patch, PatchParams};
+use openwop_crds::{InterruptAnswer, Run};
+use serde_json::{Map, Value, json};
+
+use super::{NamespaceArg, client_and_namespace};
+
+#[derive(Args, Debug)]
+#[command(group(clap::ArgGroup::new("decision").required(true).args(["answer", "approve", "reject"])))]
+pub struct ResumeArgs {
+    /// Name of the Run waiting for input or approval.
+    pub run: String,
+    #[command(flatten)]
+    pub ns: NamespaceArg,
+    /// Answer a clarification question: QUESTION_ID=VALUE (repeat for each question). VALUE is
+    /// read as JSON when it parses (42, true, {"a":1}), otherwise as a string.
+    #[arg(long, value_name = "ID=VALUE", conflicts_with_all = ["approve", "reject"])]
+    pub answer: Vec<String>,
+    /// Approve the pending approval (e.g. a low-confidence agent decision).
+    #[arg(long, conflicts_with = "reject")]
+    pub approve: bool,
+    /// Reject the pending approval.
+    #[arg(long)]
+    pub reject: bool,
+    /// Comment stored with the answer (why you approved or rejected).
+    #[arg(long, alias = "comment", value_name = "TEXT")]
+    pub reason: Option<String>,
+    /// Interrupt to answer; defaults to `status.pendingInterrupt.interruptId`.
+    #[arg(long, value_name = "ID")]
+    pub interrupt: Option<String>,
+}
+
+/// Splits `id=value`; the value is JSON when it parses, else the raw string.
+pub fn parse_answer(arg: &str) -> Result<(String, Value)> {
+    let Some((id, raw)) = arg.split_once('=') else {
+        bail!("--answer {arg:?}: expected QUESTION_ID=VALUE, e.g. --answer region=eu-west-1");
+    };
+    let id = id.trim();
+    if id.is_empty() {
+        bail!("--answer {arg:?}: the question id before '=' is empty");
+    }
+    let value = serde_json::from_str(raw).unwrap_or_else(|_| Value::String(raw.to_owned()));
+    Ok((id.to_owned(), value))
+}
+
+/// The answer to append, checked against the Run's pending interrupt.
+pub fn build_answer(run: &Run, args: &ResumeArgs) -> Result<InterruptAnswer> {
+    let name = run.name_any();
+    let pending = run
+        .status
+        .as_ref()
+        .and_then(|s| s.pending_interrupt.as_ref());
+    let interrupt_id = match (&args.interrupt, pending) {
+        (Some(id), _) => id.clone(),
+        (None, Some(p)) => p.interrupt_id.clone(),
+        (None, None) => {
+            let phase = run
+                .status
+                .as_ref()
+                .and_then(|s| s.phase)
+                .map_or("pending", |p| p.as_str());
+            bail!(
+                "Run {name} has no pending interrupt (phase {phase}); nothing to resume. Check `kubectl openwop describe {name}`"
+            )
+        }
+    };
+    if run
+        .spec
+        .answers
+        .iter()
+        .any(|a| a.interrupt_id == interrupt_id)
+    {
+        bail!(
+            "interrupt {interrupt_id} of Run {name} is already answered (answers are append-only)"
+        );
+    }
+    let comment = args.reason.clone();
+    if args.approve || args.reject {
+        if let Some(p) = pending.filter(|p| p.interrupt_id == interrupt_id && p.kind != "approval")
+        {
+            bail!(
+                "interrupt {interrupt_id} is a {} interrupt, not an approval: answer its questions with --answer ID=VALUE",
+                p.kind
+            );
+        }
+        return Ok(InterruptAnswer {
+            interrupt_id,
+            value: None,
+            approved: Some(args.approve),
+            comment,
+        });
+    }
+    let mut value = Map::new();
+    for a in &args.answer {
+        let (id, v) = parse_answer(a)?;
+        if value.insert(id.clone(), v).is_some() {
+            bail!("--answer {id}=… is given twice");
+        }
+    }
+    if let Some(p) = pending.filter(|p| p.interrupt_id == interrupt_id) {
+        if p.kind == "approval" {
+            bail!("interrupt {interrupt_id} waits for an approval: use --approve or --reject");
+        }
+        if !p.questions.is_empty() {
+            let known: Vec<&str> = p.questions.iter().map(|q| q.id.as_str()).collect();
+            if let Some(unknown) = value.keys().find(|k| !known.contains(&k.as_str())) {
+                bail!(
+                    "interrupt {interrupt_id} has no question {unknown:?}; its questions are: {}",
+                    known.join(", ")
+                );
+            }
+            let missing: Vec<&str> = known
+                .iter()
+                .copied()
+                .filter(|k| !value.contains_key(*k))
+                .collect();
+            if !missing.is_empty() {
+                bail!(
+                    "missing answers for question(s) {}: add --answer {}=VALUE",
+                    missing.join(", "),
+                    missing[0]
+                );
+            }
+        }
+    }
+    Ok(InterruptAnswer {
+        interrupt_id,
+        value: Some(Value::Object(value)),
+        approved: None,
+        comment,
+    })
+}
+
+/// Merge patch appending `answer`, conditional on `resource_version`.
+pub fn answers_patch(run: &Run, answer: &InterruptAnswer) -> Result<Value> {
+    let mut answers = run.spec.answers.clone();
+    answers.push(answer.clone());
+    Ok(json!({
+        "metadata": {"resourceVersion": run.resource_version()},
+        "spec": {"answers": serde_json::to_value(answers)?},
+    }))
+}
+
+pub async fn run(args: ResumeArgs) -> Result<()> {
+    let (client, namespace) = client_and_namespace(args.ns.namespace.as_deref()).await?;
+    let api: Api<Run> = Api::namespaced(client, &namespace);
+    // A concurrent update makes the conditional patch fail with 409: re-read and retry.
+    for attempt in 1..=5 {
+        let run = api
+            .get_opt(&args.run)
+            .await
+            .with_context(|| format!("cannot read Run {namespace}/{}", args.run))?
+            .with_context(|| format!("Run {:?} not found in namespace {namespace}", args.run))?;
+        let answer = build_answer(&run, &args)?;
+        let patch = answers_patch(&run, &answer)?;
+        match api
+            .patch(&args.run, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => {
+                let what = match answer.approved {
+                    Some(true) => "approved".to_owned(),
+                    Some(false) => "rejected".to_owned(),
+                    None => "answered".to_owned(),
+                };
+                println!(
+                    "run.openwop.dev/{} {what} (interrupt {}); a new worker resumes it",
+                    args.run, answer.interrupt_id
+                );
+                return Ok(());
+            }
+            Err(kube::Error::Api(e)) if e.code == 409 && attempt < 5 => continue,
+            Err(kube::Error::Api(e)) if e.code == 422 => {
+                bail!("the API server refused the answer: {}", e.message)
+            }
+            Err(e) => {
+                return Err(e)
+                    .with_context(|| format!("cannot patch Run {namespace}/{}", args.run));
+            }
+        }
+    }
+    bail!(
+        "Run {namespace}/{} kept changing while answering; try again",
+        args.run
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+    use openwop_crds::{
+        PendingInterrupt, PendingQuestion, RunPhase, RunSpec, RunStatus, WorkflowRef,
+    };
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: ResumeArgs,
+    }
+
+    fn args(argv: &[&str]) -> ResumeArgs {
+        Cli::try_parse_from(std::iter::once("resume").chain(argv.iter().copied()))
+            .unwrap()
+            .args
+    }
+
+    fn waiting(kind: &str, questions: &[&str]) -> Run {
+        let mut run = Run::new(
+            "r1",
+            RunSpec {
+                workflow_ref: WorkflowRef {
+                    name: Some("wf".into()),
+                    id: None,
+                },
+                inputs: None,
+                configurable: None,
+                timeout_seconds: None,
+                answers: vec![],
+                cancel: None,
+            },
+        );
+        run.metadata.resource_version = Some("42".into());
+        run.status = Some(RunStatus {
+            phase: Some(RunPhase::WaitingInput),
+            pending_interrupt: Some(PendingInterrupt {
+                interrupt_id: "i1".into(),
+                node_id: "n".into(),
+                kind: kind.into(),
+                questions: questions
+                    .iter()
+                    .map(|q| PendingQuestion {
+                        id: (*q).into(),
+                        question: "?".into(),
+                    })
+                    .collect(),
+                reason: None,
+                agent_id: None,
+                threshold: None,
+                observed: None,
+            }),
+            ..Default::default()
+        });
+        run
+    }
+
+    #[test]
+    fn answers_become_a_value_object_with_json_or_string_values() {
+        let a = build_answer(
+            &waiting("clarification", &["q1", "q2"]),
+            &args(&["r1", "--answer", "q1=blue", "--answer", "q2={\"n\":3}"]),
+        )
+        .unwrap();
+        assert_eq!(a.interrupt_id, "i1");
+        assert_eq!(a.value, Some(json!({"q1": "blue", "q2": {"n": 3}})));
+        assert_eq!(a.approved, None);
+    }
+
+    #[test]
+    fn approvals_carry_the_decision_and_reason() {
+        let a = build_answer(
+            &waiting("approval", &[]),
+            &args(&["r1", "--reject", "--reason", "too risky"]),
+        )
+        .unwrap();
+        assert_eq!(
+            (a.approved, a.comment.as_deref()),
+            (Some(false), Some("too risky"))
+        );
+        let a = build_answer(&waiting("approval", &[]), &args(&["r1", "--approve"])).unwrap();
+        assert_eq!(a.approved, Some(true));
+    }
+
+    #[test]
+    fn mistakes_are_explained() {
+        let e = build_answer(
+            &waiting("clarification", &["q1"]),
+            &args(&["r1", "--answer", "q9=x"]),
+        )
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "interrupt i1 has no question \"q9\"; its questions are: q1"
+        );
+        let e = build_answer(
+            &waiting("clarification", &["q1", "q2"]),
+            &args(&["r1", "--answer", "q1=x"]),
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string().contains("missing answers for question(s) q2"),
+            "{e}"
+        );
+        let e = build_answer(
+            &waiting("clarification", &["q1"]),
+            &args(&["r1", "--approve"]),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("not an approval"), "{e}");
+        let e =
+            build_answer(&waiting("approval", &[]), &args(&["r1", "--answer", "a=b"])).unwrap_err();
+        assert!(e.to_string().contains("use --approve or --reject"), "{e}");
+        let e = build_answer(
+            &waiting("clarification", &["q1"]),
+            &args(&["r1", "--answer", "noequals"]),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("expected QUESTION_ID=VALUE"), "{e}");
+        let mut done = waiting("clarification", &["q1"]);
+        done.status.as_mut().unwrap().pending_interrupt = None;
+        let e = build_answer(&done, &args(&["r1", "--answer", "q1=x"])).unwrap_err();
+        assert!(e.to_string().contains("has no pending interrupt"), "{e}");
+        assert!(
+            Cli::try_parse_from(["resume", "r1"]).is_err(),
+            "a decision is required"
+        );
+        assert!(Cli::try_parse_from(["resume", "r1", "--approve", "--reject"]).is_err());
+    }
+
+    #[test]
+    fn patch_appends_and_is_conditional_on_the_resource_version() {
+        let mut run = waiting("approval", &[]);
+        run.spec.answers.push(InterruptAnswer {
+            interrupt_id: "i0".into(),
+            value: None,
+            approved: Some(true),
+            comment: None,
+        });
+        let a = build_answer(&run, &args(&["r1", "--approve"])).unwrap();
+        let p = answers_patch(&run, &a).unwrap();
+        assert_eq!(p["metadata"]["resourceVersion"], "42");
+        assert_eq!(
+            p["spec"]["answers"],
+            json!([{"interruptId": "i0", "approved": true}, {"interruptId": "i1", "approved": true}])
+        );
+        let again =
+            build_answer(&run, &args(&["r1", "--approve", "--interrupt", "i0"])).unwrap_err();
+        assert!(again.to_string().contains("already answered"), "{again}");
+    }
+}

@@ -1,0 +1,371 @@
+//! `kubectl-openwop runs` (table) and `kubectl-openwop describe RUN`.
+
+use std::fmt::Write as _;
+
+use anyhow::{Context as _, Result};
+use clap::Args;
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
+use kube::api::{Api, ListParams};
+use openwop_crds::Run;
+
+use super::{NamespaceArg, client_and_namespace, format_age, one_line};
+
+#[derive(Args, Debug)]
+pub struct RunsArgs {
+    #[command(flatten)]
+    pub ns: NamespaceArg,
+    /// List runs in every namespace (adds a NAMESPACE column).
+    #[arg(short = 'A', long, conflicts_with = "namespace")]
+    pub all_namespaces: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct DescribeArgs {
+    /// Name of the Run.
+    pub run: String,
+    #[command(flatten)]
+    pub ns: NamespaceArg,
+}
+
+pub async fn list(args: RunsArgs) -> Result<()> {
+    let (client, namespace) = client_and_namespace(args.ns.namespace.as_deref()).await?;
+    let api: Api<Run> = if args.all_namespaces {
+        Api::all(client)
+    } else {
+        Api::namespaced(client, &namespace)
+    };
+    let list = api.list(&ListParams::default()).await.context(
+        "cannot list Runs (are the openwop CRDs installed? `kubectl get crd runs.openwop.dev`)",
+    )?;
+    let mut runs = list.items;
+    runs.sort_by_key(|a| (a.namespace(), a.name_any()));
+    if runs.is_empty() {
+        if args.all_namespaces {
+            eprintln!("No runs found.");
+        } else {
+            eprintln!("No runs found in {namespace} namespace.");
+        }
+        return Ok(());
+    }
+    print!(
+        "{}",
+        runs_table(&runs, Timestamp::now(), args.all_namespaces)
+    );
+    Ok(())
+}
+
+fn age_of(run: &Run, now: Timestamp) -> String {
+    run.metadata
+        .creation_timestamp
+        .as_ref()
+        .map(|t| format_age(now.as_second() - t.0.as_second()))
+        .unwrap_or_else(|| "<unknown>".into())
+}
+
+/// The `runs` table: NAME, WORKFLOW, PHASE, NODE, AGE (NAMESPACE first with `-A`).
+pub fn runs_table(runs: &[Run], now: Timestamp, with_namespace: bool) -> String {
+    let mut rows: Vec<Vec<String>> = Vec::with_capacity(runs.len() + 1);
+    let mut head = vec!["NAME", "WORKFLOW", "PHASE", "NODE", "AGE"];
+    if with_namespace {
+        head.insert(0, "NAMESPACE");
+    }
+    rows.push(head.into_iter().map(String::from).collect());
+    for run in runs {
+        let status = run.status.clone().unwrap_or_default();
+        let mut row = vec![
+            run.name_any(),
+            status
+                .workflow
+                .clone()
+                .unwrap_or_else(|| run.spec.workflow_ref.to_string()),
+            status
+                .phase
+                .map(|p| p.as_str().to_owned())
+                .unwrap_or_else(|| "pending".into()),
+            status.current_node.clone().unwrap_or_else(|| "-".into()),
+            age_of(run, now),
+        ];
+        if with_namespace {
+            row.insert(0, run.namespace().unwrap_or_default());
+        }
+        rows.push(row);
+    }
+    let cols = rows[0].len();
+    let widths: Vec<usize> = (0..cols)
+        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
+        .collect();
+    let mut out = String::new();
+    for row in rows {
+        let mut line = String::new();
+        for (c, cell) in row.iter().enumerate() {
+            if c + 1 == cols {
+                line.push_str(cell);
+            } else {
+                let _ = write!(line, "{cell:<w$}   ", w = widths[c]);
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+pub async fn describe(args: DescribeArgs) -> Result<()> {
+    let (client, namespace) = client_and_namespace(args.ns.namespace.as_deref()).await?;
+    let api: Api<Run> = Api::namespaced(client, &namespace);
+    let run = api
+        .get_opt(&args.run)
+        .await
+        .with_context(|| format!("cannot read Run {namespace}/{}", args.run))?
+        .with_context(|| {
+            format!(
+                "Run {:?} not found in namespace {namespace} (list them with `kubectl openwop runs -n {namespace}`)",
+                args.run
+            )
+        })?;
+    print!("{}", describe_text(&run, Timestamp::now()));
+    Ok(())
+}
+
+/// What to type to answer the pending interrupt.
+pub fn resume_hint(run: &Run) -> Option<String> {
+    let pending = run.status.as_ref()?.pending_interrupt.as_ref()?;
+    let name = run.name_any();
+    let ns = run.namespace().unwrap_or_default();
+    Some(if pending.kind == "approval" {
+        format!("kubectl openwop resume {name} -n {ns} --approve   (or --reject --reason TEXT)")
+    } else if pending.questions.is_empty() {
+        format!("kubectl openwop resume {name} -n {ns} --answer ID=VALUE")
+    } else {
+        let answers: Vec<String> = pending
+            .questions
+            .iter()
+            .map(|q| format!("--answer {}=VALUE", q.id))
+            .collect();
+        format!(
+            "kubectl openwop resume {name} -n {ns} {}",
+            answers.join(" ")
+        )
+    })
+}
+
+/// `describe` output: identity, status, conditions, pending interrupt, error, worker pod.
+pub fn describe_text(run: &Run, now: Timestamp) -> String {
+    let status = run.status.clone().unwrap_or_default();
+    let mut o = String::new();
+    let opt = |v: Option<String>| v.unwrap_or_else(|| "-".into());
+    let _ = writeln!(o, "Name:          {}", run.name_any());
+    let _ = writeln!(o, "Namespace:     {}", run.namespace().unwrap_or_default());
+    let workflow = status
+        .workflow
+        .clone()
+        .unwrap_or_else(|| run.spec.workflow_ref.to_string());
+    let _ = writeln!(o, "Workflow:      {workflow}");
+    let _ = writeln!(o, "Run ID:        {}", opt(status.run_id.clone()));
+    let _ = writeln!(
+        o,
+        "Phase:         {}",
+        status.phase.map(|p| p.as_str()).unwrap_or("pending")
+    );
+    let _ = writeln!(o, "Current node:  {}", opt(status.current_node.clone()));
+    let _ = writeln!(o, "Age:           {}", age_of(run, now));
+    let _ = writeln!(
+        o,
+        "Events:        {} (last sequence {})",
+        status.events.map_or("-".into(), |e| e.to_string()),
+        status.last_sequence.map_or("-".into(), |e| e.to_string())
+    );
+    let _ = writeln!(
+        o,
+        "Attempts:      {} ({} failed)",
+        status.attempts.unwrap_or(0),
+        status.failed_attempts.unwrap_or(0)
+    );
+    let _ = writeln!(o, "Worker pod:    {}", opt(status.worker_pod.clone()));
+    if let Some(t) = &status.start_time {
+        let _ = writeln!(o, "Started:       {}", t.0);
+    }
+    if let Some(t) = &status.completion_time {
+        let _ = writeln!(o, "Completed:     {}", t.0);
+    }
+    if let Some(t) = &status.retry_after {
+        let _ = writeln!(o, "Retry after:   {}", t.0);
+    }
+    if run.spec.cancel == Some(true) {
+        let _ = writeln!(o, "Cancel:        requested");
+    }
+    if let Some(e) = &status.error {
+        let _ = writeln!(
+            o,
+            "Error:         {}: {}",
+            e.code,
+            one_line(&e.message, 300)
+        );
+    }
+    if !status.conditions.is_empty() {
+        let _ = writeln!(o, "Conditions:");
+        for c in &status.conditions {
+            let _ = writeln!(
+                o,
+                "  {:<10} {:<6} {:<20} {}",
+                c.type_,
+                c.status,
+                c.reason,
+                one_line(&c.message, 200)
+            );
+        }
+    }
+    match &status.pending_interrupt {
+        Some(p) => {
+            let _ = writeln!(o, "Pending interrupt:");
+            let _ = writeln!(o, "  ID:        {}", p.interrupt_id);
+            let _ = writeln!(o, "  Kind:      {}", p.kind);
+            let _ = writeln!(o, "  Node:      {}", p.node_id);
+            if let Some(r) = &p.reason {
+                let _ = writeln!(o, "  Reason:    {r}");
+            }
+            if let Some(a) = &p.agent_id {
+                let _ = writeln!(o, "  Agent:     {a}");
+            }
+            if let (Some(t), Some(obs)) = (p.threshold, p.observed) {
+                let _ = writeln!(o, "  Confidence: {obs} (threshold {t})");
+            }
+            if !p.questions.is_empty() {
+                let _ = writeln!(o, "  Questions:");
+                for q in &p.questions {
+                    let _ = writeln!(o, "    {}: {}", q.id, one_line(&q.question, 300));
+                }
+            }
+            if let Some(hint) = resume_hint(run) {
+                let _ = writeln!(o, "  Answer with: {hint}");
+            }
+        }
+        None => {
+            let _ = writeln!(o, "Pending interrupt: none");
+        }
+    }
+    if !run.spec.answers.is_empty() {
+        let _ = writeln!(o, "Answers:");
+        for a in &run.spec.answers {
+            let what = match (a.approved, &a.value) {
+                (Some(true), _) => "approved".to_owned(),
+                (Some(false), _) => "rejected".to_owned(),
+                (None, Some(v)) => one_line(&v.to_string(), 200),
+                (None, None) => "-".to_owned(),
+            };
+            let consumed = status.answered_interrupts.contains(&a.interrupt_id);
+            let _ = writeln!(
+                o,
+                "  {}: {what}{}{}",
+                a.interrupt_id,
+                a.comment
+                    .as_deref()
+                    .map(|c| format!(" ({})", one_line(c, 120)))
+                    .unwrap_or_default(),
+                if consumed { "" } else { " [not yet consumed]" }
+            );
+        }
+    }
+    o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use openwop_crds::{
+        PendingInterrupt, PendingQuestion, RunError, RunPhase, RunSpec, RunStatus, WorkflowRef,
+    };
+
+    pub(crate) fn sample(name: &str, status: Option<RunStatus>) -> Run {
+        let mut run = Run::new(
+            name,
+            RunSpec {
+                workflow_ref: WorkflowRef {
+                    name: Some("triage".into()),
+                    id: None,
+                },
+                inputs: None,
+                configurable: None,
+                timeout_seconds: None,
+                answers: vec![],
+                cancel: None,
+            },
+        );
+        run.metadata.namespace = Some("team-a".into());
+        run.metadata.creation_timestamp = Some(Time("2026-05-18T10:00:00Z".parse().unwrap()));
+        run.status = status;
+        run
+    }
+
+    fn now() -> Timestamp {
+        "2026-05-18T10:05:00Z".parse().unwrap()
+    }
+
+    #[test]
+    fn table_aligns_columns_and_defaults_missing_status() {
+        let running = sample(
+            "r-long-name",
+            Some(RunStatus {
+                phase: Some(RunPhase::Running),
+                workflow: Some("triage".into()),
+                current_node: Some("classify".into()),
+                ..Default::default()
+            }),
+        );
+        let fresh = sample("r2", None);
+        let t = runs_table(&[running, fresh], now(), false);
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(
+            lines[0],
+            "NAME          WORKFLOW   PHASE     NODE       AGE"
+        );
+        assert_eq!(lines[1], "r-long-name   triage     running   classify   5m");
+        assert_eq!(lines[2], "r2            triage     pending   -          5m");
+        let all = runs_table(&[sample("r2", None)], now(), true);
+        assert!(all.starts_with("NAMESPACE   NAME"), "{all}");
+        assert!(all.lines().nth(1).unwrap().starts_with("team-a      r2"));
+    }
+
+    #[test]
+    fn describe_shows_questions_error_and_how_to_answer() {
+        let run = sample(
+            "r1",
+            Some(RunStatus {
+                phase: Some(RunPhase::WaitingInput),
+                current_node: Some("ask".into()),
+                pending_interrupt: Some(PendingInterrupt {
+                    interrupt_id: "i1".into(),
+                    node_id: "ask".into(),
+                    kind: "clarification".into(),
+                    questions: vec![PendingQuestion {
+                        id: "region".into(),
+                        question: "Which region?".into(),
+                    }],
+                    reason: None,
+                    agent_id: None,
+                    threshold: None,
+                    observed: None,
+                }),
+                error: Some(RunError {
+                    code: "run_timeout".into(),
+                    message: "too slow".into(),
+                }),
+                worker_pod: Some("r1-worker-1".into()),
+                ..Default::default()
+            }),
+        );
+        let d = describe_text(&run, now());
+        assert!(d.contains("Phase:         waiting-input"), "{d}");
+        assert!(d.contains("Workflow:      triage"), "{d}");
+        assert!(d.contains("Worker pod:    r1-worker-1"), "{d}");
+        assert!(d.contains("Error:         run_timeout: too slow"), "{d}");
+        assert!(d.contains("    region: Which region?"), "{d}");
+        assert!(
+            d.contains("kubectl openwop resume r1 -n team-a --answer region=VALUE"),
+            "{d}"
+        );
+        assert!(describe_text(&sample("r2", None), now()).contains("Pending interrupt: none"));
+    }
+}
