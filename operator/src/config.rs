@@ -48,6 +48,10 @@ pub struct OperatorConfig {
     pub runs: RunPolicy,
     pub discovery: DiscoveryConfig,
     pub leader_election: LeaderElectionConfig,
+    /// Live status from the run event stream (NATS JetStream).
+    pub events: EventsConfig,
+    /// Only reconcile Workflows and Runs in this namespace (empty = every namespace).
+    pub watch_namespace: String,
     /// Address of the HTTP server (metrics, probes, discovery).
     pub listen: String,
 }
@@ -68,6 +72,8 @@ impl Default for OperatorConfig {
             runs: RunPolicy::default(),
             discovery: DiscoveryConfig::default(),
             leader_election: LeaderElectionConfig::default(),
+            events: EventsConfig::default(),
+            watch_namespace: String::new(),
             listen: "0.0.0.0:8080".into(),
         }
     }
@@ -268,6 +274,29 @@ impl Default for DiscoveryConfig {
     }
 }
 
+/// The operator's consumer of the run event stream (`worker.eventsStream`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+pub struct EventsConfig {
+    /// NATS URL the operator reads run events from. Unset: no live status; the operator
+    /// follows runs from pod state and the worker's termination message only.
+    pub nats_url: Option<String>,
+    /// Name of the durable JetStream consumer (shared by the replicas; only the leader reads).
+    pub consumer: String,
+    /// Longest wait before a batch of events is written to the Runs' status.
+    pub flush_interval_ms: u64,
+}
+
+impl Default for EventsConfig {
+    fn default() -> Self {
+        Self {
+            nats_url: None,
+            consumer: "openwop-operator".into(),
+            flush_interval_ms: 250,
+        }
+    }
+}
+
 /// Lease-based leader election.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
@@ -392,6 +421,21 @@ impl OperatorConfig {
                 "leaderElection.renewIntervalSeconds",
                 "must be > 0 and below leaseDurationSeconds".into(),
             );
+        }
+        if self.events.consumer.is_empty()
+            || !self
+                .events
+                .consumer
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
+            return invalid(
+                "events.consumer",
+                "must be a non-empty name of letters, digits, `-` or `_`".into(),
+            );
+        }
+        if !(10..=10_000).contains(&self.events.flush_interval_ms) {
+            return invalid("events.flushIntervalMs", "must be 10..10000".into());
         }
         Ok(())
     }

@@ -4,7 +4,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, ServiceAccount};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -45,6 +45,15 @@ pub enum Error {
 }
 
 impl Error {
+    /// A 409 from the apiserver (stale resourceVersion), also when wrapped by the finalizer.
+    pub fn is_conflict(&self) -> bool {
+        match self {
+            Error::Kube(kube::Error::Api(s)) => s.code == 409,
+            Error::Finalizer(m) => m.contains("409"),
+            _ => false,
+        }
+    }
+
     /// Metric label.
     pub fn reason(&self) -> &'static str {
         match self {
@@ -240,7 +249,12 @@ pub async fn reconcile_run(run: Arc<Run>, ctx: Arc<Context>) -> Result<Action, E
         }
     })
     .await
-    .map_err(|e| Error::Finalizer(e.to_string()));
+    .map_err(|e| match e {
+        // Keep the reconciler's own error (so a 409 stays recognisable as a conflict).
+        kube::runtime::finalizer::Error::ApplyFailed(e)
+        | kube::runtime::finalizer::Error::CleanupFailed(e) => e,
+        other => Error::Finalizer(other.to_string()),
+    });
     ctx.metrics
         .observe_duration("run", started.elapsed().as_secs_f64());
     result
@@ -321,10 +335,11 @@ fn apply_projection(st: &mut RunStatus, p: &Projection) {
     if p.current_node.is_some() {
         st.current_node = p.current_node.clone();
     }
-    if p.events > 0 {
+    // Counters never go backwards (the event consumer may have seen more than the summary).
+    if p.events > st.events.unwrap_or(0) {
         st.events = Some(p.events);
     }
-    if p.last_sequence.is_some() {
+    if p.last_sequence > st.last_sequence {
         st.last_sequence = p.last_sequence;
     }
     st.pending_interrupt = p.pending_interrupt.clone();
@@ -443,8 +458,13 @@ async fn apply_run(run: Arc<Run>, ctx: Arc<Context>) -> Result<Action, Error> {
 
     if step.status != original {
         let api: Api<Run> = Api::namespaced(ctx.client.clone(), &ns);
-        let patch =
-            json!({"apiVersion": "openwop.dev/v1alpha1", "kind": "Run", "status": step.status});
+        // The resourceVersion precondition: the event consumer writes status too; a status
+        // computed from a stale cache must not overwrite its newer one (409 → re-reconcile).
+        let patch = json!({
+            "apiVersion": "openwop.dev/v1alpha1", "kind": "Run",
+            "metadata": {"resourceVersion": run.resource_version()},
+            "status": step.status,
+        });
         api.patch_status(
             &name,
             &PatchParams::apply(MANAGER).force(),
@@ -683,7 +703,10 @@ async fn progress(
                 .await;
             }
             (true, ph, _) => {
-                if ph == Some("Running") {
+                // Only from pending: the event stream may already say waiting-input while
+                // the worker is still exiting.
+                if ph == Some("Running") && step.status.phase.is_none_or(|p| p == RunPhase::Pending)
+                {
                     step.status.phase = Some(RunPhase::Running);
                 }
                 return Ok(Action::requeue(Duration::from_secs(60)));
@@ -767,6 +790,13 @@ async fn progress(
         overrides: wf_spec.as_ref().and_then(|s| s.worker.as_ref()),
     };
     let pod = worker_pod(run, &inputs, cfg, attempt);
+    if inputs
+        .overrides
+        .and_then(|o| o.service_account_name.as_ref())
+        .is_none()
+    {
+        ensure_worker_service_account(ctx, &ns).await?;
+    }
     match pods
         .create(
             &PostParams {
@@ -779,6 +809,32 @@ async fn progress(
     {
         Ok(_) => {}
         Err(kube::Error::Api(s)) if s.code == 409 => {}
+        // Admission refused the pod (quota, policy, missing service account...): say so on
+        // the Run instead of failing silently in a retry loop.
+        Err(kube::Error::Api(s)) if matches!(s.code, 403 | 422) => {
+            step.status.phase = Some(RunPhase::Pending);
+            let msg = format!("the worker pod was refused: {}", s.message);
+            set_condition(
+                &mut step.status.conditions,
+                condition(
+                    "Scheduled",
+                    false,
+                    "PodRejected",
+                    msg.clone(),
+                    generation,
+                    now,
+                    &old,
+                ),
+            );
+            if old
+                .iter()
+                .find(|c| c.type_ == "Scheduled")
+                .is_none_or(|c| c.reason != "PodRejected" || c.message != msg)
+            {
+                step.event(EventType::Warning, "PodRejected", msg);
+            }
+            return Ok(Action::requeue(Duration::from_secs(30)));
+        }
         Err(e) => return Err(e.into()),
     }
     let pod_name = pod_name(&name, attempt);
@@ -812,6 +868,24 @@ async fn progress(
     };
     step.event(EventType::Normal, reason, note);
     Ok(Action::requeue(Duration::from_secs(60)))
+}
+
+/// The default worker service account, created in the Run's namespace when missing. It has
+/// no RBAC and its token is never mounted; it exists because pod admission requires it.
+async fn ensure_worker_service_account(ctx: &Context, ns: &str) -> Result<(), Error> {
+    let name = &ctx.config.worker.service_account_name;
+    let api: Api<ServiceAccount> = Api::namespaced(ctx.client.clone(), ns);
+    if api.get_opt(name).await?.is_some() {
+        return Ok(());
+    }
+    let sa = json!({
+        "apiVersion": "v1", "kind": "ServiceAccount",
+        "metadata": {"name": name, "labels": {LABEL_MANAGED_BY: MANAGER}},
+        "automountServiceAccountToken": false
+    });
+    api.patch(name, &PatchParams::apply(MANAGER), &Patch::Apply(&sa))
+        .await?;
+    Ok(())
 }
 
 async fn crashed(
@@ -861,7 +935,12 @@ async fn crashed(
 
 /// Requeue policy after an error: log, count, retry later. Never crash-loops.
 pub fn error_policy<K>(_obj: Arc<K>, err: &Error, ctx: Arc<Context>) -> Action {
-    tracing::warn!(error = %err, "reconcile failed");
     ctx.metrics.reconcile_failed("controller", err.reason());
+    if err.is_conflict() {
+        // Someone wrote the object meanwhile; its watch event brings the fresh copy.
+        tracing::debug!(error = %err, "reconcile raced a concurrent write");
+        return Action::requeue(Duration::from_secs(1));
+    }
+    tracing::warn!(error = %err, "reconcile failed");
     Action::requeue(Duration::from_secs(15))
 }

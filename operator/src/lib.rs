@@ -4,6 +4,7 @@
 pub mod config;
 pub mod controller;
 pub mod discovery;
+pub mod events;
 pub mod leader;
 pub mod metrics;
 pub mod pod;

@@ -17,7 +17,7 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Controller;
 use kube::runtime::events::Reporter;
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use openwop_crds::{Run, RunPhase, Workflow};
 use openwop_operator::config::OperatorConfig;
@@ -101,8 +101,28 @@ async fn main() -> anyhow::Result<()> {
         r = http => r.context("HTTP server")?,
         r = watch_discovery => r.context("discovery ConfigMap watch")?,
         r = lead => r?,
+        s = shutdown_signal() => {
+            tracing::info!(signal = s, "shutting down");
+        }
     }
     Ok(())
+}
+
+/// SIGTERM (pod deletion) or SIGINT. Without this the HTTP server and the gauge loop kept the
+/// process alive after the controllers stopped, until the kubelet's SIGKILL.
+async fn shutdown_signal() -> &'static str {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot listen for SIGTERM; only SIGINT stops the operator");
+            let _ = tokio::signal::ctrl_c().await;
+            return "SIGINT";
+        }
+    };
+    tokio::select! {
+        _ = term.recv() => "SIGTERM",
+        _ = tokio::signal::ctrl_c() => "SIGINT",
+    }
 }
 
 async fn serve_http(
@@ -163,7 +183,8 @@ async fn watch_discovery_configmap(
     let api: Api<ConfigMap> = Api::namespaced(client, &cfg.discovery.namespace);
     let wc =
         watcher::Config::default().fields(&format!("metadata.name={}", cfg.discovery.config_map));
-    let mut stream = watcher::watcher(api, wc).boxed();
+    // Backoff: without it a lost apiserver turns this loop into a hot spin of log lines.
+    let mut stream = watcher::watcher(api, wc).default_backoff().boxed();
     while let Some(ev) = stream.next().await {
         match ev {
             Ok(watcher::Event::Apply(cm) | watcher::Event::InitApply(cm)) => {
@@ -235,7 +256,12 @@ async fn lead_then_run(
     }
     tracing::info!(%identity, "leading: starting controllers");
     publish_discovery(&client, &cfg, &registry).await?;
-    let controllers = run_controllers(client.clone(), ctx);
+    let controllers = async {
+        tokio::join!(
+            run_controllers(client.clone(), ctx),
+            openwop_operator::events::run_consumer(client.clone(), cfg.clone()),
+        );
+    };
     let keep = async {
         let Some(e) = &elector else {
             return std::future::pending::<anyhow::Result<()>>().await;
@@ -257,10 +283,23 @@ async fn lead_then_run(
     }
 }
 
+/// `Api::all`, or the one namespace the operator is restricted to.
+fn scoped<K>(client: &Client, cfg: &OperatorConfig) -> Api<K>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+    K::DynamicType: Default,
+{
+    if cfg.watch_namespace.is_empty() {
+        Api::all(client.clone())
+    } else {
+        Api::namespaced(client.clone(), &cfg.watch_namespace)
+    }
+}
+
 async fn run_controllers(client: Client, ctx: Arc<Context>) {
-    let workflows: Api<Workflow> = Api::all(client.clone());
-    let runs: Api<Run> = Api::all(client.clone());
-    let pods: Api<Pod> = Api::all(client.clone());
+    let workflows: Api<Workflow> = scoped(&client, &ctx.config);
+    let runs: Api<Run> = scoped(&client, &ctx.config);
+    let pods: Api<Pod> = scoped(&client, &ctx.config);
     let wf_ctrl = Controller::new(workflows.clone(), watcher::Config::default())
         .shutdown_on_signal()
         .run(reconcile_workflow, error_policy, ctx.clone())
