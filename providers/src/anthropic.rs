@@ -116,9 +116,17 @@ pub(crate) fn decode_messages(
         })?;
     let mut text = String::new();
     let mut structured = None;
+    let mut thinking: Vec<&str> = Vec::new();
     for block in blocks {
         match block.get("type").and_then(Value::as_str) {
             Some("text") => text.push_str(block.get("text").and_then(Value::as_str).unwrap_or("")),
+            // Extended thinking; `redacted_thinking` blocks are encrypted and carry no text.
+            Some("thinking") => thinking.extend(
+                block
+                    .get("thinking")
+                    .and_then(Value::as_str)
+                    .filter(|t| !t.is_empty()),
+            ),
             Some("tool_use") if block.get("name").and_then(Value::as_str) == Some(tool_name) => {
                 structured = block.get("input").cloned();
             }
@@ -138,6 +146,7 @@ pub(crate) fn decode_messages(
         text,
         structured,
         refusal_text,
+        thinking: (!thinking.is_empty()).then(|| thinking.join("\n")),
         usage: Usage {
             input_tokens: resp
                 .pointer("/usage/input_tokens")

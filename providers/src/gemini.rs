@@ -112,6 +112,19 @@ pub(crate) fn decode_generate(
                 .collect()
         })
         .unwrap_or_default();
+    // Thought summaries (`includeThoughts`) are parts flagged `thought: true`.
+    let thinking: Vec<&str> = candidate
+        .and_then(|c| c.pointer("/content/parts"))
+        .and_then(Value::as_array)
+        .map(|parts| {
+            parts
+                .iter()
+                .filter(|p| p.get("thought").and_then(Value::as_bool) == Some(true))
+                .filter_map(|p| p.get("text").and_then(Value::as_str))
+                .filter(|t| !t.is_empty())
+                .collect()
+        })
+        .unwrap_or_default();
     let usage = Usage {
         input_tokens: resp
             .pointer("/usageMetadata/promptTokenCount")
@@ -132,6 +145,7 @@ pub(crate) fn decode_generate(
         text: (!text.is_empty() && !refusal).then_some(text),
         structured: None,
         refusal_text: None,
+        thinking: (!thinking.is_empty()).then(|| thinking.join("\n")),
         stop,
         usage,
         provider: "gemini".into(),

@@ -124,6 +124,12 @@ pub(crate) fn decode_chat(
     let message = choice.get("message").unwrap_or(&Value::Null);
     let content = message.get("content").and_then(Value::as_str);
     let refusal = message.get("refusal").and_then(Value::as_str);
+    // OpenAI-compatible servers (vLLM, DeepSeek, llama.cpp) return the model's thinking as
+    // `reasoning_content`; some (OpenRouter, newer vLLM) as `reasoning`.
+    let thinking = ["reasoning_content", "reasoning"]
+        .iter()
+        .find_map(|k| message.get(*k).and_then(Value::as_str))
+        .filter(|t| !t.is_empty());
     let finish = choice.get("finish_reason").and_then(Value::as_str);
     let stop = normalize_openai_chat(finish, refusal);
     let usage = Usage {
@@ -141,6 +147,7 @@ pub(crate) fn decode_chat(
         text: content.map(str::to_string),
         structured: None,
         refusal_text: refusal.filter(|r| !r.is_empty()).map(str::to_string),
+        thinking: thinking.map(str::to_string),
         usage,
         provider: provider.to_string(),
         model: resp

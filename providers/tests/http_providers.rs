@@ -692,3 +692,75 @@ async fn router_drives_a_real_provider_over_http() {
         2
     );
 }
+
+/// Each vendor's real thinking wire shape becomes `thinking`, never part of the answer.
+#[tokio::test]
+async fn provider_thinking_is_decoded_from_each_vendor_wire_format() {
+    let mut compat = openai_reply("stop", json!("{\"answer\":\"42\"}"), Value::Null);
+    compat["choices"][0]["message"]["reasoning_content"] = json!("6 times 7 is 42.");
+    let mut routed = openai_reply("stop", json!("{\"answer\":\"42\"}"), Value::Null);
+    routed["choices"][0]["message"]["reasoning"] = json!("via the reasoning field");
+    let f = fake(vec![
+        ok(compat),
+        ok(routed),
+        ok(openai_reply("stop", json!("{}"), Value::Null)),
+    ])
+    .await;
+    let p = OpenAiProvider::new(
+        OpenAiFlavor::Compatible,
+        format!("{}/v1", f.base),
+        "deepseek-reasoner",
+        None,
+        4096,
+        fast(),
+    )
+    .unwrap();
+    let r = p.complete(&request(64)).await.unwrap();
+    assert_eq!(r.thinking.as_deref(), Some("6 times 7 is 42."));
+    assert_eq!(r.text.as_deref(), Some("{\"answer\":\"42\"}"));
+    let r = p.complete(&request(64)).await.unwrap();
+    assert_eq!(r.thinking.as_deref(), Some("via the reasoning field"));
+    let r = p.complete(&request(64)).await.unwrap();
+    assert_eq!(r.thinking, None);
+
+    let f = fake(vec![ok(anthropic_reply(
+        "end_turn",
+        json!([
+            {"type": "thinking", "thinking": "First, parse.", "signature": "sig1"},
+            {"type": "redacted_thinking", "data": "ZW5jcnlwdGVk"},
+            {"type": "thinking", "thinking": "Then answer.", "signature": "sig2"},
+            {"type": "text", "text": "{\"answer\":\"42\"}"}
+        ]),
+    ))])
+    .await;
+    let p = AnthropicProvider::new(
+        &f.base,
+        "claude-sonnet-4-5",
+        ApiKey::new(KEY),
+        8192,
+        AnthropicMode::JsonOutput,
+        fast(),
+    )
+    .unwrap();
+    let r = p.complete(&request(64)).await.unwrap();
+    assert_eq!(r.thinking.as_deref(), Some("First, parse.\nThen answer."));
+    assert_eq!(r.text.as_deref(), Some("{\"answer\":\"42\"}"));
+
+    let mut g = gemini_reply("STOP", "{\"answer\":\"42\"}", json!([]));
+    g["candidates"][0]["content"]["parts"] = json!([
+        {"text": "**Planning** the answer", "thought": true},
+        {"text": "{\"answer\":\"42\"}"}
+    ]);
+    let f = fake(vec![ok(g)]).await;
+    let p = GeminiProvider::new(
+        format!("{}/v1beta", f.base),
+        "gemini-2.5-flash",
+        ApiKey::new(KEY),
+        8192,
+        fast(),
+    )
+    .unwrap();
+    let r = p.complete(&request(64)).await.unwrap();
+    assert_eq!(r.thinking.as_deref(), Some("**Planning** the answer"));
+    assert_eq!(r.text.as_deref(), Some("{\"answer\":\"42\"}"));
+}

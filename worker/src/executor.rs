@@ -1145,6 +1145,30 @@ impl<'a, P: Publisher> Executor<'a, P> {
                                 )));
                             }
                         };
+                        if let Some(thinking) = response.thinking.as_deref() {
+                            // Provider thinking: one block per call, correlated to the
+                            // emission; redacted and rate-limited by the stream.
+                            let block = Block {
+                                correlation_id: corr.clone(),
+                                agent_id: format!("host:{}:{id}", provider.name()),
+                                title: format!(
+                                    "{} thinking (call {})",
+                                    provider.name(),
+                                    req.attempt
+                                ),
+                                thoughts: thoughts_of(thinking),
+                                nested: vec![],
+                                conclusion: None,
+                            };
+                            self.reasoning
+                                .publish(
+                                    &mut self.log,
+                                    id,
+                                    &format!("{corr}/thinking/{}", req.attempt),
+                                    &block,
+                                )
+                                .await?;
+                        }
                         let now = crate::eventlog::now_rfc3339();
                         step = match router.on_response(&response, self.log.factory(), &now) {
                             Ok(s) => s,

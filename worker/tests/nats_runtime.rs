@@ -356,7 +356,8 @@ fn the_secret_canary_never_reaches_nats_or_logs() {
             "mockDecision": {"decision": CANARY, "confidence": 0.99}}}],
      "edges": [{"id": "e1", "sourceNodeId": "p", "targetNodeId": "m"}]});
     let programs = json!({
-        "p": {"responses": [{"stopReason": "stop", "content": {"type": "vendor.acme.note", "payload": {"text": format!("secret is {CANARY}"), "reasoning": format!("found {CANARY}")}}}]},
+        "p": {"responses": [{"stopReason": "stop", "content": {"type": "vendor.acme.note", "payload": {"text": format!("secret is {CANARY}"), "reasoning": format!("found {CANARY}")}},
+            "thinking": format!("thinking about {CANARY}\nsecond thought")}]},
         "r": {"responses": [{"stopReason": "refusal", "refusalText": format!("I will not reveal {CANARY}")}]}
     });
     let files = RunFiles::new(
@@ -376,6 +377,34 @@ fn the_secret_canary_never_reaches_nats_or_logs() {
     );
     assert!(types(&events).contains(&"envelope.refusal".to_string()));
     assert!(!reasoning.is_empty());
+    // Provider thinking reaches the reasoning subject as its own block, redacted.
+    let thinking: Vec<&Value> = reasoning
+        .iter()
+        .filter(|m| m["nodeId"] == "p" && m["from"] == "host:mock:p")
+        .filter(|m| {
+            m["kind"] == "reasoning.start"
+                && m["payload"]["message"]
+                    .as_str()
+                    .is_some_and(|t| t.contains("thinking"))
+                || m["kind"] == "reasoning.thought"
+        })
+        .collect();
+    let start = thinking
+        .iter()
+        .find(|m| m["payload"]["message"] == "mock thinking (call 1)")
+        .expect("a thinking block");
+    let thoughts: Vec<&Value> = thinking
+        .iter()
+        .filter(|m| m["context"] == start["id"])
+        .map(|m| &m["payload"]["message"])
+        .collect();
+    assert_eq!(
+        thoughts,
+        [
+            &json!("thinking about [REDACTED:canary]"),
+            &json!("second thought")
+        ]
+    );
     let everything = format!(
         "{events:?}{reasoning:?}{stderr}{}",
         std::fs::read_to_string(files.path("termination.json")).unwrap()

@@ -2,7 +2,7 @@
 //!
 //! Program file format (JSON):
 //! `{"responses": [{"stopReason": "max_tokens", "content": "{\"a\":", "refusalText": null,
-//!   "outputTokens": 512, "inputTokens": 100}, …]}` — one entry consumed per provider call.
+//!   "outputTokens": 512, "inputTokens": 100, "thinking": "…"}, …]}` — one entry consumed per provider call.
 //! `stopReason` may be any vendor's spelling (`stop`, `end_turn`, `MAX_TOKENS`, `refusal`, …).
 //! `content` is a string (raw model text, parsed leniently) or any other JSON value (an
 //! already-structured payload, as a tool call or vendor JSON mode returns it).
@@ -26,6 +26,9 @@ pub struct MockResponse {
     pub content: Option<Value>,
     #[serde(default)]
     pub refusal_text: Option<String>,
+    /// Provider thinking returned beside the content (as a vendor's thinking block would be).
+    #[serde(default)]
+    pub thinking: Option<String>,
     #[serde(default)]
     pub output_tokens: u64,
     #[serde(default)]
@@ -44,6 +47,7 @@ impl MockResponse {
             text,
             structured,
             refusal_text: self.refusal_text.clone(),
+            thinking: self.thinking.clone(),
             usage: Usage {
                 input_tokens: self.input_tokens,
                 output_tokens: self.output_tokens,
@@ -99,7 +103,7 @@ mod tests {
     fn program_is_consumed_in_order_then_exhausts() {
         let p: MockProgram = serde_json::from_value(json!({"responses": [
             {"stopReason": "max_tokens", "content": "{\"a\":", "outputTokens": 10, "inputTokens": 3},
-            {"stopReason": "end_turn", "content": {"a": 1}},
+            {"stopReason": "end_turn", "content": {"a": 1}, "thinking": "a is one"},
             {"stopReason": "refusal", "refusalText": "no"}
         ]}))
         .unwrap();
@@ -114,6 +118,8 @@ mod tests {
         let r2 = c.next_response("m").unwrap();
         assert_eq!(r2.stop, StopReason::Clean);
         assert_eq!(r2.structured, Some(json!({"a": 1})));
+        assert_eq!(r2.thinking.as_deref(), Some("a is one"));
+        assert_eq!(r1.thinking, None);
         let r3 = c.next_response("m").unwrap();
         assert!(matches!(r3.stop, StopReason::Refusal { .. }));
         assert_eq!(r3.refusal_text.as_deref(), Some("no"));

@@ -65,6 +65,11 @@ pub struct NormalizedResponse {
     pub structured: Option<Value>,
     /// The vendor's refusal message; only ever emitted redacted and never copied into errors.
     pub refusal_text: Option<String>,
+    /// The model's own thinking (Anthropic `thinking` blocks, OpenAI-compatible
+    /// `reasoning_content`, Gemini `thought` parts): never the answer; hosts may show it on
+    /// the reasoning-transparency stream, redacted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thinking: Option<String>,
     pub usage: Usage,
     pub provider: String,
     pub model: String,
@@ -81,6 +86,7 @@ impl std::fmt::Debug for NormalizedResponse {
                 "refusal_text",
                 &self.refusal_text.as_ref().map(|_| "<hidden>"),
             )
+            .field("thinking_bytes", &self.thinking.as_ref().map(String::len))
             .field("usage", &self.usage)
             .field("provider", &self.provider)
             .field("model", &self.model)
@@ -377,13 +383,16 @@ mod tests {
             text: Some("secret:payload".into()),
             structured: None,
             refusal_text: Some("refusal words".into()),
+            thinking: Some("private musing".into()),
             usage: Usage::default(),
             provider: "mock".into(),
             model: "m".into(),
         };
         let d = format!("{r:?}");
         assert!(
-            !d.contains("secret:payload") && !d.contains("refusal words"),
+            !d.contains("secret:payload")
+                && !d.contains("refusal words")
+                && !d.contains("private musing"),
             "{d}"
         );
     }
