@@ -69,6 +69,12 @@ schema = {
             "serviceAccount": obj({"create": BOOL, "name": STR, "annotations": STR_MAP}),
             "service": obj({"type": {"enum": ["ClusterIP", "NodePort", "LoadBalancer"]},
                             "port": PORT, "annotations": STR_MAP}),
+            "watchNamespace": STR,
+            "liveStatus": obj({
+                "enabled": BOOL,
+                "consumer": {"type": "string", "pattern": "^[A-Za-z0-9_-]+$"},
+                "flushIntervalMs": int_range(10, 10000),
+            }),
             "leaderElection": obj({
                 "enabled": BOOL,
                 "leaseName": {"type": "string", "minLength": 1, "maxLength": 253},
