@@ -17,6 +17,8 @@ use openwop_protocol::events::{EventFactory, EventPayload, EventType, RunEventDo
 use openwop_protocol::redact::Redactor;
 use serde_json::{Value, json};
 
+use crate::stop::StopSignal;
+
 /// Why events could not be made durable. The worker exits non-zero on it so the operator
 /// retries; a run whose events were lost is never reported finished.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -32,6 +34,11 @@ pub enum LogError {
     },
     #[error("the run's event log cannot be read: {0}")]
     Read(String),
+    /// A stop was requested (SIGTERM); nothing partial was published.
+    #[error(
+        "the worker was asked to stop; the stream holds a consistent prefix and a later worker replays it"
+    )]
+    Stopped,
 }
 
 /// Somewhere events are made durable: JetStream in production, memory in unit tests.
@@ -71,6 +78,7 @@ pub struct RunLog<P: Publisher> {
     replayed: usize,
     published: u64,
     divergences: Vec<Divergence>,
+    stop: Option<StopSignal>,
 }
 
 impl<P: Publisher> std::fmt::Debug for RunLog<P> {
@@ -108,7 +116,26 @@ impl<P: Publisher> RunLog<P> {
             known,
             published: 0,
             divergences: Vec::new(),
+            stop: None,
         }
+    }
+
+    /// Refuse to start a publish once `stop` is requested (`None` lifts the guard, e.g. to
+    /// record `run.cancelled` after stopping).
+    pub fn set_stop(&mut self, stop: Option<StopSignal>) {
+        self.stop = stop;
+    }
+
+    /// `Err(Stopped)` once a stop is requested: call before starting any publish.
+    pub fn check_stop(&self) -> Result<(), LogError> {
+        match &self.stop {
+            Some(s) if s.is_requested() => Err(LogError::Stopped),
+            _ => Ok(()),
+        }
+    }
+
+    pub fn stop_signal(&self) -> Option<StopSignal> {
+        self.stop.clone()
     }
 
     pub fn run_id(&self) -> &str {
@@ -214,6 +241,7 @@ impl<P: Publisher> RunLog<P> {
                 self.check_divergence(i, &doc);
                 continue;
             }
+            self.check_stop()?;
             doc.sequence = self.recorded.len() as u64;
             let body = serde_json::to_vec(&doc).map_err(|e| LogError::Read(e.to_string()))?;
             self.publisher

@@ -67,6 +67,8 @@ impl std::fmt::Debug for ExecConfig {
 pub enum RunEnd {
     Completed,
     Failed(ErrorInfo),
+    /// `run.cancelled` is durable.
+    Cancelled,
     /// Waiting for an answer; the worker exits with `EXIT_SUSPENDED`.
     Suspended {
         node_id: String,
@@ -1110,26 +1112,32 @@ impl<'a, P: Publisher> Executor<'a, P> {
                                 .replace('.', "_"),
                         };
                         let call = provider.complete(&request);
-                        let result = match deadline {
-                            Some(d) => match tokio::time::timeout(
-                                d.saturating_duration_since(Instant::now()),
-                                call,
-                            )
-                            .await
-                            {
-                                Ok(r) => r,
-                                Err(_) => {
-                                    return Ok(NodeOutcome::Failed(error(
-                                        "node_timeout",
-                                        format!(
-                                            "node {id} exceeded settings.timeout waiting for provider {}",
-                                            provider.name()
-                                        ),
-                                        true,
-                                    )));
-                                }
-                            },
-                            None => call.await,
+                        let timed = async {
+                            match deadline {
+                                Some(d) => tokio::time::timeout(
+                                    d.saturating_duration_since(Instant::now()),
+                                    call,
+                                )
+                                .await
+                                .ok(),
+                                None => Some(call.await),
+                            }
+                        };
+                        // A stop abandons the call: nothing of it is recorded, a later
+                        // worker makes it again.
+                        let result = tokio::select! {
+                            r = timed => r,
+                            _ = crate::stop::wait(self.log.stop_signal()) => return Err(LogError::Stopped),
+                        };
+                        let Some(result) = result else {
+                            return Ok(NodeOutcome::Failed(error(
+                                "node_timeout",
+                                format!(
+                                    "node {id} exceeded settings.timeout waiting for provider {}",
+                                    provider.name()
+                                ),
+                                true,
+                            )));
                         };
                         if provider_name == "mock" {
                             self.record_mock_call(&program_key, req.attempt, req.max_tokens);
@@ -1288,6 +1296,41 @@ impl<'a, P: Publisher> Executor<'a, P> {
             }
         }
     }
+}
+
+/// How a run whose log already holds a terminal event ended, if it does.
+pub fn recorded_end<P: Publisher>(log: &RunLog<P>) -> Option<RunEnd> {
+    log.events().iter().rev().find_map(|e| match e.event_type {
+        EventType::RunCompleted => Some(RunEnd::Completed),
+        EventType::RunCancelled => Some(RunEnd::Cancelled),
+        EventType::RunFailed => Some(RunEnd::Failed(
+            e.payload
+                .get("error")
+                .and_then(|v| serde_json::from_value(v.clone()).ok())
+                .unwrap_or_else(|| error("run_failed", "recorded failure", false)),
+        )),
+        _ => None,
+    })
+}
+
+/// Records `run.cancelled` (once: its id is deterministic) unless the run already ended, and
+/// nothing else. The worker calls it for a snapshot with `cancel: true`, at start or after
+/// a SIGTERM stop.
+pub async fn cancel_run<P: Publisher>(
+    log: &mut RunLog<P>,
+    reason: &str,
+) -> Result<RunEnd, LogError> {
+    if let Some(end) = recorded_end(log) {
+        return Ok(end);
+    }
+    log.emit_value(
+        "run.cancelled",
+        None,
+        EventType::RunCancelled,
+        json!({"reason": reason, "cancelledBy": "operator"}),
+    )
+    .await?;
+    Ok(RunEnd::Cancelled)
 }
 
 fn config_error(id: &str, issues: &[ValidationIssue]) -> ErrorInfo {

@@ -7,6 +7,7 @@
 //! * [`nats`] — JetStream stream, publisher with retry/backoff, ordered read-back;
 //! * [`executor`] — node types, retry router + envelope pipeline, interrupts, replay;
 //! * [`reasoning`] — the MEUP reasoning-transparency subject;
+//! * [`stop`] — SIGTERM: stop at a safe point (and cancel);
 //! * [`summary`] — the termination message the operator reads.
 
 pub mod eventlog;
@@ -15,6 +16,7 @@ pub mod graph;
 pub mod nats;
 pub mod reasoning;
 pub mod snapshot;
+pub mod stop;
 pub mod summary;
 
 /// Exit code: the run is terminal and recorded in the stream.
@@ -25,3 +27,5 @@ pub const EXIT_CRASHED: i32 = 1;
 pub const EXIT_BAD_INPUT: i32 = 2;
 /// Exit code: suspended waiting for input or approval (operator `EXIT_SUSPENDED`).
 pub const EXIT_SUSPENDED: i32 = 3;
+/// Exit code: stopped by SIGTERM at a safe point (128 + SIGTERM); a later worker replays.
+pub const EXIT_STOPPED: i32 = 143;

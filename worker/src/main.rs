@@ -1,5 +1,6 @@
 //! `openwop-worker`: runs one Run (see the crate docs and worker/README.md).
-//! Exit codes: 0 terminal, 1 crashed (retry), 2 unusable snapshot/config, 3 suspended.
+//! Exit codes: 0 terminal, 1 crashed (retry), 2 unusable snapshot/config, 3 suspended,
+//! 143 stopped by SIGTERM at a safe point (replay continues it).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -9,13 +10,16 @@ use anyhow::Context as _;
 use openwop_protocol::redact::Redactor;
 use openwop_protocol::retry::MockProgram;
 use openwop_providers::{ProviderConfig, ProviderKind, build_provider};
-use openwop_worker::eventlog::RunLog;
-use openwop_worker::executor::{ExecConfig, Executor, RunEnd};
+use openwop_worker::eventlog::{LogError, RunLog};
+use openwop_worker::executor::{ExecConfig, Executor, RunEnd, cancel_run};
 use openwop_worker::graph::Graph;
 use openwop_worker::nats::{self, JetStreamPublisher, RetryPolicy};
 use openwop_worker::reasoning::{DEFAULT_MAX_PER_NODE, ReasoningStream};
 use openwop_worker::snapshot::Snapshot;
-use openwop_worker::{EXIT_BAD_INPUT, EXIT_CRASHED, EXIT_SUSPENDED, EXIT_TERMINAL, summary};
+use openwop_worker::stop::{self, StopSignal};
+use openwop_worker::{
+    EXIT_BAD_INPUT, EXIT_CRASHED, EXIT_STOPPED, EXIT_SUSPENDED, EXIT_TERMINAL, summary,
+};
 use serde_json::Value;
 
 fn env(name: &str) -> Option<String> {
@@ -98,6 +102,11 @@ fn build_providers(
             continue;
         };
         let mut cfg = ProviderConfig::new(kind, model);
+        let var = format!(
+            "OPENWOP_PROVIDER_{}_BASE_URL",
+            m.provider.to_ascii_uppercase().replace('-', "_")
+        );
+        cfg.base_url = env(&var).or_else(|| m.base_url.clone());
         if let Some(path) = &m.path {
             cfg = cfg.with_key_file(path);
         } else if let Some(name) = &m.env_name {
@@ -120,7 +129,16 @@ fn write_termination(summary: &Value) {
     }
 }
 
-async fn run() -> anyhow::Result<i32> {
+/// How long a stop may take before the in-flight step is dropped (`OPENWOP_STOP_GRACE_MS`).
+const DEFAULT_STOP_GRACE: Duration = Duration::from_secs(5);
+
+/// Resolves `grace` after a stop was requested.
+async fn stop_deadline(stop: StopSignal, grace: Duration) {
+    stop.requested().await;
+    tokio::time::sleep(grace).await;
+}
+
+async fn run(stop: StopSignal) -> anyhow::Result<i32> {
     let snapshot_path =
         env("OPENWOP_SNAPSHOT").unwrap_or_else(|| "/etc/openwop/snapshot/snapshot.json".into());
     let snap = match Snapshot::load(&snapshot_path) {
@@ -144,6 +162,10 @@ async fn run() -> anyhow::Result<i32> {
     let max_reasoning = env("OPENWOP_REASONING_MAX_PER_NODE")
         .and_then(|v| v.parse().ok())
         .unwrap_or(DEFAULT_MAX_PER_NODE);
+    let grace = env("OPENWOP_STOP_GRACE_MS")
+        .and_then(|v| v.parse().ok())
+        .map(Duration::from_millis)
+        .unwrap_or(DEFAULT_STOP_GRACE);
 
     let secrets = load_secrets(&snap);
     let cfg = ExecConfig {
@@ -156,38 +178,77 @@ async fn run() -> anyhow::Result<i32> {
             }
         },
         mock_call_log: env("OPENWOP_MOCK_CALL_LOG").map(Into::into),
-        providers: match build_providers(&snap) {
-            Ok(p) => p,
-            Err(e) => {
-                let red = Redactor::new(secrets.clone());
-                tracing::error!(error = %red.redact_str(&format!("{e:#}")).0, "provider configuration");
-                return Ok(EXIT_BAD_INPUT);
-            }
+        // A cancelled run calls no provider: build none.
+        providers: match snap.cancel {
+            true => BTreeMap::new(),
+            false => match build_providers(&snap) {
+                Ok(p) => p,
+                Err(e) => {
+                    let red = Redactor::new(secrets.clone());
+                    tracing::error!(error = %red.redact_str(&format!("{e:#}")).0, "provider configuration");
+                    return Ok(EXIT_BAD_INPUT);
+                }
+            },
         },
         secrets,
     };
 
     let client = nats::connect(&url).await?;
-    let js = nats::context(client, &policy);
+    let js = nats::context(client.clone(), &policy);
     let stream = nats::ensure_stream(&js, &stream_name, &policy).await?;
     let existing = nats::read_run_events(&stream, &subject, &policy).await?;
     tracing::info!(run = %name, replayed = existing.len(), "event log read");
     let redactor = Arc::new(Redactor::new(cfg.secrets.clone()));
-    let log = RunLog::new(
+    let mut log = RunLog::new(
         JetStreamPublisher::new(js.clone(), policy),
         subject,
         &run_id,
         redactor,
         existing,
     );
+
+    if snap.cancel {
+        let end = cancel_run(&mut log, "cancelled by spec.cancel").await?;
+        let events = log.events().to_vec();
+        return Ok(finish(&name, &end, &events));
+    }
+    log.set_stop(Some(stop.clone()));
     let reasoning = ReasoningStream::new(nats::reasoning_subject(&namespace, &name), max_reasoning);
 
     let graph = Graph::parse(&snap.workflow);
     let (end, events) = match graph {
         Ok(graph) => {
             let mut exec = Executor::new(&snap, &graph, &cfg, log, reasoning);
-            let end = exec.run().await?;
-            (end, exec.log.events().to_vec())
+            let outcome = {
+                let run = exec.run();
+                tokio::pin!(run);
+                tokio::select! {
+                    r = &mut run => r.map(Some),
+                    // A step that does not reach a safe point in time is dropped: the
+                    // stream still holds a prefix (each publish waits for its ack).
+                    _ = stop_deadline(stop.clone(), grace) => Ok(None),
+                }
+            };
+            match outcome {
+                Ok(Some(end)) => (end, exec.log.events().to_vec()),
+                Err(LogError::Stopped) => {
+                    // The operator may have asked to cancel: the kubelet refreshes the
+                    // mounted snapshot, so read it again.
+                    if !Snapshot::load(&snapshot_path).is_ok_and(|s| s.cancel) {
+                        tracing::warn!(run = %name, "stopped at a safe point; a later worker replays");
+                        let _ = client.flush().await;
+                        return Ok(EXIT_STOPPED);
+                    }
+                    exec.log.set_stop(None);
+                    let end = cancel_run(&mut exec.log, "cancelled by spec.cancel").await?;
+                    (end, exec.log.events().to_vec())
+                }
+                Ok(None) => {
+                    tracing::warn!(run = %name, grace_ms = grace.as_millis() as u64, "no safe point within the stop grace; the in-flight step was dropped");
+                    return Ok(EXIT_STOPPED);
+                }
+                Err(e) => return Err(e.into()),
+            }
         }
         Err(e) => {
             let mut log = log;
@@ -207,12 +268,17 @@ async fn run() -> anyhow::Result<i32> {
             (RunEnd::Failed(err), log.events().to_vec())
         }
     };
-    write_termination(&summary::summary(&end, &events));
-    tracing::info!(run = %name, events = events.len(), end = ?std::mem::discriminant(&end), "worker done");
-    Ok(match end {
+    Ok(finish(&name, &end, &events))
+}
+
+/// Writes the termination summary and picks the exit code.
+fn finish(name: &str, end: &RunEnd, events: &[openwop_protocol::events::RunEventDoc]) -> i32 {
+    write_termination(&summary::summary(end, events));
+    tracing::info!(run = %name, events = events.len(), end = ?std::mem::discriminant(end), "worker done");
+    match end {
         RunEnd::Suspended { .. } => EXIT_SUSPENDED,
-        RunEnd::Completed | RunEnd::Failed(_) => EXIT_TERMINAL,
-    })
+        RunEnd::Completed | RunEnd::Failed(_) | RunEnd::Cancelled => EXIT_TERMINAL,
+    }
 }
 
 fn main() {
@@ -235,7 +301,11 @@ fn main() {
             std::process::exit(EXIT_CRASHED);
         }
     };
-    let code = match rt.block_on(run()) {
+    let stop = StopSignal::new();
+    let code = match rt.block_on(async {
+        stop::on_termination_signals(stop.clone()).context("installing the SIGTERM handler")?;
+        run(stop.clone()).await
+    }) {
         Ok(code) => code,
         Err(e) => {
             tracing::error!(error = %format!("{e:#}"), "worker crashed; the operator will retry");

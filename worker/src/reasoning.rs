@@ -124,6 +124,7 @@ impl ReasoningStream {
             let id = m["id"].as_str().unwrap_or_default().to_owned();
             let body = serde_json::to_vec(&m).map_err(|e| LogError::Read(e.to_string()))?;
             let subject = self.subject.clone();
+            log.check_stop()?;
             log.publisher()
                 .publish(&subject, &id, Bytes::from(body))
                 .await?;

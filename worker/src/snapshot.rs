@@ -1,5 +1,5 @@
 //! The run snapshot the operator mounts for the worker (`operator/src/snapshot.rs`):
-//! `{run: {namespace, name, uid, runId}, workflow, providers, inputs, configurable, answers}`.
+//! `{run: {namespace, name, uid, runId}, workflow, providers, inputs, configurable, answers, cancel?}`.
 
 use serde::Deserialize;
 use serde_json::Value;
@@ -26,6 +26,10 @@ pub struct ProviderMount {
     pub path: Option<String>,
     #[serde(default)]
     pub env_name: Option<String>,
+    /// API root override (needed for `openai-compatible`); the worker's
+    /// `OPENWOP_PROVIDER_<NAME>_BASE_URL` wins over it.
+    #[serde(default)]
+    pub base_url: Option<String>,
 }
 
 /// An answer to an interrupt (`Run.spec.answers[]`).
@@ -58,6 +62,9 @@ pub struct Snapshot {
     pub configurable: Value,
     #[serde(default)]
     pub answers: Vec<Answer>,
+    /// `Run.spec.cancel`: the worker records `run.cancelled` and nothing else.
+    #[serde(default)]
+    pub cancel: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -126,7 +133,8 @@ mod tests {
                 "workflow":{"id":"w","nodes":[{"id":"a","typeId":"core.identity"}]},
                 "providers":[{"provider":"openai","mountAs":"file","path":"/p/openai/key"}],
                 "inputs":{"x":1},"configurable":{"escalationThreshold":0.5},
-                "answers":[{"interruptId":"i1","approved":false},{"interruptId":"i1","approved":true}]}"#,
+                "answers":[{"interruptId":"i1","approved":false},{"interruptId":"i1","approved":true}],
+                "cancel":true}"#,
             "s.json",
         )
         .unwrap();
@@ -135,6 +143,7 @@ mod tests {
         assert!(s.answer("i2").is_none());
         assert_eq!(s.escalation_threshold(), 0.5);
         assert_eq!(s.providers[0].path.as_deref(), Some("/p/openai/key"));
+        assert!(s.cancel);
     }
 
     #[test]

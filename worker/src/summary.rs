@@ -23,6 +23,7 @@ pub fn summary(end: &RunEnd, events: &[RunEventDoc]) -> Value {
     }
     match end {
         RunEnd::Completed => out["phase"] = json!("completed"),
+        RunEnd::Cancelled => out["phase"] = json!("cancelled"),
         RunEnd::Failed(e) => {
             out["phase"] = json!("failed");
             out["error"] = json!({"code": e.code, "message": e.message.chars().take(1024).collect::<String>()});

@@ -259,3 +259,71 @@ pub fn wait_for(mut cond: impl FnMut() -> bool, timeout: Duration) -> bool {
 pub fn exists(p: &Path) -> bool {
     p.exists()
 }
+
+impl RunFiles {
+    /// Sets one top-level field of the snapshot (e.g. `cancel`, `providers`).
+    pub fn set_snapshot_field(&self, key: &str, value: Value) {
+        let mut snap: Value =
+            serde_json::from_str(&std::fs::read_to_string(self.path("snapshot.json")).unwrap())
+                .unwrap();
+        snap[key] = value;
+        std::fs::write(self.path("snapshot.json"), snap.to_string()).unwrap();
+    }
+}
+
+/// A fake OpenAI-compatible server: answers `POST /v1/chat/completions` with `content`,
+/// or holds the request for a minute while `slow` is set. Counts requests.
+pub struct FakeLlm {
+    pub base: String,
+    pub slow: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    pub requests: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    _rt: tokio::runtime::Runtime,
+}
+
+impl FakeLlm {
+    pub fn start(content: Value) -> FakeLlm {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let slow = Arc::new(AtomicBool::new(false));
+        let requests = Arc::new(AtomicUsize::new(0));
+        let listener = rt
+            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+            .unwrap();
+        let base = format!("http://{}/v1", listener.local_addr().unwrap());
+        let (s, r) = (slow.clone(), requests.clone());
+        let app = axum::Router::new().route(
+            "/v1/chat/completions",
+            axum::routing::post(move || {
+                let (s, r, content) = (s.clone(), r.clone(), content.clone());
+                async move {
+                    r.fetch_add(1, Ordering::SeqCst);
+                    if s.load(Ordering::SeqCst) {
+                        tokio::time::sleep(Duration::from_secs(60)).await;
+                    }
+                    axum::Json(serde_json::json!({
+                        "model": "fake-1",
+                        "choices": [{"index": 0, "finish_reason": "stop",
+                            "message": {"role": "assistant", "content": content.to_string()}}],
+                        "usage": {"prompt_tokens": 3, "completion_tokens": 5}
+                    }))
+                }
+            }),
+        );
+        rt.spawn(async move { axum::serve(listener, app).await.unwrap() });
+        FakeLlm {
+            base,
+            slow,
+            requests,
+            _rt: rt,
+        }
+    }
+
+    pub fn request_count(&self) -> usize {
+        self.requests.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
