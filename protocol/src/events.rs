@@ -367,6 +367,18 @@ pub enum InterruptKind {
     Custom,
 }
 
+impl InterruptKind {
+    /// The wire name (as serialised).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            InterruptKind::Approval => "approval",
+            InterruptKind::Clarification => "clarification",
+            InterruptKind::ExternalEvent => "external-event",
+            InterruptKind::Custom => "custom",
+        }
+    }
+}
+
 /// `node.suspended`; CP-1 low confidence adds `reason: "low-confidence"`,
 /// `agentId`, `threshold`, `observed`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -508,8 +520,21 @@ pub fn event_id_for(run_id: &str, step_key: &str) -> String {
     h.update(run_id.as_bytes());
     h.update([0u8]);
     h.update(step_key.as_bytes());
-    let digest = h.finalize();
-    format!("evt-{}", &hex::encode(digest)[..40])
+    hex_id("evt-", &h.finalize(), 40)
+}
+
+/// `prefix` + the first `chars` lowercase hex digits of `digest`, in one allocation
+/// (ids are built several times per envelope).
+pub(crate) fn hex_id(prefix: &str, digest: &[u8], chars: usize) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(prefix.len() + chars);
+    out.push_str(prefix);
+    for b in digest.iter().take(chars.div_ceil(2)) {
+        out.push(char::from(DIGITS[usize::from(b >> 4)]));
+        out.push(char::from(DIGITS[usize::from(b & 0x0f)]));
+    }
+    out.truncate(prefix.len() + chars.min(2 * digest.len()));
+    out
 }
 
 /// Stamps run id, the per-run sequence and deterministic ids onto events.

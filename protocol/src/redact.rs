@@ -80,6 +80,9 @@ pub struct Redactor {
     id_markers: HashMap<String, String>,
     /// Ids whose values were too short to match.
     unredactable: Vec<String>,
+    /// Shortest text (in bytes) that can hold a hit: strings shorter than this
+    /// are skipped without running the automaton (most keys and short values).
+    min_hit_len: usize,
 }
 
 impl fmt::Debug for Redactor {
@@ -170,13 +173,21 @@ impl Redactor {
             })
             .map_err(|e| RedactorError::Build(e.to_string()))?;
 
-        let lengths = values.iter().map(String::len).collect();
+        let lengths: Vec<usize> = values.iter().map(String::len).collect();
+        // A `secret:` token needs at least one id byte after the prefix.
+        let min_hit_len = lengths
+            .iter()
+            .copied()
+            .chain([SECRET_TOKEN_PREFIX.len() + 1])
+            .min()
+            .unwrap_or(0);
         let mut redactor = Redactor {
             matcher,
             markers: Vec::with_capacity(ids.len()),
             lengths,
             id_markers: HashMap::new(),
             unredactable,
+            min_hit_len,
         };
         // A marker must not itself contain a secret value (e.g. a secret equal to its id).
         for (n, id) in ids.iter().enumerate() {
@@ -206,6 +217,9 @@ impl Redactor {
 
     /// Whether `s` holds anything this redactor would replace.
     fn has_hit(&self, s: &str) -> bool {
+        if s.len() < self.min_hit_len {
+            return false;
+        }
         let prefix_id = self.lengths.len();
         self.matcher
             .find_overlapping_iter(s)
@@ -306,6 +320,9 @@ impl Redactor {
 
     /// One redaction pass; `None` when nothing matched (no allocation).
     fn redact_pass(&self, s: &str) -> Option<(String, usize)> {
+        if s.len() < self.min_hit_len {
+            return None;
+        }
         let mut hits: Vec<Hit> = Vec::new();
         let prefix_id = self.lengths.len();
         for m in self.matcher.find_overlapping_iter(s) {

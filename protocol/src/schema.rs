@@ -439,6 +439,11 @@ fn run_validator(validator: &Validator, instance: &Value) -> Result<(), Vec<Vali
             message: format!("document nests deeper than {MAX_DEPTH} levels and was not validated"),
         }]);
     }
+    // Most documents are valid: the boolean walk is much cheaper than building
+    // error objects, which are only collected when it fails.
+    if validator.is_valid(instance) {
+        return Ok(());
+    }
     let issues: Vec<ValidationIssue> = validator
         .iter_errors(instance)
         .take(MAX_ISSUES)
@@ -709,17 +714,24 @@ fn truncate(mut s: String) -> String {
 
 /// True when `value` nests deeper than `max` containers. Iterative, so it is safe on any input.
 fn depth_exceeds(value: &Value, max: usize) -> bool {
-    let mut stack: Vec<(&Value, usize)> = vec![(value, 1)];
+    fn is_container(v: &Value) -> bool {
+        matches!(v, Value::Array(_) | Value::Object(_))
+    }
+    // Only containers go on the stack (leaves add no depth), with no per-node allocation.
+    let mut stack: Vec<(&Value, usize)> = Vec::new();
+    if is_container(value) {
+        stack.push((value, 1));
+    }
     while let Some((node, depth)) = stack.pop() {
-        let children: Box<dyn Iterator<Item = &Value>> = match node {
-            Value::Array(items) => Box::new(items.iter()),
-            Value::Object(map) => Box::new(map.values()),
-            _ => continue,
-        };
         if depth > max {
             return true;
         }
-        stack.extend(children.map(|child| (child, depth + 1)));
+        let children: &mut dyn Iterator<Item = &Value> = match node {
+            Value::Array(items) => &mut items.iter(),
+            Value::Object(map) => &mut map.values(),
+            _ => continue,
+        };
+        stack.extend(children.filter(|c| is_container(c)).map(|c| (c, depth + 1)));
     }
     false
 }

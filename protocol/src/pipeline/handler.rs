@@ -5,15 +5,17 @@
 //! - `schema.request` / `schema.response` → `log.appended` (debug);
 //! - `error` → `log.appended` (level error), never `node.failed`;
 //! - other kinds: no event here — the node consumes `redactedPayload`.
+//!
+//! SR-1: every text placed in these events is the redacted payload (or a part
+//! of it), the redacted correlationId / envelopeId, a hash-derived id, a fixed
+//! text, or redacted here (the node id, composed messages) — so the pipeline
+//! passes them on without a second walk.
 
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
 use crate::envelope::{AiEnvelope, ContentTrust};
-use crate::events::{
-    ClarificationRequested, EventFactory, InterruptKind, InterruptRequested, LogAppended, LogLevel,
-    QuestionRef, RunEventDoc,
-};
+use crate::events::{EventFactory, EventType, InterruptKind, LogAppended, LogLevel, RunEventDoc};
 
 use super::Context;
 
@@ -26,7 +28,7 @@ pub(crate) fn project(
     trust: ContentTrust,
     events: &mut EventFactory,
 ) -> Vec<RunEventDoc> {
-    let node = ctx.node_id.to_owned();
+    let node = ctx.redactor.redact_str(ctx.node_id).0.into_owned();
     let key = |t: &str| format!("{corr}/handler/{t}");
     let str_field = |f: &str| {
         payload
@@ -37,51 +39,49 @@ pub(crate) fn project(
     };
     let docs = match env.kind.as_str() {
         "clarification.request" => {
+            // The payloads are built as JSON directly (same shape as the typed
+            // `ClarificationRequested` / `InterruptRequested`, checked by the
+            // run-event schema tests): serialising the typed structs would copy
+            // every question twice more.
             let interrupt_id = interrupt_id_for(events.run_id(), corr);
-            let questions: Vec<QuestionRef> = payload
-                .get("questions")
+            let questions = payload.get("questions");
+            let refs: Vec<Value> = questions
                 .and_then(Value::as_array)
-                .map(|qs| {
-                    qs.iter()
-                        .map(|q| QuestionRef {
-                            id: q
-                                .get("id")
-                                .and_then(Value::as_str)
-                                .unwrap_or_default()
-                                .to_owned(),
-                            question: q
-                                .get("question")
-                                .and_then(Value::as_str)
-                                .unwrap_or_default()
-                                .to_owned(),
-                            schema: q.get("schema").cloned(),
-                        })
-                        .collect()
-                })
+                .map(|qs| qs.iter().map(question_ref).collect())
                 .unwrap_or_default();
-            let mut interrupt_payload = json!({"questions": payload.get("questions").cloned().unwrap_or(Value::Null), "envelopeId": envelope_id});
+            let mut inner = Map::with_capacity(3);
+            inner.insert(
+                "questions".to_owned(),
+                questions.cloned().unwrap_or(Value::Null),
+            );
+            inner.insert("envelopeId".to_owned(), Value::from(envelope_id));
             if let Some(ct) = payload.get("contextType") {
-                interrupt_payload["contextType"] = ct.clone();
+                inner.insert("contextType".to_owned(), ct.clone());
             }
+            let mut requested = Map::with_capacity(3);
+            requested.insert("nodeId".to_owned(), Value::from(node.as_str()));
+            requested.insert("questions".to_owned(), Value::Array(refs));
+            requested.insert("interruptId".to_owned(), Value::from(interrupt_id.as_str()));
+            let mut interrupt = Map::with_capacity(4);
+            interrupt.insert("interruptId".to_owned(), Value::from(interrupt_id));
+            interrupt.insert("nodeId".to_owned(), Value::from(node));
+            interrupt.insert(
+                "kind".to_owned(),
+                Value::from(InterruptKind::Clarification.as_str()),
+            );
+            interrupt.insert("payload".to_owned(), Value::Object(inner));
             vec![
-                events.emit(
+                events.emit_value(
                     &key("clarification.requested"),
                     ctx.timestamp,
-                    &ClarificationRequested {
-                        node_id: node.clone(),
-                        questions,
-                        interrupt_id: Some(interrupt_id.clone()),
-                    },
+                    EventType::ClarificationRequested,
+                    Value::Object(requested),
                 ),
-                events.emit(
+                events.emit_value(
                     &key("interrupt.requested"),
                     ctx.timestamp,
-                    &InterruptRequested {
-                        interrupt_id,
-                        node_id: node,
-                        kind: InterruptKind::Clarification,
-                        payload: Some(interrupt_payload),
-                    },
+                    EventType::InterruptRequested,
+                    Value::Object(interrupt),
                 ),
             ]
         }
@@ -102,21 +102,43 @@ pub(crate) fn project(
                 },
             )]
         }
-        "error" => vec![events.emit(
-            &key("log.appended"),
-            ctx.timestamp,
-            &LogAppended {
-                level: LogLevel::Error,
-                message: format!("the model reported an error: {}", str_field("message")),
-                node_id: Some(node),
-                fields: Some(json!({"code": str_field("code"), "envelopeId": envelope_id})),
-            },
-        )],
+        "error" => vec![
+            events.emit(
+                &key("log.appended"),
+                ctx.timestamp,
+                &LogAppended {
+                    level: LogLevel::Error,
+                    // Redacted again as a whole: a secret could straddle the join.
+                    message: ctx
+                        .redactor
+                        .redact_str(&format!(
+                            "the model reported an error: {}",
+                            str_field("message")
+                        ))
+                        .0
+                        .into_owned(),
+                    node_id: Some(node),
+                    fields: Some(json!({"code": str_field("code"), "envelopeId": envelope_id})),
+                },
+            ),
+        ],
         _ => Vec::new(),
     };
     docs.into_iter()
         .map(|d| super::stamp(d, ctx, corr, trust))
         .collect()
+}
+
+/// One `clarification.requested` question: `{id, question, schema?}`.
+fn question_ref(q: &Value) -> Value {
+    let text = |f: &str| Value::from(q.get(f).and_then(Value::as_str).unwrap_or_default());
+    let mut m = Map::with_capacity(3);
+    m.insert("id".to_owned(), text("id"));
+    m.insert("question".to_owned(), text("question"));
+    if let Some(schema) = q.get("schema") {
+        m.insert("schema".to_owned(), schema.clone());
+    }
+    Value::Object(m)
 }
 
 /// Deterministic interrupt id for a clarification lifted from `correlationId`.
@@ -126,5 +148,92 @@ pub fn interrupt_id_for(run_id: &str, correlation_id: &str) -> String {
     h.update(run_id.as_bytes());
     h.update([0u8]);
     h.update(correlation_id.as_bytes());
-    format!("int-{}", &hex::encode(h.finalize())[..32])
+    crate::events::hex_id("int-", &h.finalize(), 32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::events::{ClarificationRequested, InterruptRequested, QuestionRef};
+
+    #[test]
+    fn interrupt_kind_wire_names_match_serde() {
+        for k in [
+            InterruptKind::Approval,
+            InterruptKind::Clarification,
+            InterruptKind::ExternalEvent,
+            InterruptKind::Custom,
+        ] {
+            assert_eq!(serde_json::to_value(k).unwrap(), Value::from(k.as_str()));
+        }
+    }
+
+    #[test]
+    fn direct_payloads_equal_the_typed_events() {
+        let payload = json!({"questions": [
+            {"id": "q1", "question": "Which region?", "schema": {"type": "string"}},
+            {"id": "q2", "question": "Why?", "context": "ignored"}
+        ], "contextType": "deploy"});
+        let redactor = crate::redact::Redactor::default();
+        let host = super::super::HostPolicy::default();
+        let ctx = Context::new(&host, &redactor, "node-1", "2026-05-18T10:00:00Z");
+        let env: AiEnvelope = serde_json::from_value(json!({"type": "clarification.request",
+            "correlationId": "c1", "payload": payload, "meta": {"source": "ai-generation", "ts": "2026-05-18T10:00:00Z"}}))
+        .unwrap();
+        let mut events = EventFactory::new("run-1", 0);
+        let docs = project(
+            &env,
+            &payload,
+            "env-1",
+            &ctx,
+            "c1",
+            ContentTrust::Trusted,
+            &mut events,
+        );
+        let interrupt_id = interrupt_id_for("run-1", "c1");
+        let typed_requested = ClarificationRequested {
+            node_id: "node-1".into(),
+            questions: vec![
+                QuestionRef {
+                    id: "q1".into(),
+                    question: "Which region?".into(),
+                    schema: Some(json!({"type": "string"})),
+                },
+                QuestionRef {
+                    id: "q2".into(),
+                    question: "Why?".into(),
+                    schema: None,
+                },
+            ],
+            interrupt_id: Some(interrupt_id.clone()),
+        };
+        let typed_interrupt = InterruptRequested {
+            interrupt_id,
+            node_id: "node-1".into(),
+            kind: InterruptKind::Clarification,
+            payload: Some(
+                json!({"questions": payload["questions"], "envelopeId": "env-1", "contextType": "deploy"}),
+            ),
+        };
+        assert_eq!(docs.len(), 2);
+        assert_eq!(docs[0].event_type, EventType::ClarificationRequested);
+        assert_eq!(
+            docs[0].payload,
+            serde_json::to_value(&typed_requested).unwrap()
+        );
+        assert_eq!(docs[1].event_type, EventType::InterruptRequested);
+        assert_eq!(
+            docs[1].payload,
+            serde_json::to_value(&typed_interrupt).unwrap()
+        );
+        // Key order is part of the wire form too.
+        assert_eq!(
+            docs[1].payload.to_string(),
+            serde_json::to_string(&typed_interrupt).unwrap()
+        );
+        assert_eq!(
+            docs[0].payload.to_string(),
+            serde_json::to_string(&typed_requested).unwrap()
+        );
+    }
 }

@@ -265,10 +265,10 @@ fn run(
         Err(o) => return finish(o, Vec::new(), recovery, kind, ctx),
     };
     if let Err((o, evs)) = contract::check(&env, ctx, &corr, trust, events) {
-        return decided(o, evs, &corr, &env, store, recovery, ctx);
+        return decided(finish(o, evs, recovery, kind, ctx), &corr, &env, store);
     }
     if let Err((o, evs)) = limits::check(&env, ctx, &corr, trust, events) {
-        return decided(o, evs, &corr, &env, store, recovery, ctx);
+        return decided(finish(o, evs, recovery, kind, ctx), &corr, &env, store);
     }
     let mut env = env;
     let mut redacted = std::mem::take(&mut env.payload);
@@ -298,20 +298,19 @@ fn run(
         replayed: false,
         warnings,
     });
-    decided(outcome, docs, &corr, &env, store, recovery, ctx)
+    // The handler builds its events from redacted text only (see `handler`),
+    // so they skip the final walk; the outcome still gets it.
+    let processed = finish_outcome(outcome, docs, recovery, kind, ctx);
+    decided(processed, &corr, &env, store)
 }
 
-/// A decision about a well-formed envelope: recorded for replay, then finished.
+/// A decision about a well-formed envelope, already finished: recorded for replay.
 fn decided(
-    outcome: Outcome,
-    events: Vec<RunEventDoc>,
+    processed: Processed,
     corr: &str,
     env: &AiEnvelope,
     store: &mut DedupStore,
-    recovery: Option<Recovery>,
-    ctx: &Context<'_>,
 ) -> Processed {
-    let processed = finish(outcome, events, recovery, Some(env.kind.clone()), ctx);
     store.record(corr, &env.kind, &processed.outcome);
     processed
 }
@@ -319,8 +318,23 @@ fn decided(
 /// Last line of SR-1 defence: no refusal text or event built by an earlier
 /// step (which may quote a kind name or a key) carries a secret.
 fn finish(
-    mut outcome: Outcome,
+    outcome: Outcome,
     mut events: Vec<RunEventDoc>,
+    recovery: Option<Recovery>,
+    kind: Option<String>,
+    ctx: &Context<'_>,
+) -> Processed {
+    for e in &mut events {
+        ctx.redactor.redact_value(&mut e.payload);
+    }
+    finish_outcome(outcome, events, recovery, kind, ctx)
+}
+
+/// [`finish`] for events built from redacted text only: the outcome's texts
+/// and the kind are still redacted, the events are passed through.
+fn finish_outcome(
+    mut outcome: Outcome,
+    events: Vec<RunEventDoc>,
     recovery: Option<Recovery>,
     kind: Option<String>,
     ctx: &Context<'_>,
@@ -343,9 +357,6 @@ fn finish(
             }
         }
         Outcome::Breached(b) => fix(&mut b.reason),
-    }
-    for e in &mut events {
-        r.redact_value(&mut e.payload);
     }
     Processed {
         outcome,
@@ -377,7 +388,7 @@ pub fn envelope_id_for(run_id: &str, correlation_id: &str) -> String {
     h.update(run_id.as_bytes());
     h.update([0u8]);
     h.update(correlation_id.as_bytes());
-    format!("env-{}", &hex::encode(h.finalize())[..32])
+    crate::events::hex_id("env-", &h.finalize(), 32)
 }
 
 /// A kind name as quoted in messages: bounded, control characters dropped.

@@ -14,6 +14,7 @@ use std::cell::RefCell;
 use std::fmt;
 
 use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
+use serde_json::map::Entry;
 use serde_json::{Map, Value};
 
 use crate::outcome::{Code, Detail, Outcome};
@@ -173,15 +174,18 @@ impl<'de> Visitor<'de> for Seed<'_> {
             if key.len() > self.limits.max_string_len {
                 return Err(self.fail(Problem::StringTooLong));
             }
-            if out.contains_key(key.as_ref()) {
-                let e = self.fail(Problem::DuplicateKey);
-                return Err(self.at(|| escape_pointer(&key), e));
-            }
-            match map.next_value_seed(self.child()) {
-                Ok(v) => {
-                    out.insert(key.into_owned(), v);
+            // One hash per key: the entry both detects a duplicate and takes the value.
+            match out.entry(key.into_owned()) {
+                Entry::Occupied(o) => {
+                    let e = self.fail(Problem::DuplicateKey);
+                    return Err(self.at(|| escape_pointer(o.key()), e));
                 }
-                Err(e) => return Err(self.at(|| escape_pointer(&key), e)),
+                Entry::Vacant(slot) => match map.next_value_seed(self.child()) {
+                    Ok(v) => {
+                        slot.insert(v);
+                    }
+                    Err(e) => return Err(self.at(|| escape_pointer(slot.key()), e)),
+                },
             }
         }
         Ok(Value::Object(out))

@@ -24,8 +24,8 @@ pub(crate) fn check(env: &AiEnvelope, host: &HostPolicy) -> Result<Vec<Detail>, 
         .or_else(|| schema::kind_schema_version(&env.kind));
     if let Some(adv) = advertised {
         let got = env.schema_version;
-        let kind = super::quote_kind(&env.kind);
         if got > adv || (got < adv && host.strictness == Strictness::Strict) {
+            let kind = super::quote_kind(&env.kind);
             let why = if got > adv {
                 "versions above the advertised one are always refused"
             } else {
@@ -46,6 +46,7 @@ pub(crate) fn check(env: &AiEnvelope, host: &HostPolicy) -> Result<Vec<Detail>, 
             ));
         }
         if got < adv {
+            let kind = super::quote_kind(&env.kind);
             warnings.push(Detail::new(
                 "/schemaVersion",
                 Code::EnvelopeSchemaVersionDrift.as_str(),

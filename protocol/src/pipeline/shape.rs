@@ -37,7 +37,7 @@ const RENDERING: [&str; 5] = ["display", "mimeType", "lang", "alt", "title"];
 
 /// Checks the document and builds the typed envelope (moving the payload, no copy).
 pub(crate) fn check(value: Value) -> Result<AiEnvelope, Outcome> {
-    let mut top = match value {
+    let top = match value {
         Value::Object(m) => m,
         other => {
             return Err(refuse(vec![Detail::new(
@@ -94,39 +94,43 @@ pub(crate) fn check(value: Value) -> Result<AiEnvelope, Outcome> {
         return Err(refuse(d));
     }
 
-    // Every field below was checked above, so these conversions cannot fail.
-    let kind = take_string(&mut top, "type").unwrap_or_default();
-    let envelope_id = take_string(&mut top, "envelopeId");
-    let correlation_id = take_string(&mut top, "correlationId").unwrap_or_default();
-    let node_id = take_string(&mut top, "nodeId");
-    let schema_version = top
-        .get("schemaVersion")
-        .and_then(Value::as_u64)
-        .map_or(0, |n| n as u32);
-    let payload = top.remove("payload").unwrap_or(Value::Null);
-    let meta = match top.remove("meta") {
-        Some(Value::Object(m)) => build_meta(m),
-        _ => {
-            return Err(refuse(vec![Detail::new(
-                "/meta",
-                "type",
-                "meta must be an object",
-            )]));
-        }
+    // Every field was checked above, so the conversions below cannot fail; the
+    // map is consumed once (moving values, no per-field lookups).
+    let mut env = AiEnvelope {
+        kind: String::new(),
+        envelope_id: None,
+        correlation_id: String::new(),
+        schema_version: 0,
+        node_id: None,
+        payload: Value::Null,
+        meta: EnvelopeMeta {
+            source: Source::AiGeneration,
+            ts: String::new(),
+            content_trust: None,
+            traceparent: None,
+            label: None,
+            rendering: None,
+        },
+        partial: None,
     };
-    let partial = top
-        .remove("partial")
-        .and_then(|p| serde_json::from_value::<Partial>(p).ok());
-    Ok(AiEnvelope {
-        kind,
-        envelope_id,
-        correlation_id,
-        schema_version,
-        node_id,
-        payload,
-        meta,
-        partial,
-    })
+    for (k, v) in top {
+        match k.as_str() {
+            "type" => env.kind = into_string(v).unwrap_or_default(),
+            "envelopeId" => env.envelope_id = into_string(v),
+            "correlationId" => env.correlation_id = into_string(v).unwrap_or_default(),
+            "nodeId" => env.node_id = into_string(v),
+            "schemaVersion" => env.schema_version = v.as_u64().map_or(0, |n| n as u32),
+            "payload" => env.payload = v,
+            "meta" => {
+                if let Value::Object(m) = v {
+                    env.meta = build_meta(m);
+                }
+            }
+            "partial" => env.partial = serde_json::from_value::<Partial>(v).ok(),
+            _ => {}
+        }
+    }
+    Ok(env)
 }
 
 fn refuse(details: Vec<Detail>) -> Outcome {
@@ -274,16 +278,19 @@ fn string(
     required: bool,
     d: &mut Vec<Detail>,
 ) {
-    let name = if at.is_empty() {
-        field.to_owned()
-    } else {
-        format!("{}.{field}", at.trim_start_matches('/').replace('/', "."))
+    // Built only for a problem report: the common (valid) case allocates nothing.
+    let name = || {
+        if at.is_empty() {
+            field.to_owned()
+        } else {
+            format!("{}.{field}", at.trim_start_matches('/').replace('/', "."))
+        }
     };
     match m.get(field) {
         None if required => d.push(Detail::new(
             at.to_owned(),
             "required",
-            format!("{name} is required"),
+            format!("{} is required", name()),
         )),
         None => {}
         Some(Value::String(s)) => {
@@ -292,56 +299,78 @@ fn string(
                 d.push(Detail::new(
                     format!("{at}/{field}"),
                     if n < min { "minLength" } else { "maxLength" },
-                    format!("{name} must be {min}..{max} characters long (found {n})"),
+                    format!(
+                        "{} must be {min}..{max} characters long (found {n})",
+                        name()
+                    ),
                 ));
             }
         }
         Some(other) => d.push(Detail::new(
             format!("{at}/{field}"),
             "type",
-            format!("{name} must be a string, found {}", json_type(other)),
+            format!("{} must be a string, found {}", name(), json_type(other)),
         )),
     }
 }
 
-fn take_string(m: &mut Map<String, Value>, field: &str) -> Option<String> {
-    match m.remove(field) {
-        Some(Value::String(s)) => Some(s),
+fn into_string(v: Value) -> Option<String> {
+    match v {
+        Value::String(s) => Some(s),
         _ => None,
     }
 }
 
-fn build_meta(mut m: Map<String, Value>) -> EnvelopeMeta {
-    let source = m
-        .get("source")
-        .and_then(Value::as_str)
-        .and_then(parse_source)
-        .unwrap_or(Source::AiGeneration);
-    let content_trust = m
-        .get("contentTrust")
-        .and_then(Value::as_str)
-        .and_then(parse_trust);
-    let rendering = match m.remove("rendering") {
-        Some(Value::Object(mut r)) => Some(Rendering {
-            display: r
-                .get("display")
-                .and_then(Value::as_str)
-                .and_then(parse_display),
-            mime_type: take_string(&mut r, "mimeType"),
-            lang: take_string(&mut r, "lang"),
-            alt: take_string(&mut r, "alt"),
-            title: take_string(&mut r, "title"),
-        }),
-        _ => None,
+fn build_meta(m: Map<String, Value>) -> EnvelopeMeta {
+    let mut meta = EnvelopeMeta {
+        source: Source::AiGeneration,
+        ts: String::new(),
+        content_trust: None,
+        traceparent: None,
+        label: None,
+        rendering: None,
     };
-    EnvelopeMeta {
-        source,
-        ts: take_string(&mut m, "ts").unwrap_or_default(),
-        content_trust,
-        traceparent: take_string(&mut m, "traceparent"),
-        label: take_string(&mut m, "label"),
-        rendering,
+    for (k, v) in m {
+        match k.as_str() {
+            "source" => {
+                if let Some(s) = v.as_str().and_then(parse_source) {
+                    meta.source = s;
+                }
+            }
+            "ts" => meta.ts = into_string(v).unwrap_or_default(),
+            "contentTrust" => meta.content_trust = v.as_str().and_then(parse_trust),
+            "traceparent" => meta.traceparent = into_string(v),
+            "label" => meta.label = into_string(v),
+            "rendering" => {
+                if let Value::Object(r) = v {
+                    meta.rendering = Some(build_rendering(r));
+                }
+            }
+            _ => {}
+        }
     }
+    meta
+}
+
+fn build_rendering(r: Map<String, Value>) -> Rendering {
+    let mut out = Rendering {
+        display: None,
+        mime_type: None,
+        lang: None,
+        alt: None,
+        title: None,
+    };
+    for (k, v) in r {
+        match k.as_str() {
+            "display" => out.display = v.as_str().and_then(parse_display),
+            "mimeType" => out.mime_type = into_string(v),
+            "lang" => out.lang = into_string(v),
+            "alt" => out.alt = into_string(v),
+            "title" => out.title = into_string(v),
+            _ => {}
+        }
+    }
+    out
 }
 
 /// RFC 3339 date-time (the ISO 8601 profile the wire uses).
