@@ -22,7 +22,12 @@ use clap::{Parser, Subcommand};
 ///   kubectl openwop describe triage-1 -n team-a         status and the pending question
 ///   kubectl openwop resume triage-1 -n team-a --answer region=eu
 #[derive(Parser)]
-#[command(name = "kubectl-openwop", version, propagate_version = true)]
+#[command(
+    name = "kubectl-openwop",
+    version,
+    propagate_version = true,
+    verbatim_doc_comment
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

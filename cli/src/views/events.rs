@@ -17,9 +17,9 @@ use super::{Style, one_line};
 pub struct EventsArgs {
     /// Name of the Run.
     pub run: String,
-    /// Namespace of the run (part of the subject name).
-    #[arg(short = 'n', long, default_value = "default")]
-    pub namespace: String,
+    /// Namespace of the run; defaults to the kubeconfig context's namespace, else `default`.
+    #[arg(short = 'n', long)]
+    pub namespace: Option<String>,
     /// Keep following new events until the run ends (run.completed / failed / cancelled).
     #[arg(short = 'f', long)]
     pub follow: bool,
@@ -244,10 +244,18 @@ fn is_terminal_event(t: &str) -> bool {
     matches!(t, "run.completed" | "run.failed" | "run.cancelled")
 }
 
-pub async fn run(args: EventsArgs) -> Result<()> {
+pub async fn run(mut args: EventsArgs) -> Result<()> {
     let style = Style::detect();
-    let events = events_subject(&args.namespace, &args.run);
-    let reasoning = reasoning_subject(&args.namespace, &args.run);
+    // Only the namespace is taken from the kubeconfig; events never touch the API server.
+    let namespace = match args.namespace.take() {
+        Some(ns) => ns,
+        None => kube::Config::infer()
+            .await
+            .map(|c| c.default_namespace)
+            .unwrap_or_else(|_| "default".into()),
+    };
+    let events = events_subject(&namespace, &args.run);
+    let reasoning = reasoning_subject(&namespace, &args.run);
     let client = async_nats::ConnectOptions::new()
         .name(concat!("kubectl-openwop/", env!("CARGO_PKG_VERSION")))
         .connection_timeout(Duration::from_secs(5))
@@ -287,7 +295,7 @@ pub async fn run(args: EventsArgs) -> Result<()> {
     if pending == 0 && !args.follow {
         eprintln!(
             "no events yet for run {}/{} (subject {events}); use -f to wait for them",
-            args.namespace, args.run
+            namespace, args.run
         );
         return Ok(());
     }
