@@ -3,7 +3,7 @@ SHELL := /bin/bash
 export CARGO_TARGET_DIR ?= $(HOME)/.cache/openwop/target
 CARGO ?= cargo
 
-.PHONY: all build test test-unit lint fmt fmt-check clippy crds crds-check bench demo cluster-up cluster-down
+.PHONY: all build test chart-check test-unit lint fmt fmt-check clippy crds crds-check bench demo cluster-up cluster-down
 
 all: build
 
@@ -11,7 +11,9 @@ build:
 	$(CARGO) build --workspace --bins
 
 ## test: everything CI runs — formatting, lints, generated files, all tests (unit, property, integration, e2e).
-test: fmt-check clippy crds-check
+# The prerequisites run in order (no -j): the bins must exist before the cluster starts the
+# node agent, and the chart's server-side dry-run needs the cluster.
+test: fmt-check clippy crds-check build chart-check
 	$(CARGO) test --workspace --no-fail-fast
 
 ## test-unit: the fast subset that needs no cluster (pure crates only).
@@ -38,6 +40,11 @@ crds-check:
 	  $(CARGO) run -q -p openwop-crds --bin crdgen | diff -u crds/openwop.dev_crds.yaml - \
 	    || { echo "crds/openwop.dev_crds.yaml is stale: run 'make crds' and commit it" >&2; exit 1; }; \
 	fi
+
+## chart-check: helm lint, renders, value refusals, CRD copy in sync, server-side dry-run (needs the cluster).
+chart-check:
+	bash e2e/cluster/cluster.sh up
+	eval "$$(bash e2e/cluster/cluster.sh env)" && bash charts/openwop/ci/check.sh
 
 bench:
 	$(CARGO) bench --workspace
