@@ -415,6 +415,22 @@ async fn apply_run(run: Arc<Run>, ctx: Arc<Context>) -> Result<Action, Error> {
     let mut action = Action::requeue(Duration::from_secs(60));
 
     if phase.is_terminal() {
+        if step.status.completion_time.is_none() {
+            // Terminal through the event stream: record the outcome once, so TTLs count.
+            let (reason, msg) = match (phase, &step.status.error) {
+                (RunPhase::Failed, Some(e)) => ("Failed", format!("{}: {}", e.code, e.message)),
+                (RunPhase::Failed, None) => ("Failed", "the run failed".to_string()),
+                (RunPhase::Cancelled, _) => ("Cancelled", "the run was cancelled".to_string()),
+                _ => ("Completed", "the run completed".to_string()),
+            };
+            step.finish(phase, now, generation, reason, msg.clone());
+            let t = if phase == RunPhase::Completed {
+                EventType::Normal
+            } else {
+                EventType::Warning
+            };
+            step.event(t, reason, msg);
+        }
         action = finished(&run, &ctx, &mut step, &pods, now).await?;
     } else if run.spec.cancel == Some(true) {
         if let Some(p) = step.status.worker_pod.take() {

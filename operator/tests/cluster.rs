@@ -1,0 +1,871 @@
+//! The operator against the real mini-cluster (kube-apiserver, etcd, kube-controller-manager,
+//! node agent, nats-server): CRDs accepted, examples applied, CEL refusals, Workflow
+//! validation, worker pods, deletion, missing workflows, leader election, discovery over
+//! HTTP and live status from the JetStream event stream.
+//!
+//! Each test uses a fresh namespace and its own operator process restricted to it
+//! (`watchNamespace`), so the tests run in parallel with each other and with other suites.
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use openwop_crds::{Run, Workflow};
+use serde_json::{Value, json};
+
+const TEST_MANAGER: &str = "openwop-operator-tests";
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+async fn cluster() -> openwop_e2e::Cluster {
+    match openwop_e2e::cluster().await {
+        Ok(c) => c,
+        Err(e) => panic!("mini-cluster unavailable: {e}"),
+    }
+}
+
+async fn wait_for<T, F, Fut>(secs: u64, what: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out after {secs}s waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// Applies the CRDs from the Rust types (server-side apply) and waits until Established.
+async fn ensure_crds(client: &Client) {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for crd in openwop_crds::crds() {
+        api.patch(
+            &crd.name_any(),
+            &PatchParams::apply(TEST_MANAGER).force(),
+            &Patch::Apply(&crd),
+        )
+        .await
+        .expect("CRD applies");
+    }
+    for crd in openwop_crds::crds() {
+        wait_established(&api, &crd.name_any()).await;
+    }
+}
+
+async fn wait_established(api: &Api<CustomResourceDefinition>, name: &str) {
+    wait_for(30, &format!("CRD {name} Established"), || async {
+        let crd = api.get(name).await.ok()?;
+        crd.status?
+            .conditions?
+            .iter()
+            .any(|c| c.type_ == "Established" && c.status == "True")
+            .then_some(())
+    })
+    .await
+}
+
+/// A fresh namespace, deleted (in the background) when dropped.
+struct Namespace {
+    name: String,
+    kubeconfig: PathBuf,
+}
+
+impl Namespace {
+    async fn new(c: &openwop_e2e::Cluster, prefix: &str) -> Self {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos();
+        let name = format!("{prefix}-{:x}", nanos ^ std::process::id());
+        let ns: k8s_openapi::api::core::v1::Namespace =
+            serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
+        Api::<k8s_openapi::api::core::v1::Namespace>::all(c.client.clone())
+            .create(&PostParams::default(), &ns)
+            .await
+            .expect("create namespace");
+        Namespace {
+            name,
+            kubeconfig: c.kubeconfig.clone(),
+        }
+    }
+}
+
+impl Drop for Namespace {
+    fn drop(&mut self) {
+        let _ = Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .args(["delete", "namespace", &self.name, "--wait=false"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// An operator process restricted to one namespace; killed when dropped.
+struct Operator {
+    child: Child,
+    log: PathBuf,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl Operator {
+    fn start(c: &openwop_e2e::Cluster, ns: &str, identity: &str, extra: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let cfg = dir.path().join("config.yaml");
+        // The worker image is deliberately unmapped in the node agent: the pod stays Pending,
+        // which is all these tests need (they assert the pod object, not the worker).
+        let text = format!(
+            "watchNamespace: {ns}\nlisten: 127.0.0.1:{port}\ndiscovery: {{namespace: {ns}}}\n\
+             worker: {{image: 'openwop.test/unmapped-worker:1'}}\n\
+             leaderElection: {{leaseDurationSeconds: 4, renewIntervalSeconds: 1}}\n{extra}"
+        );
+        std::fs::write(&cfg, text).unwrap();
+        let log = dir.path().join(format!("{identity}.log"));
+        let out = std::fs::File::create(&log).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_openwop-operator"))
+            .arg("--config")
+            .arg(&cfg)
+            .arg("--identity")
+            .arg(identity)
+            .env("KUBECONFIG", &c.kubeconfig)
+            .env("RUST_LOG", "info,kube=warn,openwop_operator=debug")
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .spawn()
+            .expect("start openwop-operator");
+        Operator {
+            child,
+            log,
+            port,
+            _dir: dir,
+        }
+    }
+
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.port)
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        self.kill();
+        if std::thread::panicking() {
+            let text = self.log_text();
+            let tail: Vec<&str> = text.lines().rev().take(40).collect();
+            let mut err = std::io::stderr();
+            let _ = writeln!(err, "--- operator log tail ({}) ---", self.log.display());
+            for l in tail.into_iter().rev() {
+                let _ = writeln!(err, "{l}");
+            }
+        }
+    }
+}
+
+fn workflow(name: &str, id: &str, nodes: Value) -> Value {
+    json!({"apiVersion": "openwop.dev/v1alpha1", "kind": "Workflow",
+           "metadata": {"name": name},
+           "spec": {"id": id, "name": name, "version": "1", "nodes": nodes}})
+}
+
+async fn create<K>(api: &Api<K>, v: Value) -> K
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    let obj: K = serde_json::from_value(v).expect("manifest");
+    api.create(&PostParams::default(), &obj)
+        .await
+        .expect("create")
+}
+
+fn ready_condition(wf: &Workflow) -> Option<(String, String, String)> {
+    let st = wf.status.as_ref()?;
+    (st.observed_generation == wf.metadata.generation).then_some(())?;
+    st.conditions
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+async fn wait_ready(api: &Api<Workflow>, name: &str) -> (String, String, String) {
+    wait_for(30, &format!("Workflow {name} Ready condition"), || async {
+        ready_condition(&api.get(name).await.ok()?)
+    })
+    .await
+}
+
+fn kubectl(kubeconfig: &Path, args: &[&str]) -> (bool, String) {
+    let out = Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(args)
+        .output()
+        .expect("kubectl runs");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+// ---------------------------------------------------------------- CRDs, examples, CEL
+
+#[tokio::test]
+async fn crd_yaml_is_accepted_and_examples_apply_or_are_refused_precisely() {
+    let c = cluster().await;
+    let crd_file = repo().join("crds/openwop.dev_crds.yaml");
+    // kubectl's YAML 1.1 reader is what users run: it must read the generated file right.
+    let (ok, out) = kubectl(
+        &c.kubeconfig,
+        &[
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "--field-manager",
+            TEST_MANAGER,
+            "-f",
+            crd_file.to_str().unwrap(),
+        ],
+    );
+    assert!(ok, "CRDs refused by the apiserver: {out}");
+    let crds: Api<CustomResourceDefinition> = Api::all(c.client.clone());
+    for name in ["workflows.openwop.dev", "runs.openwop.dev"] {
+        wait_established(&crds, name).await;
+    }
+    let served = crds.get("workflows.openwop.dev").await.unwrap();
+    let schema = serde_json::to_value(&served.spec.versions[0].schema).unwrap();
+    let position = &schema["openAPIV3Schema"]["properties"]["spec"]["properties"]["nodes"]["items"]
+        ["properties"]["position"];
+    assert_eq!(position["required"], json!(["x", "y"]), "{position}");
+
+    let ns = Namespace::new(&c, "opi-crd").await;
+    for f in [
+        "01-hello-workflow.yaml",
+        "02-conformance-mock-agent.yaml",
+        "03-run-by-id.yaml",
+        "invalid/mock-agent-not-allowed.yaml",
+    ] {
+        let path = repo().join("examples").join(f);
+        let (ok, out) = kubectl(
+            &c.kubeconfig,
+            &[
+                "apply",
+                "--server-side",
+                "-n",
+                &ns.name,
+                "-f",
+                path.to_str().unwrap(),
+            ],
+        );
+        assert!(ok, "{f} refused: {out}");
+    }
+    let bad = repo().join("examples/invalid/run-both-refs.yaml");
+    let (ok, out) = kubectl(
+        &c.kubeconfig,
+        &[
+            "apply",
+            "--server-side",
+            "-n",
+            &ns.name,
+            "-f",
+            bad.to_str().unwrap(),
+        ],
+    );
+    assert!(!ok, "run-both-refs.yaml was accepted");
+    assert!(
+        out.contains("spec.workflowRef")
+            && out.contains(
+                "set exactly one of workflowRef.name (Kubernetes name) or workflowRef.id (OpenWOP id)"
+            ),
+        "{out}"
+    );
+
+    // Transition rules (oldSelf) run on update.
+    let runs: Api<Run> = Api::namespaced(c.client.clone(), &ns.name);
+    create(
+        &runs,
+        json!({"apiVersion": "openwop.dev/v1alpha1", "kind": "Run", "metadata": {"name": "c1"},
+               "spec": {"workflowRef": {"name": "hello"}, "cancel": true,
+                        "answers": [{"interruptId": "i1", "value": {"q1": "blue"}}]}}),
+    )
+    .await;
+    let refuse = |patch: Value| {
+        let runs = runs.clone();
+        async move {
+            match runs
+                .patch("c1", &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
+                Err(kube::Error::Api(s)) => (s.code, s.message),
+                other => panic!("update accepted: {other:?}"),
+            }
+        }
+    };
+    let (code, msg) = refuse(json!({"spec": {"cancel": false}})).await;
+    assert_eq!(code, 422);
+    assert!(msg.contains("cancel cannot be reverted once set"), "{msg}");
+    let (_, msg) = refuse(json!({"spec": {"workflowRef": {"name": "other"}}})).await;
+    assert!(msg.contains("workflowRef is immutable"), "{msg}");
+    let (_, msg) = refuse(json!({"spec": {"answers": []}})).await;
+    assert!(msg.contains("answers are append-only"), "{msg}");
+    let (_, msg) = refuse(json!({"spec": {"answers": [{"interruptId": "i1"}]}})).await;
+    assert!(msg.contains("an answer needs value"), "{msg}");
+}
+
+// ---------------------------------------------------------------- Workflow and Run controllers
+
+#[tokio::test]
+async fn workflows_are_validated_and_a_run_gets_a_restricted_owned_pod_removed_with_it() {
+    let c = cluster().await;
+    ensure_crds(&c.client).await;
+    let ns = Namespace::new(&c, "opi-run").await;
+    let _op = Operator::start(&c, &ns.name, "op-run", "");
+    let wfs: Api<Workflow> = Api::namespaced(c.client.clone(), &ns.name);
+    create(
+        &wfs,
+        workflow(
+            "hello",
+            "hello_world",
+            json!([{"id": "start", "typeId": "core.identity"},
+                   {"id": "finish", "typeId": "core.flow.noop",
+                    "inputs": {"in": {"type": "connection", "nodeId": "start", "outputKey": "output"}}}]),
+        ),
+    )
+    .await;
+    create(
+        &wfs,
+        workflow(
+            "not-conformance",
+            "support-triage",
+            json!([{"id": "agent", "typeId": "core.conformance.mock-agent"}]),
+        ),
+    )
+    .await;
+    create(
+        &wfs,
+        workflow(
+            "static-without-value",
+            "static_without_value",
+            json!([{"id": "n1", "typeId": "core.identity", "inputs": {"in": {"type": "static"}}}]),
+        ),
+    )
+    .await;
+
+    let (status, reason, msg) = wait_ready(&wfs, "hello").await;
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("True", "Valid"),
+        "{msg}"
+    );
+    let (status, reason, msg) = wait_ready(&wfs, "not-conformance").await;
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", "MockAgentNotAllowed")
+    );
+    assert!(
+        msg.contains(r#"node "agent" (/nodes/0/typeId)"#) && msg.contains("conformance-"),
+        "{msg}"
+    );
+    let (status, reason, msg) = wait_ready(&wfs, "static-without-value").await;
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", "DefinitionInvalid")
+    );
+    assert!(msg.contains("/nodes/0/inputs/in"), "{msg}");
+
+    let runs: Api<Run> = Api::namespaced(c.client.clone(), &ns.name);
+    let run = create(
+        &runs,
+        json!({"apiVersion": "openwop.dev/v1alpha1", "kind": "Run", "metadata": {"name": "r1"},
+               "spec": {"workflowRef": {"id": "hello_world"}, "inputs": {"greeting": "hi"}}}),
+    )
+    .await;
+    let pods: Api<Pod> = Api::namespaced(c.client.clone(), &ns.name);
+    let pod = wait_for(60, "worker pod r1-w1", || async {
+        pods.get_opt("r1-w1").await.ok().flatten()
+    })
+    .await;
+    let spec = pod.spec.as_ref().unwrap();
+    let psc = spec.security_context.as_ref().unwrap();
+    assert_eq!(psc.run_as_non_root, Some(true));
+    assert!(psc.run_as_user.is_some_and(|u| u != 0));
+    assert_eq!(
+        psc.seccomp_profile.as_ref().map(|s| s.type_.as_str()),
+        Some("RuntimeDefault")
+    );
+    assert_eq!(spec.automount_service_account_token, Some(false));
+    let sc = spec.containers[0].security_context.as_ref().unwrap();
+    assert_eq!(sc.allow_privilege_escalation, Some(false));
+    assert_eq!(sc.read_only_root_filesystem, Some(true));
+    assert_eq!(
+        sc.capabilities.as_ref().and_then(|c| c.drop.clone()),
+        Some(vec!["ALL".to_string()])
+    );
+    let owner = &pod.owner_references()[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.name.as_str(), owner.controller),
+        ("Run", "r1", Some(true))
+    );
+    assert_eq!(Some(owner.uid.clone()), run.uid());
+
+    let r = wait_for(30, "Run r1 running with its workflow resolved", || async {
+        let r = runs.get("r1").await.ok()?;
+        let st = r.status.clone()?;
+        (st.phase == Some(openwop_crds::RunPhase::Running)
+            && st.workflow.as_deref() == Some("hello")
+            && st.worker_pod.as_deref() == Some("r1-w1"))
+        .then_some(r)
+    })
+    .await;
+    assert!(r.finalizers().iter().any(|f| f == "openwop.dev/cleanup"));
+    let events: Api<Event> = Api::namespaced(c.client.clone(), &ns.name);
+    let reasons: Vec<String> = wait_for(30, "WorkerStarted Event on r1", || async {
+        let list = events.list(&ListParams::default()).await.ok()?;
+        let reasons: Vec<String> = list
+            .items
+            .iter()
+            .filter(|e| e.regarding.as_ref().and_then(|o| o.name.as_deref()) == Some("r1"))
+            .filter_map(|e| e.reason.clone())
+            .collect();
+        reasons
+            .iter()
+            .any(|r| r == "WorkerStarted")
+            .then_some(reasons)
+    })
+    .await;
+    assert!(reasons.iter().any(|r| r == "Snapshotted"), "{reasons:?}");
+
+    runs.delete("r1", &DeleteParams::background())
+        .await
+        .unwrap();
+    wait_for(60, "Run r1 and its pod to be gone", || async {
+        let run_gone = runs.get_opt("r1").await.ok()?.is_none();
+        let pod_gone = pods.get_opt("r1-w1").await.ok()?.is_none();
+        (run_gone && pod_gone).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn run_for_a_missing_workflow_waits_with_a_clear_condition_then_proceeds() {
+    let c = cluster().await;
+    ensure_crds(&c.client).await;
+    let ns = Namespace::new(&c, "opi-miss").await;
+    let _op = Operator::start(&c, &ns.name, "op-miss", "");
+    let runs: Api<Run> = Api::namespaced(c.client.clone(), &ns.name);
+    create(
+        &runs,
+        json!({"apiVersion": "openwop.dev/v1alpha1", "kind": "Run", "metadata": {"name": "early"},
+               "spec": {"workflowRef": {"name": "later"}}}),
+    )
+    .await;
+    let (reason, message) = wait_for(30, "Run early to report its missing workflow", || async {
+        let st = runs.get("early").await.ok()?.status?;
+        let c = st.conditions.iter().find(|c| c.type_ == "Ready")?;
+        (st.phase == Some(openwop_crds::RunPhase::Pending) && c.status == "False")
+            .then(|| (c.reason.clone(), c.message.clone()))
+    })
+    .await;
+    assert_eq!(reason, "WorkflowNotFound");
+    assert!(
+        message.contains(&format!(
+            "Workflow later not found in namespace {}",
+            ns.name
+        )) && message.contains("starts when it is created"),
+        "{message}"
+    );
+    let pods: Api<Pod> = Api::namespaced(c.client.clone(), &ns.name);
+    assert!(pods.get_opt("early-w1").await.unwrap().is_none());
+
+    let wfs: Api<Workflow> = Api::namespaced(c.client.clone(), &ns.name);
+    create(
+        &wfs,
+        workflow(
+            "later",
+            "later",
+            json!([{"id": "a", "typeId": "core.identity"}]),
+        ),
+    )
+    .await;
+    // Proceeds on the Workflow's watch event, well before the 30s requeue.
+    wait_for(
+        20,
+        "worker pod early-w1 once the Workflow exists",
+        || async { pods.get_opt("early-w1").await.ok().flatten() },
+    )
+    .await;
+    let st = runs.get("early").await.unwrap().status.unwrap();
+    let ready = st.conditions.iter().find(|c| c.type_ == "Ready").unwrap();
+    assert_eq!(
+        (ready.status.as_str(), ready.reason.as_str()),
+        ("True", "Snapshotted")
+    );
+}
+
+// ---------------------------------------------------------------- leader election
+
+#[tokio::test]
+async fn two_replicas_elect_one_leader_and_the_other_takes_over() {
+    let c = cluster().await;
+    ensure_crds(&c.client).await;
+    let ns = Namespace::new(&c, "opi-lead").await;
+    let mut a = Operator::start(&c, &ns.name, "replica-a", "");
+    let mut b = Operator::start(&c, &ns.name, "replica-b", "");
+    let leases: Api<Lease> = Api::namespaced(c.client.clone(), &ns.name);
+    let holder = wait_for(30, "a Lease holder", || async {
+        leases
+            .get_opt("openwop-operator")
+            .await
+            .ok()??
+            .spec?
+            .holder_identity
+    })
+    .await;
+    assert!(holder == "replica-a" || holder == "replica-b", "{holder}");
+    // Both replicas had time for several rounds: only the holder runs controllers.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let (leader, follower) = if holder == "replica-a" {
+        (&mut a, &mut b)
+    } else {
+        (&mut b, &mut a)
+    };
+    assert!(leader.log_text().contains("leading: starting controllers"));
+    let f = follower.log_text();
+    assert!(!f.contains("leading: starting controllers"), "{f}");
+    assert!(f.contains("standing by: another replica leads"), "{f}");
+
+    // Exactly one reconciles: the Workflow is validated (by the leader), once.
+    let wfs: Api<Workflow> = Api::namespaced(c.client.clone(), &ns.name);
+    create(
+        &wfs,
+        workflow("w", "w", json!([{"id": "a", "typeId": "core.identity"}])),
+    )
+    .await;
+    assert_eq!(wait_ready(&wfs, "w").await.0, "True");
+    assert!(
+        !follower
+            .log_text()
+            .contains("leading: starting controllers")
+    );
+
+    // The leader dies; the follower takes the expired lease and starts reconciling.
+    leader.kill();
+    let new_holder = wait_for(30, "the follower to take the Lease", || async {
+        let h = leases
+            .get_opt("openwop-operator")
+            .await
+            .ok()??
+            .spec?
+            .holder_identity?;
+        (h != holder).then_some(h)
+    })
+    .await;
+    wait_for(10, "the new leader to start its controllers", || async {
+        follower
+            .log_text()
+            .contains("leading: starting controllers")
+            .then_some(())
+    })
+    .await;
+    create(
+        &wfs,
+        workflow("w2", "w2", json!([{"id": "a", "typeId": "core.identity"}])),
+    )
+    .await;
+    assert_eq!(
+        wait_ready(&wfs, "w2").await.0,
+        "True",
+        "new leader {new_holder} reconciles"
+    );
+}
+
+// ---------------------------------------------------------------- discovery
+
+#[tokio::test]
+async fn discovery_answers_over_http_from_the_operator_process() {
+    let c = cluster().await;
+    ensure_crds(&c.client).await;
+    let ns = Namespace::new(&c, "opi-disc").await;
+    let op = Operator::start(&c, &ns.name, "op-disc", "");
+    let http = reqwest::Client::new();
+    wait_for(30, "/readyz to answer 200", || async {
+        let r = http.get(op.url("/readyz")).send().await.ok()?;
+        (r.status() == 200).then_some(())
+    })
+    .await;
+    let r = http
+        .get(op.url("/.well-known/openwop"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let h = r.headers().clone();
+    assert_eq!(h["cache-control"], "public, max-age=60");
+    assert!(
+        h["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("application/json")
+    );
+    let etag = h["etag"].to_str().unwrap().to_owned();
+    assert!(etag.starts_with('"') && etag.ends_with('"'), "{etag}");
+    let doc: Value = r.json().await.unwrap();
+    assert!(doc.is_object(), "{doc}");
+    assert!(
+        doc.to_string().contains("clarification.request"),
+        "advertises the universal kinds: {doc}"
+    );
+    let r = http
+        .get(op.url("/.well-known/openwop"))
+        .header("if-none-match", &etag)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 304);
+    assert_eq!(r.headers()["etag"].to_str().unwrap(), etag);
+
+    let r = http
+        .get(op.url("/schemas/envelopes/clarification.request.schema.json"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["content-type"], "application/schema+json");
+    assert_eq!(r.headers()["cache-control"], "public, max-age=300");
+    let schema: Value = r.json().await.unwrap();
+    assert!(schema.is_object());
+
+    let r = http
+        .get(op.url("/schemas/envelopes/no.such.kind.schema.json"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    assert!(
+        r.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("application/json")
+    );
+    let body: Value = r.json().await.unwrap();
+    assert!(body.to_string().contains("unknown_envelope_kind"), "{body}");
+}
+
+// ---------------------------------------------------------------- live status from NATS
+
+async fn publish(js: &async_nats::jetstream::Context, subject: &str, body: Vec<u8>) {
+    js.publish(subject.to_owned(), body.into())
+        .await
+        .expect("publish")
+        .await
+        .expect("stored by JetStream");
+}
+
+fn event(seq: u64, ty: &str, payload: Value) -> Vec<u8> {
+    serde_json::to_vec(
+        &json!({"eventId": format!("ev-{seq}"), "runId": "r", "type": ty,
+        "sequence": seq, "timestamp": "2026-01-01T00:00:00Z", "payload": payload}),
+    )
+    .unwrap()
+}
+
+#[tokio::test]
+async fn run_status_follows_the_event_stream_and_resumes_after_a_restart() {
+    let c = cluster().await;
+    assert!(
+        !c.nats_url.is_empty(),
+        "the mini-cluster exports no OPENWOP_NATS_URL"
+    );
+    ensure_crds(&c.client).await;
+    let ns = Namespace::new(&c, "opi-nats").await;
+    let consumer = format!("test-{}", ns.name);
+    let extra = format!(
+        "events: {{natsUrl: '{}', consumer: '{consumer}', flushIntervalMs: 100}}\n",
+        c.nats_url
+    );
+    let mut op = Operator::start(&c, &ns.name, "op-nats", &extra);
+    let wfs: Api<Workflow> = Api::namespaced(c.client.clone(), &ns.name);
+    create(
+        &wfs,
+        workflow("w", "w", json!([{"id": "ask", "typeId": "core.identity"}])),
+    )
+    .await;
+    let runs: Api<Run> = Api::namespaced(c.client.clone(), &ns.name);
+    create(
+        &runs,
+        json!({"apiVersion": "openwop.dev/v1alpha1", "kind": "Run", "metadata": {"name": "live"},
+               "spec": {"workflowRef": {"name": "w"}}}),
+    )
+    .await;
+    wait_for(60, "Run live to hold a worker", || async {
+        runs.get("live").await.ok()?.status?.worker_pod
+    })
+    .await;
+
+    let nats = async_nats::connect(&c.nats_url).await.expect("NATS");
+    let js = async_nats::jetstream::new(nats);
+    js.get_or_create_stream(async_nats::jetstream::stream::Config {
+        name: "OPENWOP_EVENTS".into(),
+        subjects: vec!["openwop.events.>".into(), "openwop.reasoning.>".into()],
+        duplicate_window: Duration::from_secs(15 * 60),
+        ..Default::default()
+    })
+    .await
+    .expect("stream");
+    let subject = format!("openwop.events.{}.live", ns.name);
+    let status = |runs: Api<Run>| async move {
+        runs.get("live")
+            .await
+            .ok()
+            .and_then(|r| r.status)
+            .unwrap_or_default()
+    };
+
+    publish(&js, &subject, event(0, "run.started", json!({}))).await;
+    publish(
+        &js,
+        &subject,
+        event(1, "node.started", json!({"nodeId": "ask"})),
+    )
+    .await;
+    wait_for(30, "running on node ask at sequence 1", || async {
+        let st = status(runs.clone()).await;
+        (st.phase == Some(openwop_crds::RunPhase::Running)
+            && st.current_node.as_deref() == Some("ask")
+            && st.last_sequence == Some(1))
+        .then_some(())
+    })
+    .await;
+
+    // Malformed messages are skipped, never fatal.
+    publish(&js, &subject, b"{not json".to_vec()).await;
+    publish(&js, &subject, br#"{"type":"node.started"}"#.to_vec()).await;
+    publish(
+        &js,
+        &format!("openwop.events.{}", ns.name),
+        event(9, "run.failed", json!({})),
+    )
+    .await;
+    publish(
+        &js,
+        &subject,
+        event(
+            2,
+            "clarification.requested",
+            json!({"nodeId": "ask", "interruptId": "i1",
+                   "questions": [{"id": "colour", "question": "Which colour?"}]}),
+        ),
+    )
+    .await;
+    publish(
+        &js,
+        &subject,
+        event(
+            3,
+            "node.suspended",
+            json!({"nodeId": "ask", "interruptId": "i1", "kind": "clarification"}),
+        ),
+    )
+    .await;
+    let st = wait_for(30, "waiting-input with the pending question", || async {
+        let st = status(runs.clone()).await;
+        (st.phase == Some(openwop_crds::RunPhase::WaitingInput)).then_some(st)
+    })
+    .await;
+    let pi = st.pending_interrupt.expect("pending interrupt");
+    assert_eq!(
+        (pi.interrupt_id.as_str(), pi.kind.as_str()),
+        ("i1", "clarification")
+    );
+    assert_eq!(pi.questions.len(), 1);
+    assert_eq!(
+        (
+            pi.questions[0].id.as_str(),
+            pi.questions[0].question.as_str()
+        ),
+        ("colour", "Which colour?")
+    );
+    assert_eq!((st.events, st.last_sequence), (Some(4), Some(3)));
+    assert!(
+        op.log_text().contains("skipping a malformed run event"),
+        "malformed events are logged"
+    );
+
+    // The operator goes away; events keep coming; the restarted operator resumes.
+    op.kill();
+    publish(
+        &js,
+        &subject,
+        event(4, "node.resumed", json!({"nodeId": "ask"})),
+    )
+    .await;
+    publish(
+        &js,
+        &subject,
+        event(5, "node.completed", json!({"nodeId": "ask"})),
+    )
+    .await;
+    publish(&js, &subject, event(6, "run.completed", json!({}))).await;
+    let op2 = Operator::start(&c, &ns.name, "op-nats-2", &extra);
+    let st = wait_for(30, "completed at sequence 6", || async {
+        let st = status(runs.clone()).await;
+        (st.phase == Some(openwop_crds::RunPhase::Completed)).then_some(st)
+    })
+    .await;
+    assert_eq!((st.events, st.last_sequence), (Some(7), Some(6)));
+    assert!(st.pending_interrupt.is_none());
+
+    // A replayed (older) event never moves the status backwards.
+    publish(
+        &js,
+        &subject,
+        event(2, "node.started", json!({"nodeId": "ask"})),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let after = status(runs.clone()).await;
+    assert_eq!(after.phase, Some(openwop_crds::RunPhase::Completed));
+    assert_eq!((after.events, after.last_sequence), (Some(7), Some(6)));
+    drop(op2);
+
+    if let Ok(stream) = js.get_stream("OPENWOP_EVENTS").await {
+        let _ = stream.delete_consumer(&consumer).await;
+        let _ = stream.purge().filter(&subject).await;
+    }
+}
