@@ -8,6 +8,7 @@ pub mod pod;
 pub mod process;
 pub mod scheduler;
 pub mod status;
+pub mod volumes;
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -21,6 +21,7 @@ use super::Ctx;
 use super::config::AgentConfig;
 use super::process;
 use super::status::{self, ContainerView, State, StatusInput, Terminated};
+use super::volumes::{self, VolumeSet};
 
 /// How often a blocked pod (unmapped image, missing secret, …) is retried.
 const RETRY: Duration = Duration::from_secs(2);
@@ -28,6 +29,8 @@ const RETRY: Duration = Duration::from_secs(2);
 const TOKEN_SECONDS: i64 = 3607;
 /// Grace given to containers when the agent itself stops.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+/// How often ConfigMap, Secret and projected volumes are re-read (the kubelet: about a minute).
+const VOLUME_REFRESH: Duration = Duration::from_secs(10);
 
 enum Msg {
     Update(Box<Pod>),
@@ -164,6 +167,7 @@ struct Exit {
     code: i32,
     signal: Option<i32>,
     finished: Timestamp,
+    message: Option<String>,
 }
 
 struct Worker {
@@ -193,6 +197,8 @@ struct Worker {
     exits_rx: mpsc::UnboundedReceiver<Exit>,
     backoff: (Duration, Duration),
     done: bool,
+    volumes: VolumeSet,
+    volumes_refresh_at: Option<Instant>,
 }
 
 impl Worker {
@@ -201,6 +207,7 @@ impl Worker {
         let name = pod.name_any();
         let uid = pod.uid().unwrap_or_default();
         let dir = ctx.pods_dir().join(format!("{ns}_{name}_{uid}"));
+        let volumes = VolumeSet::new(&dir);
         let log_dir = ctx.logs_dir().join(&ns).join(&name);
         let backoff = AgentConfig::load(&ctx.opts.config)
             .map(|c| c.restart_backoff)
@@ -276,6 +283,8 @@ impl Worker {
             exits_rx,
             backoff,
             done: false,
+            volumes,
+            volumes_refresh_at: None,
             pod,
         }
     }
@@ -315,9 +324,14 @@ impl Worker {
                 t = t.min(nb);
             }
         }
-        for d in [self.terminating, self.token_deadline, self.retry_at]
-            .into_iter()
-            .flatten()
+        for d in [
+            self.terminating,
+            self.token_deadline,
+            self.retry_at,
+            self.volumes_refresh_at,
+        ]
+        .into_iter()
+        .flatten()
         {
             t = t.min(d);
         }
@@ -372,6 +386,7 @@ impl Worker {
             }
             if self.prepared {
                 self.refresh_token_if_due().await;
+                self.refresh_volumes_if_due().await;
                 self.start_due().await;
             }
         }
@@ -419,7 +434,22 @@ impl Worker {
             self.block_all("FailedMount", note).await;
             return;
         }
+        if let Err(err) = self.volumes.sync(&self.ctx.client, &self.pod).await {
+            self.block_all("FailedMount", err.to_string()).await;
+            return;
+        }
+        self.volumes_refresh_at = Some(Instant::now() + VOLUME_REFRESH);
         self.prepared = true;
+    }
+
+    /// Keeps ConfigMap, Secret and projected volumes current, as the kubelet does eventually.
+    async fn refresh_volumes_if_due(&mut self) {
+        if self.volumes_refresh_at.is_some_and(|d| d <= Instant::now()) {
+            self.volumes_refresh_at = Some(Instant::now() + VOLUME_REFRESH);
+            if let Err(err) = self.volumes.sync(&self.ctx.client, &self.pod).await {
+                self.warn("FailedMount", err.to_string()).await;
+            }
+        }
     }
 
     async fn block_all(&mut self, reason: &str, message: String) {
@@ -682,7 +712,55 @@ impl Worker {
                 return self.fail_start(kind, i, "RunContainerError", note).await;
             }
         };
+        // Volumes and the termination-message file, bind-mounted in a private mount namespace.
+        let mut mounts = match self.volumes.container_mounts(&self.pod, &spec, &env) {
+            Ok(m) => m,
+            Err(err) => {
+                return self
+                    .fail_start(kind, i, "FailedMount", err.to_string())
+                    .await;
+            }
+        };
+        let needs_ns = !mounts.is_empty();
+        let term_file = self.dir.join("termination").join(&spec.name);
+        let term_path = spec
+            .termination_message_path
+            .clone()
+            .filter(|p| !p.is_empty())
+            .unwrap_or_else(|| "/dev/termination-log".into());
+        let ns_ok = volumes::mount_namespaces_available();
+        if needs_ns && !ns_ok {
+            let note = "volume mounts need mount namespaces (run the node agent as root with CAP_SYS_ADMIN)".to_string();
+            return self.fail_start(kind, i, "FailedMount", note).await;
+        }
+        if ns_ok {
+            if let Err(err) = std::fs::create_dir_all(self.dir.join("termination"))
+                .and_then(|_| std::fs::write(&term_file, b""))
+            {
+                let note = format!("cannot create {}: {err}", term_file.display());
+                return self.fail_start(kind, i, "RunContainerError", note).await;
+            }
+            // Last, as the kubelet does, so a volume mounted over its directory cannot hide it.
+            mounts.push(volumes::Mount {
+                source: term_file.clone(),
+                target: PathBuf::from(&term_path),
+                read_only: false,
+            });
+        }
+        let prepared_mounts = match volumes::ensure_mountpoints(&mounts)
+            .map_err(|e| format!("cannot create mountpoints: {e}"))
+            .and_then(|_| volumes::PreparedMounts::new(&mounts))
+        {
+            Ok(p) => p,
+            Err(note) => return self.fail_start(kind, i, "FailedMount", note).await,
+        };
         let mut cmd = tokio::process::Command::new(&program);
+        if ns_ok {
+            // SAFETY: the closure only makes system calls on data prepared before fork.
+            unsafe {
+                cmd.pre_exec(move || prepared_mounts.apply_in_child());
+            }
+        }
         cmd.args(&argv[1..])
             .env_clear()
             .envs(&env)
@@ -696,7 +774,14 @@ impl Worker {
         let mut child = match cmd.spawn() {
             Ok(c) => c,
             Err(err) => {
-                let note = format!("cannot start {program}: {err}");
+                let note = if ns_ok {
+                    format!(
+                        "cannot start {program} (private mount namespace with {} mount(s)): {err}",
+                        mounts.len()
+                    )
+                } else {
+                    format!("cannot start {program}: {err}")
+                };
                 return self.fail_start(kind, i, "RunContainerError", note).await;
             }
         };
@@ -709,6 +794,9 @@ impl Worker {
         };
         let tx = self.exits_tx.clone();
         let exit_marker = ctr_log_dir.join(format!("{restart_count}.exit"));
+        let fallback_to_logs =
+            spec.termination_message_policy.as_deref() == Some("FallbackToLogsOnError");
+        let term_file = ns_ok.then_some(term_file);
         tokio::spawn(async move {
             let status = child.wait().await;
             let (code, signal) = match status {
@@ -726,7 +814,14 @@ impl Worker {
                 }
             };
             let _ = std::fs::write(&exit_marker, code.to_string());
+            let mut message = term_file
+                .as_deref()
+                .and_then(volumes::read_termination_message);
+            if message.is_none() && fallback_to_logs && code != 0 {
+                message = volumes::log_tail(&log_path);
+            }
             let _ = tx.send(Exit {
+                message,
                 kind,
                 index: i,
                 attempt,
@@ -780,7 +875,7 @@ impl Worker {
             exit_code: exit.code,
             signal: exit.signal,
             reason: if exit.code == 0 { "Completed" } else { "Error" }.into(),
-            message: None,
+            message: exit.message,
             started,
             finished: exit.finished,
             container_id,
