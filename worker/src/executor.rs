@@ -33,6 +33,7 @@ use crate::eventlog::{LogError, Publisher, RunLog};
 use crate::graph::{Graph, Node, PortValue, TriggerRule};
 use crate::reasoning::{Block, ReasoningStream, thoughts_of};
 use crate::snapshot::Snapshot;
+use crate::telemetry::SpanHandle;
 
 /// Host-side settings of the executor.
 pub struct ExecConfig {
@@ -110,6 +111,7 @@ pub struct Executor<'a, P: Publisher> {
     host: HostPolicy,
     redactor: Arc<Redactor>,
     threshold: f64,
+    run_span: SpanHandle,
 }
 
 impl<'a, P: Publisher> Executor<'a, P> {
@@ -137,7 +139,14 @@ impl<'a, P: Publisher> Executor<'a, P> {
             host: HostPolicy::default(),
             redactor: Arc::new(Redactor::new(cfg.secrets.clone())),
             threshold: snap.escalation_threshold(),
+            run_span: SpanHandle::none(),
         }
+    }
+
+    /// Node spans become children of `span` (the run's `openwop.run` span).
+    pub fn with_run_span(mut self, span: SpanHandle) -> Self {
+        self.run_span = span;
+        self
     }
 
     fn recorded(&self, t: EventType, node: &str) -> Option<&Value> {
@@ -359,7 +368,12 @@ impl<'a, P: Publisher> Executor<'a, P> {
         };
         let max_retries = node.max_retries.unwrap_or(self.graph.default_max_retries);
         let mut attempt = 0u32;
+        let span = self.run_span.child("openwop.node");
+        span.set_str("openwop.run_id", self.log.run_id());
+        span.set_str("openwop.node_id", id);
+        span.set_str("openwop.node_type", &node.type_id);
         loop {
+            span.set_i64("openwop.node_attempt", i64::from(attempt) + 1);
             let key = if attempt == 0 {
                 format!("{id}/started")
             } else {
@@ -376,7 +390,17 @@ impl<'a, P: Publisher> Executor<'a, P> {
             let deadline = node
                 .timeout_ms
                 .map(|ms| Instant::now() + Duration::from_millis(ms));
-            let outcome = self.execute(node, &inputs, attempt, deadline).await?;
+            let outcome = self
+                .execute(node, &inputs, attempt, deadline, &span)
+                .await?;
+            match &outcome {
+                NodeOutcome::Completed(_) => span.set_str("openwop.node_outcome", "completed"),
+                NodeOutcome::Suspended(..) => span.set_str("openwop.node_outcome", "suspended"),
+                NodeOutcome::Failed(e) => {
+                    span.set_str("openwop.node_outcome", "failed");
+                    span.fail(&e.code, &e.message);
+                }
+            }
             match outcome {
                 NodeOutcome::Completed(outputs) => {
                     self.log
@@ -507,6 +531,7 @@ impl<'a, P: Publisher> Executor<'a, P> {
         inputs: &Value,
         attempt: u32,
         deadline: Option<Instant>,
+        span: &SpanHandle,
     ) -> Result<NodeOutcome, LogError> {
         match node.type_id.as_str() {
             "core.identity" | "core.flow.noop" => {
@@ -519,7 +544,7 @@ impl<'a, P: Publisher> Executor<'a, P> {
             }
             MOCK_AGENT_TYPE_ID => self.mock_agent(node).await,
             "core.ai.callPrompt" | "core.ai.structuredOutput" => {
-                self.prompt(node, inputs, attempt, deadline).await
+                self.prompt(node, inputs, attempt, deadline, span).await
             }
             other => Ok(NodeOutcome::Failed(ErrorInfo {
                 code: "capability_required".into(),
@@ -845,6 +870,7 @@ impl<'a, P: Publisher> Executor<'a, P> {
         inputs: &Value,
         attempt: u32,
         deadline: Option<Instant>,
+        node_span: &SpanHandle,
     ) -> Result<NodeOutcome, LogError> {
         let id = node.id.as_str();
         let c = &node.config;
@@ -1037,7 +1063,7 @@ impl<'a, P: Publisher> Executor<'a, P> {
             let mut rc = RouterConfig::new(
                 id,
                 provider.name(),
-                model,
+                model.clone(),
                 max_tokens,
                 provider.output_ceiling(),
             );
@@ -1111,6 +1137,13 @@ impl<'a, P: Publisher> Executor<'a, P> {
                                 .unwrap_or_else(|| "output".into())
                                 .replace('.', "_"),
                         };
+                        let call_span = node_span.child("openwop.provider.call");
+                        call_span.set_str("openwop.run_id", &run_id);
+                        call_span.set_str("openwop.node_id", id);
+                        call_span.set_str("openwop.provider", provider.name());
+                        call_span.set_str("openwop.model", &model);
+                        call_span.set_i64("openwop.call_attempt", i64::from(req.attempt));
+                        call_span.set_i64("openwop.max_tokens", i64::from(req.max_tokens));
                         let call = provider.complete(&request);
                         let timed = async {
                             match deadline {
@@ -1130,6 +1163,10 @@ impl<'a, P: Publisher> Executor<'a, P> {
                             _ = crate::stop::wait(self.log.stop_signal()) => return Err(LogError::Stopped),
                         };
                         let Some(result) = result else {
+                            call_span.fail(
+                                "node_timeout",
+                                "the provider call exceeded settings.timeout",
+                            );
                             return Ok(NodeOutcome::Failed(error(
                                 "node_timeout",
                                 format!(
@@ -1146,6 +1183,7 @@ impl<'a, P: Publisher> Executor<'a, P> {
                             Ok(r) => r,
                             Err(e) => {
                                 let msg = self.redactor.redact_str(&e.to_string()).0.into_owned();
+                                call_span.fail("provider_error", &msg);
                                 return Ok(NodeOutcome::Failed(error(
                                     "provider_error",
                                     msg,
@@ -1153,6 +1191,14 @@ impl<'a, P: Publisher> Executor<'a, P> {
                                 )));
                             }
                         };
+                        call_span.set_str("openwop.response_model", &response.model);
+                        call_span
+                            .set_i64("openwop.input_tokens", response.usage.input_tokens as i64);
+                        call_span
+                            .set_i64("openwop.output_tokens", response.usage.output_tokens as i64);
+                        call_span.set_str("openwop.stop_reason", stop_label(&response.stop));
+                        call_span.set_bool("openwop.thinking", response.thinking.is_some());
+                        drop(call_span);
                         if let Some(thinking) = response.thinking.as_deref() {
                             // Provider thinking: one block per call, correlated to the
                             // emission; redacted and rate-limited by the stream.
@@ -1191,6 +1237,16 @@ impl<'a, P: Publisher> Executor<'a, P> {
                     }
                     Action::Accept(a) => break a,
                     Action::Fail(f) => {
+                        let env_span = node_span.child("openwop.envelope");
+                        env_span.set_str("openwop.run_id", &run_id);
+                        env_span.set_str("openwop.node_id", id);
+                        env_span.set_str("openwop.correlation_id", &corr);
+                        if let Some(t) = &envelope_type {
+                            env_span.set_str("openwop.envelope_type", t);
+                        }
+                        env_span.set_str("openwop.envelope_outcome", "failed");
+                        env_span.set_i64("openwop.envelope_retry_attempt", i64::from(f.attempts));
+                        env_span.fail(f.code.as_str(), &f.message);
                         // The router already recorded node.failed with the spec code.
                         return Ok(NodeOutcome::Failed(ErrorInfo {
                             code: f.code.as_str().into(),
@@ -1224,6 +1280,15 @@ impl<'a, P: Publisher> Executor<'a, P> {
                 .and_then(|p| p.get("reasoning"))
                 .and_then(Value::as_str)
                 .map(str::to_owned);
+            let env_span = node_span.child("openwop.envelope");
+            env_span.set_str("openwop.run_id", &run_id);
+            env_span.set_str("openwop.node_id", id);
+            env_span.set_str("openwop.correlation_id", &corr);
+            env_span.set_str("openwop.envelope_type", &kind);
+            env_span.set_i64(
+                "openwop.envelope_retry_attempt",
+                i64::from(accepted.attempts),
+            );
             let processed = {
                 let mut ctx = Context::new(&self.host, &self.redactor, id, &now);
                 ctx.node_contract = contract.as_ref();
@@ -1235,6 +1300,25 @@ impl<'a, P: Publisher> Executor<'a, P> {
                     self.log.factory(),
                 )
             };
+            env_span.set_str("openwop.envelope_outcome", processed.outcome.status());
+            if let Outcome::Accepted(a) = &processed.outcome {
+                env_span.set_bool(
+                    "openwop.envelope_schema_version_drift",
+                    a.warnings.iter().any(|w| {
+                        w.keyword.as_deref()
+                            == Some(
+                                openwop_protocol::outcome::Code::EnvelopeSchemaVersionDrift
+                                    .as_str(),
+                            )
+                    }),
+                );
+            } else if let Some(code) = processed.outcome.code() {
+                env_span.fail(
+                    code.as_str(),
+                    processed.outcome.reason().unwrap_or_default(),
+                );
+            }
+            drop(env_span);
             self.log.append(processed.events.clone()).await?;
             if let Some(text) = reasoning_text {
                 let envelope_id = match &processed.outcome {
@@ -1295,6 +1379,16 @@ impl<'a, P: Publisher> Executor<'a, P> {
                 let _ = writeln!(f, "{line}");
             }
         }
+    }
+}
+
+/// The vendor's stop spelling for telemetry.
+fn stop_label(stop: &openwop_protocol::retry::StopReason) -> &str {
+    use openwop_protocol::retry::StopReason as S;
+    match stop {
+        S::Clean => "clean",
+        S::ToolUse => "tool_use",
+        S::Truncated { raw } | S::Refusal { raw, .. } | S::Unknown { raw } => raw,
     }
 }
 

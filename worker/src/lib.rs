@@ -8,7 +8,8 @@
 //! * [`executor`] — node types, retry router + envelope pipeline, interrupts, replay;
 //! * [`reasoning`] — the MEUP reasoning-transparency subject;
 //! * [`stop`] — SIGTERM: stop at a safe point (and cancel);
-//! * [`summary`] — the termination message the operator reads.
+//! * [`summary`] — the termination message the operator reads;
+//! * [`telemetry`] — OTLP spans for run, node, provider call and envelope (off by default).
 
 pub mod eventlog;
 pub mod executor;
@@ -18,6 +19,7 @@ pub mod reasoning;
 pub mod snapshot;
 pub mod stop;
 pub mod summary;
+pub mod telemetry;
 
 /// Exit code: the run is terminal and recorded in the stream.
 pub const EXIT_TERMINAL: i32 = 0;

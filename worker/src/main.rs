@@ -17,6 +17,7 @@ use openwop_worker::nats::{self, JetStreamPublisher, RetryPolicy};
 use openwop_worker::reasoning::{DEFAULT_MAX_PER_NODE, ReasoningStream};
 use openwop_worker::snapshot::Snapshot;
 use openwop_worker::stop::{self, StopSignal};
+use openwop_worker::telemetry::{self, Otel, SpanHandle};
 use openwop_worker::{
     EXIT_BAD_INPUT, EXIT_CRASHED, EXIT_STOPPED, EXIT_SUSPENDED, EXIT_TERMINAL, summary,
 };
@@ -138,7 +139,7 @@ async fn stop_deadline(stop: StopSignal, grace: Duration) {
     tokio::time::sleep(grace).await;
 }
 
-async fn run(stop: StopSignal) -> anyhow::Result<i32> {
+async fn run(stop: StopSignal, otel: &Otel) -> anyhow::Result<i32> {
     let snapshot_path =
         env("OPENWOP_SNAPSHOT").unwrap_or_else(|| "/etc/openwop/snapshot/snapshot.json".into());
     let snap = match Snapshot::load(&snapshot_path) {
@@ -199,6 +200,14 @@ async fn run(stop: StopSignal) -> anyhow::Result<i32> {
     let existing = nats::read_run_events(&stream, &subject, &policy).await?;
     tracing::info!(run = %name, replayed = existing.len(), "event log read");
     let redactor = Arc::new(Redactor::new(cfg.secrets.clone()));
+    let run_span = otel.telemetry(redactor.clone()).root("openwop.run");
+    run_span.set_str("openwop.run_id", &run_id);
+    run_span.set_str("openwop.run_name", &name);
+    run_span.set_str("openwop.namespace", &namespace);
+    if let Some(w) = snap.workflow.get("id").and_then(Value::as_str) {
+        run_span.set_str("openwop.workflow_id", w);
+    }
+    run_span.set_i64("openwop.replayed_events", existing.len() as i64);
     let mut log = RunLog::new(
         JetStreamPublisher::new(js.clone(), policy),
         subject,
@@ -210,7 +219,7 @@ async fn run(stop: StopSignal) -> anyhow::Result<i32> {
     if snap.cancel {
         let end = cancel_run(&mut log, "cancelled by spec.cancel").await?;
         let events = log.events().to_vec();
-        return Ok(finish(&name, &end, &events));
+        return Ok(finish(&name, &end, &events, &run_span));
     }
     log.set_stop(Some(stop.clone()));
     let reasoning = ReasoningStream::new(nats::reasoning_subject(&namespace, &name), max_reasoning);
@@ -218,7 +227,8 @@ async fn run(stop: StopSignal) -> anyhow::Result<i32> {
     let graph = Graph::parse(&snap.workflow);
     let (end, events) = match graph {
         Ok(graph) => {
-            let mut exec = Executor::new(&snap, &graph, &cfg, log, reasoning);
+            let mut exec = Executor::new(&snap, &graph, &cfg, log, reasoning)
+                .with_run_span(run_span.borrowed());
             let outcome = {
                 let run = exec.run();
                 tokio::pin!(run);
@@ -236,6 +246,7 @@ async fn run(stop: StopSignal) -> anyhow::Result<i32> {
                     // mounted snapshot, so read it again.
                     if !Snapshot::load(&snapshot_path).is_ok_and(|s| s.cancel) {
                         tracing::warn!(run = %name, "stopped at a safe point; a later worker replays");
+                        run_span.set_str("openwop.run_outcome", "stopped");
                         let _ = client.flush().await;
                         return Ok(EXIT_STOPPED);
                     }
@@ -245,6 +256,7 @@ async fn run(stop: StopSignal) -> anyhow::Result<i32> {
                 }
                 Ok(None) => {
                     tracing::warn!(run = %name, grace_ms = grace.as_millis() as u64, "no safe point within the stop grace; the in-flight step was dropped");
+                    run_span.set_str("openwop.run_outcome", "stopped");
                     return Ok(EXIT_STOPPED);
                 }
                 Err(e) => return Err(e.into()),
@@ -268,12 +280,25 @@ async fn run(stop: StopSignal) -> anyhow::Result<i32> {
             (RunEnd::Failed(err), log.events().to_vec())
         }
     };
-    Ok(finish(&name, &end, &events))
+    Ok(finish(&name, &end, &events, &run_span))
 }
 
 /// Writes the termination summary and picks the exit code.
-fn finish(name: &str, end: &RunEnd, events: &[openwop_protocol::events::RunEventDoc]) -> i32 {
-    write_termination(&summary::summary(end, events));
+fn finish(
+    name: &str,
+    end: &RunEnd,
+    events: &[openwop_protocol::events::RunEventDoc],
+    span: &SpanHandle,
+) -> i32 {
+    let summary = summary::summary(end, events);
+    if let Some(phase) = summary.get("phase").and_then(Value::as_str) {
+        span.set_str("openwop.run_outcome", phase);
+    }
+    span.set_i64("openwop.events", events.len() as i64);
+    if let RunEnd::Failed(e) = end {
+        span.fail(&e.code, &e.message);
+    }
+    write_termination(&summary);
     tracing::info!(run = %name, events = events.len(), end = ?std::mem::discriminant(end), "worker done");
     match end {
         RunEnd::Suspended { .. } => EXIT_SUSPENDED,
@@ -301,10 +326,17 @@ fn main() {
             std::process::exit(EXIT_CRASHED);
         }
     };
+    let otel = match telemetry::endpoint_from_env(env) {
+        None => Otel::off(),
+        Some(endpoint) => Otel::to_endpoint(&endpoint).unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "running without OTLP spans");
+            Otel::off()
+        }),
+    };
     let stop = StopSignal::new();
     let code = match rt.block_on(async {
         stop::on_termination_signals(stop.clone()).context("installing the SIGTERM handler")?;
-        run(stop.clone()).await
+        run(stop.clone(), &otel).await
     }) {
         Ok(code) => code,
         Err(e) => {
@@ -312,6 +344,8 @@ fn main() {
             EXIT_CRASHED
         }
     };
+    // Every exit path (terminal, suspended, stopped, crashed) exports the buffered spans.
+    otel.shutdown();
     rt.shutdown_timeout(Duration::from_secs(1));
     std::process::exit(code);
 }
