@@ -1,0 +1,598 @@
+//! Issue 7 user journeys on the mini-cluster: the chart is installed with Helm (the operator
+//! runs as a pod through the node agent), then each journey drives Workflows and Runs with
+//! kubectl / `kubectl openwop` and asserts Kubernetes status and the exact NATS events.
+//!
+//! Journeys share one Helm release and some restart shared components, so they run one at a
+//! time behind a process-wide lock, each in a fresh namespace. They need the operator, worker
+//! and CLI binaries in `$CARGO_TARGET_DIR/debug` (`make test` builds them; alone:
+//! `cargo build -p openwop-operator -p openwop-worker -p kubectl-openwop`).
+//!
+//! Mock-provider programs reach the worker through the test seam in `e2e/node-agent.yaml`:
+//! `<agent state>/mock-programs/<namespace>/<run>.json`, calls logged to `<run>.calls.jsonl`.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use common::*;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
+use openwop_e2e::Cluster;
+use serde_json::{Value, json};
+
+const RELEASE: &str = "openwop";
+const RELEASE_NS: &str = "openwop-system";
+
+/// Journeys run one at a time (shared release, operator and NATS restarts).
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+/// Whether this process installed the release (uninstall resets it).
+static INSTALLED: std::sync::Mutex<bool> = std::sync::Mutex::new(false);
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .into()
+}
+
+fn target_bin(name: &str) -> PathBuf {
+    let dir = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo().join("target"));
+    let p = dir.join("debug").join(name);
+    assert!(
+        p.is_file(),
+        "{} is missing: build it first (cargo build -p openwop-operator -p openwop-worker -p kubectl-openwop)",
+        p.display()
+    );
+    p
+}
+
+fn helm_bin() -> PathBuf {
+    let out = Command::new("bash")
+        .arg(repo().join("e2e/cluster/build-binaries.sh"))
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("build-binaries.sh");
+    assert!(out.status.success(), "build-binaries.sh failed");
+    let dir = String::from_utf8(out.stdout).unwrap();
+    PathBuf::from(dir.lines().last().unwrap().trim()).join("helm")
+}
+
+fn run_cmd(c: &Cluster, program: &Path, args: &[&str], stdin: Option<&str>) -> Output {
+    use std::io::Write;
+    let mut child = Command::new(program)
+        .args(args)
+        .env("KUBECONFIG", &c.kubeconfig)
+        .env("OPENWOP_NATS_URL", &c.nats_url)
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", program.display()));
+    if let Some(input) = stdin {
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(input.as_bytes())
+            .unwrap();
+    }
+    child.wait_with_output().unwrap()
+}
+
+fn ok(out: Output, what: &str) -> String {
+    assert!(
+        out.status.success(),
+        "{what} failed: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stdout)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn kubectl(c: &Cluster, args: &[&str], stdin: Option<&str>) -> Output {
+    run_cmd(c, Path::new("kubectl"), args, stdin)
+}
+
+fn cli(c: &Cluster, args: &[&str]) -> Output {
+    run_cmd(c, &target_bin("kubectl-openwop"), args, None)
+}
+
+fn helm(c: &Cluster, args: &[&str]) -> Output {
+    run_cmd(c, &helm_bin(), args, None)
+}
+
+/// `helm upgrade --install` with the mini-cluster values plus `extra` `--set`s.
+fn helm_install(c: &Cluster, extra: &[&str]) -> String {
+    let chart = repo().join("charts/openwop");
+    let values = repo().join("e2e/helm/mini-cluster-values.yaml");
+    let nats = format!("nats.external.url={}", c.nats_url);
+    let mut args = vec![
+        "upgrade",
+        "--install",
+        RELEASE,
+        chart.to_str().unwrap(),
+        "-n",
+        RELEASE_NS,
+        "--create-namespace",
+        "-f",
+        values.to_str().unwrap(),
+        "--set",
+        &nats,
+        "--set",
+        "providers[0].name=mock,providers[0].vendor=mock",
+        "--wait",
+        "--timeout",
+        "3m",
+    ];
+    for e in extra {
+        args.push("--set");
+        args.push(e);
+    }
+    ok(helm(c, &args), "helm upgrade --install")
+}
+
+/// The cluster with the chart installed; holds the journey lock.
+async fn setup() -> (Cluster, tokio::sync::MutexGuard<'static, ()>) {
+    let guard = SERIAL.lock().await;
+    let c = cluster().await;
+    for b in ["openwop-operator", "openwop-worker", "kubectl-openwop"] {
+        target_bin(b);
+    }
+    let mut installed = INSTALLED.lock().unwrap_or_else(|e| e.into_inner());
+    if !*installed {
+        helm_install(&c, &[]);
+        *installed = true;
+    }
+    drop(installed);
+    wait_operator_ready(&c).await;
+    (c, guard)
+}
+
+async fn wait_operator_ready(c: &Cluster) {
+    let pods: Api<Pod> = Api::namespaced(c.client.clone(), RELEASE_NS);
+    wait_for(Duration::from_secs(90), "a running operator pod", || {
+        let pods = pods.clone();
+        async move {
+            pods.list(&ListParams::default().labels("app.kubernetes.io/component=operator"))
+                .await
+                .ok()?
+                .items
+                .into_iter()
+                .find(|p| {
+                    phase(p).as_deref() == Some("Running")
+                        && p.metadata.deletion_timestamp.is_none()
+                })
+        }
+    })
+    .await;
+}
+
+fn api(c: &Cluster, ns: &str, kind: &str) -> Api<DynamicObject> {
+    let gvk = GroupVersionKind::gvk("openwop.dev", "v1alpha1", kind);
+    let ar = ApiResource::from_gvk_with_plural(&gvk, &format!("{}s", kind.to_lowercase()));
+    Api::namespaced_with(c.client.clone(), ns, &ar)
+}
+
+fn apply(c: &Cluster, ns: &str, yaml: &str) -> Output {
+    kubectl(c, &["apply", "-n", ns, "-f", "-"], Some(yaml))
+}
+
+fn apply_file(c: &Cluster, ns: &str, file: &str) -> String {
+    let path = repo().join(file);
+    ok(
+        kubectl(c, &["apply", "-n", ns, "-f", path.to_str().unwrap()], None),
+        &format!("kubectl apply {file}"),
+    )
+}
+
+fn status(o: &DynamicObject) -> Value {
+    o.data.get("status").cloned().unwrap_or(Value::Null)
+}
+
+fn condition(o: &DynamicObject, type_: &str) -> Option<Value> {
+    status(o)["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+        .cloned()
+}
+
+/// Waits for a Workflow condition `Ready` with `status` and returns the condition.
+async fn wait_workflow(c: &Cluster, ns: &str, name: &str, want: &str) -> Value {
+    let wf = api(c, ns, "Workflow");
+    wait_for(
+        Duration::from_secs(60),
+        &format!("workflow {ns}/{name} Ready={want}"),
+        || {
+            let wf = wf.clone();
+            async move {
+                let o = wf.get_opt(name).await.ok().flatten()?;
+                condition(&o, "Ready").filter(|c| c["status"] == want)
+            }
+        },
+    )
+    .await
+}
+
+/// Waits for a Run phase and returns its status.
+async fn wait_run(c: &Cluster, ns: &str, name: &str, want: &str, secs: u64) -> Value {
+    let runs = api(c, ns, "Run");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
+    loop {
+        let o = runs.get_opt(name).await.ok().flatten();
+        let st = o.as_ref().map(status).unwrap_or(Value::Null);
+        if st["phase"] == want {
+            return st;
+        }
+        if tokio::time::Instant::now() > deadline {
+            panic!("run {ns}/{name} did not reach {want} in {secs}s; status: {st:#}");
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+/// The run's events as the CLI reads them from JetStream (`events --json --no-reasoning`).
+fn events(c: &Cluster, ns: &str, run: &str) -> Vec<Value> {
+    let out = ok(
+        cli(c, &["events", run, "-n", ns, "--json", "--no-reasoning"]),
+        "kubectl openwop events",
+    );
+    out.lines()
+        .map(|l| {
+            let v: Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"));
+            v["message"].clone()
+        })
+        .collect()
+}
+
+fn types(evs: &[Value]) -> Vec<String> {
+    evs.iter()
+        .map(|e| e["type"].as_str().unwrap_or("?").to_string())
+        .collect()
+}
+
+/// Sequence 0..n without gaps, unique event ids, one terminal event at the end.
+fn assert_gapless(evs: &[Value]) {
+    let seqs: Vec<u64> = evs
+        .iter()
+        .map(|e| e["sequence"].as_u64().unwrap())
+        .collect();
+    let want: Vec<u64> = (0..evs.len() as u64).collect();
+    assert_eq!(seqs, want, "sequences of {:?}", types(evs));
+    let mut ids: Vec<&str> = evs.iter().map(|e| e["eventId"].as_str().unwrap()).collect();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), evs.len(), "duplicate eventIds");
+}
+
+async fn worker_pods(c: &Cluster, ns: &str) -> Vec<Pod> {
+    Api::<Pod>::namespaced(c.client.clone(), ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter(|p| !matches!(phase(p).as_deref(), Some("Succeeded" | "Failed")))
+        .collect()
+}
+
+/// Puts mock-provider programs where the worker of `ns/run` finds them (e2e/node-agent.yaml).
+fn mock_programs(c: &Cluster, ns: &str, run: &str, programs: &Value) -> PathBuf {
+    let dir = c.state_dir.join("node-agent/mock-programs").join(ns);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join(format!("{run}.json")), programs.to_string()).unwrap();
+    dir.join(format!("{run}.calls.jsonl"))
+}
+
+fn calls(log: &Path) -> Vec<Value> {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn hello_run(name: &str) -> String {
+    format!(
+        "apiVersion: openwop.dev/v1alpha1\nkind: Run\nmetadata: {{name: {name}}}\nspec:\n  workflowRef: {{name: hello}}\n  inputs: {{greeting: hi}}\n"
+    )
+}
+
+const HELLO_TYPES: [&str; 6] = [
+    "run.started",
+    "node.started",
+    "node.completed",
+    "node.started",
+    "node.completed",
+    "run.completed",
+];
+
+#[tokio::test]
+async fn examples_apply_workflow_ready_run_completed_events_gapless() {
+    let (c, _g) = setup().await;
+    let ns = namespace(&c.client, "j-examples").await;
+    apply_file(&c, &ns, "examples/01-hello-workflow.yaml");
+    let ready = wait_workflow(&c, &ns, "hello", "True").await;
+    assert_eq!(ready["type"], "Ready");
+    apply_file(&c, &ns, "examples/03-run-by-id.yaml");
+    let st = wait_run(&c, &ns, "hello-run", "completed", 120).await;
+    assert_eq!(st["workflow"], "hello");
+    let evs = events(&c, &ns, "hello-run");
+    assert_eq!(types(&evs), HELLO_TYPES);
+    assert_gapless(&evs);
+    let nodes: Vec<&str> = evs[1..5]
+        .iter()
+        .map(|e| e["nodeId"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(nodes, ["start", "start", "finish", "finish"]);
+    assert_eq!(evs[0]["runId"], st["runId"]);
+    assert_eq!(st["events"], 6);
+    assert_eq!(st["lastSequence"], 5);
+    assert!(worker_pods(&c, &ns).await.is_empty(), "no worker is held");
+    delete_namespace(&c.client, &ns).await;
+}
+
+#[tokio::test]
+async fn run_for_a_missing_workflow_waits_then_runs() {
+    let (c, _g) = setup().await;
+    let ns = namespace(&c.client, "j-missing").await;
+    ok(apply(&c, &ns, &hello_run("early")), "apply run");
+    let runs = api(&c, &ns, "Run");
+    let cond = wait_for(Duration::from_secs(60), "WorkflowNotFound", || {
+        let runs = runs.clone();
+        async move {
+            let o = runs.get_opt("early").await.ok().flatten()?;
+            condition(&o, "Ready").filter(|c| c["reason"] == "WorkflowNotFound")
+        }
+    })
+    .await;
+    assert_eq!(cond["status"], "False");
+    let o = runs.get("early").await.unwrap();
+    assert_eq!(status(&o)["phase"], "pending");
+    assert!(worker_pods(&c, &ns).await.is_empty());
+    apply_file(&c, &ns, "examples/01-hello-workflow.yaml");
+    wait_run(&c, &ns, "early", "completed", 120).await;
+    assert_eq!(types(&events(&c, &ns, "early")), HELLO_TYPES);
+    delete_namespace(&c.client, &ns).await;
+}
+
+#[tokio::test]
+async fn invalid_manifests_get_precise_messages() {
+    let (c, _g) = setup().await;
+    let ns = namespace(&c.client, "j-invalid").await;
+    // Refused at admission by the CRD's CEL rule.
+    let path = repo().join("examples/invalid/run-both-refs.yaml");
+    let out = kubectl(
+        &c,
+        &["apply", "-n", &ns, "-f", path.to_str().unwrap()],
+        None,
+    );
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(
+            "set exactly one of workflowRef.name (Kubernetes name) or workflowRef.id (OpenWOP id)"
+        ),
+        "{err}"
+    );
+    // Structural schema: an unknown field and a wrong type name the field.
+    let out = apply(
+        &c,
+        &ns,
+        "apiVersion: openwop.dev/v1alpha1\nkind: Run\nmetadata: {name: bad-timeout}\nspec:\n  workflowRef: {name: hello}\n  timeoutSeconds: soon\n",
+    );
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("spec.timeoutSeconds"), "{err}");
+    // Accepted by the API server, refused by the operator with the node named.
+    apply_file(&c, &ns, "examples/invalid/mock-agent-not-allowed.yaml");
+    let cond = wait_workflow(&c, &ns, "not-conformance", "False").await;
+    assert_eq!(cond["reason"], "MockAgentNotAllowed");
+    let msg = cond["message"].as_str().unwrap();
+    assert!(msg.contains("agent"), "{msg}");
+    assert!(msg.contains("core.conformance.mock-agent"), "{msg}");
+    delete_namespace(&c.client, &ns).await;
+}
+
+#[tokio::test]
+async fn mock_agent_low_confidence_waits_for_approval_and_gate_applies_elsewhere() {
+    let (c, _g) = setup().await;
+    let ns = namespace(&c.client, "j-approval").await;
+    apply_file(&c, &ns, "examples/02-conformance-mock-agent.yaml");
+    wait_workflow(&c, &ns, "conformance-mock-agent", "True").await;
+    let st = wait_run(&c, &ns, "mock-agent-run", "waiting-approval", 120).await;
+    let pi = &st["pendingInterrupt"];
+    assert_eq!(pi["kind"], "approval");
+    assert_eq!(pi["nodeId"], "agent");
+    assert_eq!(pi["reason"], "low-confidence");
+    assert_eq!(pi["observed"], 0.4);
+    assert_eq!(pi["threshold"], 0.7);
+    // A waiting run holds no pod.
+    wait_for(
+        Duration::from_secs(30),
+        "no worker pod while waiting",
+        || {
+            let c = c.clone();
+            let ns = ns.clone();
+            async move { worker_pods(&c, &ns).await.is_empty().then_some(()) }
+        },
+    )
+    .await;
+    let evs = events(&c, &ns, "mock-agent-run");
+    let suspended = evs.last().unwrap();
+    assert_eq!(suspended["type"], "node.suspended");
+    assert_eq!(suspended["payload"]["kind"], "approval");
+    assert_eq!(suspended["payload"]["reason"], "low-confidence");
+    assert_gapless(&evs);
+    let before = evs.len();
+    ok(
+        cli(&c, &["resume", "mock-agent-run", "-n", &ns, "--approve"]),
+        "kubectl openwop resume --approve",
+    );
+    wait_run(&c, &ns, "mock-agent-run", "completed", 120).await;
+    let evs = events(&c, &ns, "mock-agent-run");
+    assert_gapless(&evs);
+    let after = types(&evs[before..]);
+    for t in [
+        "run.resumed",
+        "approval.granted",
+        "interrupt.resolved",
+        "node.resumed",
+    ] {
+        assert!(after.contains(&t.to_string()), "{t} missing in {after:?}");
+    }
+    assert_eq!(after.last().unwrap(), "run.completed");
+    // Nothing before the suspension is repeated by the resumed worker.
+    assert_eq!(
+        after.iter().filter(|t| *t == "run.started").count(),
+        0,
+        "{after:?}"
+    );
+
+    // The same workflow under a non-conformance id, outside the gate: Invalid.
+    let wf =
+        std::fs::read_to_string(repo().join("examples/02-conformance-mock-agent.yaml")).unwrap();
+    let wf = wf.split("\n---").next().unwrap();
+    let renamed = wf
+        .replace("name: conformance-mock-agent", "name: triage-agent")
+        .replace("id: conformance-mock-agent", "id: triage-agent");
+    ok(apply(&c, &ns, &renamed), "apply renamed workflow");
+    let cond = wait_workflow(&c, &ns, "triage-agent", "False").await;
+    assert_eq!(cond["reason"], "MockAgentNotAllowed");
+    delete_namespace(&c.client, &ns).await;
+}
+
+fn prompt_workflow(name: &str, node: Value) -> String {
+    let wf = json!({
+        "apiVersion": "openwop.dev/v1alpha1", "kind": "Workflow",
+        "metadata": {"name": name},
+        "spec": {"id": name, "name": name, "version": "1", "nodes": [node]},
+    });
+    serde_json::to_string(&wf).unwrap()
+}
+
+fn run_manifest(name: &str, workflow: &str) -> String {
+    serde_json::to_string(&json!({
+        "apiVersion": "openwop.dev/v1alpha1", "kind": "Run",
+        "metadata": {"name": name},
+        "spec": {"workflowRef": {"name": workflow}, "timeoutSeconds": 300},
+    }))
+    .unwrap()
+}
+
+#[tokio::test]
+async fn clarification_answered_by_patch_and_by_resume() {
+    let (c, _g) = setup().await;
+    let ns = namespace(&c.client, "j-clarify").await;
+    let node = json!({"id": "q", "typeId": "core.ai.callPrompt",
+        "config": {"provider": "mock", "prompt": "plan the trip", "envelopeType": "vendor.acme.plan"}});
+    ok(
+        apply(&c, &ns, &prompt_workflow("planner", node)),
+        "apply workflow",
+    );
+    wait_workflow(&c, &ns, "planner", "True").await;
+    let clarify = |id: &str, q: &str| {
+        json!({"responses": [{"stopReason": "stop", "content": {"type": "clarification.request",
+            "payload": {"questions": [{"id": id, "question": q}]}}}]})
+    };
+    mock_programs(
+        &c,
+        &ns,
+        "trip",
+        &json!({"q": [
+            clarify("region", "Which region?"),
+            clarify("tier", "Which tier?"),
+            {"responses": [{"stopReason": "stop", "content": {"type": "vendor.acme.plan", "payload": {"region": "eu", "tier": "gold"}}}]},
+        ]}),
+    );
+    ok(
+        apply(&c, &ns, &run_manifest("trip", "planner")),
+        "apply run",
+    );
+
+    // First question: answered with kubectl patch.
+    let st = wait_run(&c, &ns, "trip", "waiting-input", 120).await;
+    let pi = st["pendingInterrupt"].clone();
+    assert_eq!(pi["kind"], "clarification");
+    assert_eq!(pi["questions"][0]["id"], "region");
+    wait_for(
+        Duration::from_secs(30),
+        "no worker pod while waiting",
+        || {
+            let c = c.clone();
+            let ns = ns.clone();
+            async move { worker_pods(&c, &ns).await.is_empty().then_some(()) }
+        },
+    )
+    .await;
+    let patch = json!({"spec": {"answers": [{"interruptId": pi["interruptId"], "value": {"region": "eu"}}]}});
+    ok(
+        kubectl(
+            &c,
+            &[
+                "patch",
+                "run",
+                "trip",
+                "-n",
+                &ns,
+                "--type=merge",
+                "-p",
+                &patch.to_string(),
+            ],
+            None,
+        ),
+        "kubectl patch",
+    );
+
+    // Second question: answered with kubectl openwop resume.
+    let runs = api(&c, &ns, "Run");
+    let first_id = pi["interruptId"].as_str().unwrap().to_string();
+    let st = wait_for(Duration::from_secs(120), "second question", || {
+        let runs = runs.clone();
+        let first_id = first_id.clone();
+        async move {
+            let st = status(&runs.get("trip").await.ok()?);
+            (st["phase"] == "waiting-input" && st["pendingInterrupt"]["interruptId"] != first_id)
+                .then_some(st)
+        }
+    })
+    .await;
+    assert_eq!(st["pendingInterrupt"]["questions"][0]["id"], "tier");
+    ok(
+        cli(&c, &["resume", "trip", "-n", &ns, "--answer", "tier=gold"]),
+        "kubectl openwop resume --answer",
+    );
+    let st = wait_run(&c, &ns, "trip", "completed", 120).await;
+    assert!(st["pendingInterrupt"].is_null(), "{st:#}");
+    let evs = events(&c, &ns, "trip");
+    assert_gapless(&evs);
+    let t = types(&evs);
+    assert_eq!(
+        t.iter().filter(|t| *t == "clarification.requested").count(),
+        2,
+        "{t:?}"
+    );
+    assert_eq!(
+        t.iter().filter(|t| *t == "clarification.resolved").count(),
+        2,
+        "{t:?}"
+    );
+    assert_eq!(t.iter().filter(|t| *t == "run.started").count(), 1, "{t:?}");
+    assert_eq!(t.last().unwrap(), "run.completed");
+    let done = evs.last().unwrap();
+    assert_eq!(
+        done["payload"]["outputs"]["q"],
+        json!({"output": {"region": "eu", "tier": "gold"}, "envelopeType": "vendor.acme.plan"}),
+        "{done:#}"
+    );
+    delete_namespace(&c.client, &ns).await;
+}
