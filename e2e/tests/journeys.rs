@@ -596,3 +596,151 @@ async fn clarification_answered_by_patch_and_by_resume() {
     );
     delete_namespace(&c.client, &ns).await;
 }
+
+/// The `log.appended` call records of node `p`: `(attempt, maxTokens, fragments)`.
+fn call_records(evs: &[Value]) -> Vec<(u64, u64, Vec<Value>)> {
+    evs.iter()
+        .filter(|e| e["type"] == "log.appended" && e["payload"]["nodeId"] == "p")
+        .filter_map(|e| {
+            let f = &e["payload"]["fields"];
+            Some((
+                f["attempt"].as_u64()?,
+                f["maxTokens"].as_u64()?,
+                f["fragments"].as_array()?.clone(),
+            ))
+        })
+        .collect()
+}
+
+fn of_type<'a>(evs: &'a [Value], t: &str) -> Vec<&'a Value> {
+    evs.iter().filter(|e| e["type"] == t).collect()
+}
+
+#[tokio::test]
+async fn mock_provider_truncation_schema_violation_refusal_and_cap() {
+    let (c, _g) = setup().await;
+    let ns = namespace(&c.client, "j-retry").await;
+    let node = json!({"id": "p", "typeId": "core.ai.callPrompt",
+        "config": {"provider": "mock", "prompt": "summarise", "envelopeType": "vendor.acme.summary",
+                   "maxTokens": 64, "schemaRounds": 3},
+        "envelopeContract": {"accepts": ["vendor.acme.summary"], "schemas": {"vendor.acme.summary": {
+            "type": "object", "additionalProperties": false, "required": ["text"],
+            "properties": {"text": {"type": "string"}}}}}});
+    ok(
+        apply(&c, &ns, &prompt_workflow("summary", node)),
+        "apply workflow",
+    );
+    wait_workflow(&c, &ns, "summary", "True").await;
+    let valid = json!({"stopReason": "stop", "content": {"type": "vendor.acme.summary", "payload": {"text": "short"}}, "outputTokens": 20});
+    let truncated = json!({"stopReason": "max_tokens", "content": "{\"type\": \"vendor.acme.su", "outputTokens": 64});
+    let programs = [
+        (
+            "truncation",
+            json!({"p": {"responses": [truncated, valid]}}),
+        ),
+        (
+            "violation",
+            json!({"p": {"responses": [
+                {"stopReason": "stop", "content": {"type": "vendor.acme.summary", "payload": 42}},
+                valid,
+            ]}}),
+        ),
+        (
+            "refusal",
+            json!({"p": {"responses": [{"stopReason": "refusal", "refusalText": "I cannot help with that"}, valid]}}),
+        ),
+        (
+            "exhaustion",
+            json!({"p": {"responses": [truncated, truncated, truncated, truncated, valid]}}),
+        ),
+    ];
+    let mut logs = Vec::new();
+    for (run, prog) in &programs {
+        logs.push(mock_programs(&c, &ns, run, prog));
+        ok(apply(&c, &ns, &run_manifest(run, "summary")), "apply run");
+    }
+
+    // Truncation: budget doubled, no corrective fragment, then success.
+    wait_run(&c, &ns, "truncation", "completed", 120).await;
+    let evs = events(&c, &ns, "truncation");
+    assert_gapless(&evs);
+    let rec = call_records(&evs);
+    assert_eq!(rec.len(), 2, "{rec:?}");
+    assert_eq!((rec[0].0, rec[0].1), (1, 64));
+    assert_eq!((rec[1].0, rec[1].1), (2, 128));
+    // The RFC 0030 reasoning directive rides on every call; truncation adds nothing to it.
+    assert_eq!(rec[0].2, [json!("reasoning-directive")], "{rec:?}");
+    assert_eq!(
+        rec[1].2, rec[0].2,
+        "no corrective fragment after truncation: {rec:?}"
+    );
+    let tr = of_type(&evs, "envelope.truncated");
+    assert_eq!(tr.len(), 1);
+    assert_eq!(tr[0]["payload"]["stopReason"], "max_tokens");
+    let retry = of_type(&evs, "envelope.retry.attempted");
+    assert_eq!(retry.len(), 1);
+    assert_eq!(retry[0]["payload"]["reason"], "truncation");
+    assert_eq!(retry[0]["payload"]["attempt"], 2);
+    let budgets: Vec<u64> = calls(&logs[0])
+        .iter()
+        .map(|c| c["maxTokens"].as_u64().unwrap())
+        .collect();
+    assert_eq!(budgets, [64, 128], "the provider saw the doubled budget");
+
+    // Schema violation: corrective fragment, same budget, then success.
+    wait_run(&c, &ns, "violation", "completed", 120).await;
+    let evs = events(&c, &ns, "violation");
+    assert_gapless(&evs);
+    let rec = call_records(&evs);
+    assert_eq!(rec.len(), 2, "{rec:?}");
+    assert_eq!(rec[0].1, 64);
+    assert_eq!(rec[1].1, 64, "same budget after a schema violation");
+    let added: Vec<&Value> = rec[1].2.iter().filter(|f| !rec[0].2.contains(f)).collect();
+    assert_eq!(added.len(), 1, "one corrective fragment: {rec:?}");
+    assert!(
+        added[0].as_str().unwrap().contains("schema"),
+        "a schema-violation fragment: {rec:?}"
+    );
+    let retry = of_type(&evs, "envelope.retry.attempted");
+    assert_eq!(retry.len(), 1);
+    assert_eq!(retry[0]["payload"]["reason"], "schema-violation");
+    assert!(of_type(&evs, "envelope.truncated").is_empty());
+
+    // Refusal: never retried, run fails with envelope_refusal, refusal text not in the error.
+    let st = wait_run(&c, &ns, "refusal", "failed", 120).await;
+    assert_eq!(st["error"]["code"], "envelope_refusal", "{st:#}");
+    assert!(
+        !st["error"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("I cannot help"),
+        "{st:#}"
+    );
+    let evs = events(&c, &ns, "refusal");
+    assert_gapless(&evs);
+    assert_eq!(call_records(&evs).len(), 1, "refusals are never retried");
+    assert_eq!(calls(&logs[2]).len(), 1);
+    assert_eq!(of_type(&evs, "envelope.refusal").len(), 1);
+    assert!(of_type(&evs, "envelope.retry.attempted").is_empty());
+    assert_eq!(types(&evs).last().unwrap(), "run.failed");
+
+    // Truncation every time: capped at schemaRounds calls, truncation_unrecoverable.
+    let st = wait_run(&c, &ns, "exhaustion", "failed", 120).await;
+    assert_eq!(
+        st["error"]["code"], "envelope_truncation_unrecoverable",
+        "{st:#}"
+    );
+    let evs = events(&c, &ns, "exhaustion");
+    assert_gapless(&evs);
+    let n = calls(&logs[3]).len();
+    assert!((1..=3).contains(&n), "{n} provider calls for a cap of 3");
+    assert_eq!(call_records(&evs).len(), n);
+    let ex = of_type(&evs, "envelope.retry.exhausted");
+    assert_eq!(ex.len(), 1);
+    assert_eq!(ex[0]["payload"]["finalReason"], "truncation");
+    let cap = of_type(&evs, "cap.breached");
+    assert_eq!(cap.len(), 1);
+    assert_eq!(cap[0]["payload"]["kind"], "schema");
+    assert_eq!(types(&evs).last().unwrap(), "run.failed");
+    delete_namespace(&c.client, &ns).await;
+}
