@@ -146,12 +146,13 @@ async fn setup() -> (Cluster, tokio::sync::MutexGuard<'static, ()>) {
     for b in ["openwop-operator", "openwop-worker", "kubectl-openwop"] {
         target_bin(b);
     }
-    let mut installed = INSTALLED.lock().unwrap_or_else(|e| e.into_inner());
-    if !*installed {
-        helm_install(&c, &[]);
-        *installed = true;
+    {
+        let mut installed = INSTALLED.lock().unwrap_or_else(|e| e.into_inner());
+        if !*installed {
+            helm_install(&c, &[]);
+            *installed = true;
+        }
     }
-    drop(installed);
     wait_operator_ready(&c).await;
     (c, guard)
 }
@@ -742,5 +743,189 @@ async fn mock_provider_truncation_schema_violation_refusal_and_cap() {
     assert_eq!(cap.len(), 1);
     assert_eq!(cap[0]["payload"]["kind"], "schema");
     assert_eq!(types(&evs).last().unwrap(), "run.failed");
+    delete_namespace(&c.client, &ns).await;
+}
+
+/// The operator Service's ready endpoint as `<pod IP>:<port>`. The mini-cluster has no
+/// kube-proxy: discovery "through the Service" resolves the Service's EndpointSlice (which
+/// the real endpointslice controller fills from ready pods) and calls that address (the
+/// pod IP is the host's address, see e2e/README.md).
+async fn service_endpoint(c: &Cluster) -> String {
+    use k8s_openapi::api::core::v1::Service;
+    use k8s_openapi::api::discovery::v1::EndpointSlice;
+    let svcs: Api<Service> = Api::namespaced(c.client.clone(), RELEASE_NS);
+    let svc = svcs
+        .list(&ListParams::default().labels("app.kubernetes.io/component=operator"))
+        .await
+        .unwrap()
+        .items
+        .pop()
+        .expect("the operator Service");
+    let name = svc.metadata.name.unwrap();
+    let slices: Api<EndpointSlice> = Api::namespaced(c.client.clone(), RELEASE_NS);
+    wait_for(Duration::from_secs(60), "a ready endpoint", || {
+        let slices = slices.clone();
+        let name = name.clone();
+        async move {
+            let list = slices
+                .list(&ListParams::default().labels(&format!("kubernetes.io/service-name={name}")))
+                .await
+                .ok()?;
+            list.items.into_iter().find_map(|s| {
+                let port = s.ports?.first()?.port?;
+                let ep = s
+                    .endpoints
+                    .into_iter()
+                    .find(|e| e.conditions.as_ref().and_then(|c| c.ready) == Some(true))?;
+                Some(format!("{}:{port}", ep.addresses.first()?))
+            })
+        }
+    })
+    .await
+}
+
+/// `curl -si`: (status, headers+body text).
+fn http_get(url: &str, headers: &[&str]) -> (u16, String) {
+    let mut args = vec!["-si", "--max-time", "5", url];
+    for h in headers {
+        args.push("-H");
+        args.push(h);
+    }
+    let out = Command::new("curl").args(&args).output().expect("curl");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let code = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    (code, text)
+}
+
+async fn discovery_document(c: &Cluster) -> (String, Value, String) {
+    let ep = service_endpoint(c).await;
+    let url = format!("http://{ep}/.well-known/openwop");
+    let (code, text) = wait_for(Duration::from_secs(60), "discovery answers", || {
+        let url = url.clone();
+        async move {
+            let (code, text) = http_get(&url, &[]);
+            (code == 200).then_some((code, text))
+        }
+    })
+    .await;
+    assert_eq!(code, 200);
+    let (head, body) = text.split_once("\r\n\r\n").unwrap();
+    let etag = head
+        .lines()
+        .find_map(|l| {
+            l.to_ascii_lowercase()
+                .starts_with("etag:")
+                .then(|| l[5..].trim().to_string())
+        })
+        .expect("ETag header");
+    (ep, serde_json::from_str(body).unwrap(), etag)
+}
+
+#[tokio::test]
+#[ignore = "blocked by: helm uninstall leaves the operator-created ConfigMap openwop-system/openwop-discovery and Lease openwop-system/openwop-operator behind (neither is owned by a release object nor cleaned up by the operator on SIGTERM / a Helm pre-delete hook); discovery via the Service and the upgrade pass"]
+async fn discovery_through_the_service_helm_upgrade_and_uninstall() {
+    let (c, _g) = setup().await;
+    let (ep, doc, etag) = discovery_document(&c).await;
+    assert!(ep.ends_with(":8080"), "{ep}");
+    assert!(doc["protocolVersion"].is_string(), "{doc:#}");
+    assert!(
+        doc["supportedEnvelopes"]
+            .as_array()
+            .is_some_and(|a| !a.is_empty())
+    );
+    assert_eq!(doc["limits"]["schemaRounds"], 3);
+    let (code, _) = http_get(
+        &format!("http://{ep}/.well-known/openwop"),
+        &[&format!("If-None-Match: {etag}")],
+    );
+    assert_eq!(code, 304);
+
+    // Upgrade with changed values. The port changes too: pods share the host network here, so
+    // the surge pod of the rolling update could not bind the old pod's port.
+    helm_install(&c, &["operator.port=18081", "limits.schemaRounds=5"]);
+    let (ep, doc, new_etag) = wait_for(Duration::from_secs(120), "upgraded discovery", || {
+        let c = c.clone();
+        async move {
+            let (ep, doc, etag) = discovery_document(&c).await;
+            (ep.ends_with(":18081") && doc["limits"]["schemaRounds"] == 5)
+                .then_some((ep, doc, etag))
+        }
+    })
+    .await;
+    assert_ne!(new_etag, etag, "{ep}: {doc:#}");
+    let values = ok(
+        helm(
+            &c,
+            &["get", "values", RELEASE, "-n", RELEASE_NS, "-o", "json"],
+        ),
+        "helm get values",
+    );
+    assert!(values.contains("18081"), "{values}");
+    // Runs still work after the upgrade.
+    let ns = namespace(&c.client, "j-upgrade").await;
+    apply_file(&c, &ns, "examples/01-hello-workflow.yaml");
+    wait_workflow(&c, &ns, "hello", "True").await;
+    ok(apply(&c, &ns, &hello_run("after-upgrade")), "apply run");
+    wait_run(&c, &ns, "after-upgrade", "completed", 120).await;
+
+    // Uninstall: nothing of the release is left but the CRDs (Helm keeps crds/ by design, and
+    // with them the user's Workflows and Runs).
+    ok(
+        helm(&c, &["uninstall", RELEASE, "-n", RELEASE_NS, "--wait"]),
+        "helm uninstall",
+    );
+    *INSTALLED.lock().unwrap_or_else(|e| e.into_inner()) = false;
+    let left = wait_for(Duration::from_secs(60), "release objects gone", || {
+        let c = c.clone();
+        async move {
+            let out = kubectl(
+                &c,
+                &[
+                    "get",
+                    "deployments,replicasets,pods,services,configmaps,serviceaccounts,roles,rolebindings,poddisruptionbudgets,leases",
+                    "-n",
+                    RELEASE_NS,
+                    "-o",
+                    "name",
+                ],
+                None,
+            );
+            let names = String::from_utf8_lossy(&out.stdout).into_owned();
+            let ours: Vec<String> = names
+                .lines()
+                .filter(|l| l.contains("openwop"))
+                .map(str::to_string)
+                .collect();
+            ours.is_empty().then_some(ours)
+        }
+    })
+    .await;
+    assert!(left.is_empty());
+    let cluster_scoped = ok(
+        kubectl(
+            &c,
+            &["get", "clusterroles,clusterrolebindings", "-o", "name"],
+            None,
+        ),
+        "kubectl get clusterroles",
+    );
+    assert!(
+        !cluster_scoped.contains("openwop"),
+        "cluster-scoped RBAC left behind: {cluster_scoped}"
+    );
+    let crds = ok(
+        kubectl(&c, &["get", "crd", "-o", "name"], None),
+        "kubectl get crd",
+    );
+    assert!(crds.contains("runs.openwop.dev") && crds.contains("workflows.openwop.dev"));
+    let runs = api(&c, &ns, "Run");
+    assert!(
+        runs.get_opt("after-upgrade").await.unwrap().is_some(),
+        "the user's Run is kept"
+    );
     delete_namespace(&c.client, &ns).await;
 }

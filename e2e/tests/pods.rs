@@ -81,7 +81,11 @@ async fn deployment_runs_a_process_and_gc_ends_it() {
         "ReplicaSet"
     );
     let status = pod.status.clone().unwrap();
-    assert_eq!(status.pod_ip.as_deref(), Some("127.0.0.1"));
+    // This machine's non-loopback address (Kubernetes refuses loopback endpoints).
+    assert_eq!(
+        status.pod_ip.as_deref(),
+        Some(openwop_e2e::agent::status::pod_ip())
+    );
     let cs = &status.container_statuses.unwrap()[0];
     assert!(cs.ready);
     assert!(cs.state.as_ref().unwrap().running.is_some());

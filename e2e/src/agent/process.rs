@@ -136,7 +136,9 @@ pub fn pod_field(pod: &Pod, var: &str, path: &str) -> Result<String, EnvError> {
             .and_then(|s| s.service_account_name.clone())
             .unwrap_or_else(|| "default".into()),
         // Every pod on this node shares the host's loopback address.
-        "status.podIP" | "status.hostIP" | "status.podIPs" | "status.hostIPs" => "127.0.0.1".into(),
+        "status.podIP" | "status.hostIP" | "status.podIPs" | "status.hostIPs" => {
+            super::status::pod_ip().into()
+        }
         _ => {
             if let Some(k) = bracket("metadata.labels['") {
                 m.labels

@@ -7,6 +7,33 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
+/// The address reported as every pod's IP: this machine's first non-loopback IPv4 (pods share
+/// the host network, so a process listening on 0.0.0.0 is reachable there). Loopback is the
+/// fallback; Kubernetes refuses loopback endpoints, so Services then have no endpoints.
+/// `OPENWOP_POD_IP` overrides the detection.
+pub fn pod_ip() -> &'static str {
+    static IP: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    IP.get_or_init(|| {
+        if let Ok(ip) = std::env::var("OPENWOP_POD_IP")
+            && ip.parse::<std::net::Ipv4Addr>().is_ok()
+        {
+            return ip;
+        }
+        std::process::Command::new("hostname")
+            .arg("-I")
+            .output()
+            .ok()
+            .and_then(|o| {
+                String::from_utf8_lossy(&o.stdout)
+                    .split_whitespace()
+                    .filter_map(|a| a.parse::<std::net::Ipv4Addr>().ok())
+                    .find(|a| !a.is_loopback() && !a.is_link_local())
+                    .map(|a| a.to_string())
+            })
+            .unwrap_or_else(|| "127.0.0.1".into())
+    })
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Terminated {
     pub exit_code: i32,
@@ -222,7 +249,7 @@ pub fn pod_status(i: &StatusInput<'_>) -> PodStatus {
         condition("ContainersReady", ready, not_ready_reason, i.since),
         condition("PodScheduled", true, None, i.start_time),
     ];
-    let ip = "127.0.0.1".to_string();
+    let ip = pod_ip().to_string();
     PodStatus {
         phase: Some(i.phase.into()),
         conditions: Some(conditions),
