@@ -30,7 +30,9 @@ pub struct DedupEntry {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct DedupStore {
-    entries: BTreeMap<String, DedupEntry>,
+    // Boxed: an outcome is a few hundred bytes, and B-tree nodes of inline
+    // entries are large enough to hit the allocator's slow path.
+    entries: BTreeMap<String, Box<DedupEntry>>,
 }
 
 impl DedupStore {
@@ -39,7 +41,7 @@ impl DedupStore {
     }
 
     pub fn get(&self, correlation_id: &str) -> Option<&DedupEntry> {
-        self.entries.get(correlation_id)
+        self.entries.get(correlation_id).map(Box::as_ref)
     }
 
     /// Records a decision; the first decision for a correlationId is kept.
@@ -54,9 +56,11 @@ impl DedupStore {
         }
         self.entries
             .entry(correlation_id.to_owned())
-            .or_insert_with(|| DedupEntry {
-                envelope_type: envelope_type.to_owned(),
-                outcome: outcome.clone(),
+            .or_insert_with(|| {
+                Box::new(DedupEntry {
+                    envelope_type: envelope_type.to_owned(),
+                    outcome: outcome.clone(),
+                })
             });
     }
 
@@ -69,7 +73,7 @@ impl DedupStore {
     }
 
     pub fn iter(&self) -> impl Iterator<Item = (&str, &DedupEntry)> {
-        self.entries.iter().map(|(k, v)| (k.as_str(), v))
+        self.entries.iter().map(|(k, v)| (k.as_str(), v.as_ref()))
     }
 }
 

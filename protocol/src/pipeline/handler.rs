@@ -29,7 +29,7 @@ pub(crate) fn project(
     events: &mut EventFactory,
 ) -> Vec<RunEventDoc> {
     let node = ctx.redactor.redact_str(ctx.node_id).0.into_owned();
-    let key = |t: &str| format!("{corr}/handler/{t}");
+    let key = |t: &str| [corr, "/handler/", t].concat();
     let str_field = |f: &str| {
         payload
             .get(f)

@@ -58,11 +58,29 @@ pub(crate) fn check(value: Value) -> Result<AiEnvelope, Outcome> {
         "remove it: the envelope top level is closed (extensions go inside payload)",
         &mut d,
     );
-    string(&top, "type", "", 1, MAX_TYPE_LEN, true, &mut d);
-    string(&top, "envelopeId", "", 1, MAX_ID_LEN, false, &mut d);
-    string(&top, "correlationId", "", 1, MAX_ID_LEN, true, &mut d);
-    string(&top, "nodeId", "", 1, MAX_ID_LEN, false, &mut d);
-    if let Some(v) = top.get("schemaVersion")
+    let [
+        kind,
+        envelope_id,
+        correlation_id,
+        schema_version,
+        node_id,
+        payload,
+        meta,
+        partial,
+    ] = fields(&top, &TOP_LEVEL);
+    string(kind, "type", "", 1, MAX_TYPE_LEN, true, &mut d);
+    string(envelope_id, "envelopeId", "", 1, MAX_ID_LEN, false, &mut d);
+    string(
+        correlation_id,
+        "correlationId",
+        "",
+        1,
+        MAX_ID_LEN,
+        true,
+        &mut d,
+    );
+    string(node_id, "nodeId", "", 1, MAX_ID_LEN, false, &mut d);
+    if let Some(v) = schema_version
         && v.as_u64().is_none_or(|n| n > u64::from(u32::MAX))
     {
         d.push(Detail::new(
@@ -71,14 +89,14 @@ pub(crate) fn check(value: Value) -> Result<AiEnvelope, Outcome> {
             "schemaVersion must be a non-negative integer (absent means 0)",
         ));
     }
-    if !top.contains_key("payload") {
+    if payload.is_none() {
         d.push(Detail::new(
             "",
             "required",
             "payload is required: add the kind's payload object",
         ));
     }
-    match top.get("meta") {
+    match meta {
         None => d.push(Detail::new(
             "",
             "required",
@@ -87,7 +105,7 @@ pub(crate) fn check(value: Value) -> Result<AiEnvelope, Outcome> {
         Some(Value::Object(meta)) => check_meta(meta, &mut d),
         Some(other) => d.push(Detail::new("/meta", "type", format!("meta must be an object, found {}", json_type(other)))),
     }
-    if let Some(p) = top.get("partial") {
+    if let Some(p) = partial {
         check_partial(p, &mut d);
     }
     if !d.is_empty() {
@@ -147,7 +165,8 @@ fn refuse(details: Vec<Detail>) -> Outcome {
 
 fn check_meta(meta: &Map<String, Value>, d: &mut Vec<Detail>) {
     closed(meta, &META, "/meta", "remove it: meta is closed", d);
-    match meta.get("source") {
+    let [source, ts, content_trust, traceparent, label, rendering] = fields(meta, &META);
+    match source {
         None => d.push(Detail::new(
             "/meta",
             "required",
@@ -160,7 +179,7 @@ fn check_meta(meta: &Map<String, Value>, d: &mut Vec<Detail>) {
         )),
         Some(_) => {}
     }
-    match meta.get("ts") {
+    match ts {
         None => d.push(Detail::new(
             "/meta",
             "required",
@@ -173,7 +192,7 @@ fn check_meta(meta: &Map<String, Value>, d: &mut Vec<Detail>) {
         )),
         Some(_) => {}
     }
-    if let Some(v) = meta.get("contentTrust")
+    if let Some(v) = content_trust
         && v.as_str().and_then(parse_trust).is_none()
     {
         d.push(Detail::new(
@@ -182,9 +201,9 @@ fn check_meta(meta: &Map<String, Value>, d: &mut Vec<Detail>) {
             "meta.contentTrust must be trusted or untrusted",
         ));
     }
-    string(meta, "traceparent", "/meta", 1, 512, false, d);
-    string(meta, "label", "/meta", 0, MAX_LABEL_LEN, false, d);
-    match meta.get("rendering") {
+    string(traceparent, "traceparent", "/meta", 1, 512, false, d);
+    string(label, "label", "/meta", 0, MAX_LABEL_LEN, false, d);
+    match rendering {
         None => {}
         Some(Value::Object(r)) => {
             closed(
@@ -204,7 +223,7 @@ fn check_meta(meta: &Map<String, Value>, d: &mut Vec<Detail>) {
                 ));
             }
             for f in ["mimeType", "lang", "alt", "title"] {
-                string(r, f, "/meta/rendering", 0, 1024, false, d);
+                string(r.get(f), f, "/meta/rendering", 0, 1024, false, d);
             }
         }
         Some(_) => d.push(Detail::new(
@@ -268,9 +287,24 @@ fn closed(m: &Map<String, Value>, allowed: &[&str], at: &str, fix: &str, d: &mut
     }
 }
 
+/// The values of `names` in `m`, found in one pass over the entries (a
+/// handful of string compares per key is cheaper than hashing each name).
+fn fields<'a, const N: usize>(
+    m: &'a Map<String, Value>,
+    names: &[&str; N],
+) -> [Option<&'a Value>; N] {
+    let mut out = [None; N];
+    for (k, v) in m {
+        if let Some(i) = names.iter().position(|n| *n == k.as_str()) {
+            out[i] = Some(v);
+        }
+    }
+    out
+}
+
 #[allow(clippy::too_many_arguments)]
 fn string(
-    m: &Map<String, Value>,
+    value: Option<&Value>,
     field: &str,
     at: &str,
     min: usize,
@@ -286,7 +320,7 @@ fn string(
             format!("{}.{field}", at.trim_start_matches('/').replace('/', "."))
         }
     };
-    match m.get(field) {
+    match value {
         None if required => d.push(Detail::new(
             at.to_owned(),
             "required",
