@@ -547,7 +547,32 @@ async fn progress(
     // 1. Snapshot the resolved workflow once.
     let snap = snapshot_name(&name);
     let (snapshot_cm, workflow) = match cms.get_opt(&snap).await? {
-        Some(cm) => (cm, None),
+        Some(cm) => {
+            // A retried reconcile (e.g. after a 409 on the status write) still names the
+            // resolved Workflow, not the `id:` reference.
+            if let Some(n) = read_snapshot(&cm).ok().and_then(|d| {
+                d.pointer("/workflowRef/name")
+                    .and_then(|v| v.as_str())
+                    .map(str::to_owned)
+            }) {
+                step.status.workflow = Some(n);
+            }
+            // ... and its Ready condition says so even if the first write was lost.
+            if !step
+                .status
+                .conditions
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "True")
+            {
+                let old = step.status.conditions.clone();
+                let msg = format!("workflow snapshotted in ConfigMap {snap}");
+                set_condition(
+                    &mut step.status.conditions,
+                    condition("Ready", true, "Snapshotted", msg, generation, now, &old),
+                );
+            }
+            (cm, None)
+        }
         None => match resolve_workflow(run, wfs, &ns).await? {
             Resolved::Found(wf) => {
                 let doc = snapshot_document(run, &wf);
@@ -706,6 +731,22 @@ async fn progress(
                     now,
                 )
                 .await;
+            }
+            // Gone because the suspension was handled already (we deleted it, then our
+            // status write lost a race with the event consumer): not a crash.
+            (false, _, _)
+                if step.status.phase.is_some_and(RunPhase::is_waiting)
+                    && step.status.pending_interrupt.is_some() =>
+            {
+                step.status.worker_pod = None;
+                step.status.failed_attempts = None;
+                step.status.retry_after = None;
+                let msg = format!(
+                    "run is {}; answer the pending interrupt in spec.answers to resume",
+                    step.status.phase.unwrap_or_default()
+                );
+                step.event(EventType::Normal, "Suspended", msg);
+                return Ok(Action::await_change());
             }
             (false, _, _) => {
                 return crashed(
