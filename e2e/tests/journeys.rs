@@ -826,11 +826,17 @@ async fn discovery_document(c: &Cluster) -> (String, Value, String) {
 }
 
 #[tokio::test]
-#[ignore = "blocked by: helm uninstall leaves the operator-created ConfigMap openwop-system/openwop-discovery and Lease openwop-system/openwop-operator behind (neither is owned by a release object nor cleaned up by the operator on SIGTERM / a Helm pre-delete hook); discovery via the Service and the upgrade pass"]
 async fn discovery_through_the_service_helm_upgrade_and_uninstall() {
     let (c, _g) = setup().await;
-    let (ep, doc, etag) = discovery_document(&c).await;
-    assert!(ep.ends_with(":8080"), "{ep}");
+    // A previous run may have left the upgraded release: its pod serves until it is replaced.
+    let (ep, doc, etag) = wait_for(Duration::from_secs(120), "discovery on :8080", || {
+        let c = c.clone();
+        async move {
+            let (ep, doc, etag) = discovery_document(&c).await;
+            (ep.ends_with(":8080") && doc["limits"]["schemaRounds"] == 3).then_some((ep, doc, etag))
+        }
+    })
+    .await;
     assert!(doc["protocolVersion"].is_string(), "{doc:#}");
     assert!(
         doc["supportedEnvelopes"]
@@ -871,6 +877,59 @@ async fn discovery_through_the_service_helm_upgrade_and_uninstall() {
     wait_workflow(&c, &ns, "hello", "True").await;
     ok(apply(&c, &ns, &hello_run("after-upgrade")), "apply run");
     wait_run(&c, &ns, "after-upgrade", "completed", 120).await;
+
+    // The discovery ConfigMap and the leader Lease are release objects the operator fills in:
+    // Helm owns their metadata, the operator `data` (server-side apply) and `spec`.
+    let cm: k8s_openapi::api::core::v1::ConfigMap = Api::namespaced(c.client.clone(), RELEASE_NS)
+        .get("openwop-discovery")
+        .await
+        .expect("discovery ConfigMap");
+    assert_eq!(
+        cm.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get("meta.helm.sh/release-name")),
+        Some(&RELEASE.to_string()),
+        "the chart owns the discovery ConfigMap"
+    );
+    assert!(
+        cm.data
+            .as_ref()
+            .is_some_and(|d| d.contains_key("capabilities.json")),
+        "the operator filled the chart's ConfigMap: {:?}",
+        cm.data.as_ref().map(|d| d.keys().collect::<Vec<_>>())
+    );
+    let data_owner = cm
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .find(|m| {
+            m.fields_v1
+                .as_ref()
+                .is_some_and(|f| f.0.get("f:data").is_some())
+        })
+        .and_then(|m| m.manager.clone());
+    assert_eq!(data_owner.as_deref(), Some("openwop-operator"));
+    let lease: k8s_openapi::api::coordination::v1::Lease =
+        Api::namespaced(c.client.clone(), RELEASE_NS)
+            .get("openwop-operator")
+            .await
+            .expect("leader Lease");
+    assert_eq!(
+        lease
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get("meta.helm.sh/release-name")),
+        Some(&RELEASE.to_string()),
+        "the chart owns the Lease"
+    );
+    let holder = lease
+        .spec
+        .and_then(|s| s.holder_identity)
+        .unwrap_or_default();
+    assert!(holder.starts_with("openwop-operator-"), "holder {holder:?}");
 
     // Uninstall: nothing of the release is left but the CRDs (Helm keeps crds/ by design, and
     // with them the user's Workflows and Runs).
