@@ -2,6 +2,7 @@
 //!
 //! This crate performs no I/O: no Kubernetes, no NATS, no HTTP, no clock reads
 //! except where a caller passes a timestamp in. Binaries wire it to the world.
+pub mod capabilities;
 pub mod envelope;
 pub mod events;
 pub mod outcome;

@@ -1,0 +1,541 @@
+//! The capabilities (discovery) document served at `GET /.well-known/openwop`
+//! (`schemas/capabilities.schema.json`), built from what the host really has.
+//!
+//! [`build`] turns a typed [`CapabilitiesConfig`] into a [`CapabilitiesDocument`]:
+//! - `supportedEnvelopes`: the universal kinds first whenever any kind is
+//!   supported, then the configured kinds, without duplicates;
+//! - `schemaVersions`: the embedded schema version ([`schema::kind_schema_version`])
+//!   or the version of the host-served vendor schema;
+//! - `envelopes.tierOneSubsetCompliance`: `strict` only when configured so and
+//!   every served envelope payload schema passes [`tier1::check`]; otherwise
+//!   `warn` (or `off` when configured off);
+//! - `envelopes.reliability.events`: every reliability event this engine emits
+//!   (always including `envelope.retry.exhausted` and `envelope.refusal`) when
+//!   reliability is supported;
+//! - every family sits at the root and is mirrored under `capabilities`.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::envelope::UNIVERSAL_KINDS;
+use crate::pipeline::Strictness;
+use crate::retry::reasoning::ReasoningPosture;
+use crate::{schema, tier1};
+
+/// The protocol version this crate implements.
+pub const PROTOCOL_VERSION: &str = "1.1.x";
+
+/// Reliability events (RFC 0032 / 0033) the engine emits, advertised when supported.
+pub const RELIABILITY_EVENTS: [&str; 6] = [
+    "envelope.retry.attempted",
+    "envelope.retry.exhausted",
+    "envelope.refusal",
+    "envelope.truncated",
+    "envelope.recovery.applied",
+    "envelope.nlToFormat.engaged",
+];
+
+/// Bounds of `envelopes.reliability.maxRetryAttempts`.
+pub const MAX_RETRY_ATTEMPTS_RANGE: std::ops::RangeInclusive<u32> = 1..=16;
+/// Bounds of `envelopes.reliability.completion.truncationBudgetMultiplier`.
+pub const TRUNCATION_MULTIPLIER_RANGE: std::ops::RangeInclusive<f64> = 1.0..=8.0;
+
+// ---------------------------------------------------------------------------
+// The document (wire types)
+// ---------------------------------------------------------------------------
+
+/// The discovery document: every family at the root, mirrored under `capabilities`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CapabilitiesDocument {
+    #[serde(flatten)]
+    pub families: CapabilityFamilies,
+    /// Mirror of the root families (clients read either).
+    pub capabilities: CapabilityFamilies,
+}
+
+/// Every capability family (`$defs/CapabilityFamilies`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CapabilityFamilies {
+    pub protocol_version: String,
+    pub supported_envelopes: Vec<String>,
+    pub schema_versions: BTreeMap<String, u32>,
+    pub limits: Limits,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub envelope_strictness: Option<Strictness>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub envelope_contracts: Option<EnvelopeContracts>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub envelopes: Option<Envelopes>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conformance: Option<Conformance>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agents: Option<Agents>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secrets: Option<Secrets>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ai_providers: Option<AiProviders>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fixtures: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub supported_transports: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub implementation: Option<Implementation>,
+    /// Host extension (the schema is open): the registered node typeIds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_types: Option<Vec<String>>,
+}
+
+/// Engine-enforced limits; a breach emits `cap.breached`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Limits {
+    pub clarification_rounds: u32,
+    pub schema_rounds: u32,
+    pub envelopes_per_turn: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_node_executions: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_run_duration_ms: Option<u64>,
+}
+
+impl Default for Limits {
+    /// This project's defaults (as in the operator's config): 3 / 3 / 32, 1000 node executions.
+    fn default() -> Self {
+        Limits {
+            clarification_rounds: 3,
+            schema_rounds: 3,
+            envelopes_per_turn: 32,
+            max_node_executions: Some(1000),
+            max_run_duration_ms: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EnvelopeContracts {
+    pub advertised: bool,
+}
+
+/// `envelopes` (RFC 0030, 0032, 0033).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Envelopes {
+    pub reasoning: EnvelopeReasoning,
+    pub tier_one_subset_compliance: TierOneSubsetCompliance,
+    pub reliability: Reliability,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EnvelopeReasoning {
+    pub supported: bool,
+    pub prompt_directive: ReasoningPosture,
+}
+
+/// `envelopes.tierOneSubsetCompliance`; in the config, the posture asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TierOneSubsetCompliance {
+    Strict,
+    #[default]
+    Warn,
+    Off,
+}
+
+impl TierOneSubsetCompliance {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Strict => "strict",
+            Self::Warn => "warn",
+            Self::Off => "off",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Reliability {
+    pub supported: bool,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub events: Vec<String>,
+    pub max_retry_attempts: u32,
+    pub completion: Completion,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Completion {
+    pub distinguishes_truncation: bool,
+    pub truncation_budget_multiplier: f64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Conformance {
+    pub mock_agent: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Agents {
+    pub supported: bool,
+    pub reasoning: AgentReasoning,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentReasoning {
+    pub verbosity: ReasoningVerbosity,
+    /// `agent.reasoning.delta` events are emitted.
+    pub streaming: bool,
+}
+
+/// Default verbosity of agent reasoning.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ReasoningVerbosity {
+    #[default]
+    Summary,
+    Full,
+    Off,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Secrets {
+    pub supported: bool,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub scopes: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AiProviders {
+    pub supported: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_inline_media_bytes: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Implementation {
+    pub name: String,
+    pub version: String,
+}
+
+// ---------------------------------------------------------------------------
+// The config (what the host really has)
+// ---------------------------------------------------------------------------
+
+/// A payload schema the host serves for a kind without an embedded schema
+/// (a vendor kind), at `/schemas/envelopes/{kind}.schema.json`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServedKindSchema {
+    /// Advertised in `schemaVersions`.
+    pub schema_version: u32,
+    /// Walked by the Tier-1 check that decides `tierOneSubsetCompliance`.
+    pub schema: Value,
+}
+
+/// Reliability posture (RFC 0032 events, RFC 0033 completion criteria).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ReliabilityConfig {
+    pub supported: bool,
+    /// 1..=16.
+    pub max_retry_attempts: u32,
+    pub distinguishes_truncation: bool,
+    /// 1..=8.
+    pub truncation_budget_multiplier: f64,
+}
+
+impl Default for ReliabilityConfig {
+    fn default() -> Self {
+        ReliabilityConfig {
+            supported: true,
+            max_retry_attempts: 3,
+            distinguishes_truncation: true,
+            truncation_budget_multiplier: 2.0,
+        }
+    }
+}
+
+/// Reasoning posture: the RFC 0030 prompt directive and agent reasoning events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReasoningConfig {
+    pub supported: bool,
+    pub prompt_directive: ReasoningPosture,
+    pub verbosity: ReasoningVerbosity,
+    /// `agent.reasoning.delta` events are emitted.
+    pub streaming: bool,
+}
+
+impl Default for ReasoningConfig {
+    fn default() -> Self {
+        ReasoningConfig {
+            supported: true,
+            prompt_directive: ReasoningPosture::Advisory,
+            verbosity: ReasoningVerbosity::Summary,
+            streaming: false,
+        }
+    }
+}
+
+/// What the host really has; [`build`] derives the document from it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CapabilitiesConfig {
+    /// Defaults to [`PROTOCOL_VERSION`].
+    pub protocol_version: String,
+    /// Envelope kinds the host handles. The universal kinds are added whenever
+    /// this is non-empty; empty advertises no kinds at all.
+    pub envelope_kinds: Vec<String>,
+    /// Payload schemas served for kinds without an embedded schema.
+    pub served_schemas: BTreeMap<String, ServedKindSchema>,
+    /// Registered node typeIds (advertised as the `nodeTypes` extension).
+    pub node_types: Vec<String>,
+    /// Configured LLM provider ids.
+    pub providers: Vec<String>,
+    pub max_inline_media_bytes: Option<u64>,
+    pub limits: Limits,
+    pub reliability: ReliabilityConfig,
+    pub reasoning: ReasoningConfig,
+    pub strictness: Strictness,
+    /// The posture asked for; `Strict` is advertised only if every served schema passes.
+    pub tier_one_subset_compliance: TierOneSubsetCompliance,
+    /// Nodes declare envelope contracts and the pipeline enforces them.
+    pub envelope_contracts: bool,
+    /// `core.conformance.mock-agent` is registered and opted in for some tenant.
+    pub mock_agent: bool,
+    /// `agent.*` events are emitted.
+    pub agents_supported: bool,
+    /// Scopes BYOK secrets may be bound at; empty = secrets not supported.
+    pub secret_scopes: Vec<String>,
+    pub fixtures: Vec<String>,
+    pub transports: Vec<String>,
+    pub implementation: Implementation,
+}
+
+impl Default for CapabilitiesConfig {
+    fn default() -> Self {
+        CapabilitiesConfig {
+            protocol_version: PROTOCOL_VERSION.to_owned(),
+            envelope_kinds: UNIVERSAL_KINDS.iter().map(|k| (*k).to_owned()).collect(),
+            served_schemas: BTreeMap::new(),
+            node_types: Vec::new(),
+            providers: Vec::new(),
+            max_inline_media_bytes: None,
+            limits: Limits::default(),
+            reliability: ReliabilityConfig::default(),
+            reasoning: ReasoningConfig::default(),
+            strictness: Strictness::Warn,
+            tier_one_subset_compliance: TierOneSubsetCompliance::Warn,
+            envelope_contracts: true,
+            mock_agent: false,
+            agents_supported: false,
+            secret_scopes: Vec::new(),
+            fixtures: Vec::new(),
+            transports: Vec::new(),
+            implementation: Implementation {
+                name: "openwop-operator".to_owned(),
+                version: env!("CARGO_PKG_VERSION").to_owned(),
+            },
+        }
+    }
+}
+
+/// A config value the document cannot carry.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum CapabilitiesError {
+    #[error(
+        "reliability.maxRetryAttempts is {0}: use a whole number from 1 to 16 (the highest attempt number a retry may reach)"
+    )]
+    MaxRetryAttempts(u32),
+    #[error(
+        "reliability.truncationBudgetMultiplier is {0}: use a number from 1 to 8 (the factor applied to the output budget on a truncation retry)"
+    )]
+    TruncationBudgetMultiplier(f64),
+    #[error(
+        "protocolVersion '{0}' is not an OpenWOP v1 version: use the form 1.<minor>.<patch> or 1.<minor>.x, e.g. 1.1.x"
+    )]
+    ProtocolVersion(String),
+    #[error(
+        "envelope kind at index {index} is {len} characters long: kinds must be 1..256 characters"
+    )]
+    KindLength { index: usize, len: usize },
+    #[error(
+        "served schema for '{kind}' is also an embedded kind schema: drop it from served_schemas (the embedded schema is served)"
+    )]
+    ServedSchemaShadowsEmbedded { kind: String },
+    #[error("implementation.{field} is empty: set the host's {field}")]
+    EmptyImplementation { field: &'static str },
+}
+
+impl CapabilitiesConfig {
+    /// Checks every bound the document schema sets on configured values.
+    pub fn validate(&self) -> Result<(), CapabilitiesError> {
+        let r = &self.reliability;
+        if !MAX_RETRY_ATTEMPTS_RANGE.contains(&r.max_retry_attempts) {
+            return Err(CapabilitiesError::MaxRetryAttempts(r.max_retry_attempts));
+        }
+        // NaN fails `contains` too.
+        if !TRUNCATION_MULTIPLIER_RANGE.contains(&r.truncation_budget_multiplier) {
+            return Err(CapabilitiesError::TruncationBudgetMultiplier(
+                r.truncation_budget_multiplier,
+            ));
+        }
+        if !is_protocol_version(&self.protocol_version) {
+            return Err(CapabilitiesError::ProtocolVersion(
+                self.protocol_version.clone(),
+            ));
+        }
+        for (index, k) in self.envelope_kinds.iter().enumerate() {
+            let len = k.chars().count();
+            if !(1..=256).contains(&len) {
+                return Err(CapabilitiesError::KindLength { index, len });
+            }
+        }
+        if let Some(kind) = self
+            .served_schemas
+            .keys()
+            .find(|k| schema::kind_payload_schema(k).is_some())
+        {
+            return Err(CapabilitiesError::ServedSchemaShadowsEmbedded { kind: kind.clone() });
+        }
+        for (field, v) in [
+            ("name", &self.implementation.name),
+            ("version", &self.implementation.version),
+        ] {
+            if v.is_empty() {
+                return Err(CapabilitiesError::EmptyImplementation { field });
+            }
+        }
+        Ok(())
+    }
+
+    /// `supportedEnvelopes`: universal kinds first (when any kind is supported), then the rest.
+    pub fn advertised_kinds(&self) -> Vec<String> {
+        if self.envelope_kinds.is_empty() {
+            return Vec::new();
+        }
+        let mut out: Vec<String> = UNIVERSAL_KINDS.iter().map(|k| (*k).to_owned()).collect();
+        for k in &self.envelope_kinds {
+            if !out.contains(k) {
+                out.push(k.clone());
+            }
+        }
+        out
+    }
+
+    /// The payload schema served for `kind`: embedded, else host-served.
+    pub fn served_schema(&self, kind: &str) -> Option<&Value> {
+        schema::kind_payload_schema(kind)
+            .or_else(|| self.served_schemas.get(kind).map(|s| &s.schema))
+    }
+
+    /// The posture to advertise: `strict` only when asked for and every served
+    /// schema of an advertised kind passes the Tier-1 walk.
+    pub fn advertised_tier1(&self) -> TierOneSubsetCompliance {
+        match self.tier_one_subset_compliance {
+            TierOneSubsetCompliance::Off => TierOneSubsetCompliance::Off,
+            TierOneSubsetCompliance::Warn => TierOneSubsetCompliance::Warn,
+            TierOneSubsetCompliance::Strict => {
+                let all_pass = self
+                    .advertised_kinds()
+                    .iter()
+                    .filter_map(|k| self.served_schema(k))
+                    .all(|s| tier1::check(s).is_empty());
+                if all_pass {
+                    TierOneSubsetCompliance::Strict
+                } else {
+                    TierOneSubsetCompliance::Warn
+                }
+            }
+        }
+    }
+}
+
+fn is_protocol_version(v: &str) -> bool {
+    let mut parts = v.split('.');
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    matches!(
+        (parts.next(), parts.next(), parts.next(), parts.next()),
+        (Some("1"), Some(minor), Some(patch), None) if digits(minor) && (patch == "x" || digits(patch))
+    )
+}
+
+/// Builds the discovery document from the host's configuration.
+pub fn build(cfg: &CapabilitiesConfig) -> Result<CapabilitiesDocument, CapabilitiesError> {
+    cfg.validate()?;
+    let kinds = cfg.advertised_kinds();
+    let schema_versions = kinds
+        .iter()
+        .filter_map(|k| {
+            schema::kind_schema_version(k)
+                .or_else(|| cfg.served_schemas.get(k).map(|s| s.schema_version))
+                .map(|v| (k.clone(), v))
+        })
+        .collect();
+    let r = &cfg.reliability;
+    let families = CapabilityFamilies {
+        protocol_version: cfg.protocol_version.clone(),
+        supported_envelopes: kinds,
+        schema_versions,
+        limits: cfg.limits,
+        envelope_strictness: Some(cfg.strictness),
+        envelope_contracts: Some(EnvelopeContracts {
+            advertised: cfg.envelope_contracts,
+        }),
+        envelopes: Some(Envelopes {
+            reasoning: EnvelopeReasoning {
+                supported: cfg.reasoning.supported,
+                prompt_directive: cfg.reasoning.prompt_directive,
+            },
+            tier_one_subset_compliance: cfg.advertised_tier1(),
+            reliability: Reliability {
+                supported: r.supported,
+                events: if r.supported {
+                    RELIABILITY_EVENTS.iter().map(|e| (*e).to_owned()).collect()
+                } else {
+                    Vec::new()
+                },
+                max_retry_attempts: r.max_retry_attempts,
+                completion: Completion {
+                    distinguishes_truncation: r.distinguishes_truncation,
+                    truncation_budget_multiplier: r.truncation_budget_multiplier,
+                },
+            },
+        }),
+        conformance: Some(Conformance {
+            mock_agent: cfg.mock_agent,
+        }),
+        agents: Some(Agents {
+            supported: cfg.agents_supported,
+            reasoning: AgentReasoning {
+                verbosity: cfg.reasoning.verbosity,
+                streaming: cfg.reasoning.streaming,
+            },
+        }),
+        secrets: Some(Secrets {
+            supported: !cfg.secret_scopes.is_empty(),
+            scopes: cfg.secret_scopes.clone(),
+        }),
+        ai_providers: Some(AiProviders {
+            supported: cfg.providers.clone(),
+            max_inline_media_bytes: cfg.max_inline_media_bytes,
+        }),
+        fixtures: Some(cfg.fixtures.clone()),
+        supported_transports: Some(cfg.transports.clone()),
+        implementation: Some(cfg.implementation.clone()),
+        node_types: (!cfg.node_types.is_empty()).then(|| cfg.node_types.clone()),
+    };
+    Ok(CapabilitiesDocument {
+        capabilities: families.clone(),
+        families,
+    })
+}
+
+impl CapabilitiesDocument {
+    /// The document as JSON (root families first, then the `capabilities` mirror).
+    pub fn to_value(&self) -> Value {
+        // Plain structs of strings, numbers and maps with string keys: cannot fail.
+        serde_json::to_value(self).unwrap_or(Value::Null)
+    }
+}

@@ -1,0 +1,376 @@
+//! The capabilities builder: schema-valid output for default and varied configs,
+//! the `capabilities` mirror, the Tier-1 posture and config bounds.
+
+use std::collections::BTreeMap;
+
+use openwop_protocol::capabilities::{
+    CapabilitiesConfig, CapabilitiesError, Implementation, Limits, RELIABILITY_EVENTS,
+    ReasoningVerbosity, ServedKindSchema, TierOneSubsetCompliance, build,
+};
+use openwop_protocol::pipeline::Strictness;
+use openwop_protocol::retry::reasoning::ReasoningPosture;
+use openwop_protocol::schema::{self, Document};
+use serde_json::{Value, json};
+
+fn valid(doc: &Value) {
+    if let Err(issues) = schema::validate(Document::Capabilities, doc) {
+        panic!("capabilities document does not validate: {issues:?}\n{doc:#}");
+    }
+}
+
+fn varied() -> CapabilitiesConfig {
+    let mut cfg = CapabilitiesConfig {
+        envelope_kinds: vec![
+            "vendor.acme.prd.create".into(),
+            "media.image".into(),
+            "error".into(),
+        ],
+        node_types: vec!["core.llm".into(), "core.conformance.mock-agent".into()],
+        providers: vec!["openai".into(), "mock".into()],
+        max_inline_media_bytes: Some(1 << 20),
+        limits: Limits {
+            clarification_rounds: 0,
+            schema_rounds: 5,
+            envelopes_per_turn: 1,
+            max_node_executions: None,
+            max_run_duration_ms: Some(3_600_000),
+        },
+        strictness: Strictness::Strict,
+        tier_one_subset_compliance: TierOneSubsetCompliance::Off,
+        mock_agent: true,
+        agents_supported: true,
+        secret_scopes: vec!["namespace".into()],
+        fixtures: vec!["conformance-basic".into()],
+        transports: vec!["rest".into(), "sse".into(), "nats".into()],
+        implementation: Implementation {
+            name: "test-host".into(),
+            version: "9.9.9".into(),
+        },
+        ..CapabilitiesConfig::default()
+    };
+    cfg.served_schemas.insert(
+        "vendor.acme.prd.create".into(),
+        ServedKindSchema {
+            schema_version: 4,
+            schema: json!({"type": "object", "properties": {"title": {"type": "string"}},
+                "required": ["title"], "additionalProperties": false}),
+        },
+    );
+    cfg.reliability.max_retry_attempts = 16;
+    cfg.reliability.truncation_budget_multiplier = 8.0;
+    cfg.reasoning.prompt_directive = ReasoningPosture::Mandatory;
+    cfg.reasoning.verbosity = ReasoningVerbosity::Full;
+    cfg.reasoning.streaming = true;
+    cfg
+}
+
+#[test]
+fn default_config_validates_and_advertises_universal_kinds() {
+    let doc = build(&CapabilitiesConfig::default()).unwrap();
+    let v = doc.to_value();
+    valid(&v);
+    assert_eq!(v["protocolVersion"], "1.1.x");
+    assert_eq!(
+        v["supportedEnvelopes"],
+        json!([
+            "clarification.request",
+            "schema.request",
+            "schema.response",
+            "error"
+        ])
+    );
+    for k in [
+        "clarification.request",
+        "schema.request",
+        "schema.response",
+        "error",
+    ] {
+        assert_eq!(
+            v["schemaVersions"][k],
+            json!(schema::kind_schema_version(k).unwrap())
+        );
+    }
+    assert_eq!(
+        v["limits"],
+        json!({"clarificationRounds": 3, "schemaRounds": 3, "envelopesPerTurn": 32, "maxNodeExecutions": 1000})
+    );
+    assert_eq!(v["envelopeStrictness"], "warn");
+    assert_eq!(v["envelopes"]["tierOneSubsetCompliance"], "warn");
+    assert_eq!(
+        v["envelopes"]["reasoning"],
+        json!({"supported": true, "promptDirective": "advisory"})
+    );
+    assert_eq!(v["secrets"], json!({"supported": false}));
+    assert!(v.get("nodeTypes").is_none());
+}
+
+#[test]
+fn varied_config_validates_and_says_what_was_configured() {
+    let v = build(&varied()).unwrap().to_value();
+    valid(&v);
+    assert_eq!(
+        v["supportedEnvelopes"],
+        json!([
+            "clarification.request",
+            "schema.request",
+            "schema.response",
+            "error",
+            "vendor.acme.prd.create",
+            "media.image"
+        ])
+    );
+    assert_eq!(v["schemaVersions"]["vendor.acme.prd.create"], 4);
+    assert_eq!(v["schemaVersions"]["media.image"], 1);
+    assert_eq!(
+        v["limits"],
+        json!({"clarificationRounds": 0, "schemaRounds": 5, "envelopesPerTurn": 1, "maxRunDurationMs": 3_600_000})
+    );
+    assert_eq!(v["envelopeStrictness"], "strict");
+    assert_eq!(v["envelopes"]["tierOneSubsetCompliance"], "off");
+    assert_eq!(v["envelopes"]["reasoning"]["promptDirective"], "mandatory");
+    assert_eq!(v["envelopes"]["reliability"]["maxRetryAttempts"], 16);
+    assert_eq!(
+        v["envelopes"]["reliability"]["completion"]["truncationBudgetMultiplier"],
+        8.0
+    );
+    assert_eq!(
+        v["agents"],
+        json!({"supported": true, "reasoning": {"verbosity": "full", "streaming": true}})
+    );
+    assert_eq!(v["conformance"], json!({"mockAgent": true}));
+    assert_eq!(
+        v["secrets"],
+        json!({"supported": true, "scopes": ["namespace"]})
+    );
+    assert_eq!(
+        v["aiProviders"],
+        json!({"supported": ["openai", "mock"], "maxInlineMediaBytes": 1048576})
+    );
+    assert_eq!(v["supportedTransports"], json!(["rest", "sse", "nats"]));
+    assert_eq!(
+        v["implementation"],
+        json!({"name": "test-host", "version": "9.9.9"})
+    );
+    assert_eq!(
+        v["nodeTypes"],
+        json!(["core.llm", "core.conformance.mock-agent"])
+    );
+}
+
+#[test]
+fn no_kinds_advertises_none_and_still_validates() {
+    let cfg = CapabilitiesConfig {
+        envelope_kinds: Vec::new(),
+        ..CapabilitiesConfig::default()
+    };
+    let v = build(&cfg).unwrap().to_value();
+    valid(&v);
+    assert_eq!(v["supportedEnvelopes"], json!([]));
+    assert_eq!(v["schemaVersions"], json!({}));
+}
+
+#[test]
+fn every_family_is_mirrored_under_capabilities() {
+    for cfg in [CapabilitiesConfig::default(), varied()] {
+        let v = build(&cfg).unwrap().to_value();
+        let root = v.as_object().unwrap();
+        let mirror = v["capabilities"].as_object().unwrap();
+        let root_families: BTreeMap<&String, &Value> =
+            root.iter().filter(|(k, _)| *k != "capabilities").collect();
+        let mirrored: BTreeMap<&String, &Value> = mirror.iter().collect();
+        assert_eq!(root_families, mirrored);
+        assert!(mirror.len() >= 14, "{mirror:?}");
+    }
+}
+
+#[test]
+fn document_round_trips_through_json() {
+    let doc = build(&varied()).unwrap();
+    let back: openwop_protocol::capabilities::CapabilitiesDocument =
+        serde_json::from_value(doc.to_value()).unwrap();
+    assert_eq!(back, doc);
+}
+
+#[test]
+fn reliability_events_are_listed_only_when_supported() {
+    let v = build(&CapabilitiesConfig::default()).unwrap().to_value();
+    let events: Vec<&str> = v["envelopes"]["reliability"]["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e.as_str().unwrap())
+        .collect();
+    assert_eq!(events, RELIABILITY_EVENTS);
+    assert!(events.contains(&"envelope.retry.exhausted"));
+    assert!(events.contains(&"envelope.refusal"));
+
+    let mut cfg = CapabilitiesConfig::default();
+    cfg.reliability.supported = false;
+    let v = build(&cfg).unwrap().to_value();
+    valid(&v);
+    assert_eq!(v["envelopes"]["reliability"]["supported"], false);
+    assert!(v["envelopes"]["reliability"].get("events").is_none());
+}
+
+#[test]
+fn tier1_strict_only_when_every_served_schema_passes() {
+    let strict = |kinds: Vec<&str>, served: Option<Value>| {
+        let mut cfg = CapabilitiesConfig {
+            envelope_kinds: kinds.into_iter().map(String::from).collect(),
+            tier_one_subset_compliance: TierOneSubsetCompliance::Strict,
+            ..CapabilitiesConfig::default()
+        };
+        if let Some(schema) = served {
+            cfg.served_schemas.insert(
+                "vendor.acme.x".into(),
+                ServedKindSchema {
+                    schema_version: 1,
+                    schema,
+                },
+            );
+        }
+        let doc = build(&cfg).unwrap();
+        valid(&doc.to_value());
+        (
+            cfg.advertised_tier1(),
+            doc.to_value()["envelopes"]["tierOneSubsetCompliance"].clone(),
+        )
+    };
+    // Whether the embedded universal schemas pass decides the baseline.
+    let universal_pass = UNIVERSAL.iter().all(|k| {
+        openwop_protocol::tier1::check(schema::kind_payload_schema(k).unwrap()).is_empty()
+    });
+    let base = if universal_pass { "strict" } else { "warn" };
+    assert_eq!(
+        base, "warn",
+        "see strict_is_advertised_when_nothing_served_fails"
+    );
+    let (_, v) = strict(vec!["error"], None);
+    assert_eq!(v, base);
+
+    let passing = json!({"type": "object", "properties": {"a": {"type": "string"}},
+        "required": ["a"], "additionalProperties": false});
+    let (_, v) = strict(vec!["vendor.acme.x"], Some(passing));
+    assert_eq!(v, base);
+
+    // A served schema with a Tier-1 violation (minLength, open object) forces warn.
+    let failing =
+        json!({"type": "object", "properties": {"a": {"type": "string", "minLength": 1}}});
+    let (posture, v) = strict(vec!["vendor.acme.x"], Some(failing));
+    assert_eq!(posture, TierOneSubsetCompliance::Warn);
+    assert_eq!(v, "warn");
+
+    // A failing schema of a kind that is not advertised does not count.
+    let failing =
+        json!({"type": "object", "properties": {"a": {"type": "string", "minLength": 1}}});
+    let (_, v) = strict(vec!["error"], Some(failing));
+    assert_eq!(v, base);
+}
+
+const UNIVERSAL: [&str; 4] = [
+    "clarification.request",
+    "schema.request",
+    "schema.response",
+    "error",
+];
+
+#[test]
+fn tier1_warn_and_off_are_advertised_as_configured() {
+    for (asked, wire) in [
+        (TierOneSubsetCompliance::Warn, "warn"),
+        (TierOneSubsetCompliance::Off, "off"),
+    ] {
+        let cfg = CapabilitiesConfig {
+            tier_one_subset_compliance: asked,
+            ..CapabilitiesConfig::default()
+        };
+        let v = build(&cfg).unwrap().to_value();
+        assert_eq!(v["envelopes"]["tierOneSubsetCompliance"], wire);
+        assert_eq!(asked.as_str(), wire);
+    }
+}
+
+#[test]
+fn out_of_range_settings_are_refused_with_the_bound() {
+    let with = |f: &dyn Fn(&mut CapabilitiesConfig)| {
+        let mut cfg = CapabilitiesConfig::default();
+        f(&mut cfg);
+        build(&cfg).unwrap_err()
+    };
+    for n in [0, 17, 100] {
+        let e = with(&|c| c.reliability.max_retry_attempts = n);
+        assert_eq!(e, CapabilitiesError::MaxRetryAttempts(n));
+        assert!(e.to_string().contains("from 1 to 16"), "{e}");
+    }
+    for m in [0.0, 0.99, 8.5, f64::NAN, f64::INFINITY] {
+        let e = with(&|c| c.reliability.truncation_budget_multiplier = m);
+        assert!(
+            matches!(e, CapabilitiesError::TruncationBudgetMultiplier(_)),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains("from 1 to 8"), "{e}");
+    }
+    // The bounds themselves are accepted.
+    for (n, m) in [(1, 1.0), (16, 8.0)] {
+        let mut cfg = CapabilitiesConfig::default();
+        cfg.reliability.max_retry_attempts = n;
+        cfg.reliability.truncation_budget_multiplier = m;
+        valid(&build(&cfg).unwrap().to_value());
+    }
+    for bad in ["2.0.0", "1.1", "1.x.0", "1.1.x.1", "", "v1.1.0"] {
+        let e = with(&|c| c.protocol_version = bad.into());
+        assert_eq!(e, CapabilitiesError::ProtocolVersion(bad.into()));
+    }
+    for good in ["1.0.0", "1.12.x", "1.1.3"] {
+        let cfg = CapabilitiesConfig {
+            protocol_version: good.into(),
+            ..CapabilitiesConfig::default()
+        };
+        valid(&build(&cfg).unwrap().to_value());
+    }
+    let e = with(&|c| c.envelope_kinds = vec!["error".into(), String::new()]);
+    assert_eq!(e, CapabilitiesError::KindLength { index: 1, len: 0 });
+    let e = with(&|c| c.envelope_kinds = vec!["x".repeat(257)]);
+    assert_eq!(e, CapabilitiesError::KindLength { index: 0, len: 257 });
+    let e = with(&|c| {
+        c.served_schemas.insert(
+            "error".into(),
+            ServedKindSchema {
+                schema_version: 2,
+                schema: json!({}),
+            },
+        );
+    });
+    assert_eq!(
+        e,
+        CapabilitiesError::ServedSchemaShadowsEmbedded {
+            kind: "error".into()
+        }
+    );
+    let e = with(&|c| c.implementation.version = String::new());
+    assert_eq!(
+        e,
+        CapabilitiesError::EmptyImplementation { field: "version" }
+    );
+}
+
+#[test]
+fn strict_is_advertised_when_nothing_served_fails() {
+    // The embedded universal schemas are full validating schemas (minLength,
+    // optional properties…), outside the Tier-1 subset: advertising any kind
+    // therefore yields `warn` even when `strict` is asked for.
+    assert!(UNIVERSAL.iter().any(|k| {
+        !openwop_protocol::tier1::check(schema::kind_payload_schema(k).unwrap()).is_empty()
+    }));
+    let asked = |kinds: Vec<String>| {
+        let cfg = CapabilitiesConfig {
+            envelope_kinds: kinds,
+            tier_one_subset_compliance: TierOneSubsetCompliance::Strict,
+            ..CapabilitiesConfig::default()
+        };
+        build(&cfg).unwrap().to_value()["envelopes"]["tierOneSubsetCompliance"].clone()
+    };
+    assert_eq!(asked(vec!["error".into()]), "warn");
+    // With no kind served there is nothing outside the subset.
+    assert_eq!(asked(Vec::new()), "strict");
+}
