@@ -315,8 +315,9 @@ fn main() {
         .with_writer(std::io::stderr)
         .json()
         .init();
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+    // One thread: the worker is sequential (each publish waits for its ack), so worker
+    // threads would only add stacks and wake-ups.
+    let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
     {
