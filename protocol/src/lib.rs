@@ -13,4 +13,5 @@ pub mod schema;
 pub mod tier1;
 pub mod pipeline;
 pub mod trust;
+pub mod workflow;
 pub mod workflow_check;

@@ -1,0 +1,543 @@
+//! The OpenWOP workflow definition (`schemas/workflow-definition.schema.json`)
+//! as typed structs, read with [`WorkflowDefinition::from_value`]: the schema
+//! is checked first (every problem with its JSON Pointer), then node ids must
+//! be unique and edges must join existing nodes. Graph helpers for the worker:
+//! node lookup, incoming / outgoing edges, and a deterministic topological
+//! order that names the cycle when there is one.
+//!
+//! Optional members are `Option`s (an explicit `[]` or `null` survives a round
+//! trip), and open objects (`config`, `metadata`, schemas) stay JSON.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::{Map, Number, Value};
+
+use crate::events::LogLevel;
+use crate::pipeline::{EnvelopeContract, RefusalMode};
+use crate::schema::{self, Document, ValidationIssue};
+
+/// A workflow definition.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkflowDefinition {
+    pub id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    pub nodes: Vec<WorkflowNode>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub edges: Option<Vec<WorkflowEdge>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub triggers: Option<Vec<WorkflowTrigger>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub variables: Option<Vec<WorkflowVariable>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub configurable_schema: Option<Map<String, Value>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_schema: Option<Map<String, Value>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<Map<String, Value>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub settings: Option<WorkflowSettings>,
+}
+
+/// One node.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkflowNode {
+    pub id: String,
+    pub type_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Checked against the node type's own config schema (not here).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config: Option<Map<String, Value>>,
+    /// Input port name → value source.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inputs: Option<BTreeMap<String, PortValue>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<AgentRef>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub envelope_contract: Option<NodeEnvelopeContract>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub settings: Option<NodeSettings>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disabled: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notes: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub position: Option<Position>,
+}
+
+/// Where an input port gets its value; told apart by `type`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
+pub enum PortValue {
+    /// A constant.
+    Static { value: Value },
+    /// Another node's output.
+    #[serde(rename_all = "camelCase")]
+    Connection {
+        node_id: String,
+        output_key: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        optional: Option<bool>,
+    },
+    /// A workflow variable.
+    #[serde(rename_all = "camelCase")]
+    Variable {
+        variable_name: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        optional: Option<bool>,
+    },
+    /// An expression over run state.
+    Expression { expression: String },
+}
+
+/// Agent pinned to the node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentRef {
+    pub agent_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
+}
+
+/// The node's envelope contract, with the payload schemas of the vendor kinds it accepts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeEnvelopeContract {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accepts: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refusal_mode: Option<RefusalMode>,
+    /// Kind → payload JSON Schema.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schemas: Option<Map<String, Value>>,
+}
+
+impl NodeEnvelopeContract {
+    /// The contract as the pipeline's contract gate takes it (`fail-node` by default).
+    pub fn to_pipeline(&self) -> EnvelopeContract {
+        EnvelopeContract {
+            accepts: self.accepts.clone().unwrap_or_default(),
+            refusal_mode: self.refusal_mode.unwrap_or_default(),
+        }
+    }
+}
+
+/// Per-node settings; members beyond `timeout` / `maxRetries` are kept as is.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeSettings {
+    /// Milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_retries: Option<u64>,
+    #[serde(flatten)]
+    pub other: Map<String, Value>,
+}
+
+/// Editor position (kept as the JSON numbers given, so a round trip is exact).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Position {
+    pub x: Number,
+    pub y: Number,
+}
+
+/// A directed edge.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkflowEdge {
+    pub id: String,
+    pub source_node_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_output: Option<String>,
+    pub target_node_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_input: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub condition: Option<EdgeCondition>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trigger_rule: Option<TriggerRule>,
+}
+
+impl WorkflowEdge {
+    /// The trigger rule, `all_success` when absent.
+    pub fn trigger_rule(&self) -> TriggerRule {
+        self.trigger_rule.unwrap_or_default()
+    }
+    /// The source output port, `output` when absent.
+    pub fn source_output(&self) -> &str {
+        self.source_output.as_deref().unwrap_or("output")
+    }
+    /// The target input port, `input` when absent.
+    pub fn target_input(&self) -> &str {
+        self.target_input.as_deref().unwrap_or("input")
+    }
+}
+
+/// When the target may run, given its incoming edges.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TriggerRule {
+    #[default]
+    AllSuccess,
+    AnySuccess,
+    AllComplete,
+    NoneFailed,
+    AnyFailed,
+}
+
+/// Condition under which an edge is taken.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EdgeCondition {
+    #[serde(rename = "type")]
+    pub kind: ConditionKind,
+    /// Path of the left operand, e.g. `output.approved`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub left: Option<String>,
+    /// Any JSON value, `null` included (kept apart from absent).
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub right: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expression: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum ConditionKind {
+    Expression,
+    Equals,
+    NotEquals,
+    Contains,
+    Regex,
+    Truthy,
+    Falsy,
+}
+
+/// What starts a run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkflowTrigger {
+    pub id: String,
+    #[serde(rename = "type")]
+    pub kind: TriggerKind,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config: Option<Map<String, Value>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event_type: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TriggerKind {
+    Manual,
+    Schedule,
+    Webhook,
+    Event,
+    Artifact,
+    Canvas,
+    Envelope,
+    Command,
+    ChatMessage,
+    ChannelWrite,
+}
+
+/// A run variable.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkflowVariable {
+    pub name: String,
+    #[serde(rename = "type")]
+    pub kind: VariableKind,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub required: Option<bool>,
+    /// Any JSON value, `null` included (kept apart from absent).
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub default_value: Option<Value>,
+    /// Mask the value in events and snapshots.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sensitive: Option<bool>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum VariableKind {
+    String,
+    Number,
+    Boolean,
+    Object,
+    Array,
+}
+
+/// Run-wide settings.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkflowSettings {
+    /// Longest run duration in milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_retries: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_level: Option<LogLevel>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_loopback_iterations: Option<u64>,
+}
+
+/// A present member is `Some`, even when it is `null`.
+fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
+    Value::deserialize(d).map(Some)
+}
+
+/// Why a definition was refused.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum WorkflowError {
+    /// The definition does not match the workflow-definition schema.
+    #[error("{}", describe_issues(.issues))]
+    Schema { issues: Vec<ValidationIssue> },
+    /// Two nodes share an id.
+    #[error(
+        "{pointer}: node id '{id}' is already used by /nodes/{first}; give every node a unique id"
+    )]
+    DuplicateNodeId {
+        id: String,
+        first: usize,
+        pointer: String,
+    },
+    /// An edge names a node that does not exist.
+    #[error(
+        "{pointer}: edge '{edge_id}' refers to node '{node_id}', which is not in nodes; fix the id or add the node"
+    )]
+    UnknownNode {
+        edge_id: String,
+        node_id: String,
+        pointer: String,
+    },
+    /// The edges form a cycle, so there is no topological order.
+    #[error(
+        "the edges form a cycle: {}; remove or redirect one of these edges",
+        .cycle.join(" → ")
+    )]
+    Cycle {
+        /// Node ids along the cycle, the first repeated at the end.
+        cycle: Vec<String>,
+    },
+}
+
+fn describe_issues(issues: &[ValidationIssue]) -> String {
+    let mut out = String::from("the workflow definition does not match the schema: ");
+    for (i, issue) in issues.iter().enumerate() {
+        if i > 0 {
+            out.push_str("; ");
+        }
+        out.push_str(&issue.to_string());
+    }
+    out
+}
+
+/// A node id as quoted in an error: bounded, control characters dropped.
+fn quote(id: &str) -> String {
+    const MAX: usize = 128;
+    let mut out: String = id.chars().filter(|c| !c.is_control()).take(MAX).collect();
+    if id.chars().count() > MAX {
+        out.push('…');
+    }
+    out
+}
+
+impl WorkflowDefinition {
+    /// Reads a definition: schema first, then unique node ids and edges between known nodes.
+    pub fn from_value(value: Value) -> Result<Self, WorkflowError> {
+        schema::validate(Document::WorkflowDefinition, &value)
+            .map_err(|issues| WorkflowError::Schema { issues })?;
+        // The schema is closed wherever the types are, so this only fails if the
+        // two disagree; report it like a schema problem rather than panic.
+        let def: WorkflowDefinition =
+            serde_json::from_value(value).map_err(|_| WorkflowError::Schema {
+                issues: vec![ValidationIssue {
+                    instance_path: String::new(),
+                    keyword: "type".to_owned(),
+                    message:
+                        "passes the schema but does not fit the workflow types; report this defect"
+                            .to_owned(),
+                }],
+            })?;
+        def.check_graph()?;
+        Ok(def)
+    }
+
+    fn check_graph(&self) -> Result<(), WorkflowError> {
+        let mut seen: HashMap<&str, usize> = HashMap::with_capacity(self.nodes.len());
+        for (i, n) in self.nodes.iter().enumerate() {
+            if let Some(&first) = seen.get(n.id.as_str()) {
+                return Err(WorkflowError::DuplicateNodeId {
+                    id: quote(&n.id),
+                    first,
+                    pointer: format!("/nodes/{i}/id"),
+                });
+            }
+            seen.insert(&n.id, i);
+        }
+        for (i, e) in self.edges().iter().enumerate() {
+            for (field, node) in [
+                ("sourceNodeId", &e.source_node_id),
+                ("targetNodeId", &e.target_node_id),
+            ] {
+                if !seen.contains_key(node.as_str()) {
+                    return Err(WorkflowError::UnknownNode {
+                        edge_id: quote(&e.id),
+                        node_id: quote(node),
+                        pointer: format!("/edges/{i}/{field}"),
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The definition as JSON.
+    pub fn to_value(&self) -> Value {
+        // Strings, numbers, maps with string keys and JSON values: cannot fail.
+        serde_json::to_value(self).unwrap_or(Value::Null)
+    }
+
+    /// The edges (empty when absent).
+    pub fn edges(&self) -> &[WorkflowEdge] {
+        self.edges.as_deref().unwrap_or_default()
+    }
+
+    /// The node with this id.
+    pub fn node(&self, id: &str) -> Option<&WorkflowNode> {
+        self.nodes.iter().find(|n| n.id == id)
+    }
+
+    /// Edges ending at `node_id`, in definition order.
+    pub fn incoming_edges<'a>(
+        &'a self,
+        node_id: &'a str,
+    ) -> impl Iterator<Item = &'a WorkflowEdge> {
+        self.edges()
+            .iter()
+            .filter(move |e| e.target_node_id == node_id)
+    }
+
+    /// Edges starting at `node_id`, in definition order.
+    pub fn outgoing_edges<'a>(
+        &'a self,
+        node_id: &'a str,
+    ) -> impl Iterator<Item = &'a WorkflowEdge> {
+        self.edges()
+            .iter()
+            .filter(move |e| e.source_node_id == node_id)
+    }
+
+    /// Nodes without incoming edges, in definition order.
+    pub fn entry_nodes(&self) -> impl Iterator<Item = &WorkflowNode> {
+        self.nodes
+            .iter()
+            .filter(|n| self.incoming_edges(&n.id).next().is_none())
+    }
+
+    /// Every node after all of its predecessors. Deterministic: among nodes
+    /// ready at the same time, definition order wins. A cycle is an error
+    /// naming its nodes in edge order.
+    pub fn topological_order(&self) -> Result<Vec<&WorkflowNode>, WorkflowError> {
+        let index: HashMap<&str, usize> = self
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.id.as_str(), i))
+            .collect();
+        let n = self.nodes.len();
+        let mut preds: Vec<Vec<usize>> = vec![Vec::new(); n];
+        let mut succs: Vec<Vec<usize>> = vec![Vec::new(); n];
+        for e in self.edges() {
+            // Edges to unknown nodes are refused by `from_value`; a hand-built
+            // definition with one simply has that edge ignored here.
+            if let (Some(&s), Some(&t)) = (
+                index.get(e.source_node_id.as_str()),
+                index.get(e.target_node_id.as_str()),
+            ) {
+                preds[t].push(s);
+                succs[s].push(t);
+            }
+        }
+        let mut remaining: Vec<usize> = preds.iter().map(Vec::len).collect();
+        let mut ready: BTreeSet<usize> = (0..n).filter(|&i| remaining[i] == 0).collect();
+        let mut order = Vec::with_capacity(n);
+        while let Some(i) = ready.pop_first() {
+            order.push(i);
+            for &t in &succs[i] {
+                remaining[t] -= 1;
+                if remaining[t] == 0 {
+                    ready.insert(t);
+                }
+            }
+        }
+        if order.len() == n {
+            return Ok(order.into_iter().map(|i| &self.nodes[i]).collect());
+        }
+        Err(WorkflowError::Cycle {
+            cycle: self.find_cycle(&remaining, &preds),
+        })
+    }
+
+    /// A cycle among the nodes Kahn's walk could not place: each has a
+    /// predecessor that is also unplaced, so walking predecessors must repeat.
+    fn find_cycle(&self, remaining: &[usize], preds: &[Vec<usize>]) -> Vec<String> {
+        let stuck = |i: usize| remaining[i] > 0;
+        let Some(start) = (0..remaining.len()).find(|&i| stuck(i)) else {
+            return Vec::new();
+        };
+        let mut path = vec![start];
+        let mut pos: HashMap<usize, usize> = HashMap::from([(start, 0)]);
+        let mut cur = start;
+        loop {
+            let Some(&p) = preds[cur].iter().find(|&&p| stuck(p)) else {
+                return Vec::new();
+            };
+            if let Some(&at) = pos.get(&p) {
+                // path[at..] walked backwards along edges: reverse for edge order.
+                let mut cycle: Vec<String> = path[at..]
+                    .iter()
+                    .rev()
+                    .map(|&i| quote(&self.nodes[i].id))
+                    .collect();
+                cycle.push(cycle[0].clone());
+                return cycle;
+            }
+            pos.insert(p, path.len());
+            path.push(p);
+            cur = p;
+        }
+    }
+}
