@@ -37,6 +37,7 @@ fn resp(stop: &str, text: &str, out: u64) -> NormalizedResponse {
         },
         provider: "mock".into(),
         model: "mock-model".into(),
+        thinking: None,
     }
 }
 
@@ -59,6 +60,7 @@ fn refusal(text: &str) -> NormalizedResponse {
         },
         provider: "mock".into(),
         model: "mock-model".into(),
+        thinking: None,
     }
 }
 
