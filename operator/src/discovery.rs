@@ -12,10 +12,15 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use openwop_protocol::capabilities::{
+    self, CapabilitiesConfig, CapabilitiesError, Implementation, ReasoningConfig,
+    ReliabilityConfig, TierOneSubsetCompliance,
+};
+use openwop_protocol::pipeline::Strictness;
+use openwop_protocol::retry::reasoning::ReasoningPosture;
 use openwop_protocol::schema;
-use openwop_protocol::tier1;
-use openwop_protocol::workflow_check::{NodeRegistry, Tier1Posture};
-use serde_json::{Map, Value, json};
+use openwop_protocol::workflow_check::{MOCK_AGENT_TYPE_ID, NodeRegistry, Tier1Posture};
+use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 use crate::config::OperatorConfig;
@@ -38,98 +43,102 @@ pub fn advertised_kinds() -> Vec<String> {
         .collect()
 }
 
-/// The Tier-1 posture to advertise: `strict` only when configured so and every served schema
-/// passes the strict walk; otherwise `warn` (or `off` when configured off).
-pub fn advertised_tier1(cfg: &OperatorConfig) -> &'static str {
-    match Tier1Posture::parse(&cfg.tier_one_subset_compliance) {
-        Some(Tier1Posture::Off) => "off",
-        Some(Tier1Posture::Strict) => {
-            let all_pass = advertised_kinds().iter().all(|k| {
-                schema::kind_payload_schema(k).is_some_and(|s| tier1::check(s).is_empty())
+/// Why the capabilities document could not be built from the operator config.
+#[derive(Debug, thiserror::Error)]
+pub enum DiscoveryError {
+    #[error("config field {field} is {value:?}: {expected}")]
+    Config {
+        field: &'static str,
+        value: String,
+        expected: &'static str,
+    },
+    #[error("capabilities document: {0}")]
+    Capabilities(#[from] CapabilitiesError),
+}
+
+/// What this host really has, as the typed input of [`capabilities::build`].
+pub fn capabilities_config(
+    cfg: &OperatorConfig,
+    registry: &NodeRegistry,
+) -> Result<CapabilitiesConfig, DiscoveryError> {
+    let strictness = match cfg.envelope_strictness.as_str() {
+        "warn" => Strictness::Warn,
+        "strict" => Strictness::Strict,
+        other => {
+            return Err(DiscoveryError::Config {
+                field: "envelopeStrictness",
+                value: other.to_owned(),
+                expected: "use warn or strict",
             });
-            if all_pass { "strict" } else { "warn" }
         }
-        _ => "warn",
-    }
+    };
+    let tier1 = match Tier1Posture::parse(&cfg.tier_one_subset_compliance) {
+        Some(Tier1Posture::Strict) => TierOneSubsetCompliance::Strict,
+        Some(Tier1Posture::Warn) => TierOneSubsetCompliance::Warn,
+        Some(Tier1Posture::Off) => TierOneSubsetCompliance::Off,
+        None => {
+            return Err(DiscoveryError::Config {
+                field: "tierOneSubsetCompliance",
+                value: cfg.tier_one_subset_compliance.clone(),
+                expected: "use strict, warn or off",
+            });
+        }
+    };
+    let prompt_directive =
+        ReasoningPosture::parse(&cfg.reasoning.prompt_directive).ok_or_else(|| {
+            DiscoveryError::Config {
+                field: "reasoning.promptDirective",
+                value: cfg.reasoning.prompt_directive.clone(),
+                expected: "use mandatory, advisory or off",
+            }
+        })?;
+    // The worker runs the mock agent only where the host opted in (RFC 0023).
+    let mock_registered = registry.get(MOCK_AGENT_TYPE_ID).is_some();
+    Ok(CapabilitiesConfig {
+        envelope_kinds: advertised_kinds(),
+        node_types: registry.type_ids().map(str::to_owned).collect(),
+        providers: cfg.providers.iter().map(|p| p.name.clone()).collect(),
+        limits: capabilities::Limits {
+            clarification_rounds: cfg.limits.clarification_rounds,
+            schema_rounds: cfg.limits.schema_rounds,
+            envelopes_per_turn: cfg.limits.envelopes_per_turn,
+            max_node_executions: cfg.limits.max_node_executions,
+            max_run_duration_ms: cfg.limits.max_run_duration_ms,
+        },
+        reliability: ReliabilityConfig {
+            supported: cfg.reliability.supported,
+            max_retry_attempts: cfg.reliability.max_retry_attempts,
+            distinguishes_truncation: cfg.reliability.distinguishes_truncation,
+            truncation_budget_multiplier: f64::from(cfg.reliability.truncation_budget_multiplier),
+        },
+        reasoning: ReasoningConfig {
+            supported: cfg.reasoning.supported,
+            prompt_directive,
+            ..ReasoningConfig::default()
+        },
+        strictness,
+        tier_one_subset_compliance: tier1,
+        envelope_contracts: true,
+        mock_agent: mock_registered && !cfg.conformance.mock_agent_namespaces.is_empty(),
+        agents_supported: mock_registered,
+        // BYOK secrets are Kubernetes Secrets in the Run's namespace.
+        secret_scopes: vec!["namespace".to_owned()],
+        fixtures: cfg.fixtures.clone(),
+        transports: vec!["nats".to_owned()],
+        implementation: Implementation {
+            name: "openwop-operator".to_owned(),
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+        },
+        ..CapabilitiesConfig::default()
+    })
 }
 
 /// The capabilities document for this configuration and node registry.
-pub fn capabilities(cfg: &OperatorConfig, registry: &NodeRegistry) -> Value {
-    let kinds = advertised_kinds();
-    let schema_versions: Map<String, Value> = kinds
-        .iter()
-        .map(|k| {
-            (
-                k.clone(),
-                json!(schema::kind_schema_version(k).unwrap_or(1)),
-            )
-        })
-        .collect();
-    let mut limits = json!({
-        "clarificationRounds": cfg.limits.clarification_rounds,
-        "schemaRounds": cfg.limits.schema_rounds,
-        "envelopesPerTurn": cfg.limits.envelopes_per_turn,
-    });
-    if let Some(n) = cfg.limits.max_node_executions {
-        limits["maxNodeExecutions"] = json!(n);
-    }
-    if let Some(ms) = cfg.limits.max_run_duration_ms {
-        limits["maxRunDurationMs"] = json!(ms);
-    }
-    let mock_agent = registry
-        .get(openwop_protocol::workflow_check::MOCK_AGENT_TYPE_ID)
-        .is_some();
-    let providers: Vec<&str> = cfg.providers.iter().map(|p| p.name.as_str()).collect();
-    let mut reliability = json!({
-        "supported": cfg.reliability.supported,
-        "maxRetryAttempts": cfg.reliability.max_retry_attempts,
-        "completion": {
-            "distinguishesTruncation": cfg.reliability.distinguishes_truncation,
-            "truncationBudgetMultiplier": cfg.reliability.truncation_budget_multiplier,
-        },
-    });
-    if cfg.reliability.supported {
-        reliability["events"] = json!([
-            "envelope.retry.attempted",
-            "envelope.retry.exhausted",
-            "envelope.refusal",
-            "envelope.truncated",
-            "envelope.recovery.applied"
-        ]);
-    }
-    let families = json!({
-        "envelopeStrictness": cfg.envelope_strictness,
-        "envelopeContracts": {"advertised": true},
-        "envelopes": {
-            "reasoning": {
-                "supported": cfg.reasoning.supported,
-                "promptDirective": cfg.reasoning.prompt_directive,
-            },
-            "tierOneSubsetCompliance": advertised_tier1(cfg),
-            "reliability": reliability,
-        },
-        "conformance": {"mockAgent": mock_agent && !cfg.conformance.mock_agent_namespaces.is_empty()},
-        "agents": {"supported": mock_agent, "reasoning": {"verbosity": "summary", "streaming": false}},
-        "secrets": {"supported": true, "scopes": ["namespace"]},
-        "aiProviders": {"supported": providers},
-        "fixtures": cfg.fixtures,
-        "nodeTypes": registry.type_ids().collect::<Vec<_>>(),
-    });
-    let mut doc = json!({
-        "protocolVersion": "1.1.x",
-        "supportedEnvelopes": kinds,
-        "schemaVersions": schema_versions,
-        "limits": limits,
-        "supportedTransports": ["nats"],
-        "implementation": {"name": "openwop-operator", "version": env!("CARGO_PKG_VERSION")},
-    });
-    if let (Some(root), Some(fam)) = (doc.as_object_mut(), families.as_object()) {
-        for (k, v) in fam {
-            root.insert(k.clone(), v.clone());
-        }
-        root.insert("capabilities".into(), families.clone());
-    }
-    doc
+pub fn capabilities(
+    cfg: &OperatorConfig,
+    registry: &NodeRegistry,
+) -> Result<Value, DiscoveryError> {
+    Ok(capabilities::build(&capabilities_config(cfg, registry)?)?.to_value())
 }
 
 /// The discovery ConfigMap: the capabilities document and every advertised kind's schema.
@@ -346,7 +355,7 @@ mod tests {
             base_url: None,
         });
         cfg.limits.schema_rounds = 5;
-        let doc = capabilities(&cfg, &NodeRegistry::builtin());
+        let doc = capabilities(&cfg, &NodeRegistry::builtin()).unwrap();
         schema::validate(schema::Document::Capabilities, &doc)
             .expect("valid capabilities document");
         assert_eq!(doc["limits"]["schemaRounds"], 5);
@@ -370,31 +379,95 @@ mod tests {
         }
         cfg.conformance.mock_agent_namespaces.push("e2e".into());
         assert_eq!(
-            capabilities(&cfg, &NodeRegistry::builtin())["conformance"]["mockAgent"],
+            capabilities(&cfg, &NodeRegistry::builtin()).unwrap()["conformance"]["mockAgent"],
             true
         );
     }
 
     #[test]
     fn tier1_strict_is_claimed_only_when_every_schema_passes() {
+        let reg = NodeRegistry::builtin();
+        let posture = |cfg: &OperatorConfig| {
+            capabilities(cfg, &reg).unwrap()["envelopes"]["tierOneSubsetCompliance"].clone()
+        };
         let mut cfg = OperatorConfig::default();
-        assert_eq!(advertised_tier1(&cfg), "warn");
+        assert_eq!(posture(&cfg), "warn");
         cfg.tier_one_subset_compliance = "off".into();
-        assert_eq!(advertised_tier1(&cfg), "off");
+        assert_eq!(posture(&cfg), "off");
         cfg.tier_one_subset_compliance = "strict".into();
-        let all_pass = advertised_kinds()
-            .iter()
-            .all(|k| tier1::check(schema::kind_payload_schema(k).unwrap()).is_empty());
+        let all_pass = advertised_kinds().iter().all(|k| {
+            openwop_protocol::tier1::check(schema::kind_payload_schema(k).unwrap()).is_empty()
+        });
+        assert_eq!(posture(&cfg), if all_pass { "strict" } else { "warn" });
+    }
+
+    #[test]
+    fn every_configured_family_is_carried_and_mirrored() {
+        let cfg = OperatorConfig {
+            envelope_strictness: "strict".into(),
+            reasoning: crate::config::Reasoning {
+                supported: true,
+                prompt_directive: "mandatory".into(),
+            },
+            reliability: crate::config::Reliability {
+                supported: false,
+                max_retry_attempts: 7,
+                distinguishes_truncation: true,
+                truncation_budget_multiplier: 4,
+            },
+            limits: crate::config::Limits {
+                max_run_duration_ms: Some(60_000),
+                ..Default::default()
+            },
+            fixtures: vec!["conformance-basic".into()],
+            ..Default::default()
+        };
+        let reg = NodeRegistry::builtin();
+        let doc = capabilities(&cfg, &reg).unwrap();
+        schema::validate(schema::Document::Capabilities, &doc).expect("valid document");
+        assert_eq!(doc["envelopeStrictness"], "strict");
         assert_eq!(
-            advertised_tier1(&cfg),
-            if all_pass { "strict" } else { "warn" }
+            doc["envelopes"]["reasoning"]["promptDirective"],
+            "mandatory"
         );
+        let rel = &doc["envelopes"]["reliability"];
+        assert_eq!(rel["supported"], false);
+        assert!(rel.get("events").is_none(), "no events when unsupported");
+        assert_eq!(rel["maxRetryAttempts"], 7);
+        assert_eq!(rel["completion"]["truncationBudgetMultiplier"], 4.0);
+        assert_eq!(doc["limits"]["maxRunDurationMs"], 60_000);
+        assert_eq!(doc["fixtures"], json!(["conformance-basic"]));
+        assert_eq!(doc["supportedTransports"], json!(["nats"]));
+        assert_eq!(doc["secrets"]["scopes"], json!(["namespace"]));
+        assert_eq!(doc["implementation"]["name"], "openwop-operator");
+        let types: Vec<&str> = reg.type_ids().collect();
+        assert_eq!(doc["nodeTypes"], json!(types));
+        for (k, v) in doc.as_object().unwrap() {
+            if k != "capabilities" {
+                assert_eq!(&doc["capabilities"][k], v, "family {k} mirrored");
+            }
+        }
+    }
+
+    #[test]
+    fn unvalidated_config_values_are_named() {
+        let mut cfg = OperatorConfig::default();
+        cfg.reasoning.prompt_directive = "loud".into();
+        let e = capabilities(&cfg, &NodeRegistry::builtin()).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "config field reasoning.promptDirective is \"loud\": use mandatory, advisory or off"
+        );
+        let mut cfg = OperatorConfig::default();
+        cfg.reliability.max_retry_attempts = 0;
+        let e = capabilities(&cfg, &NodeRegistry::builtin()).unwrap_err();
+        assert!(e.to_string().contains("maxRetryAttempts is 0"), "{e}");
     }
 
     #[test]
     fn configmap_round_trips_to_served_content() {
         let cfg = OperatorConfig::default();
-        let doc = capabilities(&cfg, &NodeRegistry::builtin());
+        let doc = capabilities(&cfg, &NodeRegistry::builtin()).unwrap();
         let cm = discovery_configmap(&cfg, &doc);
         let content = DiscoveryContent::from_configmap(&cm);
         let served: Value = serde_json::from_str(&content.capabilities.unwrap().body).unwrap();

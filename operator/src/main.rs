@@ -215,7 +215,7 @@ async fn publish_discovery(
         tracing::info!("discovery ConfigMap is admin-owned; serving it as is");
         return Ok(());
     }
-    let doc = discovery::capabilities(cfg, registry);
+    let doc = discovery::capabilities(cfg, registry)?;
     let cm = discovery::discovery_configmap(cfg, &doc);
     api.patch(
         &cfg.discovery.config_map,

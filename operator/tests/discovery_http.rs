@@ -18,7 +18,7 @@ async fn serve(state: DiscoveryState) -> String {
 
 fn loaded_state() -> DiscoveryState {
     let cfg = OperatorConfig::default();
-    let doc = discovery::capabilities(&cfg, &NodeRegistry::builtin());
+    let doc = discovery::capabilities(&cfg, &NodeRegistry::builtin()).expect("document builds");
     let state = DiscoveryState::new(&cfg.discovery.cache_control);
     state.set(DiscoveryContent::from_configmap(
         &discovery::discovery_configmap(&cfg, &doc),
