@@ -114,6 +114,10 @@ fn helm_install(c: &Cluster, extra: &[&str]) -> String {
     let chart = repo().join("charts/openwop");
     let values = repo().join("e2e/helm/mini-cluster-values.yaml");
     let nats = format!("nats.external.url={}", c.nats_url);
+    // The resilience journeys' held LLM endpoint (SlowLlm); unused by the others.
+    let slow = format!(
+        "providers[1].name=openai-compatible,providers[1].vendor=openai-compatible,providers[1].baseUrl=http://127.0.0.1:{SLOW_LLM_PORT}/v1"
+    );
     let mut args = vec![
         "upgrade",
         "--install",
@@ -128,6 +132,8 @@ fn helm_install(c: &Cluster, extra: &[&str]) -> String {
         &nats,
         "--set",
         "providers[0].name=mock,providers[0].vendor=mock",
+        "--set",
+        &slow,
         "--wait",
         "--timeout",
         "3m",
@@ -986,5 +992,372 @@ async fn discovery_through_the_service_helm_upgrade_and_uninstall() {
         runs.get_opt("after-upgrade").await.unwrap().is_some(),
         "the user's Run is kept"
     );
+    delete_namespace(&c.client, &ns).await;
+}
+
+/// Port of the fake OpenAI-compatible endpoint the resilience journeys hold runs on.
+const SLOW_LLM_PORT: u16 = 17431;
+
+/// A fake OpenAI-compatible chat endpoint. While `hold` is set, requests wait until it is
+/// cleared: the worker blocks mid-run inside a real provider call (runs otherwise finish in
+/// milliseconds and nothing in the worker waits on a timer), so a test can disrupt it there.
+struct SlowLlm {
+    requests: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    hold: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl SlowLlm {
+    async fn start(answer: Value) -> Self {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", SLOW_LLM_PORT))
+            .await
+            .unwrap_or_else(|e| panic!("bind 127.0.0.1:{SLOW_LLM_PORT}: {e}"));
+        let requests = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let (hold, rx) = tokio::sync::watch::channel(false);
+        let body = json!({
+            "id": "chatcmpl-e2e", "object": "chat.completion", "model": "slow",
+            "choices": [{"index": 0, "finish_reason": "stop",
+                "message": {"role": "assistant", "content": answer.to_string()}}],
+            "usage": {"prompt_tokens": 1, "completion_tokens": 1},
+        })
+        .to_string();
+        let count = requests.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((mut sock, _)) = listener.accept().await else {
+                    continue;
+                };
+                let mut rx = rx.clone();
+                let body = body.clone();
+                let count = count.clone();
+                tokio::spawn(async move {
+                    // Read the headers, then Content-Length bytes of body.
+                    let mut buf = Vec::new();
+                    let mut chunk = [0u8; 4096];
+                    let head_end = loop {
+                        let Ok(n) = sock.read(&mut chunk).await else {
+                            return;
+                        };
+                        if n == 0 {
+                            return;
+                        }
+                        buf.extend_from_slice(&chunk[..n]);
+                        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                            break i + 4;
+                        }
+                    };
+                    let head = String::from_utf8_lossy(&buf[..head_end]).to_ascii_lowercase();
+                    let len: usize = head
+                        .lines()
+                        .find_map(|l| l.strip_prefix("content-length:"))
+                        .and_then(|v| v.trim().parse().ok())
+                        .unwrap_or(0);
+                    while buf.len() < head_end + len {
+                        let Ok(n) = sock.read(&mut chunk).await else {
+                            return;
+                        };
+                        if n == 0 {
+                            return;
+                        }
+                        buf.extend_from_slice(&chunk[..n]);
+                    }
+                    count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    let _ = rx.wait_for(|held| !*held).await;
+                    let resp = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                        body.len()
+                    );
+                    let _ = sock.write_all(resp.as_bytes()).await;
+                    let _ = sock.shutdown().await;
+                });
+            }
+        });
+        SlowLlm {
+            requests,
+            hold,
+            task,
+        }
+    }
+
+    fn requests(&self) -> usize {
+        self.requests.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    fn set_hold(&self, held: bool) {
+        self.hold.send_replace(held);
+    }
+
+    /// Waits until `n` requests have arrived (the worker is blocked inside the call).
+    async fn wait_requests(&self, n: usize) {
+        wait_for(
+            Duration::from_secs(120),
+            "the worker's provider call",
+            || async move { (self.requests() >= n).then_some(()) },
+        )
+        .await;
+    }
+}
+
+impl Drop for SlowLlm {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// A one-node workflow calling the held endpoint, with its (dummy) key Secret.
+fn slow_workflow(c: &Cluster, ns: &str) {
+    let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "llm"},
+        "stringData": {"key": "not-a-real-key"}});
+    ok(apply(c, ns, &secret.to_string()), "apply Secret");
+    let wf = json!({
+        "apiVersion": "openwop.dev/v1alpha1", "kind": "Workflow",
+        "metadata": {"name": "slow"},
+        "spec": {"id": "slow", "name": "slow", "version": "1",
+            "providers": [{"provider": "openai-compatible", "secretRef": {"name": "llm", "key": "key"},
+                "mountAs": "env", "envName": "OPENAI_COMPATIBLE_API_KEY"}],
+            "nodes": [{"id": "q", "typeId": "core.ai.callPrompt",
+                "config": {"provider": "openai-compatible", "model": "slow",
+                    "prompt": "plan the trip", "envelopeType": "vendor.acme.plan"}}]},
+    });
+    ok(apply(c, ns, &wf.to_string()), "apply workflow");
+}
+
+const SLOW_ANSWER: &str = r#"{"type": "vendor.acme.plan", "payload": {"region": "eu"}}"#;
+
+/// Runs `name` to completion without disruption: the event types every disrupted run must match.
+async fn reference_types(c: &Cluster, ns: &str, llm: &SlowLlm) -> Vec<String> {
+    llm.set_hold(false);
+    ok(
+        apply(c, ns, &run_manifest("reference", "slow")),
+        "apply run",
+    );
+    wait_run(c, ns, "reference", "completed", 120).await;
+    let evs = events(c, ns, "reference");
+    assert_gapless(&evs);
+    types(&evs)
+}
+
+/// Pid of the worker process of `ns/run` (the node agent runs pods as local processes).
+fn worker_pid(ns: &str, run: &str) -> Option<i32> {
+    let want = [
+        format!("OPENWOP_RUN_NAMESPACE={ns}"),
+        format!("OPENWOP_RUN_NAME={run}"),
+    ];
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+        let exe = std::fs::read_link(e.path().join("exe")).ok()?;
+        if !exe.to_string_lossy().ends_with("openwop-worker") {
+            return None;
+        }
+        let env = std::fs::read(e.path().join("environ")).ok()?;
+        let vars: Vec<&[u8]> = env.split(|b| *b == 0).collect();
+        want.iter()
+            .all(|w| vars.contains(&w.as_bytes()))
+            .then_some(pid)
+    })
+}
+
+/// Every pod in `ns`, finished ones included (a run's attempts leave theirs until the TTL).
+async fn all_pods(c: &Cluster, ns: &str) -> Vec<Pod> {
+    Api::<Pod>::namespaced(c.client.clone(), ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+}
+
+#[tokio::test]
+async fn worker_killed_mid_run_completes_without_duplicate_or_missing_events() {
+    let (c, _g) = setup().await;
+    let ns = namespace(&c.client, "j-killworker").await;
+    let llm = SlowLlm::start(serde_json::from_str(SLOW_ANSWER).unwrap()).await;
+    slow_workflow(&c, &ns);
+    wait_workflow(&c, &ns, "slow", "True").await;
+    let want = reference_types(&c, &ns, &llm).await;
+
+    llm.set_hold(true);
+    let before = llm.requests();
+    ok(apply(&c, &ns, &run_manifest("victim", "slow")), "apply run");
+    llm.wait_requests(before + 1).await;
+    let pid = worker_pid(&ns, "victim").expect("the victim's worker process");
+    // SIGKILL: no graceful shutdown, no final events.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0, "kill {pid}");
+    // The next attempt's call is answered.
+    llm.wait_requests(before + 2).await;
+    llm.set_hold(false);
+    wait_run(&c, &ns, "victim", "completed", 180).await;
+    let evs = events(&c, &ns, "victim");
+    assert_gapless(&evs);
+    assert_eq!(
+        types(&evs),
+        want,
+        "the killed run's events differ from an uninterrupted run"
+    );
+    delete_namespace(&c.client, &ns).await;
+}
+
+#[tokio::test]
+async fn operator_killed_mid_run_makes_no_duplicate_worker_pod() {
+    let (c, _g) = setup().await;
+    let ns = namespace(&c.client, "j-killop").await;
+    let llm = SlowLlm::start(serde_json::from_str(SLOW_ANSWER).unwrap()).await;
+    slow_workflow(&c, &ns);
+    wait_workflow(&c, &ns, "slow", "True").await;
+    let want = reference_types(&c, &ns, &llm).await;
+    // Let the reference run's pod go so every pod left in `ns` belongs to the victim.
+    for p in all_pods(&c, &ns).await {
+        let name = p.metadata.name.unwrap();
+        ok(
+            kubectl(
+                &c,
+                &["delete", "pod", &name, "-n", &ns, "--wait=true"],
+                None,
+            ),
+            "delete reference pod",
+        );
+    }
+
+    llm.set_hold(true);
+    let before = llm.requests();
+    ok(apply(&c, &ns, &run_manifest("victim", "slow")), "apply run");
+    llm.wait_requests(before + 1).await;
+    let pods: Api<Pod> = Api::namespaced(c.client.clone(), RELEASE_NS);
+    let lp = ListParams::default().labels("app.kubernetes.io/component=operator");
+    let old: Vec<String> = pods
+        .list(&lp)
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|p| p.metadata.name)
+        .collect();
+    for name in &old {
+        ok(
+            kubectl(
+                &c,
+                &[
+                    "delete",
+                    "pod",
+                    name,
+                    "-n",
+                    RELEASE_NS,
+                    "--grace-period=0",
+                    "--force",
+                ],
+                None,
+            ),
+            "force-delete the operator pod",
+        );
+    }
+    // A new operator leads (after the dead holder's Lease expires) and reconciles the run.
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(c.client.clone(), RELEASE_NS);
+    let leader = wait_for(Duration::from_secs(120), "a new operator leader", || {
+        let leases = leases.clone();
+        let old = old.clone();
+        async move {
+            let h = leases
+                .get("openwop-operator")
+                .await
+                .ok()?
+                .spec?
+                .holder_identity?;
+            (!old.contains(&h)).then_some(h)
+        }
+    })
+    .await;
+    // Give the new leader a few reconcile rounds while the worker is still held.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let during = all_pods(&c, &ns).await;
+    assert_eq!(
+        during.len(),
+        1,
+        "leader {leader} created a duplicate worker pod: {:?}",
+        during
+            .iter()
+            .map(|p| p.metadata.name.clone())
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(
+        llm.requests(),
+        before + 1,
+        "a second worker called the provider"
+    );
+    llm.set_hold(false);
+    wait_run(&c, &ns, "victim", "completed", 180).await;
+    let after = all_pods(&c, &ns).await;
+    assert_eq!(
+        after.len(),
+        1,
+        "{:?}",
+        after
+            .iter()
+            .map(|p| p.metadata.name.clone())
+            .collect::<Vec<_>>()
+    );
+    let evs = events(&c, &ns, "victim");
+    assert_gapless(&evs);
+    assert_eq!(types(&evs), want);
+    delete_namespace(&c.client, &ns).await;
+}
+
+#[tokio::test]
+async fn nats_restarted_mid_run_loses_nothing() {
+    let (c, _g) = setup().await;
+    let ns = namespace(&c.client, "j-natsrestart").await;
+    let llm = SlowLlm::start(serde_json::from_str(SLOW_ANSWER).unwrap()).await;
+    slow_workflow(&c, &ns);
+    wait_workflow(&c, &ns, "slow", "True").await;
+    let want = reference_types(&c, &ns, &llm).await;
+    let reference = events(&c, &ns, "reference");
+
+    llm.set_hold(true);
+    let before = llm.requests();
+    ok(apply(&c, &ns, &run_manifest("victim", "slow")), "apply run");
+    llm.wait_requests(before + 1).await;
+    let early = events(&c, &ns, "victim");
+    assert!(!early.is_empty(), "events before the provider call");
+
+    // Restart nats-server on the same port and JetStream store (cluster.sh `up` starts what
+    // is not running).
+    let pidfile = c.state_dir.join("run/nats-server.pid");
+    let pid: i32 = std::fs::read_to_string(&pidfile)
+        .unwrap_or_else(|e| panic!("{}: {e}", pidfile.display()))
+        .trim()
+        .parse()
+        .unwrap();
+    assert_eq!(
+        unsafe { libc::kill(pid, libc::SIGTERM) },
+        0,
+        "kill nats-server {pid}"
+    );
+    wait_for(
+        Duration::from_secs(30),
+        "nats-server stopped",
+        || async move { (!process_alive(pid)).then_some(()) },
+    )
+    .await;
+    let opts = openwop_e2e::ClusterOptions {
+        node_agent_bin: Some(env!("CARGO_BIN_EXE_openwop-node-agent").into()),
+        ..Default::default()
+    };
+    openwop_e2e::cluster::run(&opts, "up").unwrap_or_else(|e| panic!("cluster.sh up: {e}"));
+    let new_pid: i32 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert_ne!(new_pid, pid, "nats-server was restarted");
+
+    llm.set_hold(false);
+    wait_run(&c, &ns, "victim", "completed", 180).await;
+    let evs = events(&c, &ns, "victim");
+    assert_gapless(&evs);
+    assert_eq!(types(&evs), want);
+    // What was stored before the restart is still there, unchanged.
+    assert_eq!(&evs[..early.len()], &early[..]);
+    // And the reference run's stream survived the restart too.
+    assert_eq!(events(&c, &ns, "reference"), reference);
     delete_namespace(&c.client, &ns).await;
 }
