@@ -433,21 +433,7 @@ async fn apply_run(run: Arc<Run>, ctx: Arc<Context>) -> Result<Action, Error> {
         }
         action = finished(&run, &ctx, &mut step, &pods, now).await?;
     } else if run.spec.cancel == Some(true) {
-        if let Some(p) = step.status.worker_pod.take() {
-            delete_ignoring_missing(&pods, &p).await?;
-        }
-        step.finish(
-            RunPhase::Cancelled,
-            now,
-            generation,
-            "Cancelled",
-            "cancelled by spec.cancel".into(),
-        );
-        step.event(
-            EventType::Normal,
-            "Cancelled",
-            "run cancelled by spec.cancel".into(),
-        );
+        action = cancel(&run, &ctx, &mut step, &pods, &cms, &wfs, now).await?;
     } else if let (Some(limit), Some(start)) =
         (run.spec.timeout_seconds, step.status.start_time.clone())
         && now >= plus(start.0, limit as u64)
@@ -834,26 +820,8 @@ async fn progress(
         );
         return Ok(Action::requeue(Duration::from_secs(15)));
     }
-    let wf_spec = match workflow {
-        Some(w) => Some(w.spec),
-        None => match step.status.workflow.as_deref() {
-            Some(n) => wfs.get_opt(n).await?.map(|w| w.spec),
-            None => None,
-        },
-    };
     let attempt = step.status.attempts.unwrap_or(0) + 1;
-    let inputs = WorkerInputs {
-        providers: wf_spec.as_ref().map_or(&[][..], |s| &s.providers[..]),
-        overrides: wf_spec.as_ref().and_then(|s| s.worker.as_ref()),
-    };
-    let pod = worker_pod(run, &inputs, cfg, attempt);
-    if inputs
-        .overrides
-        .and_then(|o| o.service_account_name.as_ref())
-        .is_none()
-    {
-        ensure_worker_service_account(ctx, &ns).await?;
-    }
+    let pod = build_worker_pod(run, ctx, wfs, workflow.map(|w| w.spec), step, attempt).await?;
     match pods
         .create(
             &PostParams {
@@ -925,6 +893,217 @@ async fn progress(
     };
     step.event(EventType::Normal, reason, note);
     Ok(Action::requeue(Duration::from_secs(60)))
+}
+
+/// Attempt `attempt` of the run's worker pod (workflow spec from the snapshot's Workflow);
+/// creates the default worker service account when the pod uses it.
+async fn build_worker_pod(
+    run: &Run,
+    ctx: &Context,
+    wfs: &Api<Workflow>,
+    wf_spec: Option<openwop_crds::WorkflowSpec>,
+    step: &Step,
+    attempt: u32,
+) -> Result<Pod, Error> {
+    let wf_spec = match wf_spec {
+        Some(s) => Some(s),
+        None => match step.status.workflow.as_deref() {
+            Some(n) => wfs.get_opt(n).await?.map(|w| w.spec),
+            None => None,
+        },
+    };
+    let inputs = WorkerInputs {
+        providers: wf_spec.as_ref().map_or(&[][..], |s| &s.providers[..]),
+        overrides: wf_spec.as_ref().and_then(|s| s.worker.as_ref()),
+    };
+    let pod = worker_pod(run, &inputs, &ctx.config, attempt);
+    if inputs
+        .overrides
+        .and_then(|o| o.service_account_name.as_ref())
+        .is_none()
+    {
+        ensure_worker_service_account(ctx, &run.namespace().unwrap_or_default()).await?;
+    }
+    Ok(pod)
+}
+
+/// `spec.cancel`: record the cancellation in the event stream. The snapshot gets
+/// `cancel: true`; a running worker is deleted (SIGTERM); once it is gone a short cancel
+/// worker (next attempt) publishes `run.cancelled` and exits 0. Phase `cancelling` until
+/// the stream or the termination message says `cancelled`. Without a worker NATS URL or a
+/// snapshot (the run never started) the operator marks the run cancelled itself.
+#[allow(clippy::too_many_arguments)]
+async fn cancel(
+    run: &Run,
+    ctx: &Context,
+    step: &mut Step,
+    pods: &Api<Pod>,
+    cms: &Api<ConfigMap>,
+    wfs: &Api<Workflow>,
+    now: Timestamp,
+) -> Result<Action, Error> {
+    let generation = run.metadata.generation;
+    let name = run.name_any();
+    let snap = snapshot_name(&name);
+    let stored = if ctx.config.worker.nats_url.is_empty() {
+        Err("worker.natsUrl is not configured, so no worker can record run.cancelled")
+    } else {
+        match cms.get_opt(&snap).await? {
+            Some(cm) => Ok(cm),
+            None => Err("the run never started (no snapshot), so there is no event stream"),
+        }
+    };
+    let cm = match stored {
+        Ok(cm) => cm,
+        Err(why) => {
+            if let Some(p) = step.status.worker_pod.take() {
+                delete_ignoring_missing(pods, &p).await?;
+            }
+            let msg = format!("cancelled by spec.cancel; {why}: the operator set the phase");
+            step.finish(
+                RunPhase::Cancelled,
+                now,
+                generation,
+                "Cancelled",
+                msg.clone(),
+            );
+            step.event(EventType::Normal, "Cancelled", msg);
+            return Ok(Action::await_change());
+        }
+    };
+    let doc = read_snapshot(&cm)?;
+    if doc.get("cancel") != Some(&json!(true)) {
+        let mut doc = doc;
+        if let Some(o) = doc.as_object_mut() {
+            o.insert("cancel".into(), json!(true));
+        }
+        cms.patch(
+            &snap,
+            &PatchParams::apply(MANAGER).force(),
+            &Patch::Apply(&snapshot_configmap(run, &doc)),
+        )
+        .await?;
+    }
+    let old = step.status.conditions.clone();
+    let cancelling = step.status.phase == Some(RunPhase::Cancelling);
+    match step.status.worker_pod.clone() {
+        // The run's own worker: stop it; the cancel worker starts once it is gone.
+        Some(p) if !cancelling => {
+            delete_ignoring_missing(pods, &p).await?;
+            step.status.worker_pod = None;
+            step.status.phase = Some(RunPhase::Cancelling);
+            step.status.pending_interrupt = None;
+            step.event(
+                EventType::Normal,
+                "Cancelling",
+                format!(
+                    "spec.cancel: stopping worker pod {p}; a cancel worker records run.cancelled"
+                ),
+            );
+            Ok(Action::requeue(Duration::from_secs(2)))
+        }
+        // The cancel worker: wait for it to record run.cancelled.
+        Some(p) => {
+            let pod = pods.get_opt(&p).await?;
+            let state = pod.as_ref().and_then(|p| p.status.as_ref());
+            let terminated = state
+                .and_then(|s| s.container_statuses.as_ref())
+                .and_then(|cs| cs.iter().find(|c| c.name == "worker"))
+                .and_then(|c| c.state.as_ref())
+                .and_then(|s| s.terminated.clone());
+            let done = matches!(
+                state.and_then(|s| s.phase.as_deref()),
+                Some("Succeeded" | "Failed")
+            );
+            match (pod.is_some(), done, terminated) {
+                (true, true, Some(t)) if t.exit_code == 0 => {
+                    if let Some(s) = t.message.as_deref().and_then(parse_termination_message) {
+                        apply_projection(&mut step.status, &s.projection);
+                    }
+                    // The log may already have ended otherwise (e.g. completed meanwhile).
+                    let phase = step
+                        .status
+                        .phase
+                        .filter(|p| p.is_terminal())
+                        .unwrap_or(RunPhase::Cancelled);
+                    let msg = format!("the worker recorded the run as {phase}");
+                    step.finish(phase, now, generation, "Cancelled", msg.clone());
+                    step.event(EventType::Normal, "Cancelled", msg);
+                    Ok(Action::requeue(Duration::from_secs(
+                        ctx.config.runs.pod_ttl_seconds_after_finished.max(1),
+                    )))
+                }
+                (true, false, _) => Ok(Action::requeue(Duration::from_secs(2))),
+                (_, _, t) => {
+                    delete_ignoring_missing(pods, &p).await?;
+                    step.status.worker_pod = None;
+                    let why = t.map_or("disappeared".to_string(), |t| {
+                        format!("exited with code {}", t.exit_code)
+                    });
+                    let msg = format!(
+                        "cancel worker {p} {why}; the operator set the phase, run.cancelled may be missing from the event stream"
+                    );
+                    step.finish(
+                        RunPhase::Cancelled,
+                        now,
+                        generation,
+                        "Cancelled",
+                        msg.clone(),
+                    );
+                    step.event(EventType::Warning, "Cancelled", msg);
+                    Ok(Action::await_change())
+                }
+            }
+        }
+        None => {
+            // The previous worker may still be terminating: never run two workers at once.
+            let attempts = step.status.attempts.unwrap_or(0);
+            if attempts > 0 && pods.get_opt(&pod_name(&name, attempts)).await?.is_some() {
+                step.status.phase = Some(RunPhase::Cancelling);
+                return Ok(Action::requeue(Duration::from_secs(2)));
+            }
+            let attempt = attempts + 1;
+            let pod = build_worker_pod(run, ctx, wfs, None, step, attempt).await?;
+            match pods
+                .create(
+                    &PostParams {
+                        field_manager: Some(MANAGER.into()),
+                        ..Default::default()
+                    },
+                    &pod,
+                )
+                .await
+            {
+                Ok(_) => {}
+                Err(kube::Error::Api(s)) if s.code == 409 => {}
+                Err(e) => return Err(e.into()),
+            }
+            let p = pod_name(&name, attempt);
+            step.status.attempts = Some(attempt);
+            step.status.worker_pod = Some(p.clone());
+            step.status.phase = Some(RunPhase::Cancelling);
+            step.status.pending_interrupt = None;
+            step.status.retry_after = None;
+            set_condition(
+                &mut step.status.conditions,
+                condition(
+                    "Scheduled",
+                    true,
+                    "CancelWorkerStarted",
+                    format!("cancel worker pod {p}"),
+                    generation,
+                    now,
+                    &old,
+                ),
+            );
+            step.event(
+                EventType::Normal,
+                "CancelWorkerStarted",
+                format!("started cancel worker pod {p} to record run.cancelled"),
+            );
+            Ok(Action::requeue(Duration::from_secs(2)))
+        }
+    }
 }
 
 /// The default worker service account, created in the Run's namespace when missing. It has

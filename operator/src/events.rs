@@ -21,7 +21,7 @@ use async_nats::jetstream::{self, AckKind, consumer::pull, stream};
 use futures::StreamExt;
 use kube::api::{Api, Patch, PatchParams};
 use kube::{Client, ResourceExt};
-use openwop_crds::{Run, RunStatus};
+use openwop_crds::{Run, RunPhase, RunStatus};
 use serde_json::{Value, json};
 
 use crate::config::OperatorConfig;
@@ -90,7 +90,8 @@ pub fn decode_event(subject: &str, payload: &[u8]) -> Result<Value, EventError> 
 /// The Run status after `events`, or `None` when none of them is new.
 ///
 /// Starts from the stored status (so the fold resumes at `status.lastSequence`), applies the
-/// events in order, and keeps a terminal phase set by the operator (cancel, timeout) terminal.
+/// events in order, and keeps a terminal phase set by the operator (cancel, timeout) terminal and `cancelling`
+/// until a terminal event.
 pub fn fold(status: &RunStatus, events: &[Value]) -> Option<RunStatus> {
     let mut p = Projection {
         phase: status.phase,
@@ -109,7 +110,11 @@ pub fn fold(status: &RunStatus, events: &[Value]) -> Option<RunStatus> {
     }
     let mut next = status.clone();
     let was_terminal = status.phase.is_some_and(|ph| ph.is_terminal());
-    if !was_terminal {
+    // A cancelling run stays cancelling until the stream says it ended (late events of
+    // the stopped worker must not make it look running again).
+    let cancelling =
+        status.phase == Some(RunPhase::Cancelling) && !p.phase.is_some_and(|ph| ph.is_terminal());
+    if !was_terminal && !cancelling {
         next.phase = p.phase;
         next.pending_interrupt = p.pending_interrupt;
         next.error = p.error;
@@ -294,7 +299,6 @@ async fn ack(m: &jetstream::Message, kind: AckKind) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use openwop_crds::RunPhase;
 
     fn ev(seq: u64, ty: &str, payload: Value) -> Value {
         json!({"eventId": format!("e{seq}"), "runId": "r", "type": ty, "sequence": seq,
@@ -404,6 +408,28 @@ mod tests {
         let next = fold(&st, &[ev(1, "node.started", json!({"nodeId": "b"}))]).unwrap();
         assert_eq!(next.phase, Some(RunPhase::Cancelled));
         assert_eq!(next.last_sequence, Some(1));
+    }
+
+    #[test]
+    fn cancelling_holds_until_the_stream_records_run_cancelled() {
+        let st = RunStatus {
+            phase: Some(RunPhase::Cancelling),
+            last_sequence: Some(0),
+            events: Some(1),
+            ..Default::default()
+        };
+        let late = fold(&st, &[ev(1, "node.started", json!({"nodeId": "b"}))]).unwrap();
+        assert_eq!(late.phase, Some(RunPhase::Cancelling));
+        let done = fold(
+            &late,
+            &[ev(
+                2,
+                "run.cancelled",
+                json!({"reason": "cancelled by spec.cancel", "cancelledBy": "operator"}),
+            )],
+        )
+        .unwrap();
+        assert_eq!(done.phase, Some(RunPhase::Cancelled));
     }
 
     #[test]

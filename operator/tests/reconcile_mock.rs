@@ -202,9 +202,221 @@ async fn run_with_missing_workflow_waits_with_a_clear_condition() {
     server.await.unwrap();
 }
 
+fn not_found() -> Value {
+    json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404, "message": "not found"})
+}
+
+fn run_echo() -> Value {
+    json!({"apiVersion": "openwop.dev/v1alpha1", "kind": "Run", "metadata": {"name": "r1"}, "spec": {"workflowRef": {"name": "triage"}}})
+}
+
+fn snapshot_cm(cancel: bool) -> Value {
+    let mut doc = json!({"run": {"namespace": "team-a", "name": "r1", "uid": "ruid", "runId": "ruid"},
+                         "workflow": {"id": "triage"}, "answers": []});
+    if cancel {
+        doc["cancel"] = json!(true);
+    }
+    json!({"apiVersion": "v1", "kind": "ConfigMap",
+           "metadata": {"name": "r1-snapshot", "namespace": "team-a"},
+           "data": {"snapshot.json": doc.to_string()}})
+}
+
+/// Serves the snapshot GET and asserts the apply patch that adds `cancel: true`.
+async fn expect_snapshot_cancel_patch(handle: &mut MockHandle) {
+    let (m, uri, _, send) = next(handle).await;
+    assert_eq!(
+        (m, uri.as_str()),
+        (
+            Method::GET,
+            "/api/v1/namespaces/team-a/configmaps/r1-snapshot"
+        )
+    );
+    respond(send, 200, snapshot_cm(false));
+    let (m, uri, body, send) = next(handle).await;
+    assert_eq!(m, Method::PATCH);
+    assert_eq!(
+        uri,
+        "/api/v1/namespaces/team-a/configmaps/r1-snapshot?&force=true&fieldManager=openwop-operator"
+    );
+    let doc: Value = serde_json::from_str(body["data"]["snapshot.json"].as_str().unwrap()).unwrap();
+    assert_eq!(doc["cancel"], true);
+    assert_eq!(
+        doc["workflow"]["id"], "triage",
+        "the frozen snapshot is kept"
+    );
+    respond(send, 200, snapshot_cm(true));
+}
+
 #[tokio::test]
-async fn cancel_deletes_the_worker_and_records_cancelled() {
+async fn cancel_marks_the_snapshot_and_stops_the_running_worker() {
     let (ctx, mut handle) = context();
+    let mut r = run(Some(
+        json!({"phase": "running", "workerPod": "r1-w1", "attempts": 1, "runId": "ruid",
+                                "workflow": "triage", "observedGeneration": 1}),
+    ));
+    r.spec.cancel = Some(true);
+    let server = tokio::spawn(async move {
+        expect_snapshot_cancel_patch(&mut handle).await;
+        let (m, uri, _, send) = next(&mut handle).await;
+        assert_eq!(m, Method::DELETE);
+        assert_eq!(uri, "/api/v1/namespaces/team-a/pods/r1-w1?");
+        respond(
+            send,
+            200,
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "r1-w1"}}),
+        );
+        let (m, _, body, send) = next(&mut handle).await;
+        assert_eq!(m, Method::PATCH);
+        assert_eq!(body["status"]["phase"], "cancelling");
+        assert!(body["status"].get("workerPod").is_none());
+        assert!(body["status"].get("completionTime").is_none());
+        respond(send, 200, run_echo());
+        let (m, _, body, send) = next(&mut handle).await;
+        assert_eq!(m, Method::POST);
+        assert_eq!(body["reason"], "Cancelling");
+        respond(send, 201, body);
+    });
+    reconcile_run(Arc::new(r), ctx).await.expect("reconcile");
+    server.await.unwrap();
+}
+
+#[tokio::test]
+async fn cancel_of_a_waiting_run_starts_a_cancel_worker() {
+    let (ctx, mut handle) = context();
+    let mut r = run(Some(
+        json!({"phase": "waiting-approval", "attempts": 1, "runId": "ruid",
+                                "workflow": "triage", "observedGeneration": 1,
+                                "pendingInterrupt": {"interruptId": "i1", "kind": "approval", "nodeId": "approve"}}),
+    ));
+    r.spec.cancel = Some(true);
+    let server = tokio::spawn(async move {
+        expect_snapshot_cancel_patch(&mut handle).await;
+        // The previous worker is gone.
+        let (m, uri, _, send) = next(&mut handle).await;
+        assert_eq!(
+            (m, uri.as_str()),
+            (Method::GET, "/api/v1/namespaces/team-a/pods/r1-w1")
+        );
+        respond(send, 404, not_found());
+        let (m, uri, _, send) = next(&mut handle).await;
+        assert_eq!(
+            (m, uri.as_str()),
+            (
+                Method::GET,
+                "/apis/openwop.dev/v1alpha1/namespaces/team-a/workflows/triage"
+            )
+        );
+        respond(
+            send,
+            200,
+            serde_json::to_value(workflow("core.identity")).unwrap(),
+        );
+        let (m, uri, _, send) = next(&mut handle).await;
+        assert_eq!(
+            (m, uri.as_str()),
+            (
+                Method::GET,
+                "/api/v1/namespaces/team-a/serviceaccounts/openwop-worker"
+            )
+        );
+        respond(
+            send,
+            200,
+            json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "openwop-worker"}}),
+        );
+        let (m, uri, body, send) = next(&mut handle).await;
+        assert_eq!(m, Method::POST);
+        assert_eq!(
+            uri,
+            "/api/v1/namespaces/team-a/pods?&fieldManager=openwop-operator"
+        );
+        assert_eq!(body["metadata"]["name"], "r1-w2", "next attempt number");
+        let vols = body["spec"]["volumes"].as_array().unwrap();
+        assert!(
+            vols.iter().any(|v| v["configMap"]["name"] == "r1-snapshot"),
+            "the cancel worker mounts the snapshot"
+        );
+        respond(send, 201, body);
+        let (m, _, body, send) = next(&mut handle).await;
+        assert_eq!(m, Method::PATCH);
+        assert_eq!(body["status"]["phase"], "cancelling");
+        assert_eq!(body["status"]["workerPod"], "r1-w2");
+        assert_eq!(body["status"]["attempts"], 2);
+        assert!(body["status"].get("pendingInterrupt").is_none());
+        respond(send, 200, run_echo());
+        let (m, _, body, send) = next(&mut handle).await;
+        assert_eq!(m, Method::POST);
+        assert_eq!(body["reason"], "CancelWorkerStarted");
+        respond(send, 201, body);
+    });
+    reconcile_run(Arc::new(r), ctx).await.expect("reconcile");
+    server.await.unwrap();
+}
+
+#[tokio::test]
+async fn cancel_worker_exit_zero_finishes_cancelled_without_re_patching_the_snapshot() {
+    let (ctx, mut handle) = context();
+    let mut r = run(Some(
+        json!({"phase": "cancelling", "workerPod": "r1-w2", "attempts": 2, "runId": "ruid",
+                                "workflow": "triage", "observedGeneration": 1}),
+    ));
+    r.spec.cancel = Some(true);
+    let server = tokio::spawn(async move {
+        let (m, uri, _, send) = next(&mut handle).await;
+        assert_eq!(
+            (m, uri.as_str()),
+            (
+                Method::GET,
+                "/api/v1/namespaces/team-a/configmaps/r1-snapshot"
+            )
+        );
+        respond(send, 200, snapshot_cm(true));
+        let (m, uri, _, send) = next(&mut handle).await;
+        assert_eq!(
+            (m, uri.as_str()),
+            (Method::GET, "/api/v1/namespaces/team-a/pods/r1-w2")
+        );
+        respond(
+            send,
+            200,
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "r1-w2"},
+                   "status": {"phase": "Succeeded", "containerStatuses": [{
+                       "name": "worker", "ready": false, "restartCount": 0, "image": "w", "imageID": "",
+                       "state": {"terminated": {"exitCode": 0,
+                           "message": "{\"phase\":\"cancelled\",\"events\":4,\"lastSequence\":4}"}}}]}}),
+        );
+        let (m, _, body, send) = next(&mut handle).await;
+        assert_eq!(m, Method::PATCH);
+        assert_eq!(body["status"]["phase"], "cancelled");
+        assert_eq!(body["status"]["lastSequence"], 4);
+        assert_eq!(body["status"]["completionTime"], "2025-06-15T15:06:40Z");
+        respond(send, 200, run_echo());
+        let (m, _, body, send) = next(&mut handle).await;
+        assert_eq!(m, Method::POST);
+        assert_eq!(body["reason"], "Cancelled");
+        assert_eq!(body["note"], "the worker recorded the run as cancelled");
+        respond(send, 201, body);
+    });
+    reconcile_run(Arc::new(r), ctx).await.expect("reconcile");
+    server.await.unwrap();
+}
+
+#[tokio::test]
+async fn cancel_without_worker_nats_falls_back_and_says_so() {
+    let (svc, mut handle) = mock::pair::<Request<Body>, Response<Body>>();
+    let mut cfg = OperatorConfig::default();
+    cfg.worker.nats_url = String::new();
+    let ctx = Arc::new(Context {
+        client: Client::new(svc, "default"),
+        config: Arc::new(cfg),
+        registry: Arc::new(NodeRegistry::builtin()),
+        metrics: Metrics::default(),
+        reporter: Reporter {
+            controller: "openwop-operator".into(),
+            instance: None,
+        },
+        now: fixed_now,
+    });
     let mut r = run(Some(
         json!({"phase": "running", "workerPod": "r1-w1", "attempts": 1, "runId": "ruid",
                                 "workflow": "triage", "observedGeneration": 1}),
@@ -222,26 +434,18 @@ async fn cancel_deletes_the_worker_and_records_cancelled() {
         let (m, _, body, send) = next(&mut handle).await;
         assert_eq!(m, Method::PATCH);
         assert_eq!(body["status"]["phase"], "cancelled");
-        assert!(body["status"].get("workerPod").is_none());
-        assert_eq!(body["status"]["completionTime"], "2025-06-15T15:06:40Z");
         let c = &body["status"]["conditions"][0];
-        assert_eq!(
-            (c["type"].as_str(), c["reason"].as_str()),
-            (Some("Succeeded"), Some("Cancelled"))
+        assert_eq!(c["reason"], "Cancelled");
+        assert!(
+            c["message"]
+                .as_str()
+                .unwrap()
+                .contains("worker.natsUrl is not configured"),
+            "{c}"
         );
-        respond(
-            send,
-            200,
-            json!({"apiVersion": "openwop.dev/v1alpha1", "kind": "Run", "metadata": {"name": "r1"}, "spec": {"workflowRef": {"name": "triage"}}}),
-        );
-        let (m, uri, body, send) = next(&mut handle).await;
-        assert_eq!(
-            (m, uri.as_str()),
-            (
-                Method::POST,
-                "/apis/events.k8s.io/v1/namespaces/team-a/events?"
-            )
-        );
+        respond(send, 200, run_echo());
+        let (m, _, body, send) = next(&mut handle).await;
+        assert_eq!(m, Method::POST);
         assert_eq!(body["reason"], "Cancelled");
         respond(send, 201, body);
     });
