@@ -1147,7 +1147,8 @@ fn worker_pid(ns: &str, run: &str) -> Option<i32> {
     std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
         let pid: i32 = e.file_name().to_str()?.parse().ok()?;
         let exe = std::fs::read_link(e.path().join("exe")).ok()?;
-        if !exe.to_string_lossy().ends_with("openwop-worker") {
+        // A rebuilt binary shows as "<path> (deleted)".
+        if !exe.to_string_lossy().contains("/openwop-worker") {
             return None;
         }
         let env = std::fs::read(e.path().join("environ")).ok()?;

@@ -124,7 +124,8 @@ async fn operator_pid(c: &Cluster) -> i32 {
             std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
                 let pid: i32 = e.file_name().to_str()?.parse().ok()?;
                 let exe = std::fs::read_link(e.path().join("exe")).ok()?;
-                if !exe.to_string_lossy().ends_with("openwop-operator") {
+                // A rebuilt binary shows as "<path> (deleted)".
+                if !exe.to_string_lossy().contains("/openwop-operator") {
                     return None;
                 }
                 let env = std::fs::read(e.path().join("environ")).ok()?;
