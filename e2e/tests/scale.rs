@@ -411,14 +411,29 @@ async fn bare_pods_baseline(c: &Cluster) {
     delete_namespace(&c.client, &ns).await;
 }
 
-#[tokio::test]
-#[ignore = "measurement: minutes of wall time and the whole host; run with --ignored --nocapture"]
-async fn two_hundred_runs_at_once_beside_two_hundred_bare_pods() {
+/// The two measurements share the host; never run them at once.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+async fn setup() -> (Cluster, tokio::sync::MutexGuard<'static, ()>) {
+    let guard = SERIAL.lock().await;
     let c = cluster().await;
     for b in ["openwop-operator", "openwop-worker", "kubectl-openwop"] {
         target_bin(b);
     }
-    install(&c);
+    (c, guard)
+}
+
+#[tokio::test]
+#[ignore = "measurement: minutes of wall time and the whole host; run with --ignored --nocapture"]
+async fn baseline_two_hundred_bare_pods_at_once() {
+    let (c, _g) = setup().await;
     bare_pods_baseline(&c).await;
+}
+
+#[tokio::test]
+#[ignore = "measurement: minutes of wall time and the whole host; run with --ignored --nocapture"]
+async fn two_hundred_runs_at_once() {
+    let (c, _g) = setup().await;
+    install(&c);
     runs_at_once(&c).await;
 }
