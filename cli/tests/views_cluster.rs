@@ -38,7 +38,7 @@ async fn ensure_crds(client: &Client) {
 }
 
 async fn make_run(api: &Api<Run>, name: &str, status: serde_json::Value) {
-    let run = Run::new(
+    let mut run = Run::new(
         name,
         RunSpec {
             workflow_ref: WorkflowRef {
@@ -51,6 +51,15 @@ async fn make_run(api: &Api<Run>, name: &str, status: serde_json::Value) {
             answers: vec![],
             cancel: None,
         },
+    );
+    // An operator instance id no operator runs with: an operator installed on the shared
+    // cluster (e2e journeys) must leave these hand-written statuses alone.
+    run.metadata.labels = Some(
+        [(
+            "openwop.dev/instance".to_string(),
+            "cli-views-test".to_string(),
+        )]
+        .into(),
     );
     api.create(&PostParams::default(), &run).await.unwrap();
     api.patch_status(

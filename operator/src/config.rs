@@ -52,8 +52,40 @@ pub struct OperatorConfig {
     pub events: EventsConfig,
     /// Only reconcile Workflows and Runs in this namespace (empty = every namespace).
     pub watch_namespace: String,
+    /// Controller instance id, so several operators can share a cluster (like Argo's
+    /// `instanceID`): a non-empty id handles only objects labelled `openwop.dev/instance=<id>`;
+    /// the empty default handles only objects without that label.
+    pub instance_id: String,
     /// Address of the HTTP server (metrics, probes, discovery).
     pub listen: String,
+}
+
+/// Label that assigns a Workflow or Run to one operator instance (`instanceId`).
+pub const LABEL_INSTANCE: &str = "openwop.dev/instance";
+
+impl OperatorConfig {
+    /// Label selector of the objects this operator instance handles.
+    pub fn instance_selector(&self) -> String {
+        if self.instance_id.is_empty() {
+            format!("!{LABEL_INSTANCE}")
+        } else {
+            format!("{LABEL_INSTANCE}={}", self.instance_id)
+        }
+    }
+
+    /// Whether an object with these labels belongs to this operator instance.
+    pub fn handles(&self, labels: &std::collections::BTreeMap<String, String>) -> bool {
+        labels.get(LABEL_INSTANCE).map_or("", String::as_str) == self.instance_id
+    }
+}
+
+fn is_label_value(v: &str) -> bool {
+    let alnum = |c: Option<char>| c.is_none_or(|c| c.is_ascii_alphanumeric());
+    v.len() <= 63
+        && v.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        && alnum(v.chars().next())
+        && alnum(v.chars().last())
 }
 
 impl Default for OperatorConfig {
@@ -74,6 +106,7 @@ impl Default for OperatorConfig {
             leader_election: LeaderElectionConfig::default(),
             events: EventsConfig::default(),
             watch_namespace: String::new(),
+            instance_id: String::new(),
             listen: "0.0.0.0:8080".into(),
         }
     }
@@ -350,6 +383,12 @@ impl OperatorConfig {
     /// Checks ranges and enumerations.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let invalid = |field, message: String| Err(ConfigError::Invalid { field, message });
+        if !is_label_value(&self.instance_id) {
+            return invalid(
+                "instanceId",
+                "must be a Kubernetes label value: at most 63 characters of [A-Za-z0-9-_.], starting and ending alphanumeric".into(),
+            );
+        }
         if !matches!(self.envelope_strictness.as_str(), "warn" | "strict") {
             return invalid("envelopeStrictness", "must be warn or strict".into());
         }

@@ -129,6 +129,7 @@ pub fn fold(status: &RunStatus, events: &[Value]) -> Option<RunStatus> {
 /// no longer exists is not an error (its events are simply dropped).
 pub async fn apply_to_run(
     client: &Client,
+    cfg: &OperatorConfig,
     namespace: &str,
     name: &str,
     events: &[Value],
@@ -143,6 +144,10 @@ pub async fn apply_to_run(
             );
             return Ok(false);
         };
+        // Another operator instance (`instanceId`) owns this Run's status.
+        if !cfg.handles(run.labels()) {
+            return Ok(false);
+        }
         let current = run.status.clone().unwrap_or_default();
         let Some(next) = fold(&current, events) else {
             return Ok(false);
@@ -221,7 +226,17 @@ async fn consume(client: &Client, cfg: &OperatorConfig, url: &str) -> Result<(),
         })
         .await
         .map_err(|e| EventError::Nats(format!("stream {stream_name}: {e}")))?;
-    let durable = cfg.events.consumer.clone();
+    // Each operator instance needs its own durable consumer: a shared one would split the
+    // messages between instances, and one would drop (ack) the other's events.
+    let durable = if cfg.instance_id.is_empty() {
+        cfg.events.consumer.clone()
+    } else {
+        format!(
+            "{}-{}",
+            cfg.events.consumer,
+            cfg.instance_id.replace('.', "_")
+        )
+    };
     let consumer = stream
         .get_or_create_consumer(
             &durable,
@@ -271,7 +286,7 @@ async fn consume(client: &Client, cfg: &OperatorConfig, url: &str) -> Result<(),
             }
         }
         for ((ns, run), (events, idx)) in groups {
-            let kind = match apply_to_run(client, &ns, &run, &events).await {
+            let kind = match apply_to_run(client, cfg, &ns, &run, &events).await {
                 Ok(changed) => {
                     if changed {
                         tracing::debug!(namespace = %ns, run = %run, events = events.len(), "run status updated from events");
@@ -438,5 +453,22 @@ mod tests {
         assert_eq!(filter_subject(&cfg), "openwop.events.>");
         cfg.watch_namespace = "team-a".into();
         assert_eq!(filter_subject(&cfg), "openwop.events.team-a.>");
+    }
+
+    #[test]
+    fn instance_selector_and_ownership() {
+        let mut cfg = OperatorConfig::default();
+        let labelled: BTreeMap<String, String> =
+            [("openwop.dev/instance".to_string(), "blue".to_string())].into();
+        assert_eq!(cfg.instance_selector(), "!openwop.dev/instance");
+        assert!(cfg.handles(&BTreeMap::new()));
+        assert!(!cfg.handles(&labelled));
+        cfg.instance_id = "blue".into();
+        assert_eq!(cfg.instance_selector(), "openwop.dev/instance=blue");
+        assert!(cfg.handles(&labelled));
+        assert!(!cfg.handles(&BTreeMap::new()));
+        assert!(cfg.validate().is_ok());
+        cfg.instance_id = "-bad".into();
+        assert!(cfg.validate().is_err());
     }
 }

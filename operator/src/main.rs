@@ -300,7 +300,9 @@ async fn run_controllers(client: Client, ctx: Arc<Context>) {
     let workflows: Api<Workflow> = scoped(&client, &ctx.config);
     let runs: Api<Run> = scoped(&client, &ctx.config);
     let pods: Api<Pod> = scoped(&client, &ctx.config);
-    let wf_ctrl = Controller::new(workflows.clone(), watcher::Config::default())
+    // Only the objects of this operator instance (`instanceId`), so several can share a cluster.
+    let mine = || watcher::Config::default().labels(&ctx.config.instance_selector());
+    let wf_ctrl = Controller::new(workflows.clone(), mine())
         .shutdown_on_signal()
         .run(reconcile_workflow, error_policy, ctx.clone())
         .for_each(|r| async move {
@@ -308,7 +310,7 @@ async fn run_controllers(client: Client, ctx: Arc<Context>) {
                 tracing::debug!(error = %e, "workflow reconcile");
             }
         });
-    let run_controller = Controller::new(runs, watcher::Config::default());
+    let run_controller = Controller::new(runs, mine());
     let store = run_controller.store();
     let mapper_store = store.clone();
     let run_ctrl = run_controller
@@ -317,25 +319,21 @@ async fn run_controllers(client: Client, ctx: Arc<Context>) {
             watcher::Config::default().labels(&format!("{LABEL_MANAGED_BY}={MANAGER}")),
         )
         // A Run waiting for its Workflow proceeds as soon as the Workflow appears or turns Ready.
-        .watches(
-            workflows,
-            watcher::Config::default(),
-            move |wf: Workflow| {
-                let ns = wf.namespace();
-                let name = wf.name_any();
-                let id = wf.spec.id.clone();
-                mapper_store
-                    .state()
-                    .into_iter()
-                    .filter(|r| r.namespace() == ns)
-                    .filter(|r| {
-                        r.spec.workflow_ref.name.as_deref() == Some(name.as_str())
-                            || r.spec.workflow_ref.id.as_deref() == Some(id.as_str())
-                    })
-                    .map(|r| ObjectRef::from_obj(r.as_ref()))
-                    .collect::<Vec<_>>()
-            },
-        )
+        .watches(workflows, mine(), move |wf: Workflow| {
+            let ns = wf.namespace();
+            let name = wf.name_any();
+            let id = wf.spec.id.clone();
+            mapper_store
+                .state()
+                .into_iter()
+                .filter(|r| r.namespace() == ns)
+                .filter(|r| {
+                    r.spec.workflow_ref.name.as_deref() == Some(name.as_str())
+                        || r.spec.workflow_ref.id.as_deref() == Some(id.as_str())
+                })
+                .map(|r| ObjectRef::from_obj(r.as_ref()))
+                .collect::<Vec<_>>()
+        })
         .shutdown_on_signal()
         .run(reconcile_run, error_policy, ctx.clone())
         .for_each(|r| async move {
