@@ -554,8 +554,19 @@ async fn progress(
                 let msg = format!("workflow snapshotted in ConfigMap {snap}");
                 set_condition(
                     &mut step.status.conditions,
-                    condition("Ready", true, "Snapshotted", msg, generation, now, &old),
+                    condition(
+                        "Ready",
+                        true,
+                        "Snapshotted",
+                        msg.clone(),
+                        generation,
+                        now,
+                        &old,
+                    ),
                 );
+                // Events go out only after a successful status write, so the one of the
+                // lost first write is recorded now.
+                step.event(EventType::Normal, "Snapshotted", msg);
             }
             (cm, None)
         }
