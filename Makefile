@@ -46,8 +46,11 @@ chart-check:
 	bash e2e/cluster/cluster.sh up
 	eval "$$(bash e2e/cluster/cluster.sh env)" && bash charts/openwop/ci/check.sh
 
-bench:
+## bench: criterion benches (pipeline, redaction, worker publish + RSS), then 200 Runs vs 200 bare pods on the mini-cluster.
+bench: build
 	$(CARGO) bench --workspace
+	bash e2e/cluster/cluster.sh up
+	$(CARGO) test -p openwop-e2e --test scale -- --ignored --nocapture --test-threads=1
 
 cluster-up:
 	@bash e2e/cluster/cluster.sh up

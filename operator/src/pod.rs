@@ -61,6 +61,14 @@ pub fn pod_name(run: &str, attempt: u32) -> String {
     format!("{head}-{}{suffix}", &digest[..8])
 }
 
+/// Env var with the API root of provider `name` (the worker's contract: upper case, `-` → `_`).
+pub fn provider_base_url_env(name: &str) -> String {
+    format!(
+        "OPENWOP_PROVIDER_{}_BASE_URL",
+        name.to_ascii_uppercase().replace('-', "_")
+    )
+}
+
 /// Name of the snapshot ConfigMap of `run`.
 pub fn snapshot_name(run: &str) -> String {
     format!("{run}-snapshot")
@@ -116,6 +124,12 @@ pub fn worker_pod(run: &Run, inputs: &WorkerInputs<'_>, cfg: &OperatorConfig, at
         env_pair("OPENWOP_EVENTS_SUBJECT", events_subject(&namespace, &name)),
         env_pair("OPENWOP_PROVIDERS_DIR", PROVIDERS_DIR.into()),
     ];
+    // The API root of each configured provider that has one (openai-compatible needs it).
+    for p in &cfg.providers {
+        if let Some(url) = &p.base_url {
+            env.push(env_pair(&provider_base_url_env(&p.name), url.clone()));
+        }
+    }
     let mut volumes = vec![
         Volume {
             name: "snapshot".into(),
@@ -281,6 +295,33 @@ mod tests {
         r.metadata.namespace = Some("team-a".into());
         r.metadata.uid = Some("uid-123".into());
         r
+    }
+
+    #[test]
+    fn configured_provider_base_urls_reach_the_worker() {
+        let mut cfg = OperatorConfig::default();
+        cfg.providers = serde_yaml::from_str(
+            "- {name: local-llm, vendor: openai-compatible, baseUrl: 'http://vllm:8000/v1'}\n- {name: openai, vendor: openai}",
+        )
+        .unwrap();
+        let run = Run::new(
+            "r1",
+            serde_json::from_value(serde_json::json!({"workflowRef": {"name": "wf"}})).unwrap(),
+        );
+        let pod = worker_pod(&run, &WorkerInputs::default(), &cfg, 1);
+        let env = pod.spec.unwrap().containers[0].env.clone().unwrap();
+        let urls: Vec<(String, Option<String>)> = env
+            .into_iter()
+            .filter(|e| e.name.ends_with("_BASE_URL"))
+            .map(|e| (e.name, e.value))
+            .collect();
+        assert_eq!(
+            urls,
+            [(
+                "OPENWOP_PROVIDER_LOCAL_LLM_BASE_URL".to_string(),
+                Some("http://vllm:8000/v1".to_string())
+            )]
+        );
     }
 
     #[test]

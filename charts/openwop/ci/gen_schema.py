@@ -70,6 +70,8 @@ schema = {
             "service": obj({"type": {"enum": ["ClusterIP", "NodePort", "LoadBalancer"]},
                             "port": PORT, "annotations": STR_MAP}),
             "watchNamespace": STR,
+            "instanceId": {"type": "string", "maxLength": 63,
+                           "pattern": "^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$"},
             "liveStatus": obj({
                 "enabled": BOOL,
                 "consumer": {"type": "string", "pattern": "^[A-Za-z0-9_-]+$"},
