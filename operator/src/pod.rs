@@ -299,11 +299,13 @@ mod tests {
 
     #[test]
     fn configured_provider_base_urls_reach_the_worker() {
-        let mut cfg = OperatorConfig::default();
-        cfg.providers = serde_yaml::from_str(
+        let cfg = OperatorConfig {
+            providers: serde_yaml::from_str(
             "- {name: local-llm, vendor: openai-compatible, baseUrl: 'http://vllm:8000/v1'}\n- {name: openai, vendor: openai}",
         )
-        .unwrap();
+        .unwrap(),
+            ..Default::default()
+        };
         let run = Run::new(
             "r1",
             serde_json::from_value(serde_json::json!({"workflowRef": {"name": "wf"}})).unwrap(),
