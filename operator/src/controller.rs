@@ -515,6 +515,23 @@ async fn finished(
     }))
 }
 
+/// Sets `Ready=True Snapshotted` and records the matching Event.
+fn mark_snapshotted(step: &mut Step, msg: String, generation: Option<i64>, now: Timestamp) {
+    let old = step.status.conditions.clone();
+    set_condition(
+        &mut step.status.conditions,
+        condition(
+            "Ready",
+            true,
+            "Snapshotted",
+            msg.clone(),
+            generation,
+            now,
+            &old,
+        ),
+    );
+    step.event(EventType::Normal, "Snapshotted", msg);
+}
 #[allow(clippy::too_many_arguments)]
 async fn progress(
     run: &Run,
@@ -550,23 +567,14 @@ async fn progress(
                 .iter()
                 .any(|c| c.type_ == "Ready" && c.status == "True")
             {
-                let old = step.status.conditions.clone();
-                let msg = format!("workflow snapshotted in ConfigMap {snap}");
-                set_condition(
-                    &mut step.status.conditions,
-                    condition(
-                        "Ready",
-                        true,
-                        "Snapshotted",
-                        msg.clone(),
-                        generation,
-                        now,
-                        &old,
-                    ),
-                );
                 // Events go out only after a successful status write, so the one of the
                 // lost first write is recorded now.
-                step.event(EventType::Normal, "Snapshotted", msg);
+                mark_snapshotted(
+                    step,
+                    format!("workflow snapshotted in ConfigMap {snap}"),
+                    generation,
+                    now,
+                );
             }
             (cm, None)
         }
@@ -582,25 +590,12 @@ async fn progress(
                     )
                     .await?;
                 step.status.workflow = Some(wf.name_any());
-                let old = step.status.conditions.clone();
                 let msg = format!(
                     "workflow {} (generation {}) snapshotted in ConfigMap {snap}",
                     wf.name_any(),
                     wf.metadata.generation.unwrap_or(0)
                 );
-                set_condition(
-                    &mut step.status.conditions,
-                    condition(
-                        "Ready",
-                        true,
-                        "Snapshotted",
-                        msg.clone(),
-                        generation,
-                        now,
-                        &old,
-                    ),
-                );
-                step.event(EventType::Normal, "Snapshotted", msg);
+                mark_snapshotted(step, msg, generation, now);
                 (cm, Some(wf))
             }
             Resolved::Missing(msg) => {
