@@ -515,6 +515,20 @@ async fn finished(
     }))
 }
 
+/// Creates a worker pod as the operator's field manager; a pod that already exists (a
+/// reconcile retried after its status write was lost) counts as created.
+async fn create_pod(pods: &Api<Pod>, pod: &Pod) -> Result<(), kube::Error> {
+    let params = PostParams {
+        field_manager: Some(MANAGER.into()),
+        ..Default::default()
+    };
+    match pods.create(&params, pod).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
 /// Sets `Ready=True Snapshotted` and records the matching Event.
 fn mark_snapshotted(step: &mut Step, msg: String, generation: Option<i64>, now: Timestamp) {
     let old = step.status.conditions.clone();
@@ -828,18 +842,8 @@ async fn progress(
     }
     let attempt = step.status.attempts.unwrap_or(0) + 1;
     let pod = build_worker_pod(run, ctx, wfs, workflow.map(|w| w.spec), step, attempt).await?;
-    match pods
-        .create(
-            &PostParams {
-                field_manager: Some(MANAGER.into()),
-                ..Default::default()
-            },
-            &pod,
-        )
-        .await
-    {
-        Ok(_) => {}
-        Err(kube::Error::Api(s)) if s.code == 409 => {}
+    match create_pod(pods, &pod).await {
+        Ok(()) => {}
         // Admission refused the pod (quota, policy, missing service account...): say so on
         // the Run instead of failing silently in a retry loop.
         Err(kube::Error::Api(s)) if matches!(s.code, 403 | 422) => {
@@ -1070,20 +1074,7 @@ async fn cancel(
             }
             let attempt = attempts + 1;
             let pod = build_worker_pod(run, ctx, wfs, None, step, attempt).await?;
-            match pods
-                .create(
-                    &PostParams {
-                        field_manager: Some(MANAGER.into()),
-                        ..Default::default()
-                    },
-                    &pod,
-                )
-                .await
-            {
-                Ok(_) => {}
-                Err(kube::Error::Api(s)) if s.code == 409 => {}
-                Err(e) => return Err(e.into()),
-            }
+            create_pod(pods, &pod).await?;
             let p = pod_name(&name, attempt);
             step.status.attempts = Some(attempt);
             step.status.worker_pod = Some(p.clone());
