@@ -50,6 +50,7 @@ async fn make_run(api: &Api<Run>, name: &str, status: serde_json::Value) {
             timeout_seconds: None,
             answers: vec![],
             cancel: None,
+            provider_mocks: Default::default(),
         },
     );
     // An operator instance id no operator runs with: an operator installed on the shared

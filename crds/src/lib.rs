@@ -9,8 +9,8 @@ mod schema;
 pub mod workflow;
 
 pub use run::{
-    Configurable, InterruptAnswer, PendingInterrupt, PendingQuestion, Run, RunError, RunPhase,
-    RunSpec, RunStatus, WorkflowRef,
+    Configurable, InterruptAnswer, MockStep, MockTurn, PendingInterrupt, PendingQuestion,
+    ProviderMock, Run, RunError, RunPhase, RunSpec, RunStatus, WorkflowRef,
 };
 pub use workflow::{
     CredentialMount, EnvelopeContract, ProviderCredential, SecretKeyRef, WorkerOverrides, Workflow,

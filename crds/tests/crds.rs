@@ -205,3 +205,66 @@ fn definition_fills_wire_defaults_and_drops_kubernetes_fields() {
     assert_eq!(d["settings"], json!({}));
     assert!(d.get("providers").is_none() && d.get("worker").is_none());
 }
+
+#[test]
+fn provider_mocks_are_typed_and_need_exactly_one_program_shape() {
+    let ok = run(json!({"workflowRef": {"name": "w"}, "providerMocks": {
+        "q": {"responses": [{"stopReason": "stop", "content": {"type": "x", "payload": {}}, "delayMs": 500}]},
+        "p": {"turns": [{"responses": [{"stopReason": "max_tokens", "content": "{\"a\":", "outputTokens": 64}]}]}
+    }}));
+    assert_eq!(errors_of(validate_cel(&ok)), "");
+    let step = &ok.spec.provider_mocks["q"].responses.as_ref().unwrap()[0];
+    assert_eq!(step.delay_ms, Some(500));
+    assert_eq!(step.content, Some(json!({"type": "x", "payload": {}})));
+    // Round trip: the operator copies exactly what the user wrote.
+    let back = serde_json::to_value(&ok.spec).unwrap();
+    assert_eq!(
+        back["providerMocks"]["p"]["turns"][0]["responses"][0],
+        json!({"stopReason": "max_tokens", "content": "{\"a\":", "outputTokens": 64})
+    );
+    let both = run(
+        json!({"workflowRef": {"name": "w"}, "providerMocks": {"q": {
+        "responses": [{"stopReason": "stop"}], "turns": [{"responses": [{"stopReason": "stop"}]}]}}}),
+    );
+    let e = errors_of(validate_cel(&both));
+    assert!(e.contains("exactly one of responses"), "{e}");
+    let neither = run(json!({"workflowRef": {"name": "w"}, "providerMocks": {"q": {}}}));
+    assert!(errors_of(validate_cel(&neither)).contains("exactly one of responses"));
+    // A misspelt field is refused by serde (and pruned/refused by the apiserver's schema).
+    let bad = serde_json::from_value::<Run>(json!({
+        "apiVersion": "openwop.dev/v1alpha1", "kind": "Run",
+        "metadata": {"name": "r1", "namespace": "default"},
+        "spec": {"workflowRef": {"name": "w"}, "providerMocks": {"q": {"responses": [{"content": "x"}]}}}
+    }));
+    assert!(bad.unwrap_err().to_string().contains("stopReason"));
+}
+
+#[test]
+fn provider_mocks_schema_is_structural_and_bounded() {
+    let run_crd = &openwop_crds::crds()[1];
+    let schema = serde_json::to_value(
+        run_crd.spec.versions[0]
+            .schema
+            .as_ref()
+            .unwrap()
+            .open_api_v3_schema
+            .as_ref()
+            .unwrap(),
+    )
+    .unwrap();
+    let pm = &schema["properties"]["spec"]["properties"]["providerMocks"];
+    assert_eq!(pm["type"], "object");
+    assert_eq!(pm["maxProperties"], 64);
+    let step = &pm["additionalProperties"]["properties"]["responses"]["items"];
+    assert_eq!(step["required"], json!(["stopReason"]));
+    assert_eq!(
+        step["properties"]["content"]["x-kubernetes-preserve-unknown-fields"],
+        json!(true)
+    );
+    assert_eq!(step["properties"]["delayMs"]["type"], "integer");
+    assert_eq!(step["properties"]["delayMs"]["maximum"], 3600000.0);
+    assert_eq!(
+        pm["additionalProperties"]["properties"]["turns"]["maxItems"],
+        16
+    );
+}

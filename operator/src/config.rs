@@ -230,16 +230,29 @@ impl Default for Reasoning {
     }
 }
 
-/// RFC 0023 mock-agent opt-in.
+/// Test seams a host opts into per namespace: the RFC 0023 mock agent and Run provider mocks.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 pub struct Conformance {
     /// Namespaces whose workflows may use `core.conformance.mock-agent` whatever their id
     /// (`*` = all). Empty = only `conformance-*` workflow ids may.
     pub mock_agent_namespaces: Vec<String>,
+    /// Namespaces whose Runs may set `spec.providerMocks` (exact names, `prefix-*`, or `*` =
+    /// all). Empty = none: a Run with mocks elsewhere fails with `ProviderMocksNotAllowed`.
+    pub provider_mock_namespaces: Vec<String>,
 }
 
 impl Conformance {
+    /// Whether Runs in `namespace` may carry `spec.providerMocks`.
+    pub fn provider_mocks_allowed_in(&self, namespace: &str) -> bool {
+        self.provider_mock_namespaces
+            .iter()
+            .any(|p| match p.strip_suffix('*') {
+                Some(prefix) => namespace.starts_with(prefix),
+                None => p == namespace,
+            })
+    }
+
     /// Whether the host opted in for `namespace`.
     pub fn mock_agent_allowed_in(&self, namespace: &str) -> bool {
         self.mock_agent_namespaces
@@ -452,6 +465,21 @@ impl OperatorConfig {
                 );
             }
         }
+        for p in &self.conformance.provider_mock_namespaces {
+            let name = p.strip_suffix('*').unwrap_or(p);
+            let ok = name.len() <= 63
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+                && (p.ends_with('*')
+                    || (!name.is_empty() && !name.starts_with('-') && !name.ends_with('-')));
+            if !ok || name.contains('*') {
+                return invalid(
+                    "conformance.providerMockNamespaces",
+                    format!("{p:?} is not a namespace name, a `prefix*` pattern or `*`"),
+                );
+            }
+        }
         if self.leader_election.renew_interval_seconds == 0
             || self.leader_election.renew_interval_seconds
                 >= self.leader_election.lease_duration_seconds
@@ -511,6 +539,37 @@ mod tests {
         assert_eq!(cfg.runs.max_worker_retries, 3);
         assert!(cfg.conformance.mock_agent_allowed_in("e2e"));
         assert!(!cfg.conformance.mock_agent_allowed_in("default"));
+    }
+
+    #[test]
+    fn provider_mock_namespaces_take_names_prefixes_and_star() {
+        let cfg =
+            OperatorConfig::from_yaml("conformance:\n  providerMockNamespaces: [ci, e2e-*]\n")
+                .unwrap();
+        let c = &cfg.conformance;
+        assert!(c.provider_mocks_allowed_in("ci"));
+        assert!(c.provider_mocks_allowed_in("e2e-7f3a"));
+        assert!(!c.provider_mocks_allowed_in("ci-2"));
+        assert!(!c.provider_mocks_allowed_in("prod"));
+        // Separate from the mock-agent opt-in.
+        assert!(!c.mock_agent_allowed_in("ci"));
+        assert!(
+            !OperatorConfig::default()
+                .conformance
+                .provider_mocks_allowed_in("default")
+        );
+        let all =
+            OperatorConfig::from_yaml("conformance:\n  providerMockNamespaces: ['*']\n").unwrap();
+        assert!(all.conformance.provider_mocks_allowed_in("anything"));
+        let e = OperatorConfig::from_yaml("conformance:\n  providerMockNamespaces: [Prod]\n")
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "config field conformance.providerMockNamespaces: \"Prod\" is not a namespace name, a `prefix*` pattern or `*`"
+        );
+        assert!(
+            OperatorConfig::from_yaml("conformance:\n  providerMockNamespaces: ['a*b']\n").is_err()
+        );
     }
 
     #[test]

@@ -594,7 +594,43 @@ async fn progress(
         }
         None => match resolve_workflow(run, wfs, &ns).await? {
             Resolved::Found(wf) => {
-                let doc = snapshot_document(run, &wf);
+                let doc = match snapshot_document(
+                    run,
+                    &wf,
+                    cfg.conformance.provider_mocks_allowed_in(&ns),
+                ) {
+                    Ok(doc) => doc,
+                    Err(refused) => {
+                        let msg = refused.to_string();
+                        step.status.workflow = Some(wf.name_any());
+                        step.status.error = Some(RunError {
+                            code: refused.code().into(),
+                            message: msg.clone(),
+                        });
+                        let old = step.status.conditions.clone();
+                        set_condition(
+                            &mut step.status.conditions,
+                            condition(
+                                "Ready",
+                                false,
+                                refused.reason(),
+                                msg.clone(),
+                                generation,
+                                now,
+                                &old,
+                            ),
+                        );
+                        step.finish(
+                            RunPhase::Failed,
+                            now,
+                            generation,
+                            refused.reason(),
+                            msg.clone(),
+                        );
+                        step.event(EventType::Warning, refused.reason(), msg);
+                        return Ok(Action::await_change());
+                    }
+                };
                 let cm = snapshot_configmap(run, &doc);
                 let cm = cms
                     .patch(

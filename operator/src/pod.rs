@@ -290,6 +290,7 @@ mod tests {
                 timeout_seconds: Some(600),
                 answers: vec![],
                 cancel: None,
+                provider_mocks: Default::default(),
             },
         );
         r.metadata.namespace = Some("team-a".into());

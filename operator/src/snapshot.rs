@@ -24,8 +24,75 @@ pub enum SnapshotError {
     Json(#[from] serde_json::Error),
 }
 
-/// The snapshot document for `run` executing `workflow`.
-pub fn snapshot_document(run: &Run, workflow: &Workflow) -> Value {
+/// Why a Run cannot be snapshotted: the Run fails with [`Refused::reason`] and the message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refused {
+    #[error(
+        "spec.providerMocks is not allowed in namespace {namespace}: the operator's conformance.providerMockNamespaces (chart value conformance.providerMockNamespaces) does not list it; remove spec.providerMocks, or allow the namespace for testing"
+    )]
+    MocksNotAllowed { namespace: String },
+    #[error(
+        "spec.providerMocks.{node}: workflow {workflow} has no node `{node}` (its nodes: {known}); mock only nodes of the workflow"
+    )]
+    UnknownNode {
+        node: String,
+        workflow: String,
+        known: String,
+    },
+}
+
+impl Refused {
+    /// Condition reason and Event reason.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Refused::MocksNotAllowed { .. } => "ProviderMocksNotAllowed",
+            Refused::UnknownNode { .. } => "ProviderMocksInvalid",
+        }
+    }
+
+    /// `status.error.code`.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Refused::MocksNotAllowed { .. } => "provider_mocks_not_allowed",
+            Refused::UnknownNode { .. } => "provider_mocks_invalid",
+        }
+    }
+}
+
+/// Checks `spec.providerMocks` against the namespace gate and the workflow's nodes.
+fn check_provider_mocks(run: &Run, workflow: &Workflow, allowed: bool) -> Result<(), Refused> {
+    let mocks = &run.spec.provider_mocks;
+    if mocks.is_empty() {
+        return Ok(());
+    }
+    if !allowed {
+        return Err(Refused::MocksNotAllowed {
+            namespace: run.namespace().unwrap_or_default(),
+        });
+    }
+    let ids: Vec<&str> = workflow.spec.nodes.iter().map(|n| n.id.as_str()).collect();
+    if let Some(node) = mocks.keys().find(|k| !ids.contains(&k.as_str())) {
+        let mut known: Vec<&str> = ids.iter().copied().take(10).collect();
+        if ids.len() > 10 {
+            known.push("…");
+        }
+        return Err(Refused::UnknownNode {
+            node: node.clone(),
+            workflow: workflow.name_any(),
+            known: known.join(", "),
+        });
+    }
+    Ok(())
+}
+
+/// The snapshot document for `run` executing `workflow`. `mocks_allowed`: whether the
+/// operator allows `spec.providerMocks` in the run's namespace.
+pub fn snapshot_document(
+    run: &Run,
+    workflow: &Workflow,
+    mocks_allowed: bool,
+) -> Result<Value, Refused> {
+    check_provider_mocks(run, workflow, mocks_allowed)?;
     let providers: Vec<Value> = workflow
         .spec
         .providers
@@ -40,7 +107,7 @@ pub fn snapshot_document(run: &Run, workflow: &Workflow) -> Value {
             }),
         })
         .collect();
-    json!({
+    let mut doc = json!({
         "run": {
             "namespace": run.namespace(),
             "name": run.name_any(),
@@ -57,7 +124,16 @@ pub fn snapshot_document(run: &Run, workflow: &Workflow) -> Value {
         "inputs": run.spec.inputs.clone().unwrap_or_else(|| json!({})),
         "configurable": run.spec.configurable.clone().map(|c| serde_json::to_value(c).unwrap_or(Value::Null)).unwrap_or_else(|| json!({})),
         "answers": answers(run),
-    })
+    });
+    if !run.spec.provider_mocks.is_empty()
+        && let Some(obj) = doc.as_object_mut()
+    {
+        obj.insert(
+            "providerMocks".into(),
+            serde_json::to_value(&run.spec.provider_mocks).unwrap_or(Value::Null),
+        );
+    }
+    Ok(doc)
 }
 
 /// The run's answers, as written in the snapshot.
@@ -134,6 +210,7 @@ mod tests {
                 timeout_seconds: None,
                 answers: vec![],
                 cancel: None,
+                provider_mocks: Default::default(),
             },
         );
         r.metadata.namespace = Some("ns".into());
@@ -143,7 +220,7 @@ mod tests {
 
     #[test]
     fn snapshot_has_the_documented_shape() {
-        let doc = snapshot_document(&run(), &workflow("1"));
+        let doc = snapshot_document(&run(), &workflow("1"), false).unwrap();
         assert_eq!(
             doc["run"],
             json!({"namespace": "ns", "name": "r1", "uid": "ruid", "runId": "ruid"})
@@ -164,7 +241,7 @@ mod tests {
 
     #[test]
     fn the_project_schema_accepts_the_frozen_definition() {
-        let doc = snapshot_document(&run(), &workflow("1"));
+        let doc = snapshot_document(&run(), &workflow("1"), false).unwrap();
         openwop_protocol::schema::validate(
             openwop_protocol::schema::Document::WorkflowDefinition,
             &doc["workflow"],
@@ -174,7 +251,7 @@ mod tests {
 
     #[test]
     fn resume_refreshes_answers_but_keeps_the_frozen_workflow() {
-        let stored = snapshot_document(&run(), &workflow("1"));
+        let stored = snapshot_document(&run(), &workflow("1"), false).unwrap();
         let mut later = run();
         later.spec.answers.push(InterruptAnswer {
             interrupt_id: "i1".into(),
@@ -197,6 +274,50 @@ mod tests {
         assert_eq!(
             read_snapshot(&cm).unwrap_err().to_string(),
             "snapshot ConfigMap has no snapshot.json key"
+        );
+    }
+
+    #[test]
+    fn provider_mocks_are_copied_only_where_allowed() {
+        let mut r = run();
+        r.spec.provider_mocks = serde_json::from_value(json!({
+            "a": {"turns": [{"responses": [{"stopReason": "stop", "content": {"k": 1}, "delayMs": 100}]}]}
+        }))
+        .unwrap();
+        let doc = snapshot_document(&r, &workflow("1"), true).unwrap();
+        assert_eq!(
+            doc["providerMocks"],
+            json!({"a": {"turns": [{"responses": [{"stopReason": "stop", "content": {"k": 1}, "delayMs": 100}]}]}})
+        );
+        // Without mocks the key is absent.
+        let plain = snapshot_document(&run(), &workflow("1"), true).unwrap();
+        assert!(plain.get("providerMocks").is_none());
+
+        let e = snapshot_document(&r, &workflow("1"), false).unwrap_err();
+        assert_eq!(e.reason(), "ProviderMocksNotAllowed");
+        assert_eq!(e.code(), "provider_mocks_not_allowed");
+        assert!(
+            e.to_string().starts_with(
+                "spec.providerMocks is not allowed in namespace ns: the operator's conformance.providerMockNamespaces"
+            ),
+            "{e}"
+        );
+        // A run without mocks is never refused by the gate.
+        assert!(snapshot_document(&run(), &workflow("1"), false).is_ok());
+    }
+
+    #[test]
+    fn provider_mocks_for_an_unknown_node_are_refused_with_the_known_ones() {
+        let mut r = run();
+        r.spec.provider_mocks = serde_json::from_value(json!({
+            "b": {"responses": [{"stopReason": "stop"}]}
+        }))
+        .unwrap();
+        let e = snapshot_document(&r, &workflow("1"), true).unwrap_err();
+        assert_eq!(e.reason(), "ProviderMocksInvalid");
+        assert_eq!(
+            e.to_string(),
+            "spec.providerMocks.b: workflow triage has no node `b` (its nodes: a); mock only nodes of the workflow"
         );
     }
 }

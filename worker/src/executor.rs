@@ -9,7 +9,6 @@
 //! publishes no duplicate event.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -21,12 +20,10 @@ use openwop_protocol::events::{
 use openwop_protocol::outcome::Outcome;
 use openwop_protocol::pipeline::{self, Context, DedupStore, EnvelopeContract, HostPolicy};
 use openwop_protocol::redact::Redactor;
-use openwop_protocol::retry::{
-    Action, MockProgram, NlToFormat, NormalizedResponse, Router, RouterConfig,
-};
+use openwop_protocol::retry::{Action, NlToFormat, NormalizedResponse, Router, RouterConfig};
 use openwop_protocol::schema::{self, ValidationIssue};
 use openwop_protocol::workflow_check::MOCK_AGENT_TYPE_ID;
-use openwop_providers::{CompletionRequest, MockProvider, Provider};
+use openwop_providers::{CompletionRequest, MockProvider, MockScript, Provider};
 use serde_json::{Map, Value, json};
 
 use crate::eventlog::{LogError, Publisher, RunLog};
@@ -39,10 +36,9 @@ use crate::telemetry::SpanHandle;
 pub struct ExecConfig {
     /// Host opt-in for `core.conformance.mock-agent` outside `conformance-*` workflows.
     pub allow_mock_agent: bool,
-    /// Mock provider programs: node id → one program per clarification turn.
-    pub mock_programs: BTreeMap<String, Vec<MockProgram>>,
-    /// Test hook: every mock provider call is appended to this file as a JSON line.
-    pub mock_call_log: Option<PathBuf>,
+    /// Provider mocks (`Run.spec.providerMocks` via the snapshot): node id → one script per
+    /// clarification turn. A listed node calls the mock provider whatever its `provider`.
+    pub mock_programs: BTreeMap<String, Vec<MockScript>>,
     /// Real providers by name (`openai`, `anthropic`, …), built from the snapshot's mounts.
     pub providers: BTreeMap<String, Box<dyn Provider>>,
     /// `(secretId, value)` pairs redacted everywhere.
@@ -1039,7 +1035,21 @@ impl<'a, P: Publisher> Executor<'a, P> {
             for (i, a) in answers.iter().enumerate() {
                 user.push_str(&format!("\n\nAnswers to clarification {}:\n{a}", i + 1));
             }
-            let (provider, program_key): (&dyn Provider, String) = if provider_name == "mock" {
+            let mocked = self.cfg.mock_programs.get(id);
+            let (provider, program_key): (&dyn Provider, String) = if let Some(turns) = mocked {
+                let key = format!("{id}#{turn}");
+                if !self.mock.has_script(&key) {
+                    return Ok(NodeOutcome::Failed(error(
+                        "provider_error",
+                        format!(
+                            "providerMocks.{id} has {} program(s) but clarification turn {turn} needs one more: list one program per turn under providerMocks.{id}.turns",
+                            turns.len()
+                        ),
+                        false,
+                    )));
+                }
+                (&self.mock, key)
+            } else if provider_name == "mock" {
                 (&self.mock, format!("{id}#{turn}"))
             } else {
                 match self.cfg.providers.get(&provider_name) {
@@ -1144,6 +1154,11 @@ impl<'a, P: Publisher> Executor<'a, P> {
                         call_span.set_str("openwop.model", &model);
                         call_span.set_i64("openwop.call_attempt", i64::from(req.attempt));
                         call_span.set_i64("openwop.max_tokens", i64::from(req.max_tokens));
+                        if mocked.is_some() || provider_name == "mock" {
+                            // The record a test reads from the worker's log (events carry the same
+                            // call as `log.appended`, but a replay never republishes those).
+                            tracing::info!(key = %program_key, attempt = req.attempt, max_tokens = req.max_tokens, "mock provider call");
+                        }
                         let call = provider.complete(&request);
                         let timed = async {
                             match deadline {
@@ -1176,9 +1191,6 @@ impl<'a, P: Publisher> Executor<'a, P> {
                                 true,
                             )));
                         };
-                        if provider_name == "mock" {
-                            self.record_mock_call(&program_key, req.attempt, req.max_tokens);
-                        }
                         let response: NormalizedResponse = match result {
                             Ok(r) => r,
                             Err(e) => {
@@ -1363,20 +1375,6 @@ impl<'a, P: Publisher> Executor<'a, P> {
                         retryable: Some(false),
                     }));
                 }
-            }
-        }
-    }
-
-    fn record_mock_call(&self, key: &str, attempt: u32, max_tokens: u32) {
-        if let Some(path) = &self.cfg.mock_call_log {
-            use std::io::Write;
-            let line = json!({"key": key, "attempt": attempt, "maxTokens": max_tokens, "pid": std::process::id()});
-            if let Ok(mut f) = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(path)
-            {
-                let _ = writeln!(f, "{line}");
             }
         }
     }

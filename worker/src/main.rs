@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use openwop_protocol::redact::Redactor;
-use openwop_protocol::retry::MockProgram;
 use openwop_providers::{ProviderConfig, ProviderKind, build_provider};
 use openwop_worker::eventlog::{LogError, RunLog};
 use openwop_worker::executor::{ExecConfig, Executor, RunEnd, cancel_run};
@@ -59,38 +58,25 @@ fn load_secrets(snap: &Snapshot) -> Vec<(String, String)> {
     out
 }
 
-/// `OPENWOP_MOCK_PROGRAMS`: `{nodeId: MockProgram | [MockProgram per clarification turn]}`.
-fn load_mock_programs() -> anyhow::Result<BTreeMap<String, Vec<MockProgram>>> {
-    let Some(path) = env("OPENWOP_MOCK_PROGRAMS") else {
-        return Ok(BTreeMap::new());
-    };
-    let text = std::fs::read_to_string(&path)
-        .with_context(|| format!("reading OPENWOP_MOCK_PROGRAMS {path}"))?;
-    let raw: BTreeMap<String, Value> = serde_json::from_str(&text)
-        .with_context(|| format!("{path} must be an object of node id → mock program"))?;
-    raw.into_iter()
-        .map(|(node, v)| {
-            let programs = match v {
-                Value::Array(a) => a.into_iter().map(serde_json::from_value).collect::<Result<Vec<MockProgram>, _>>(),
-                v => serde_json::from_value(v).map(|p| vec![p]),
-            }
-            .with_context(|| format!("{path}: program of node `{node}` is not a mock program ({{\"responses\": [...]}})"))?;
-            Ok((node, programs))
-        })
-        .collect()
-}
-
-/// Real providers named by the snapshot's mounts, with the model the first node using them asks for.
+/// Real providers named by the snapshot's mounts, with the model the first node using them
+/// asks for. Nodes under `providerMocks` call the mock instead, so they need none.
 fn build_providers(
     snap: &Snapshot,
 ) -> anyhow::Result<BTreeMap<String, Box<dyn openwop_providers::Provider>>> {
     let mut out = BTreeMap::new();
-    let nodes = snap
+    let nodes: Vec<Value> = snap
         .workflow
         .get("nodes")
         .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter(|n| {
+            n.get("id")
+                .and_then(Value::as_str)
+                .is_none_or(|id| !snap.provider_mocks.contains_key(id))
+        })
         .cloned()
-        .unwrap_or_default();
+        .collect();
     for m in &snap.providers {
         let Ok(kind) = ProviderKind::parse(&m.provider) else {
             continue;
@@ -171,14 +157,13 @@ async fn run(stop: StopSignal, otel: &Otel) -> anyhow::Result<i32> {
     let secrets = load_secrets(&snap);
     let cfg = ExecConfig {
         allow_mock_agent: env("OPENWOP_CONFORMANCE_MOCK_AGENT").as_deref() == Some("true"),
-        mock_programs: match load_mock_programs() {
+        mock_programs: match snap.mock_scripts() {
             Ok(p) => p,
             Err(e) => {
-                tracing::error!(error = %format!("{e:#}"), "unusable mock programs");
+                tracing::error!(error = %e, "unusable provider mocks");
                 return Ok(EXIT_BAD_INPUT);
             }
         },
-        mock_call_log: env("OPENWOP_MOCK_CALL_LOG").map(Into::into),
         // A cancelled run calls no provider: build none.
         providers: match snap.cancel {
             true => BTreeMap::new(),

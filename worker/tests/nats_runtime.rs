@@ -70,12 +70,14 @@ fn drive(
             }
         }
         starts += 1;
-        let mut child = files
-            .command(url)
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
-        let pid = child.id();
+        let mut child = files.command(url).spawn().unwrap();
+        // Drained on a thread so a chatty worker never blocks on a full pipe.
+        let mut pipe = child.stderr.take().unwrap();
+        let reader = std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = std::io::Read::read_to_string(&mut pipe, &mut s);
+            s
+        });
         let code = match kill_after() {
             Some(ms) => {
                 std::thread::sleep(Duration::from_millis(ms));
@@ -91,14 +93,13 @@ fn drive(
             }
             None => child.wait().unwrap().code(),
         };
-        for c in files.calls() {
-            if c["pid"].as_u64() == Some(pid as u64) {
-                let key = c["key"].as_str().unwrap();
-                assert!(
-                    !finished.contains(key),
-                    "provider call for finished emission {key} repeated"
-                );
-            }
+        let stderr = reader.join().unwrap();
+        for c in files.record_calls(&stderr) {
+            let key = c["key"].as_str().unwrap();
+            assert!(
+                !finished.contains(key),
+                "provider call for finished emission {key} repeated"
+            );
         }
         match code {
             None => continue,

@@ -169,3 +169,82 @@ fn cancel_while_running_and_at_start_records_run_cancelled_only() {
     assert_eq!(types(&only), ["run.cancelled"]);
     assert_eq!(only[0]["sequence"], 0);
 }
+
+#[test]
+fn provider_mocks_replace_the_configured_provider_and_delay_holds_the_call() {
+    let nats = NatsServer::start();
+    let (files, llm) = setup("mocked");
+    files.set_snapshot_field(
+        "providerMocks",
+        json!({"p": {"responses": [{"stopReason": "stop", "delayMs": 60000,
+            "content": {"type": "vendor.acme.note", "payload": {"text": "mocked"}}}]}}),
+    );
+    // The delayed step holds the call in flight: SIGTERM stops it there (exit 143).
+    let mut child = files
+        .command(&nats.url())
+        .env("OPENWOP_PROVIDER_OPENAI_COMPATIBLE_BASE_URL", &llm.base)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(
+        wait_for(
+            || read_raw(&nats.url(), &files.subject())
+                .iter()
+                .any(|e| e["type"] == "log.appended" && e["payload"]["fields"]["attempt"] == 1),
+            Duration::from_secs(20)
+        ),
+        "the mocked call never started"
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the delay holds the call"
+    );
+    // SAFETY: signalling our own child process by its pid.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
+    assert_eq!(
+        child.wait().unwrap().code(),
+        Some(openwop_worker::EXIT_STOPPED)
+    );
+    // Without the delay the run completes from the mock; the real endpoint is never called.
+    files.set_snapshot_field(
+        "providerMocks",
+        json!({"p": {"responses": [{"stopReason": "stop",
+            "content": {"type": "vendor.acme.note", "payload": {"text": "mocked"}}}]}}),
+    );
+    let out = files
+        .command(&nats.url())
+        .env("OPENWOP_PROVIDER_OPENAI_COMPATIBLE_BASE_URL", &llm.base)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let all = read_raw(&nats.url(), &files.subject());
+    assert_eq!(
+        all.last().unwrap()["payload"]["outputs"]["z"]["output"]["text"],
+        "mocked"
+    );
+    assert_eq!(llm.request_count(), 0, "the configured provider was called");
+    let calls = files.record_calls(&String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        calls,
+        [json!({"key": "p#0", "attempt": 1, "maxTokens": 1024})]
+    );
+
+    // Unusable mocks: refused before anything is published, with the JSON Pointer.
+    let (bad, _llm) = setup("bad-mocks");
+    bad.set_snapshot_field(
+        "providerMocks",
+        json!({"p": {"responses": [{"stopReason": "stop", "delayMs": "soon"}]}}),
+    );
+    let (code, stderr) = bad.run(&nats.url());
+    assert_eq!(code, openwop_worker::EXIT_BAD_INPUT);
+    assert!(
+        stderr.contains("/providerMocks/p/responses/0/delayMs"),
+        "{stderr}"
+    );
+}

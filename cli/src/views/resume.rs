@@ -224,6 +224,7 @@ mod tests {
                 timeout_seconds: None,
                 answers: vec![],
                 cancel: None,
+                provider_mocks: Default::default(),
             },
         );
         run.metadata.resource_version = Some("42".into());

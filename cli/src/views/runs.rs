@@ -291,6 +291,7 @@ mod tests {
                 timeout_seconds: None,
                 answers: vec![],
                 cancel: None,
+                provider_mocks: Default::default(),
             },
         );
         run.metadata.namespace = Some("team-a".into());

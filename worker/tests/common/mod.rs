@@ -103,6 +103,8 @@ pub struct RunFiles {
     pub dir: tempfile::TempDir,
     pub namespace: String,
     pub name: String,
+    /// Mock provider calls seen in the stderr of every worker run so far, in order.
+    calls: std::sync::Mutex<Vec<Value>>,
 }
 
 impl RunFiles {
@@ -118,9 +120,10 @@ impl RunFiles {
             dir,
             namespace: "ns".into(),
             name: name.into(),
+            calls: Default::default(),
         };
         f.write_snapshot(run_id, &workflow, &inputs, &serde_json::json!([]));
-        std::fs::write(f.path("programs.json"), programs.to_string()).unwrap();
+        f.set_snapshot_field("providerMocks", provider_mocks(&programs));
         std::fs::create_dir_all(f.path("secrets")).unwrap();
         f
     }
@@ -152,8 +155,6 @@ impl RunFiles {
         c.env("OPENWOP_SNAPSHOT", self.path("snapshot.json"))
             .env("OPENWOP_NATS_URL", url)
             .env("OPENWOP_EVENTS_STREAM", "OPENWOP_EVENTS")
-            .env("OPENWOP_MOCK_PROGRAMS", self.path("programs.json"))
-            .env("OPENWOP_MOCK_CALL_LOG", self.path("calls.jsonl"))
             .env("OPENWOP_TERMINATION_LOG", self.path("termination.json"))
             .env("OPENWOP_SECRETS_DIR", self.path("secrets"))
             .env_remove("OPENWOP_RUN_NAMESPACE")
@@ -168,24 +169,51 @@ impl RunFiles {
     /// Runs the worker to its end; returns (exit code, stderr).
     pub fn run(&self, url: &str) -> (i32, String) {
         let out = self.command(url).output().expect("run worker");
-        (
-            out.status.code().unwrap_or(-1),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        self.record_calls(&stderr);
+        (out.status.code().unwrap_or(-1), stderr)
     }
 
+    /// The mock provider calls one worker logged (`{"key", "attempt", "maxTokens"}`), also
+    /// added to [`RunFiles::calls`].
+    pub fn record_calls(&self, stderr: &str) -> Vec<Value> {
+        let calls: Vec<Value> = stderr
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|l| l["fields"]["message"] == "mock provider call")
+            .map(|l| {
+                let f = &l["fields"];
+                serde_json::json!({"key": f["key"], "attempt": f["attempt"], "maxTokens": f["max_tokens"]})
+            })
+            .collect();
+        self.calls.lock().unwrap().extend(calls.iter().cloned());
+        calls
+    }
     pub fn termination(&self) -> Value {
         serde_json::from_str(&std::fs::read_to_string(self.path("termination.json")).unwrap())
             .unwrap()
     }
 
     pub fn calls(&self) -> Vec<Value> {
-        std::fs::read_to_string(self.path("calls.jsonl"))
-            .unwrap_or_default()
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect()
+        self.calls.lock().unwrap().clone()
     }
+}
+
+/// Test programs `{node: program | [program per turn]}` as the snapshot's `providerMocks`.
+pub fn provider_mocks(programs: &Value) -> Value {
+    let Some(m) = programs.as_object() else {
+        return programs.clone();
+    };
+    m.iter()
+        .map(|(node, p)| {
+            let v = match p {
+                Value::Array(turns) => serde_json::json!({"turns": turns}),
+                p => p.clone(),
+            };
+            (node.clone(), v)
+        })
+        .collect::<serde_json::Map<_, _>>()
+        .into()
 }
 
 pub fn rt() -> tokio::runtime::Runtime {
