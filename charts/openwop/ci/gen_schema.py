@@ -116,7 +116,11 @@ schema = {
                           "promptDirective": {"enum": ["mandatory", "advisory", "off"]}}),
         "envelopeStrictness": {"enum": ["warn", "strict"]},
         "tierOneSubsetCompliance": {"enum": ["strict", "warn", "off"]},
-        "conformance": obj({"mockAgentNamespaces": {"type": "array", "items": {"type": "string", "minLength": 1}}}),
+        "conformance": obj({
+            "mockAgentNamespaces": {"type": "array", "items": {"type": "string", "minLength": 1}},
+            "providerMockNamespaces": {"type": "array", "items": {
+                "type": "string", "pattern": "^(\\*|[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?|[a-z0-9][-a-z0-9]{0,61}\\*)$"}},
+        }),
         "nodeTypes": {"type": "array", "items": obj({
             "typeId": {"type": "string", "minLength": 1},
             "configSchema": {"type": ["object", "boolean"]},
