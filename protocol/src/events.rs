@@ -516,10 +516,18 @@ payload_type!(AgentDecided => AgentDecided);
 /// SHA-256. The step key names the logical step (e.g. `corr-1/clarification.requested`),
 /// so re-executing the step after a crash yields the same id.
 pub fn event_id_for(run_id: &str, step_key: &str) -> String {
+    event_id_for_parts(run_id, &[step_key])
+}
+
+/// [`event_id_for`] with the step key given as consecutive parts (the same
+/// id as their concatenation), so hot callers need not build the key.
+pub(crate) fn event_id_for_parts(run_id: &str, step_key: &[&str]) -> String {
     let mut h = Sha256::new();
     h.update(run_id.as_bytes());
     h.update([0u8]);
-    h.update(step_key.as_bytes());
+    for part in step_key {
+        h.update(part.as_bytes());
+    }
     hex_id("evt-", &h.finalize(), 40)
 }
 
@@ -577,9 +585,19 @@ impl EventFactory {
         timestamp: &str,
         payload: &P,
     ) -> RunEventDoc {
+        self.emit_at(&[step_key], timestamp, payload)
+    }
+
+    /// [`Self::emit`] with the step key in parts (see [`event_id_for_parts`]).
+    pub(crate) fn emit_at<P: EventPayload>(
+        &mut self,
+        step_key: &[&str],
+        timestamp: &str,
+        payload: &P,
+    ) -> RunEventDoc {
         // Payload types are plain structs of strings, numbers and Values: serialising cannot fail.
         let value = serde_json::to_value(payload).unwrap_or(Value::Null);
-        self.emit_value(step_key, timestamp, P::EVENT_TYPE, value)
+        self.emit_value_at(step_key, timestamp, P::EVENT_TYPE, value)
     }
 
     /// Builds the next event from an untyped payload (for types without a payload struct).
@@ -590,10 +608,21 @@ impl EventFactory {
         event_type: EventType,
         payload: Value,
     ) -> RunEventDoc {
+        self.emit_value_at(&[step_key], timestamp, event_type, payload)
+    }
+
+    /// [`Self::emit_value`] with the step key in parts (see [`event_id_for_parts`]).
+    pub(crate) fn emit_value_at(
+        &mut self,
+        step_key: &[&str],
+        timestamp: &str,
+        event_type: EventType,
+        payload: Value,
+    ) -> RunEventDoc {
         let sequence = self.next_sequence;
         self.next_sequence += 1;
         RunEventDoc {
-            event_id: event_id_for(&self.run_id, step_key),
+            event_id: event_id_for_parts(&self.run_id, step_key),
             run_id: self.run_id.clone(),
             event_type,
             payload,

@@ -2,6 +2,8 @@
 //! OpenWOP v1 wire contract.
 
 use std::fmt;
+use std::ops::Deref;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -164,7 +166,7 @@ pub struct Accepted {
     pub recorded_event_ids: Vec<String>,
     pub normalized_meta: NormalizedMeta,
     /// The payload as it must be persisted: secrets replaced by `[REDACTED:<secretId>]`.
-    pub redacted_payload: Value,
+    pub redacted_payload: SharedValue,
     pub redaction_count: u64,
     /// True when this outcome was served from the correlationId dedup store.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -172,6 +174,57 @@ pub struct Accepted {
     /// Non-blocking findings, e.g. `envelope_schema_version_drift`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<Detail>,
+}
+
+/// An immutable JSON value behind a reference count: the accepted payload is
+/// held by the caller's outcome and by the dedup store's replay copy, and
+/// cloning it must not copy the tree. Reads go through `Deref<Target = Value>`;
+/// it serialises exactly as the value.
+#[derive(Clone, PartialEq, Default)]
+pub struct SharedValue(Arc<Value>);
+
+impl SharedValue {
+    /// The value itself (copied only if another holder still shares it).
+    pub fn into_value(self) -> Value {
+        Arc::try_unwrap(self.0).unwrap_or_else(|shared| (*shared).clone())
+    }
+}
+
+impl Deref for SharedValue {
+    type Target = Value;
+    fn deref(&self) -> &Value {
+        &self.0
+    }
+}
+
+impl From<Value> for SharedValue {
+    fn from(v: Value) -> Self {
+        SharedValue(Arc::new(v))
+    }
+}
+
+impl PartialEq<Value> for SharedValue {
+    fn eq(&self, other: &Value) -> bool {
+        *self.0 == *other
+    }
+}
+
+impl fmt::Debug for SharedValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+impl Serialize for SharedValue {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for SharedValue {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Value::deserialize(d).map(SharedValue::from)
+    }
 }
 
 /// Which gate refused, in pipeline order.

@@ -49,6 +49,9 @@ pub const FALLBACK_MARKER: &str = "[REDACTED]";
 /// Redaction passes over one string before falling back to [`FALLBACK_MARKER`].
 const MAX_PASSES: usize = 4;
 
+/// Nesting levels [`Redactor::redact_value`] walks by recursion.
+const INLINE_DEPTH: usize = 32;
+
 /// Why a secret set was refused by [`Redactor::try_new`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RedactorError {
@@ -273,9 +276,38 @@ impl Redactor {
         n
     }
 
-    /// Redacts every string leaf and every object key of `v`, at any depth,
-    /// without recursion. Returns the number of replacements.
+    /// Redacts every string leaf and every object key of `v`, at any depth.
+    /// Returns the number of replacements.
     pub fn redact_value(&self, v: &mut Value) -> usize {
+        self.redact_nested(v, 0)
+    }
+
+    /// Recursion for the first [`INLINE_DEPTH`] levels (typical payloads
+    /// allocate nothing), then [`Self::redact_deep`]'s heap stack, so hostile
+    /// nesting cannot overflow the call stack.
+    fn redact_nested(&self, v: &mut Value, depth: usize) -> usize {
+        if depth >= INLINE_DEPTH {
+            return self.redact_deep(v);
+        }
+        match v {
+            Value::String(s) => self.redact_in_place(s),
+            Value::Array(items) => items
+                .iter_mut()
+                .map(|item| self.redact_nested(item, depth + 1))
+                .sum(),
+            Value::Object(map) => {
+                let mut count = self.redact_keys(map);
+                for child in map.values_mut() {
+                    count += self.redact_nested(child, depth + 1);
+                }
+                count
+            }
+            Value::Null | Value::Bool(_) | Value::Number(_) => 0,
+        }
+    }
+
+    /// The walk without recursion, for values nested deeper than [`INLINE_DEPTH`].
+    fn redact_deep(&self, v: &mut Value) -> usize {
         let mut count = 0;
         let mut stack: Vec<&mut Value> = vec![v];
         while let Some(node) = stack.pop() {

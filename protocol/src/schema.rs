@@ -205,9 +205,11 @@ pub fn validate_kind_payload(
     kind: &str,
     payload: &Value,
 ) -> Option<Result<(), Vec<ValidationIssue>>> {
-    KIND_VALIDATORS
-        .get(kind)
-        .map(|validator| run_validator(validator, payload))
+    // Seven names: a scan is cheaper than hashing the kind.
+    KINDS
+        .iter()
+        .position(|k| *k == kind)
+        .map(|i| run_validator(&KIND_VALIDATORS[i], payload))
 }
 
 /// Run-event types this project emits; each has `events/<type>.schema.json`.
@@ -386,15 +388,11 @@ static DOCUMENT_VALIDATORS: LazyLock<HashMap<Document, Validator>> = LazyLock::n
         .collect()
 });
 
-static KIND_VALIDATORS: LazyLock<HashMap<&'static str, Validator>> = LazyLock::new(|| {
+/// One validator per entry of [`KINDS`], same order.
+static KIND_VALIDATORS: LazyLock<Vec<Validator>> = LazyLock::new(|| {
     KINDS
         .iter()
-        .map(|&kind| {
-            (
-                kind,
-                build_embedded(&format!("envelopes/{kind}.schema.json")),
-            )
-        })
+        .map(|kind| build_embedded(&format!("envelopes/{kind}.schema.json")))
         .collect()
 });
 
@@ -714,26 +712,16 @@ fn truncate(mut s: String) -> String {
 
 /// True when `value` nests deeper than `max` containers. Iterative, so it is safe on any input.
 fn depth_exceeds(value: &Value, max: usize) -> bool {
-    fn is_container(v: &Value) -> bool {
-        matches!(v, Value::Array(_) | Value::Object(_))
-    }
-    // Only containers go on the stack (leaves add no depth), with no per-node allocation.
-    let mut stack: Vec<(&Value, usize)> = Vec::new();
-    if is_container(value) {
-        stack.push((value, 1));
-    }
-    while let Some((node, depth)) = stack.pop() {
-        if depth > max {
-            return true;
+    // Recursion over containers only (leaves add no depth); it stops one level
+    // past `max`, so the stack stays bounded, and nothing is allocated.
+    fn deeper(v: &Value, depth: usize, max: usize) -> bool {
+        match v {
+            Value::Array(items) => depth > max || items.iter().any(|c| deeper(c, depth + 1, max)),
+            Value::Object(map) => depth > max || map.values().any(|c| deeper(c, depth + 1, max)),
+            _ => false,
         }
-        let children: &mut dyn Iterator<Item = &Value> = match node {
-            Value::Array(items) => &mut items.iter(),
-            Value::Object(map) => &mut map.values(),
-            _ => continue,
-        };
-        stack.extend(children.filter(|c| is_container(c)).map(|c| (c, depth + 1)));
     }
-    false
+    deeper(value, 1, max)
 }
 
 #[cfg(test)]

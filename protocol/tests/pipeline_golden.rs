@@ -342,7 +342,6 @@ fn run_cases() -> Vec<(String, Value)> {
         &mut store,
         none,
     );
-    drop(case);
     let p = accept_bytes(
         b"{\"type\":\xff}",
         &Context::new(&host, &redactor, "node-1", TS),

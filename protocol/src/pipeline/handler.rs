@@ -29,7 +29,8 @@ pub(crate) fn project(
     events: &mut EventFactory,
 ) -> Vec<RunEventDoc> {
     let node = ctx.redactor.redact_str(ctx.node_id).0.into_owned();
-    let key = |t: &str| [corr, "/handler/", t].concat();
+    // Event ids hash the step key `<corr>/handler/<event type>` in parts.
+    let key = |t: &'static str| [corr, "/handler/", t];
     let str_field = |f: &str| {
         payload
             .get(f)
@@ -71,13 +72,13 @@ pub(crate) fn project(
             );
             interrupt.insert("payload".to_owned(), Value::Object(inner));
             vec![
-                events.emit_value(
+                events.emit_value_at(
                     &key("clarification.requested"),
                     ctx.timestamp,
                     EventType::ClarificationRequested,
                     Value::Object(requested),
                 ),
-                events.emit_value(
+                events.emit_value_at(
                     &key("interrupt.requested"),
                     ctx.timestamp,
                     EventType::InterruptRequested,
@@ -91,7 +92,7 @@ pub(crate) fn project(
             } else {
                 "the model acknowledged an envelope schema"
             };
-            vec![events.emit(
+            vec![events.emit_at(
                 &key("log.appended"),
                 ctx.timestamp,
                 &LogAppended {
@@ -103,7 +104,7 @@ pub(crate) fn project(
             )]
         }
         "error" => vec![
-            events.emit(
+            events.emit_at(
                 &key("log.appended"),
                 ctx.timestamp,
                 &LogAppended {

@@ -36,7 +36,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use crate::envelope::{AiEnvelope, ContentTrust};
+use crate::envelope::ContentTrust;
 use crate::events::{EventFactory, RunEventDoc};
 use crate::outcome::{Accepted, NormalizedMeta, Outcome};
 use crate::redact::Redactor;
@@ -247,43 +247,58 @@ fn run(
     store: &mut DedupStore,
     events: &mut EventFactory,
 ) -> Processed {
-    let env = match shape::check(value) {
+    let mut env = match shape::check(value) {
         Ok(env) => env,
         Err(o) => return finish(o, Vec::new(), recovery, None, ctx),
     };
-    let kind = Some(env.kind.clone());
     // The dedup key and causationId are the redacted correlationId, so a secret
-    // pasted into an id never reaches the log.
-    let corr = ctx.redactor.redact_str(&env.correlation_id).0.into_owned();
+    // pasted into an id never reaches the log. Moved out of `env` (no copy):
+    // every later step takes `corr`.
+    let mut corr = std::mem::take(&mut env.correlation_id);
+    ctx.redactor.redact_in_place(&mut corr);
     let trust = trust::resolve(&env, ctx);
 
     if let Err(o) = kind::check(&env, ctx.host) {
-        return finish(o, Vec::new(), recovery, kind, ctx);
+        return finish(o, Vec::new(), recovery, Some(env.kind), ctx);
     }
     let warnings = match payload::check(&env, ctx.host) {
         Ok(w) => w,
-        Err(o) => return finish(o, Vec::new(), recovery, kind, ctx),
+        Err(o) => return finish(o, Vec::new(), recovery, Some(env.kind), ctx),
     };
     if let Err((o, evs)) = contract::check(&env, ctx, &corr, trust, events) {
-        return decided(finish(o, evs, recovery, kind, ctx), &corr, &env, store);
+        return decided(
+            finish(o, evs, recovery, None, ctx),
+            &corr,
+            env.kind,
+            ctx,
+            store,
+        );
     }
     if let Err((o, evs)) = limits::check(&env, ctx, &corr, trust, events) {
-        return decided(finish(o, evs, recovery, kind, ctx), &corr, &env, store);
+        return decided(
+            finish(o, evs, recovery, None, ctx),
+            &corr,
+            env.kind,
+            ctx,
+            store,
+        );
     }
-    let mut env = env;
     let mut redacted = std::mem::take(&mut env.payload);
     let redaction_count = redaction::apply(&mut redacted, ctx.redactor);
     if let Err(o) = trust::check(trust, ctx) {
-        return finish(o, Vec::new(), recovery, kind, ctx);
+        return finish(o, Vec::new(), recovery, Some(env.kind), ctx);
     }
     match dedup::lookup(store, &corr, &env.kind) {
         dedup::Lookup::Fresh => {}
         dedup::Lookup::Replay(o) | dedup::Lookup::Conflict(o) => {
-            return finish(o, Vec::new(), recovery, kind, ctx);
+            return finish(o, Vec::new(), recovery, Some(env.kind), ctx);
         }
     }
-    let envelope_id = match &env.envelope_id {
-        Some(id) => ctx.redactor.redact_str(id).0.into_owned(),
+    let envelope_id = match env.envelope_id.take() {
+        Some(mut id) => {
+            ctx.redactor.redact_in_place(&mut id);
+            id
+        }
         None => envelope_id_for(events.run_id(), &corr),
     };
     let docs = handler::project(&env, &redacted, &envelope_id, ctx, &corr, trust, events);
@@ -293,25 +308,29 @@ fn run(
         normalized_meta: NormalizedMeta {
             content_trust: trust,
         },
-        redacted_payload: redacted,
+        redacted_payload: redacted.into(),
         redaction_count,
         replayed: false,
         warnings,
     });
     // The handler builds its events from redacted text only (see `handler`),
     // so they skip the final walk; the outcome still gets it.
-    let processed = finish_outcome(outcome, docs, recovery, kind, ctx);
-    decided(processed, &corr, &env, store)
+    let processed = finish_outcome(outcome, docs, recovery, None, ctx);
+    decided(processed, &corr, env.kind, ctx, store)
 }
 
-/// A decision about a well-formed envelope, already finished: recorded for replay.
+/// A decision about a well-formed envelope, already finished: recorded for
+/// replay under its (unredacted) kind; `Processed::kind` gets the redacted one.
 fn decided(
-    processed: Processed,
+    mut processed: Processed,
     corr: &str,
-    env: &AiEnvelope,
+    mut kind: String,
+    ctx: &Context<'_>,
     store: &mut DedupStore,
 ) -> Processed {
-    store.record(corr, &env.kind, &processed.outcome);
+    store.record(corr, &kind, &processed.outcome);
+    ctx.redactor.redact_in_place(&mut kind);
+    processed.kind = Some(kind);
     processed
 }
 
