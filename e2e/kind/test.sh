@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs the e2e suite against the kind cluster made by up.sh. NATS is reached through a
-# port-forward. Extra arguments go to `cargo test` (e.g. a test name filter).
+# Runs the portable e2e suite (e2e/tests/journeys.rs) against the kind cluster made by up.sh,
+# in attach mode: the journeys use the release up.sh installed and reach NATS through a
+# port-forward. Extra arguments go to the test binary (e.g. a journey name filter).
 set -euo pipefail
 # shellcheck source=e2e/kind/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -16,12 +17,25 @@ nats_svc="$(kubectl -n "$NAMESPACE" get svc \
 [ -n "$nats_svc" ] || die "no NATS Service of release $RELEASE in $NAMESPACE (chart installed with nats.enabled?)"
 
 log "port-forwarding svc/$nats_svc to 127.0.0.1:$NATS_LOCAL_PORT"
-kubectl -n "$NAMESPACE" port-forward "svc/$nats_svc" "$NATS_LOCAL_PORT:4222" >"$STATE_DIR/port-forward.log" 2>&1 &
-pf_pid=$!
-trap 'kill "$pf_pid" 2>/dev/null || true' EXIT
+# Restarted when it exits: a journey restarts the NATS pod, which ends a port-forward.
+(
+  while true; do
+    kubectl -n "$NAMESPACE" port-forward "svc/$nats_svc" "$NATS_LOCAL_PORT:4222" >>"$STATE_DIR/port-forward.log" 2>&1 || true
+    sleep 1
+  done
+) &
+pf_loop=$!
+stop_port_forward() {
+  # The loop's subshell, then the kubectl it runs (its child).
+  local kids
+  kids="$(pgrep -P "$pf_loop" 2>/dev/null || true)"
+  kill "$pf_loop" 2>/dev/null || true
+  [ -z "$kids" ] || kill $kids 2>/dev/null || true
+}
+trap stop_port_forward EXIT
 for _ in $(seq 1 50); do
   if (exec 3<>"/dev/tcp/127.0.0.1/$NATS_LOCAL_PORT") 2>/dev/null; then break; fi
-  kill -0 "$pf_pid" 2>/dev/null || die "port-forward exited: $(cat "$STATE_DIR/port-forward.log")"
+  kill -0 "$pf_loop" 2>/dev/null || die "port-forward loop exited: $(tail -n 5 "$STATE_DIR/port-forward.log")"
   sleep 0.2
 done
 
@@ -29,8 +43,12 @@ done
 export OPENWOP_E2E_KUBECONFIG="$KIND_KUBECONFIG"
 export OPENWOP_E2E_NATS_URL="nats://127.0.0.1:$NATS_LOCAL_PORT"
 export OPENWOP_E2E_NAMESPACE="$E2E_NAMESPACE"
+export OPENWOP_E2E_RELEASE="$RELEASE"
+export OPENWOP_E2E_RELEASE_NAMESPACE="$NAMESPACE"
 export OPENWOP_NATS_URL="$OPENWOP_E2E_NATS_URL"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/openwop/target}"
-log "running the e2e suite"
 cd "$ROOT"
-cargo test -p openwop-e2e "$@"
+# The journeys read events with the CLI.
+cargo build -p kubectl-openwop
+log "running the portable journeys"
+cargo test -p openwop-e2e --test journeys -- --test-threads=1 "$@"

@@ -1,7 +1,10 @@
-//! Test helper: start (or attach to) the local mini-cluster and get a `kube::Client`.
+//! Test helper: start (or attach to) the local mini-cluster, or attach to any other cluster,
+//! and get a `kube::Client`.
 //!
 //! `cluster()` runs `e2e/cluster/cluster.sh up`, which is idempotent and serialised by a file
 //! lock in the state directory, so any number of tests and test binaries may call it at once.
+//! With `OPENWOP_E2E_KUBECONFIG` set it attaches instead (attach mode, e.g. kind through
+//! `e2e/kind/test.sh`): no cluster.sh, no node agent; NATS is `OPENWOP_E2E_NATS_URL`.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -35,6 +38,10 @@ pub enum ClusterError {
     Client { path: PathBuf, source: kube::Error },
     #[error("the cluster helper task failed: {0}")]
     Join(#[from] tokio::task::JoinError),
+    #[error(
+        "attach mode (OPENWOP_E2E_KUBECONFIG={kubeconfig}) needs OPENWOP_E2E_NATS_URL: the URL at which this machine reaches the release's NATS (e.g. a kubectl port-forward, as e2e/kind/test.sh sets up)"
+    )]
+    NoNatsUrl { kubeconfig: PathBuf },
 }
 
 /// Where and how the mini-cluster runs. `Default` reads the environment.
@@ -47,11 +54,18 @@ pub struct ClusterOptions {
     /// The node agent to start when none runs yet (`OPENWOP_NODE_AGENT_BIN`). Integration
     /// tests of this crate pass `env!("CARGO_BIN_EXE_openwop-node-agent")`.
     pub node_agent_bin: Option<PathBuf>,
+    /// `OPENWOP_E2E_KUBECONFIG`: attach to this cluster instead of the mini-cluster.
+    pub attach_kubeconfig: Option<PathBuf>,
+    /// `OPENWOP_E2E_NATS_URL`: the NATS URL in attach mode.
+    pub attach_nats_url: Option<String>,
 }
 
 impl Default for ClusterOptions {
     fn default() -> Self {
+        let var = |n: &str| std::env::var(n).ok().filter(|v| !v.is_empty());
         Self {
+            attach_kubeconfig: var("OPENWOP_E2E_KUBECONFIG").map(PathBuf::from),
+            attach_nats_url: var("OPENWOP_E2E_NATS_URL"),
             state_dir: std::env::var_os("OPENWOP_STATE_DIR").map(PathBuf::from),
             port_offset: std::env::var("OPENWOP_PORT_OFFSET")
                 .ok()
@@ -62,15 +76,33 @@ impl Default for ClusterOptions {
     }
 }
 
-/// A running mini-cluster.
+/// A running cluster: the local mini-cluster, or an attached one.
 #[derive(Clone)]
 pub struct Cluster {
-    /// Client with cluster-admin rights (system:masters).
+    /// Client with the kubeconfig's rights (cluster-admin on the mini-cluster).
     pub client: Client,
     pub kubeconfig: PathBuf,
-    /// `nats://127.0.0.1:<port>` of the JetStream-enabled nats-server.
+    /// NATS as this machine reaches it (`nats://127.0.0.1:<port>` on the mini-cluster).
     pub nats_url: String,
+    /// The mini-cluster's state directory (meaningless in attach mode).
     pub state_dir: PathBuf,
+    /// True for the local mini-cluster (node agent, host processes, cluster.sh); false in
+    /// attach mode.
+    pub local: bool,
+}
+
+impl Cluster {
+    /// For tests that need the mini-cluster's node agent or host processes: true (and the
+    /// reason printed) when `test` must be skipped because this is an attached cluster.
+    pub fn skip_unless_local(&self, test: &str, needs: &str) -> bool {
+        if !self.local {
+            eprintln!(
+                "SKIPPED {test}: needs {needs}, which only the local mini-cluster has (attach mode: OPENWOP_E2E_KUBECONFIG={})",
+                self.kubeconfig.display()
+            );
+        }
+        !self.local
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -183,13 +215,30 @@ fn up_once(opts: &ClusterOptions) -> Result<Exports, ClusterError> {
     Ok(exports)
 }
 
-/// Starts the cluster described by the environment (or attaches to the running one).
+/// Starts the mini-cluster described by the environment (or attaches to the running one), or
+/// attaches to `OPENWOP_E2E_KUBECONFIG`'s cluster.
 pub async fn cluster() -> Result<Cluster, ClusterError> {
     cluster_with(ClusterOptions::default()).await
 }
 
 pub async fn cluster_with(opts: ClusterOptions) -> Result<Cluster, ClusterError> {
     let state_dir = opts.state_dir();
+    if let Some(kubeconfig) = opts.attach_kubeconfig.clone() {
+        let nats_url = opts
+            .attach_nats_url
+            .clone()
+            .ok_or_else(|| ClusterError::NoNatsUrl {
+                kubeconfig: kubeconfig.clone(),
+            })?;
+        let client = client_for(&kubeconfig).await?;
+        return Ok(Cluster {
+            client,
+            kubeconfig,
+            nats_url,
+            state_dir,
+            local: false,
+        });
+    }
     let exports = tokio::task::spawn_blocking(move || up_once(&opts)).await??;
     let client = client_for(&exports.kubeconfig).await?;
     Ok(Cluster {
@@ -197,6 +246,7 @@ pub async fn cluster_with(opts: ClusterOptions) -> Result<Cluster, ClusterError>
         kubeconfig: exports.kubeconfig,
         nats_url: exports.nats_url,
         state_dir,
+        local: true,
     })
 }
 
@@ -240,5 +290,26 @@ mod tests {
             parse_exports("nothing"),
             Err(ClusterError::NoKubeconfig)
         ));
+    }
+
+    #[tokio::test]
+    async fn attach_mode_needs_a_nats_url_and_starts_nothing() {
+        let opts = ClusterOptions {
+            attach_kubeconfig: Some("/nonexistent/kubeconfig".into()),
+            attach_nats_url: None,
+            ..Default::default()
+        };
+        let e = cluster_with(opts.clone()).await.err().unwrap();
+        assert!(matches!(e, ClusterError::NoNatsUrl { .. }), "{e}");
+        assert!(e.to_string().contains("OPENWOP_E2E_NATS_URL"), "{e}");
+        // With a URL it reads the kubeconfig (no cluster.sh): a missing file is the error.
+        let e = cluster_with(ClusterOptions {
+            attach_nats_url: Some("nats://127.0.0.1:1".into()),
+            ..opts
+        })
+        .await
+        .err()
+        .unwrap();
+        assert!(matches!(e, ClusterError::Kubeconfig { .. }), "{e}");
     }
 }

@@ -73,6 +73,9 @@ async fn up_up_down_up_down_leaves_nothing_running() {
         state_dir: Some(state.clone()),
         port_offset: 1000,
         node_agent_bin: Some(env!("CARGO_BIN_EXE_openwop-node-agent").into()),
+        // Its own mini-cluster, whatever OPENWOP_E2E_KUBECONFIG says.
+        attach_kubeconfig: None,
+        attach_nats_url: None,
     };
     let _guard = Down(opts.clone());
     let blocking = |sub: &'static str| {

@@ -25,7 +25,9 @@ fn sh_pod(name: &str, script: &str, restart: &str) -> serde_json::Value {
 
 #[tokio::test]
 async fn deployment_runs_a_process_and_gc_ends_it() {
-    let c = cluster().await;
+    let Some(c) = local_cluster("pods").await else {
+        return;
+    };
     let ns = namespace(&c.client, "e2e-deploy").await;
     // `$$$$`: Kubernetes reduces `$$` to `$` in commands, so the shell sees `$$` (its pid).
     let marker_dir = tempfile::tempdir().unwrap();
@@ -142,7 +144,9 @@ async fn deployment_runs_a_process_and_gc_ends_it() {
 
 #[tokio::test]
 async fn exit_1_fails_the_pod_with_its_exit_code_and_logs() {
-    let c = cluster().await;
+    let Some(c) = local_cluster("pods").await else {
+        return;
+    };
     let ns = namespace(&c.client, "e2e-fail").await;
     create_pod(&c.client, &ns, sh_pod("fail", "echo boom; exit 1", "Never")).await;
     let pod = wait_phase(&c.client, &ns, "fail", "Failed", 60).await;
@@ -163,7 +167,9 @@ async fn exit_1_fails_the_pod_with_its_exit_code_and_logs() {
 
 #[tokio::test]
 async fn on_failure_restarts_until_success() {
-    let c = cluster().await;
+    let Some(c) = local_cluster("pods").await else {
+        return;
+    };
     let ns = namespace(&c.client, "e2e-restart").await;
     let dir = tempfile::tempdir().unwrap();
     let count = dir.path().join("count");
@@ -215,7 +221,9 @@ async fn phase_is_running(api: &Api<Pod>, name: &str) -> bool {
 
 #[tokio::test]
 async fn env_from_values_secrets_config_maps_and_fields() {
-    let c = cluster().await;
+    let Some(c) = local_cluster("pods").await else {
+        return;
+    };
     let ns = namespace(&c.client, "e2e-env").await;
     let secret: Secret = serde_json::from_value(json!({
         "metadata": {"name": "creds"}, "stringData": {"token": "s3cr3t", "extra": "x"},
@@ -266,7 +274,9 @@ async fn env_from_values_secrets_config_maps_and_fields() {
 
 #[tokio::test]
 async fn deletion_sends_sigterm_then_sigkill_after_the_grace_period() {
-    let c = cluster().await;
+    let Some(c) = local_cluster("pods").await else {
+        return;
+    };
     let ns = namespace(&c.client, "e2e-delete").await;
     let dir = tempfile::tempdir().unwrap();
     let term = dir.path().join("term");
@@ -308,7 +318,9 @@ async fn deletion_sends_sigterm_then_sigkill_after_the_grace_period() {
 
 #[tokio::test]
 async fn unmappable_image_stays_pending_with_a_warning_event() {
-    let c = cluster().await;
+    let Some(c) = local_cluster("pods").await else {
+        return;
+    };
     let ns = namespace(&c.client, "e2e-unmapped").await;
     create_pod(
         &c.client,
@@ -373,7 +385,9 @@ async fn unmappable_image_stays_pending_with_a_warning_event() {
 
 #[tokio::test]
 async fn pods_reach_the_api_server_as_their_service_account() {
-    let c = cluster().await;
+    let Some(c) = local_cluster("pods").await else {
+        return;
+    };
     let ns = namespace(&c.client, "e2e-sa").await;
     // KUBECONFIG points at the pod's kubeconfig with its bound service-account token.
     create_pod(

@@ -29,7 +29,9 @@ async fn logs(c: &kube::Client, ns: &str, pod: &str) -> String {
 
 #[tokio::test]
 async fn config_map_secret_and_empty_dir_are_mounted_at_their_paths() {
-    let c = cluster().await;
+    let Some(c) = local_cluster("volumes").await else {
+        return;
+    };
     let ns = namespace(&c.client, "e2e-vol").await;
     create_config_map(
         &c.client,
@@ -111,7 +113,9 @@ printf 'all good' > /dev/termination-log
 
 #[tokio::test]
 async fn two_pods_mount_different_config_maps_at_the_same_path() {
-    let c = cluster().await;
+    let Some(c) = local_cluster("volumes").await else {
+        return;
+    };
     let ns = namespace(&c.client, "e2e-vol-iso").await;
     let path = "/var/run/openwop-e2e-shared/cfg";
     for who in ["a", "b"] {
@@ -151,7 +155,9 @@ async fn two_pods_mount_different_config_maps_at_the_same_path() {
 
 #[tokio::test]
 async fn config_map_volume_follows_updates_while_the_pod_runs() {
-    let c = cluster().await;
+    let Some(c) = local_cluster("volumes").await else {
+        return;
+    };
     let ns = namespace(&c.client, "e2e-vol-upd").await;
     create_config_map(&c.client, &ns, "live", json!({"v": "one"})).await;
     let path = "/var/run/openwop-e2e-live";
@@ -206,7 +212,9 @@ async fn config_map_volume_follows_updates_while_the_pod_runs() {
 
 #[tokio::test]
 async fn projected_and_downward_api_volumes() {
-    let c = cluster().await;
+    let Some(c) = local_cluster("volumes").await else {
+        return;
+    };
     let ns = namespace(&c.client, "e2e-vol-proj").await;
     create_config_map(&c.client, &ns, "settings", json!({"mode": "fast"})).await;
     let path = "/var/run/openwop-e2e-proj";
@@ -251,7 +259,9 @@ async fn projected_and_downward_api_volumes() {
 
 #[tokio::test]
 async fn missing_config_map_blocks_the_pod_unless_optional() {
-    let c = cluster().await;
+    let Some(c) = local_cluster("volumes").await else {
+        return;
+    };
     let ns = namespace(&c.client, "e2e-vol-miss").await;
     for (name, optional) in [("strict", false), ("lenient", true)] {
         create_pod(

@@ -10,7 +10,8 @@ use kube::api::{Api, DeleteParams, PostParams};
 use openwop_e2e::{Cluster, ClusterOptions, cluster_with};
 use serde_json::json;
 
-/// The shared test cluster, started on first use, running the agent cargo built for this test.
+/// The shared test cluster, started on first use, running the agent cargo built for this test;
+/// in attach mode (`OPENWOP_E2E_KUBECONFIG`) the cluster it names.
 pub async fn cluster() -> Cluster {
     let opts = ClusterOptions {
         node_agent_bin: Some(env!("CARGO_BIN_EXE_openwop-node-agent").into()),
@@ -18,8 +19,15 @@ pub async fn cluster() -> Cluster {
     };
     match cluster_with(opts).await {
         Ok(c) => c,
-        Err(err) => panic!("mini-cluster unavailable: {err}"),
+        Err(err) => panic!("test cluster unavailable: {err}"),
     }
+}
+
+/// The local mini-cluster, for tests of the node agent itself; `None` (reason printed) in
+/// attach mode, where the test returns early.
+pub async fn local_cluster(test: &str) -> Option<Cluster> {
+    let c = cluster().await;
+    (!c.skip_unless_local(test, "the node agent (pods run as host processes)")).then_some(c)
 }
 
 /// Polls `f` until it returns `Some`, or panics with `what` after `timeout`.
