@@ -108,6 +108,30 @@ proptest! {
         let _ = accept_text(&text, &ctx, &mut DedupStore::new(), &mut EventFactory::new("r", 0));
     }
 
+    /// The text entry point parses the envelope's top level and `meta` split
+    /// into their members; the value entry point splits a parsed value. Both
+    /// must give the same result, whatever sits in those places.
+    #[test]
+    fn text_and_value_entry_points_agree(
+        doc in json_with(vec!["sk-AAAAAAAA".into()]),
+        field in prop::sample::select(vec!["type", "correlationId", "payload", "meta", "schemaVersion",
+            "partial", "envelopeId", "nodeId", "extra", "meta.source", "meta.ts", "meta.rendering",
+            "meta.contentTrust", "meta.label", "meta.extra"]),
+    ) {
+        let host = HostPolicy::default();
+        let redactor = Redactor::new([("k".to_owned(), "sk-AAAAAAAA".to_owned())]);
+        let ctx = Context::new(&host, &redactor, "n", TS);
+        let mut env = json!({"type": "clarification.request", "correlationId": "c",
+            "payload": {"questions": [{"id": "q", "question": "?"}]}, "meta": {"source": "user", "ts": TS}});
+        match field.strip_prefix("meta.") {
+            Some(m) => env["meta"][m] = doc,
+            None => env[field] = doc,
+        }
+        let text = accept_text(&env.to_string(), &ctx, &mut DedupStore::new(), &mut EventFactory::new("r", 0));
+        let value = accept_value(env, None, &ctx, &mut DedupStore::new(), &mut EventFactory::new("r", 0));
+        prop_assert_eq!(text, value);
+    }
+
     #[test]
     fn arbitrary_documents_never_panic(
         doc in json_with(vec!["sk-AAAAAAAA".into()]),

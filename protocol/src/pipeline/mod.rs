@@ -197,12 +197,18 @@ pub fn accept_text(
     events: &mut EventFactory,
 ) -> Processed {
     let limits = &ctx.host.input_limits;
-    match parse::parse_direct(text, limits) {
-        Ok(value) => run(value, None, ctx, store, events),
+    match parse::parse_envelope(text, limits) {
+        Ok(doc) => run(doc, None, ctx, store, events),
         Err(parse::DirectError::Refuse(o)) => finish(o, Vec::new(), None, None, ctx),
         Err(parse::DirectError::Syntax { line, column, eof }) => {
             match parse::parse_recovered(text, limits) {
-                Ok((value, recovery)) => run(value, Some(recovery), ctx, store, events),
+                Ok((value, recovery)) => run(
+                    shape::Doc::from_value(value),
+                    Some(recovery),
+                    ctx,
+                    store,
+                    events,
+                ),
                 Err(why) => finish(
                     parse::not_json(line, column, eof, &why),
                     Vec::new(),
@@ -237,17 +243,17 @@ pub fn accept_value(
     store: &mut DedupStore,
     events: &mut EventFactory,
 ) -> Processed {
-    run(value, recovery, ctx, store, events)
+    run(shape::Doc::from_value(value), recovery, ctx, store, events)
 }
 
 fn run(
-    value: Value,
+    doc: shape::Doc,
     recovery: Option<Recovery>,
     ctx: &Context<'_>,
     store: &mut DedupStore,
     events: &mut EventFactory,
 ) -> Processed {
-    let mut env = match shape::check(value) {
+    let mut env = match shape::check(doc) {
         Ok(env) => env,
         Err(o) => return finish(o, Vec::new(), recovery, None, ctx),
     };

@@ -11,6 +11,7 @@
 //! `envelope.recovery.applied`. Limit violations are never "recovered".
 
 use std::cell::RefCell;
+use std::collections::HashSet;
 use std::fmt;
 
 use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
@@ -19,6 +20,8 @@ use serde_json::{Map, Value};
 
 use crate::outcome::{Code, Detail, Outcome};
 use crate::recovery::{self, RecoveryPath};
+
+use super::shape::{self, Doc, META_SLOT, Meta, MetaFields, Top};
 
 /// Bounds on untrusted input. All limits are inclusive maxima.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -192,6 +195,216 @@ impl<'de> Visitor<'de> for Seed<'_> {
     }
 }
 
+/// An object key, borrowed from the input when it has no escapes.
+enum Key<'de> {
+    Borrowed(&'de str),
+    Owned(String),
+}
+
+impl Key<'_> {
+    fn as_str(&self) -> &str {
+        match self {
+            Key::Borrowed(k) => k,
+            Key::Owned(k) => k,
+        }
+    }
+}
+
+struct KeySeed;
+
+impl<'de> DeserializeSeed<'de> for KeySeed {
+    type Value = Key<'de>;
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Key<'de>, D::Error> {
+        d.deserialize_str(self)
+    }
+}
+
+impl<'de> Visitor<'de> for KeySeed {
+    type Value = Key<'de>;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an object key")
+    }
+    fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Key<'de>, E> {
+        Ok(Key::Borrowed(v))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Key<'de>, E> {
+        Ok(Key::Owned(v.to_owned()))
+    }
+    fn visit_string<E>(self, v: String) -> Result<Key<'de>, E> {
+        Ok(Key::Owned(v))
+    }
+}
+
+/// Non-object values go through [`Seed`] unchanged, wrapped as `$wrap`.
+macro_rules! delegate_non_objects {
+    ($wrap:path) => {
+        fn visit_bool<E: de::Error>(self, v: bool) -> Result<Self::Value, E> {
+            Visitor::visit_bool(self.0, v).map($wrap)
+        }
+        fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
+            Visitor::visit_i64(self.0, v).map($wrap)
+        }
+        fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
+            Visitor::visit_u64(self.0, v).map($wrap)
+        }
+        fn visit_f64<E: de::Error>(self, v: f64) -> Result<Self::Value, E> {
+            Visitor::visit_f64(self.0, v).map($wrap)
+        }
+        fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+            Visitor::visit_str(self.0, v).map($wrap)
+        }
+        fn visit_string<E: de::Error>(self, v: String) -> Result<Self::Value, E> {
+            Visitor::visit_string(self.0, v).map($wrap)
+        }
+        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+            Visitor::visit_unit(self.0).map($wrap)
+        }
+        fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+            Visitor::visit_none(self.0).map($wrap)
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
+            Visitor::visit_seq(self.0, seq).map($wrap)
+        }
+    };
+}
+
+/// The envelope's root: an object is split into `shape::Top` as it is read.
+struct EnvelopeSeed<'a>(Seed<'a>);
+
+impl<'de> DeserializeSeed<'de> for EnvelopeSeed<'_> {
+    type Value = Doc;
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Doc, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for EnvelopeSeed<'_> {
+    type Value = Doc;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    delegate_non_objects!(Doc::Other);
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Doc, A::Error> {
+        let s = &self.0;
+        if s.depth >= s.limits.max_depth {
+            return Err(s.fail(Problem::TooDeep));
+        }
+        let mut top = Top::default();
+        let mut names = UnknownNames::default();
+        while let Some(key) = map.next_key_seed(KeySeed)? {
+            let key = key.as_str();
+            if key.len() > s.limits.max_string_len {
+                return Err(s.fail(Problem::StringTooLong));
+            }
+            let slot = shape::top_level_slot(key);
+            let taken = match slot {
+                Some(META_SLOT) => top.meta.is_some(),
+                Some(i) => top.fields[i].is_some(),
+                None => !names.add(key),
+            };
+            if taken {
+                let e = s.fail(Problem::DuplicateKey);
+                return Err(s.at(|| escape_pointer(key), e));
+            }
+            let read = match slot {
+                Some(META_SLOT) => map
+                    .next_value_seed(MetaSeed(s.child()))
+                    .map(|m| top.meta = Some(m)),
+                Some(i) => map
+                    .next_value_seed(s.child())
+                    .map(|v| top.fields[i] = Some(v)),
+                // Parsed for its limits and duplicates, then dropped: only the name is reported.
+                None => map.next_value_seed(s.child()).map(drop),
+            };
+            if let Err(e) = read {
+                return Err(s.at(|| escape_pointer(key), e));
+            }
+        }
+        top.unknown = names.into_names();
+        Ok(Doc::Envelope(top))
+    }
+}
+
+/// `meta`: an object is split into `shape::MetaFields` as it is read.
+struct MetaSeed<'a>(Seed<'a>);
+
+impl<'de> DeserializeSeed<'de> for MetaSeed<'_> {
+    type Value = Meta;
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Meta, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for MetaSeed<'_> {
+    type Value = Meta;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    delegate_non_objects!(Meta::Other);
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Meta, A::Error> {
+        let s = &self.0;
+        if s.depth >= s.limits.max_depth {
+            return Err(s.fail(Problem::TooDeep));
+        }
+        let mut meta = MetaFields::default();
+        let mut names = UnknownNames::default();
+        while let Some(key) = map.next_key_seed(KeySeed)? {
+            let key = key.as_str();
+            if key.len() > s.limits.max_string_len {
+                return Err(s.fail(Problem::StringTooLong));
+            }
+            let slot = shape::meta_slot(key);
+            let taken = match slot {
+                Some(i) => meta.fields[i].is_some(),
+                None => !names.add(key),
+            };
+            if taken {
+                let e = s.fail(Problem::DuplicateKey);
+                return Err(s.at(|| escape_pointer(key), e));
+            }
+            let read = match slot {
+                Some(i) => map
+                    .next_value_seed(s.child())
+                    .map(|v| meta.fields[i] = Some(v)),
+                None => map.next_value_seed(s.child()).map(drop),
+            };
+            if let Err(e) = read {
+                return Err(s.at(|| escape_pointer(key), e));
+            }
+        }
+        meta.unknown = names.into_names();
+        Ok(Meta::Object(meta))
+    }
+}
+
+/// Unknown member names in document order, with a set for the duplicate
+/// check (a hostile document may hold many; nothing is allocated without one).
+#[derive(Default)]
+struct UnknownNames {
+    order: Vec<String>,
+    seen: HashSet<String>,
+}
+
+impl UnknownNames {
+    /// False when the name was already seen.
+    fn add(&mut self, name: &str) -> bool {
+        if !self.seen.insert(name.to_owned()) {
+            return false;
+        }
+        self.order.push(name.to_owned());
+        true
+    }
+    fn into_names(self) -> Vec<String> {
+        self.order
+    }
+}
+
 /// RFC 6901 escaping of one reference token.
 pub(crate) fn escape_pointer(token: &str) -> String {
     if !token.contains(['~', '/']) {
@@ -201,7 +414,7 @@ pub(crate) fn escape_pointer(token: &str) -> String {
 }
 
 /// Why the direct parse failed.
-#[derive(Debug)]
+#[derive(Debug, PartialEq)]
 pub(crate) enum DirectError {
     /// A limit or duplicate key: refuse, never try to recover.
     Refuse(Outcome),
@@ -254,17 +467,38 @@ pub(crate) fn not_utf8(valid_up_to: usize) -> Outcome {
 
 /// The direct (strict) parse: the fast path.
 pub(crate) fn parse_direct(text: &str, limits: &InputLimits) -> Result<Value, DirectError> {
+    drive(text, limits, |seed, de| seed.deserialize(de))
+}
+
+/// [`parse_direct`] for an envelope: the same checks and errors, but the top
+/// level and `meta` come out split into their known members (`shape::Doc`),
+/// so neither needs a map or key strings.
+pub(crate) fn parse_envelope(text: &str, limits: &InputLimits) -> Result<Doc, DirectError> {
+    drive(text, limits, |seed, de| EnvelopeSeed(seed).deserialize(de))
+}
+
+/// Runs one bounded parse of `text` and turns a failure into its refusal.
+fn drive<T>(
+    text: &str,
+    limits: &InputLimits,
+    parse: impl FnOnce(
+        Seed<'_>,
+        &mut serde_json::Deserializer<serde_json::de::StrRead<'_>>,
+    ) -> Result<T, serde_json::Error>,
+) -> Result<T, DirectError> {
     if text.len() > limits.max_bytes {
         return Err(DirectError::Refuse(too_large(text.len(), limits)));
     }
     let trace = RefCell::new(Trace::default());
     let mut de = serde_json::Deserializer::from_str(text);
-    let result = Seed {
-        depth: 0,
-        limits,
-        trace: &trace,
-    }
-    .deserialize(&mut de)
+    let result = parse(
+        Seed {
+            depth: 0,
+            limits,
+            trace: &trace,
+        },
+        &mut de,
+    )
     .and_then(|v| de.end().map(|()| v));
     match result {
         Ok(v) => Ok(v),
@@ -491,6 +725,55 @@ mod tests {
             parse_direct("{} trailing", &InputLimits::default()),
             Err(DirectError::Syntax { .. })
         ));
+    }
+
+    #[test]
+    fn envelope_parse_agrees_with_the_value_parse() {
+        let tight = InputLimits {
+            max_depth: 2,
+            max_string_len: 8,
+            ..InputLimits::default()
+        };
+        let texts = [
+            r#"{"type":"error","correlationId":"c","payload":{"a":[1]},"meta":{"source":"user","ts":"t"}}"#,
+            r#"{"x":1,"type":"error","y":{"z":2},"meta":{"q":1,"ts":"t","r":[]}}"#,
+            r#"{"meta":"nope","partial":{"isPartial":true}}"#,
+            r#"{"ty\u0070e":"error","me\u0074a":{"s\u006Furce":"user"}}"#,
+            r#"[1,{"type":"error"}]"#,
+            r#""text""#,
+            "12",
+            "null",
+            r#"{"type":"a","type":"b"}"#,
+            r#"{"meta":{},"meta":{}}"#,
+            r#"{"meta":{"ts":"a","ts":"b"}}"#,
+            r#"{"meta":{"a/b":1,"a/b":2}}"#,
+            r#"{"x~y":1,"x~y":2}"#,
+            r#"{"payload":{"k":1,"k":2}}"#,
+            r#"{"payload":{"deep":[[1]]}}"#,
+            r#"{"meta":{"rendering":{"a":1}}}"#,
+            r#"{"unknownkeylongerthan8":1}"#,
+            r#"{"meta":{"ts":"a string longer than 8"}}"#,
+            r#"{"type":"error"} trailing"#,
+            r#"{"type":"#,
+        ];
+        for text in texts {
+            for limits in [InputLimits::default(), tight] {
+                let split = parse_envelope(text, &limits);
+                let value = parse_direct(text, &limits).map(Doc::from_value);
+                assert_eq!(split, value, "{text} with {limits:?}");
+            }
+        }
+        let Ok(Doc::Envelope(top)) = parse_envelope(texts[1], &InputLimits::default()) else {
+            panic!()
+        };
+        assert_eq!(top.unknown, ["x", "y"]);
+        assert_eq!(
+            refused(texts[10], &InputLimits::default()),
+            match parse_envelope(texts[10], &InputLimits::default()) {
+                Err(DirectError::Refuse(o)) => o,
+                other => panic!("{other:?}"),
+            }
+        );
     }
 
     #[test]

@@ -35,11 +35,94 @@ const META: [&str; 6] = [
 ];
 const RENDERING: [&str; 5] = ["display", "mimeType", "lang", "alt", "title"];
 
+/// Position of `meta` in [`TOP_LEVEL`]; its members live in [`Top::meta`].
+pub(crate) const META_SLOT: usize = 6;
+
+/// The envelope document split at its closed top level and `meta` block: what
+/// this step checks. The direct parse builds it as it reads (no map and no key
+/// strings for the known members, see `parse`); [`Doc::from_value`] splits an
+/// already-parsed value, moving the members.
+// One per call, on the stack: boxing would add the allocation this type avoids.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, PartialEq)]
+pub(crate) enum Doc {
+    Envelope(Top),
+    /// Not a JSON object.
+    Other(Value),
+}
+
+/// The top level: known members by position in [`TOP_LEVEL`] (the `meta` slot
+/// stays empty), unknown member names in document order.
+#[derive(Debug, Default, PartialEq)]
+pub(crate) struct Top {
+    pub(crate) fields: [Option<Value>; 8],
+    pub(crate) meta: Option<Meta>,
+    pub(crate) unknown: Vec<String>,
+}
+
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, PartialEq)]
+pub(crate) enum Meta {
+    Object(MetaFields),
+    /// `meta` is not an object.
+    Other(Value),
+}
+
+/// `meta`'s known members by position in [`META`], unknown names in document order.
+#[derive(Debug, Default, PartialEq)]
+pub(crate) struct MetaFields {
+    pub(crate) fields: [Option<Value>; 6],
+    pub(crate) unknown: Vec<String>,
+}
+
+/// Position of a top-level member name in [`TOP_LEVEL`].
+pub(crate) fn top_level_slot(name: &str) -> Option<usize> {
+    TOP_LEVEL.iter().position(|n| *n == name)
+}
+
+/// Position of a `meta` member name in [`META`].
+pub(crate) fn meta_slot(name: &str) -> Option<usize> {
+    META.iter().position(|n| *n == name)
+}
+
+impl Doc {
+    pub(crate) fn from_value(value: Value) -> Doc {
+        let Value::Object(map) = value else {
+            return Doc::Other(value);
+        };
+        let mut top = Top::default();
+        for (k, v) in map {
+            match top_level_slot(&k) {
+                Some(META_SLOT) => top.meta = Some(Meta::from_value(v)),
+                Some(i) => top.fields[i] = Some(v),
+                None => top.unknown.push(k),
+            }
+        }
+        Doc::Envelope(top)
+    }
+}
+
+impl Meta {
+    fn from_value(value: Value) -> Meta {
+        let Value::Object(map) = value else {
+            return Meta::Other(value);
+        };
+        let mut meta = MetaFields::default();
+        for (k, v) in map {
+            match meta_slot(&k) {
+                Some(i) => meta.fields[i] = Some(v),
+                None => meta.unknown.push(k),
+            }
+        }
+        Meta::Object(meta)
+    }
+}
+
 /// Checks the document and builds the typed envelope (moving the payload, no copy).
-pub(crate) fn check(value: Value) -> Result<AiEnvelope, Outcome> {
-    let top = match value {
-        Value::Object(m) => m,
-        other => {
+pub(crate) fn check(doc: Doc) -> Result<AiEnvelope, Outcome> {
+    let top = match doc {
+        Doc::Envelope(top) => top,
+        Doc::Other(other) => {
             return Err(refuse(vec![Detail::new(
                 "",
                 "type",
@@ -51,13 +134,15 @@ pub(crate) fn check(value: Value) -> Result<AiEnvelope, Outcome> {
         }
     };
     let mut d = Vec::new();
-    closed(
-        &top,
-        &TOP_LEVEL,
-        "",
-        "remove it: the envelope top level is closed (extensions go inside payload)",
-        &mut d,
-    );
+    for k in &top.unknown {
+        unknown_property(
+            k,
+            &TOP_LEVEL,
+            "",
+            "remove it: the envelope top level is closed (extensions go inside payload)",
+            &mut d,
+        );
+    }
     let [
         kind,
         envelope_id,
@@ -65,9 +150,9 @@ pub(crate) fn check(value: Value) -> Result<AiEnvelope, Outcome> {
         schema_version,
         node_id,
         payload,
-        meta,
+        _,
         partial,
-    ] = fields(&top, &TOP_LEVEL);
+    ] = top.fields.each_ref().map(Option::as_ref);
     string(kind, "type", "", 1, MAX_TYPE_LEN, true, &mut d);
     string(envelope_id, "envelopeId", "", 1, MAX_ID_LEN, false, &mut d);
     string(
@@ -96,14 +181,14 @@ pub(crate) fn check(value: Value) -> Result<AiEnvelope, Outcome> {
             "payload is required: add the kind's payload object",
         ));
     }
-    match meta {
+    match &top.meta {
         None => d.push(Detail::new(
             "",
             "required",
             "meta is required: add {\"source\": \"ai-generation\", \"ts\": \"<ISO 8601 UTC time>\"}",
         )),
-        Some(Value::Object(meta)) => check_meta(meta, &mut d),
-        Some(other) => d.push(Detail::new("/meta", "type", format!("meta must be an object, found {}", json_type(other)))),
+        Some(Meta::Object(meta)) => check_meta(meta, &mut d),
+        Some(Meta::Other(other)) => d.push(Detail::new("/meta", "type", format!("meta must be an object, found {}", json_type(other)))),
     }
     if let Some(p) = partial {
         check_partial(p, &mut d);
@@ -112,43 +197,34 @@ pub(crate) fn check(value: Value) -> Result<AiEnvelope, Outcome> {
         return Err(refuse(d));
     }
 
-    // Every field was checked above, so the conversions below cannot fail; the
-    // map is consumed once (moving values, no per-field lookups).
-    let mut env = AiEnvelope {
-        kind: String::new(),
-        envelope_id: None,
-        correlation_id: String::new(),
-        schema_version: 0,
-        node_id: None,
-        payload: Value::Null,
-        meta: EnvelopeMeta {
-            source: Source::AiGeneration,
-            ts: String::new(),
-            content_trust: None,
-            traceparent: None,
-            label: None,
-            rendering: None,
-        },
-        partial: None,
+    // Every field was checked above, so the conversions below cannot fail;
+    // the members are moved, not copied.
+    let [
+        kind,
+        envelope_id,
+        correlation_id,
+        schema_version,
+        node_id,
+        payload,
+        _,
+        partial,
+    ] = top.fields;
+    let meta = match top.meta {
+        Some(Meta::Object(m)) => build_meta(m),
+        _ => build_meta(MetaFields::default()),
     };
-    for (k, v) in top {
-        match k.as_str() {
-            "type" => env.kind = into_string(v).unwrap_or_default(),
-            "envelopeId" => env.envelope_id = into_string(v),
-            "correlationId" => env.correlation_id = into_string(v).unwrap_or_default(),
-            "nodeId" => env.node_id = into_string(v),
-            "schemaVersion" => env.schema_version = v.as_u64().map_or(0, |n| n as u32),
-            "payload" => env.payload = v,
-            "meta" => {
-                if let Value::Object(m) = v {
-                    env.meta = build_meta(m);
-                }
-            }
-            "partial" => env.partial = serde_json::from_value::<Partial>(v).ok(),
-            _ => {}
-        }
-    }
-    Ok(env)
+    Ok(AiEnvelope {
+        kind: kind.and_then(into_string).unwrap_or_default(),
+        envelope_id: envelope_id.and_then(into_string),
+        correlation_id: correlation_id.and_then(into_string).unwrap_or_default(),
+        schema_version: schema_version
+            .and_then(|v| v.as_u64())
+            .map_or(0, |n| n as u32),
+        node_id: node_id.and_then(into_string),
+        payload: payload.unwrap_or(Value::Null),
+        meta,
+        partial: partial.and_then(|v| serde_json::from_value::<Partial>(v).ok()),
+    })
 }
 
 fn refuse(details: Vec<Detail>) -> Outcome {
@@ -163,9 +239,12 @@ fn refuse(details: Vec<Detail>) -> Outcome {
     )
 }
 
-fn check_meta(meta: &Map<String, Value>, d: &mut Vec<Detail>) {
-    closed(meta, &META, "/meta", "remove it: meta is closed", d);
-    let [source, ts, content_trust, traceparent, label, rendering] = fields(meta, &META);
+fn check_meta(meta: &MetaFields, d: &mut Vec<Detail>) {
+    for k in &meta.unknown {
+        unknown_property(k, &META, "/meta", "remove it: meta is closed", d);
+    }
+    let [source, ts, content_trust, traceparent, label, rendering] =
+        meta.fields.each_ref().map(Option::as_ref);
     match source {
         None => d.push(Detail::new(
             "/meta",
@@ -278,28 +357,17 @@ fn check_partial(p: &Value, d: &mut Vec<Detail>) {
 fn closed(m: &Map<String, Value>, allowed: &[&str], at: &str, fix: &str, d: &mut Vec<Detail>) {
     for k in m.keys() {
         if !allowed.contains(&k.as_str()) {
-            d.push(Detail::new(
-                format!("{at}/{}", escape_pointer(k)),
-                "additionalProperties",
-                format!("unknown property: {fix}; allowed: {}", allowed.join(", ")),
-            ));
+            unknown_property(k, allowed, at, fix, d);
         }
     }
 }
 
-/// The values of `names` in `m`, found in one pass over the entries (a
-/// handful of string compares per key is cheaper than hashing each name).
-fn fields<'a, const N: usize>(
-    m: &'a Map<String, Value>,
-    names: &[&str; N],
-) -> [Option<&'a Value>; N] {
-    let mut out = [None; N];
-    for (k, v) in m {
-        if let Some(i) = names.iter().position(|n| *n == k.as_str()) {
-            out[i] = Some(v);
-        }
-    }
-    out
+fn unknown_property(key: &str, allowed: &[&str], at: &str, fix: &str, d: &mut Vec<Detail>) {
+    d.push(Detail::new(
+        format!("{at}/{}", escape_pointer(key)),
+        "additionalProperties",
+        format!("unknown property: {fix}; allowed: {}", allowed.join(", ")),
+    ));
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -355,35 +423,26 @@ fn into_string(v: Value) -> Option<String> {
     }
 }
 
-fn build_meta(m: Map<String, Value>) -> EnvelopeMeta {
-    let mut meta = EnvelopeMeta {
-        source: Source::AiGeneration,
-        ts: String::new(),
-        content_trust: None,
-        traceparent: None,
-        label: None,
-        rendering: None,
-    };
-    for (k, v) in m {
-        match k.as_str() {
-            "source" => {
-                if let Some(s) = v.as_str().and_then(parse_source) {
-                    meta.source = s;
-                }
-            }
-            "ts" => meta.ts = into_string(v).unwrap_or_default(),
-            "contentTrust" => meta.content_trust = v.as_str().and_then(parse_trust),
-            "traceparent" => meta.traceparent = into_string(v),
-            "label" => meta.label = into_string(v),
-            "rendering" => {
-                if let Value::Object(r) = v {
-                    meta.rendering = Some(build_rendering(r));
-                }
-            }
-            _ => {}
-        }
+fn build_meta(m: MetaFields) -> EnvelopeMeta {
+    let [source, ts, content_trust, traceparent, label, rendering] = m.fields;
+    EnvelopeMeta {
+        source: source
+            .as_ref()
+            .and_then(Value::as_str)
+            .and_then(parse_source)
+            .unwrap_or(Source::AiGeneration),
+        ts: ts.and_then(into_string).unwrap_or_default(),
+        content_trust: content_trust
+            .as_ref()
+            .and_then(Value::as_str)
+            .and_then(parse_trust),
+        traceparent: traceparent.and_then(into_string),
+        label: label.and_then(into_string),
+        rendering: match rendering {
+            Some(Value::Object(r)) => Some(build_rendering(r)),
+            _ => None,
+        },
     }
-    meta
 }
 
 fn build_rendering(r: Map<String, Value>) -> Rendering {
@@ -458,7 +517,7 @@ mod tests {
     use serde_json::json;
 
     fn details(v: Value) -> Vec<Detail> {
-        match check(v) {
+        match check(Doc::from_value(v)) {
             Err(Outcome::Invalid(i)) => {
                 assert_eq!(i.code, Code::InvalidEnvelopeShape);
                 i.details
@@ -477,7 +536,7 @@ mod tests {
         let mut v = valid();
         v["meta"]["rendering"] = json!({"display": "code", "lang": "rust"});
         v["partial"] = json!({"isPartial": false, "index": 2, "total": 3});
-        let env = check(v).unwrap();
+        let env = check(Doc::from_value(v)).unwrap();
         assert_eq!(env.kind, "error");
         assert_eq!(env.schema_version, 0);
         assert_eq!(env.meta.rendering.unwrap().display, Some(Display::Code));
