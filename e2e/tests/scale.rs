@@ -1,15 +1,23 @@
 //! Issue 7 measurement on the mini-cluster: 200 Runs applied at once, beside a baseline of 200
 //! bare pods created directly through the API. Prints time until all are done, p50/p95 from
 //! apply to the first event (Runs: the first NATS event's `timestamp`; pods: the first watch
-//! observation of a phase past Pending), and the operator's peak RSS.
+//! observation of a phase past Pending), the operator's peak RSS, and a profile: when each
+//! stage of a run was reached (worker pod created, bound, started, first event, pod done, Run
+//! completed), operator reconciles, API server requests by verb and resource, and CPU seconds
+//! per component (the workers' from the node agent's reaped children).
 //!
 //! Ignored by default (minutes of wall time, the whole host busy):
-//! `cargo test -p openwop-e2e --release --test scale -- --ignored --nocapture`.
-//! Needs the operator, worker and CLI binaries in `$CARGO_TARGET_DIR/debug` like the journeys;
-//! the figures are for those debug builds running as local processes on this host.
+//! `cargo test -p openwop-e2e --test scale -- --ignored --nocapture --test-threads=1`.
+//! `OPENWOP_E2E_PROFILE=release` (what `make bench` uses) runs the operator and worker built
+//! with `cargo build --release`, through the `:release` image tags `e2e/node-agent.yaml` maps
+//! to `$CARGO_TARGET_DIR/release`; the default is the debug builds the journeys use. The
+//! release is installed as `openwop-scale` in `openwop-scale-system` with its own `instanceId`
+//! and port, so it never disturbs the journeys' `openwop`, and uninstalled at the end.
 
 mod common;
 
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::{Arc, Mutex};
@@ -21,12 +29,18 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams};
 use kube::runtime::watcher;
+use kube::{Client, ResourceExt};
 use openwop_e2e::Cluster;
 use serde_json::{Value, json};
 
 const N: usize = 200;
-const RELEASE: &str = "openwop";
-const RELEASE_NS: &str = "openwop-system";
+/// Not the journeys' `openwop` / `openwop-system`: both may be installed at once.
+const RELEASE: &str = "openwop-scale";
+const RELEASE_NS: &str = "openwop-scale-system";
+const INSTANCE: &str = "scale";
+/// The operator's HTTP port (pods share the host network; the journeys' operator has 8080).
+const OPERATOR_PORT: u16 = 18191;
+const LABEL_INSTANCE: &str = "openwop.dev/instance";
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -35,11 +49,31 @@ fn repo() -> PathBuf {
         .into()
 }
 
-fn target_bin(name: &str) -> PathBuf {
+/// `debug` (default) or `release`: which cargo profile's operator and worker run.
+fn build_profile() -> String {
+    let p = std::env::var("OPENWOP_E2E_PROFILE").unwrap_or_else(|_| "debug".into());
+    assert!(
+        p == "debug" || p == "release",
+        "OPENWOP_E2E_PROFILE must be debug or release, not {p:?}"
+    );
+    p
+}
+
+/// The image tag e2e/node-agent.yaml maps to that profile's binaries.
+fn image_tag() -> &'static str {
+    if build_profile() == "release" {
+        "release"
+    } else {
+        "dev"
+    }
+}
+
+/// A binary of the given cargo profile (`debug` or `release`).
+fn target_bin(profile: &str, name: &str) -> PathBuf {
     let dir = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| repo().join("target"));
-    let p = dir.join("debug").join(name);
+    let p = dir.join(profile).join(name);
     assert!(p.is_file(), "{} is missing: build it first", p.display());
     p
 }
@@ -79,29 +113,42 @@ fn helm_bin() -> PathBuf {
 fn install(c: &Cluster) {
     let chart = repo().join("charts/openwop");
     let values = repo().join("e2e/helm/mini-cluster-values.yaml");
-    let nats = format!("nats.external.url={}", c.nats_url);
-    let limit = format!("runs.maxConcurrentPerNamespace={N}");
-    let args = [
-        "upgrade",
-        "--install",
-        RELEASE,
-        chart.to_str().unwrap(),
-        "-n",
-        RELEASE_NS,
-        "--create-namespace",
-        "-f",
-        values.to_str().unwrap(),
-        "--set",
-        &nats,
-        "--set",
-        "providers[0].name=mock,providers[0].vendor=mock",
-        "--set",
-        &limit,
-        "--wait",
-        "--timeout",
-        "3m",
+    let sets = [
+        format!("nats.external.url={}", c.nats_url),
+        "providers[0].name=mock,providers[0].vendor=mock".into(),
+        format!("runs.maxConcurrentPerNamespace={N}"),
+        format!("operator.instanceId={INSTANCE}"),
+        format!("operator.port={OPERATOR_PORT}"),
+        format!("operator.image.tag={}", image_tag()),
+        format!("worker.image.tag={}", image_tag()),
+        // Info-level logs: the journeys' debug level would time the logging.
+        "operator.logLevel=info\\,kube=warn".into(),
     ];
+    let mut args = vec![
+        "upgrade".to_string(),
+        "--install".into(),
+        RELEASE.into(),
+        chart.display().to_string(),
+        "-n".into(),
+        RELEASE_NS.into(),
+        "--create-namespace".into(),
+        "-f".into(),
+        values.display().to_string(),
+        "--wait".into(),
+        "--timeout".into(),
+        "3m".into(),
+    ];
+    for s in sets {
+        args.push("--set".into());
+        args.push(s);
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     ok(run_cmd(c, &helm_bin(), &args), "helm upgrade --install");
+}
+
+fn uninstall(c: &Cluster) {
+    let args = ["uninstall", RELEASE, "-n", RELEASE_NS, "--wait"];
+    ok(run_cmd(c, &helm_bin(), &args), "helm uninstall");
 }
 
 /// The operator pod's process (the node agent sets HOSTNAME to the pod name).
@@ -172,24 +219,313 @@ fn since(t0: SystemTime) -> f64 {
         .as_secs_f64()
 }
 
+// ---------------------------------------------------------------- profile
+
+/// CPU seconds (own, reaped children) of `pid` from /proc/<pid>/stat.
+fn cpu_seconds(pid: i32) -> Option<(f64, f64)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the parenthesised command: state is field 3; utime 14, stime 15,
+    // cutime 16, cstime 17.
+    let rest: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let f = |i: usize| rest.get(i - 3)?.parse::<f64>().ok();
+    // SAFETY: sysconf has no preconditions.
+    let tick = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    Some(((f(14)? + f(15)?) / tick, (f(16)? + f(17)?) / tick))
+}
+
+/// The mini-cluster components, by the name of their executable.
+const COMPONENTS: [&str; 6] = [
+    "kube-apiserver",
+    "etcd",
+    "kube-controller-manager",
+    "nats-server",
+    "openwop-node-agent",
+    "openwop-operator",
+];
+
+/// CPU seconds per component (summed over processes), plus `workers (agent children)`.
+fn cpu_snapshot(operator: Option<i32>) -> BTreeMap<String, f64> {
+    let mut out = BTreeMap::new();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
+        };
+        let Ok(exe) = std::fs::read_link(e.path().join("exe")) else {
+            continue;
+        };
+        let exe = exe.to_string_lossy().into_owned();
+        let base = exe
+            .trim_end_matches(" (deleted)")
+            .rsplit('/')
+            .next()
+            .unwrap_or_default()
+            .to_string();
+        let Some(name) = COMPONENTS.iter().find(|c| **c == base) else {
+            continue;
+        };
+        // Only the measured operator, not the journeys' one.
+        if *name == "openwop-operator" && Some(pid) != operator {
+            continue;
+        }
+        let Some((own, children)) = cpu_seconds(pid) else {
+            continue;
+        };
+        *out.entry(name.to_string()).or_default() += own;
+        if *name == "openwop-node-agent" {
+            *out.entry("pods (agent's reaped children)".into())
+                .or_default() += children;
+        }
+    }
+    out
+}
+
+/// `apiserver_request_total` summed by verb and resource[/subresource].
+async fn apiserver_requests(client: &Client) -> BTreeMap<String, f64> {
+    let req = http::Request::get("/metrics").body(vec![]).unwrap();
+    let text = client.request_text(req).await.expect("apiserver /metrics");
+    let mut out = BTreeMap::new();
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("apiserver_request_total{") else {
+            continue;
+        };
+        let Some((labels, value)) = rest.rsplit_once("} ") else {
+            continue;
+        };
+        let label = |k: &str| {
+            labels
+                .split(',')
+                .find_map(|kv| kv.strip_prefix(&format!("{k}=\""))?.strip_suffix('"'))
+                .unwrap_or_default()
+                .to_string()
+        };
+        let mut key = format!("{} {}", label("verb"), label("resource"));
+        let sub = label("subresource");
+        if !sub.is_empty() {
+            key = format!("{key}/{sub}");
+        }
+        *out.entry(key).or_default() += value.trim().parse::<f64>().unwrap_or(0.0);
+    }
+    out
+}
+
+/// The operator's own Prometheus text (`/metrics` on its port), without histogram buckets.
+fn operator_metrics() -> BTreeMap<String, f64> {
+    let mut out = BTreeMap::new();
+    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", OPERATOR_PORT)) else {
+        return out;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+    let _ = s.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n");
+    let mut body = String::new();
+    let _ = s.read_to_string(&mut body);
+    for line in body.lines() {
+        if line.starts_with("openwop_operator_")
+            && !line.contains("_bucket{")
+            && let Some((k, v)) = line.rsplit_once(' ')
+            && let Ok(v) = v.parse::<f64>()
+        {
+            out.insert(k.to_string(), v);
+        }
+    }
+    out
+}
+
+fn delta(before: &BTreeMap<String, f64>, after: &BTreeMap<String, f64>) -> Vec<(String, f64)> {
+    let mut d: Vec<(String, f64)> = after
+        .iter()
+        .map(|(k, v)| (k.clone(), v - before.get(k).copied().unwrap_or(0.0)))
+        .filter(|(_, v)| *v > 0.0)
+        .collect();
+    d.sort_by(|a, b| b.1.total_cmp(&a.1));
+    d
+}
+
+/// Counters before a measurement; `report` prints what changed since.
+struct Usage {
+    cpu: BTreeMap<String, f64>,
+    api: BTreeMap<String, f64>,
+    operator: BTreeMap<String, f64>,
+    operator_pid: Option<i32>,
+}
+
+impl Usage {
+    async fn start(client: &Client, operator_pid: Option<i32>) -> Self {
+        Self {
+            cpu: cpu_snapshot(operator_pid),
+            api: apiserver_requests(client).await,
+            operator: operator_metrics(),
+            operator_pid,
+        }
+    }
+
+    async fn report(&self, client: &Client, what: &str, wall: f64) {
+        let cpu = delta(&self.cpu, &cpu_snapshot(self.operator_pid));
+        let total: f64 = cpu.iter().map(|(_, v)| v).sum();
+        let cpu: Vec<String> = cpu
+            .iter()
+            .map(|(k, v)| format!("{k} {v:.1}s ({:.1}s/item)", v / N as f64))
+            .collect();
+        println!(
+            "profile {what}: CPU {total:.1}s over {wall:.1}s wall ({:.0}% of 2 cores): {}",
+            100.0 * total / (2.0 * wall),
+            cpu.join(", ")
+        );
+        let api = delta(&self.api, &apiserver_requests(client).await);
+        let total: f64 = api.iter().map(|(_, v)| v).sum();
+        let top: Vec<String> = api
+            .iter()
+            .take(14)
+            .map(|(k, v)| format!("{k} {v:.0}"))
+            .collect();
+        println!(
+            "profile {what}: API requests {total:.0} ({:.1}/item; all clients): {}",
+            total / N as f64,
+            top.join(", ")
+        );
+        if self.operator_pid.is_some() {
+            let ops: Vec<String> = delta(&self.operator, &operator_metrics())
+                .iter()
+                .map(|(k, v)| format!("{k} {v:.2}"))
+                .collect();
+            println!("profile {what}: operator metrics: {}", ops.join(", "));
+        }
+    }
+}
+
+/// When each Run's stages were first observed, in seconds after the creates started.
+#[derive(Default)]
+struct Timeline {
+    pod_created: BTreeMap<String, f64>,
+    pod_bound: BTreeMap<String, f64>,
+    pod_started: BTreeMap<String, f64>,
+    pod_done: BTreeMap<String, f64>,
+    run_completed: BTreeMap<String, f64>,
+    /// `name: error` of every Run seen failed.
+    run_failed: Vec<String>,
+}
+
+fn owner_run(p: &Pod) -> Option<String> {
+    p.owner_references()
+        .iter()
+        .find(|o| o.kind == "Run")
+        .map(|o| o.name.clone())
+}
+
+fn watch_timeline(
+    client: &Client,
+    ns: &str,
+    runs: Api<DynamicObject>,
+    t0: SystemTime,
+) -> (Arc<Mutex<Timeline>>, Vec<tokio::task::JoinHandle<()>>) {
+    let tl: Arc<Mutex<Timeline>> = Arc::default();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let pod_task = {
+        let tl = tl.clone();
+        tokio::spawn(async move {
+            let mut w = watcher(pods, watcher::Config::default()).boxed();
+            while let Some(ev) = w.next().await {
+                let (Ok(watcher::Event::Apply(p)) | Ok(watcher::Event::InitApply(p))) = ev else {
+                    continue;
+                };
+                let Some(run) = owner_run(&p) else { continue };
+                let now = since(t0);
+                let mut tl = tl.lock().unwrap();
+                tl.pod_created.entry(run.clone()).or_insert(now);
+                if p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some() {
+                    tl.pod_bound.entry(run.clone()).or_insert(now);
+                }
+                let ph = phase(&p);
+                if matches!(ph.as_deref(), Some("Running" | "Succeeded" | "Failed")) {
+                    tl.pod_started.entry(run.clone()).or_insert(now);
+                }
+                if matches!(ph.as_deref(), Some("Succeeded" | "Failed")) {
+                    tl.pod_done.entry(run).or_insert(now);
+                }
+            }
+        })
+    };
+    let run_task = {
+        let tl = tl.clone();
+        tokio::spawn(async move {
+            let mut w = watcher(runs, watcher::Config::default()).boxed();
+            while let Some(ev) = w.next().await {
+                let (Ok(watcher::Event::Apply(r)) | Ok(watcher::Event::InitApply(r))) = ev else {
+                    continue;
+                };
+                let now = since(t0);
+                let mut tl = tl.lock().unwrap();
+                match r.data["status"]["phase"].as_str() {
+                    Some("completed") => {
+                        tl.run_completed.entry(r.name_any()).or_insert(now);
+                    }
+                    Some("failed") => {
+                        let e = format!("{}: {}", r.name_any(), r.data["status"]["error"]);
+                        tl.run_failed.push(e);
+                    }
+                    _ => {}
+                }
+            }
+        })
+    };
+    (tl, vec![pod_task, run_task])
+}
+
+fn p50_p95(values: impl Iterator<Item = f64>) -> String {
+    let mut v: Vec<f64> = values.collect();
+    if v.is_empty() {
+        return "n/a".into();
+    }
+    v.sort_by(f64::total_cmp);
+    format!(
+        "p50 {:.2} p95 {:.2} max {:.2} (n={})",
+        percentile(&v, 50.0),
+        percentile(&v, 95.0),
+        v[v.len() - 1],
+        v.len()
+    )
+}
+
+fn print_timeline(tl: &Timeline, first_event: &BTreeMap<String, f64>) {
+    let stages: [(&str, &BTreeMap<String, f64>); 6] = [
+        ("worker pod created", &tl.pod_created),
+        ("pod bound", &tl.pod_bound),
+        ("pod Running", &tl.pod_started),
+        ("first event", first_event),
+        ("pod finished", &tl.pod_done),
+        ("Run completed", &tl.run_completed),
+    ];
+    for (name, m) in stages {
+        println!(
+            "profile runs: apply→{name}: {}",
+            p50_p95(m.values().copied())
+        );
+    }
+    for w in stages.windows(2) {
+        let ((a, ma), (b, mb)) = (w[0], w[1]);
+        let d = mb.iter().filter_map(|(k, vb)| Some(vb - ma.get(k)?));
+        println!("profile runs: {a}→{b}: {}", p50_p95(d));
+    }
+}
+
 async fn runs_at_once(c: &Cluster) {
     let ns = namespace(&c.client, "scale-runs").await;
+    let workflow = repo().join("examples/01-hello-workflow.yaml");
     ok(
         run_cmd(
             c,
             Path::new("kubectl"),
-            &[
-                "apply",
-                "-n",
-                &ns,
-                "-f",
-                repo()
-                    .join("examples/01-hello-workflow.yaml")
-                    .to_str()
-                    .unwrap(),
-            ],
+            &["apply", "-n", &ns, "-f", workflow.to_str().unwrap()],
         ),
         "apply hello workflow",
+    );
+    let instance = format!("{LABEL_INSTANCE}={INSTANCE}");
+    ok(
+        run_cmd(
+            c,
+            Path::new("kubectl"),
+            &["label", "-n", &ns, "workflow", "hello", &instance],
+        ),
+        "label hello workflow",
     );
     let gvk = GroupVersionKind::gvk("openwop.dev", "v1alpha1", "Run");
     let runs: Api<DynamicObject> =
@@ -235,13 +571,15 @@ async fn runs_at_once(c: &Cluster) {
         .map(|i| {
             serde_json::from_value(json!({
                 "apiVersion": "openwop.dev/v1alpha1", "kind": "Run",
-                "metadata": {"name": format!("r{i:03}")},
+                "metadata": {"name": format!("r{i:03}"), "labels": {LABEL_INSTANCE: INSTANCE}},
                 "spec": {"workflowRef": {"name": "hello"}, "inputs": {"greeting": "hi"}},
             }))
             .unwrap()
         })
         .collect();
+    let usage = Usage::start(&c.client, Some(pid)).await;
     let t0 = SystemTime::now();
+    let (timeline, watches) = watch_timeline(&c.client, &ns, runs.clone(), t0);
     let pp = PostParams::default();
     let start = Instant::now();
     let created = futures::future::join_all(docs.iter().map(|d| runs.create(&pp, d))).await;
@@ -249,38 +587,32 @@ async fn runs_at_once(c: &Cluster) {
         r.expect("create Run");
     }
     let applied = start.elapsed();
+    // Watched, not listed: polling 200 Runs every 250 ms loaded the API server it measures.
     let all_done = wait_for(Duration::from_secs(900), "200 Runs completed", || {
-        let runs = runs.clone();
+        let tl = timeline.clone();
         async move {
-            let items = runs.list(&ListParams::default()).await.ok()?.items;
-            let failed: Vec<String> = items
-                .iter()
-                .filter(|r| r.data["status"]["phase"] == "failed")
-                .map(|r| {
-                    format!(
-                        "{}: {}",
-                        r.metadata.name.clone().unwrap_or_default(),
-                        r.data["status"]["error"]
-                    )
-                })
-                .collect();
-            assert!(failed.is_empty(), "failed runs: {failed:?}");
-            let done = items
-                .iter()
-                .filter(|r| r.data["status"]["phase"] == "completed")
-                .count();
-            (done == N).then(|| start.elapsed())
+            let tl = tl.lock().unwrap();
+            assert!(tl.run_failed.is_empty(), "failed runs: {:?}", tl.run_failed);
+            (tl.run_completed.len() == N).then(|| {
+                Duration::from_secs_f64(tl.run_completed.values().copied().fold(0.0, f64::max))
+            })
         }
     })
     .await;
     sampler.abort();
+    usage
+        .report(&c.client, "runs", all_done.as_secs_f64())
+        .await;
     let peak_rss = *peak.lock().unwrap();
     let hwm = status_kib(pid, "VmHWM").unwrap_or(0);
+    for w in watches {
+        w.abort();
+    }
 
     // First event of each run, from its stream.
     let t0_ts = Timestamp::try_from(t0).unwrap();
-    let cli = target_bin("kubectl-openwop");
-    let mut firsts = Vec::with_capacity(N);
+    let cli = target_bin("debug", "kubectl-openwop");
+    let mut firsts = BTreeMap::new();
     for chunk in (0..N).collect::<Vec<_>>().chunks(8) {
         let handles: Vec<_> = chunk
             .iter()
@@ -300,22 +632,25 @@ async fn runs_at_once(c: &Cluster) {
                         serde_json::from_str(out.lines().next().expect("an event")).unwrap();
                     let m = &first["message"];
                     assert_eq!(m["sequence"], 0, "{m}");
-                    m["timestamp"]
+                    let ts = m["timestamp"]
                         .as_str()
                         .unwrap()
                         .parse::<Timestamp>()
-                        .unwrap()
+                        .unwrap();
+                    (name, ts)
                 })
             })
             .collect();
         for h in handles {
-            let ts = h.await.unwrap();
-            firsts.push(ts.duration_since(t0_ts).as_secs_f64());
+            let (name, ts) = h.await.unwrap();
+            firsts.insert(name, ts.duration_since(t0_ts).as_secs_f64());
         }
     }
-    let (p50, p95) = summary("runs", firsts);
+    print_timeline(&timeline.lock().unwrap(), &firsts);
+    let (p50, p95) = summary("runs", firsts.into_values().collect());
     println!(
-        "scale: {N} Runs: created in {:.2} s; all completed after {:.2} s; apply→first event p50 {:.2} s, p95 {:.2} s; operator RSS before {:.1} MiB, peak sampled {:.1} MiB, VmHWM {:.1} MiB",
+        "scale: {N} Runs ({} operator and worker): created in {:.2} s; all completed after {:.2} s; apply→first event p50 {:.2} s, p95 {:.2} s; operator RSS before {:.1} MiB, peak sampled {:.1} MiB, VmHWM {:.1} MiB",
+        build_profile(),
         applied.as_secs_f64(),
         all_done.as_secs_f64(),
         p50,
@@ -368,6 +703,7 @@ async fn bare_pods_baseline(c: &Cluster) {
             .unwrap()
         })
         .collect();
+    let usage = Usage::start(&c.client, None).await;
     let pp = PostParams::default();
     let start = Instant::now();
     let created = futures::future::join_all(docs.iter().map(|d| pods.create(&pp, d))).await;
@@ -392,6 +728,9 @@ async fn bare_pods_baseline(c: &Cluster) {
         }
     })
     .await;
+    usage
+        .report(&c.client, "bare pods", all_done.as_secs_f64())
+        .await;
     // The watch may trail the list by a moment.
     wait_for(Duration::from_secs(30), "every pod observed", || {
         let seen = seen.clone();
@@ -417,9 +756,11 @@ static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 async fn setup() -> (Cluster, tokio::sync::MutexGuard<'static, ()>) {
     let guard = SERIAL.lock().await;
     let c = cluster().await;
-    for b in ["openwop-operator", "openwop-worker", "kubectl-openwop"] {
-        target_bin(b);
+    for b in ["openwop-operator", "openwop-worker"] {
+        target_bin(&build_profile(), b);
     }
+    // The CLI only reads the streams afterwards.
+    target_bin("debug", "kubectl-openwop");
     (c, guard)
 }
 
@@ -436,4 +777,5 @@ async fn two_hundred_runs_at_once() {
     let (c, _g) = setup().await;
     install(&c);
     runs_at_once(&c).await;
+    uninstall(&c);
 }

@@ -103,6 +103,28 @@ fn dispatch(
     workers.insert(uid, (tx, handle));
 }
 
+/// When a pod worker must reconcile next without a message: the earliest deadline that
+/// `reconcile` acts on in the pod's state. A finished pod restarts no container and refreshes
+/// neither tokens nor volumes, so those deadlines (soon in the past) must not wake it: they
+/// made every finished pod a busy loop re-serialising its status (issue 7's 200-run profile).
+fn next_wake(
+    now: Instant,
+    terminal: bool,
+    restarts: impl Iterator<Item = Instant>,
+    refreshes: [Option<Instant>; 2],
+    always: [Option<Instant>; 2],
+) -> Instant {
+    let far = now + Duration::from_secs(3600);
+    let live: Vec<Instant> = if terminal {
+        vec![]
+    } else {
+        restarts.chain(refreshes.into_iter().flatten()).collect()
+    };
+    live.into_iter()
+        .chain(always.into_iter().flatten())
+        .fold(far, Instant::min)
+}
+
 struct Ctr {
     spec: Container,
     state: State,
@@ -317,25 +339,18 @@ impl Worker {
     }
 
     fn next_wake(&self) -> Instant {
-        let far = Instant::now() + Duration::from_secs(3600);
-        let mut t = far;
-        for c in self.init.iter().chain(self.main.iter()) {
-            if let Some(nb) = c.not_before {
-                t = t.min(nb);
-            }
-        }
-        for d in [
-            self.terminating,
-            self.token_deadline,
-            self.retry_at,
-            self.volumes_refresh_at,
-        ]
-        .into_iter()
-        .flatten()
-        {
-            t = t.min(d);
-        }
-        t
+        let restarts = self
+            .init
+            .iter()
+            .chain(self.main.iter())
+            .filter_map(|c| c.not_before);
+        next_wake(
+            Instant::now(),
+            self.terminal.is_some(),
+            restarts,
+            [self.token_deadline, self.volumes_refresh_at],
+            [self.terminating, self.retry_at],
+        )
     }
 
     fn restart_policy(&self) -> Option<String> {
@@ -1145,4 +1160,66 @@ fn pod_kubeconfig(server: &str, sa_dir: &Path, namespace: &str) -> String {
         ca = sa_dir.join("ca.crt").display(),
         token = sa_dir.join("token").display(),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_finished_pod_ignores_restart_and_refresh_deadlines() {
+        let now = Instant::now();
+        let past = now - Duration::from_secs(5);
+        let wake = next_wake(
+            now,
+            true,
+            [past].into_iter(),
+            [Some(past), Some(past)],
+            [None, None],
+        );
+        assert!(
+            wake >= now + Duration::from_secs(3600),
+            "a finished pod must sleep"
+        );
+    }
+
+    #[test]
+    fn a_finished_pod_still_wakes_for_termination_and_status_retries() {
+        let now = Instant::now();
+        let soon = now + Duration::from_secs(2);
+        let later = now + Duration::from_secs(9);
+        let past = now - Duration::from_secs(5);
+        assert_eq!(
+            next_wake(
+                now,
+                true,
+                [past].into_iter(),
+                [Some(past), None],
+                [Some(later), Some(soon)]
+            ),
+            soon
+        );
+    }
+
+    #[test]
+    fn a_live_pod_wakes_at_its_earliest_deadline() {
+        let now = Instant::now();
+        let at = |s| now + Duration::from_secs(s);
+        let wake = next_wake(
+            now,
+            false,
+            [at(30), at(4)].into_iter(),
+            [Some(at(8)), Some(at(10))],
+            [None, Some(at(6))],
+        );
+        assert_eq!(wake, at(4));
+        let wake = next_wake(
+            now,
+            false,
+            std::iter::empty(),
+            [Some(at(8)), None],
+            [None, None],
+        );
+        assert_eq!(wake, at(8));
+    }
 }
