@@ -11,6 +11,7 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::finalizer::{Event as Finalizer, finalizer};
+use kube::runtime::reflector::Store;
 use kube::{Client, Resource, ResourceExt};
 use openwop_crds::{Run, RunError, RunPhase, RunStatus, Workflow, WorkflowStatus};
 use openwop_protocol::workflow_check::{CheckOptions, NodeRegistry, Tier1Posture, check_workflow};
@@ -74,6 +75,9 @@ pub struct Context {
     pub reporter: Reporter,
     /// Injected clock, so tests are deterministic.
     pub now: fn() -> Timestamp,
+    /// Cache of the worker pods (labels `component=worker`, `managed-by`), fed by a watch the
+    /// binary runs; `None` lists them from the API server at each worker start instead.
+    pub worker_pods: Option<Store<Pod>>,
 }
 
 impl Context {
@@ -851,20 +855,7 @@ async fn progress(
     {
         return Ok(Action::requeue(wait_until(now, at.0)));
     }
-    let active = pods
-        .list(&ListParams::default().labels(&format!(
-            "{LABEL_COMPONENT}=worker,{LABEL_MANAGED_BY}={MANAGER}"
-        )))
-        .await?
-        .items
-        .iter()
-        .filter(|p| {
-            matches!(
-                p.status.as_ref().and_then(|s| s.phase.as_deref()),
-                None | Some("Pending" | "Running")
-            )
-        })
-        .count();
+    let active = active_workers(ctx, pods, &ns).await?;
     let limit = cfg.runs.max_concurrent_per_namespace as usize;
     let old = step.status.conditions.clone();
     if active >= limit {
@@ -939,6 +930,38 @@ async fn progress(
     };
     step.event(EventType::Normal, reason, note);
     Ok(Action::requeue(Duration::from_secs(60)))
+}
+
+/// Worker pods of `ns` that hold a slot (not finished). From the cache when there is one: a
+/// LIST of every worker pod per worker start made starting N runs cost O(N²) transfer.
+async fn active_workers(ctx: &Context, pods: &Api<Pod>, ns: &str) -> Result<usize, Error> {
+    let holds_slot = |p: &Pod| {
+        matches!(
+            p.status.as_ref().and_then(|s| s.phase.as_deref()),
+            None | Some("Pending" | "Running")
+        )
+    };
+    if let Some(store) = &ctx.worker_pods
+        && store.wait_until_ready().await.is_ok()
+    {
+        return Ok(store
+            .state()
+            .iter()
+            .filter(|p| p.metadata.namespace.as_deref() == Some(ns) && holds_slot(p))
+            .count());
+    }
+    Ok(pods
+        .list(&ListParams::default().labels(&worker_selector()))
+        .await?
+        .items
+        .iter()
+        .filter(|p| holds_slot(p))
+        .count())
+}
+
+/// Label selector of the worker pods this operator creates.
+pub fn worker_selector() -> String {
+    format!("{LABEL_COMPONENT}=worker,{LABEL_MANAGED_BY}={MANAGER}")
 }
 
 /// Attempt `attempt` of the run's worker pod (workflow spec from the snapshot's Workflow);

@@ -16,12 +16,14 @@ use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Controller;
 use kube::runtime::events::Reporter;
-use kube::runtime::reflector::ObjectRef;
+use kube::runtime::reflector::{self, ObjectRef, reflector};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use openwop_crds::{Run, RunPhase, Workflow};
 use openwop_operator::config::OperatorConfig;
-use openwop_operator::controller::{Context, error_policy, reconcile_run, reconcile_workflow};
+use openwop_operator::controller::{
+    Context, error_policy, reconcile_run, reconcile_workflow, worker_selector,
+};
 use openwop_operator::discovery::{self, DiscoveryContent, DiscoveryState};
 use openwop_operator::leader::{Elector, Round};
 use openwop_operator::metrics::Metrics;
@@ -85,6 +87,7 @@ async fn main() -> anyhow::Result<()> {
     );
     let watch_discovery =
         watch_discovery_configmap(client.clone(), cfg.clone(), discovery_state, ready.clone());
+    let (worker_pods, pod_writer) = reflector::store::<Pod>();
     let ctx = Arc::new(Context {
         client: client.clone(),
         config: cfg.clone(),
@@ -95,8 +98,9 @@ async fn main() -> anyhow::Result<()> {
             instance: Some(identity.clone()),
         },
         now: k8s_openapi::jiff::Timestamp::now,
+        worker_pods: Some(worker_pods),
     });
-    let lead = lead_then_run(client, cfg, registry, identity, ctx);
+    let lead = lead_then_run(client, cfg, registry, identity, ctx, pod_writer);
     tokio::select! {
         r = http => r.context("HTTP server")?,
         r = watch_discovery => r.context("discovery ConfigMap watch")?,
@@ -232,6 +236,7 @@ async fn lead_then_run(
     registry: Arc<NodeRegistry>,
     identity: String,
     ctx: Arc<Context>,
+    pod_writer: reflector::store::Writer<Pod>,
 ) -> anyhow::Result<()> {
     let renew = Duration::from_secs(u64::from(cfg.leader_election.renew_interval_seconds));
     let elector = cfg.leader_election.enabled.then(|| {
@@ -258,7 +263,7 @@ async fn lead_then_run(
     publish_discovery(&client, &cfg, &registry).await?;
     let controllers = async {
         tokio::join!(
-            run_controllers(client.clone(), ctx),
+            run_controllers(client.clone(), ctx, pod_writer),
             openwop_operator::events::run_consumer(client.clone(), cfg.clone()),
         );
     };
@@ -296,7 +301,11 @@ where
     }
 }
 
-async fn run_controllers(client: Client, ctx: Arc<Context>) {
+async fn run_controllers(
+    client: Client,
+    ctx: Arc<Context>,
+    pod_writer: reflector::store::Writer<Pod>,
+) {
     let workflows: Api<Workflow> = scoped(&client, &ctx.config);
     let runs: Api<Run> = scoped(&client, &ctx.config);
     let pods: Api<Pod> = scoped(&client, &ctx.config);
@@ -341,6 +350,16 @@ async fn run_controllers(client: Client, ctx: Arc<Context>) {
                 tracing::debug!(error = %e, "run reconcile");
             }
         });
+    // The worker-pod cache behind `max_concurrent_per_namespace` (no LIST per worker start).
+    let worker_cache = reflector(
+        pod_writer,
+        watcher(
+            scoped::<Pod>(&client, &ctx.config),
+            watcher::Config::default().labels(&worker_selector()),
+        ),
+    )
+    .default_backoff()
+    .for_each(|_| async {});
     let gauges = async move {
         loop {
             tokio::time::sleep(Duration::from_secs(15)).await;
@@ -355,5 +374,5 @@ async fn run_controllers(client: Client, ctx: Arc<Context>) {
             ctx.metrics.set_runs_by_phase(&counts);
         }
     };
-    tokio::join!(wf_ctrl, run_ctrl, gauges);
+    tokio::join!(wf_ctrl, run_ctrl, gauges, worker_cache);
 }

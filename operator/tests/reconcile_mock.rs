@@ -34,6 +34,7 @@ fn context() -> (Arc<Context>, MockHandle) {
             instance: None,
         },
         now: fixed_now,
+        worker_pods: None,
     };
     (Arc::new(ctx), handle)
 }
@@ -416,6 +417,7 @@ async fn cancel_without_worker_nats_falls_back_and_says_so() {
             instance: None,
         },
         now: fixed_now,
+        worker_pods: None,
     });
     let mut r = run(Some(
         json!({"phase": "running", "workerPod": "r1-w1", "attempts": 1, "runId": "ruid",
