@@ -565,8 +565,17 @@ async fn progress(
     let ns = run.namespace().unwrap_or_default();
     let name = run.name_any();
 
-    // 1. Snapshot the resolved workflow once.
+    // 1. Snapshot the resolved workflow once. While a worker runs, the snapshot it mounts
+    // exists (its status says so): skip the GET in the reconciles its pod's changes trigger.
     let snap = snapshot_name(&name);
+    let snapshotted = step
+        .status
+        .conditions
+        .iter()
+        .any(|c| c.type_ == "Ready" && c.status == "True" && c.reason == "Snapshotted");
+    if snapshotted && step.status.worker_pod.is_some() {
+        return observe_worker(ctx, step, pods, generation, now).await;
+    }
     let (snapshot_cm, workflow) = match cms.get_opt(&snap).await? {
         Some(cm) => {
             // A retried reconcile (e.g. after a 409 on the status write) still names the
@@ -691,130 +700,8 @@ async fn progress(
     };
 
     // 2. Observe the current worker.
-    if let Some(pod_name) = step.status.worker_pod.clone() {
-        let pod = pods.get_opt(&pod_name).await?;
-        let phase = pod
-            .as_ref()
-            .and_then(|p| p.status.as_ref())
-            .and_then(|s| s.phase.clone());
-        let terminated = pod
-            .as_ref()
-            .and_then(|p| p.status.as_ref())
-            .and_then(|s| s.container_statuses.as_ref())
-            .and_then(|cs| cs.iter().find(|c| c.name == "worker"))
-            .and_then(|c| c.state.as_ref())
-            .and_then(|s| s.terminated.clone());
-        match (pod.is_some(), phase.as_deref(), terminated) {
-            (true, Some("Succeeded" | "Failed"), Some(t)) if t.exit_code == 0 => {
-                let p = t
-                    .message
-                    .as_deref()
-                    .and_then(parse_termination_message)
-                    .map(|s| s.projection);
-                let p = p.unwrap_or(Projection {
-                    phase: Some(RunPhase::Completed),
-                    ..Default::default()
-                });
-                apply_projection(&mut step.status, &p);
-                let final_phase = if step.status.phase.is_some_and(RunPhase::is_terminal) {
-                    step.status.phase.unwrap_or(RunPhase::Completed)
-                } else {
-                    RunPhase::Completed
-                };
-                let (reason, msg) = match (&final_phase, &step.status.error) {
-                    (RunPhase::Failed, Some(e)) => ("Failed", format!("{}: {}", e.code, e.message)),
-                    (RunPhase::Cancelled, _) => (
-                        "Cancelled",
-                        "the worker recorded the run as cancelled".to_string(),
-                    ),
-                    _ => ("Completed", "the run completed".to_string()),
-                };
-                step.finish(final_phase, now, generation, reason, msg.clone());
-                let t = if final_phase == RunPhase::Completed {
-                    EventType::Normal
-                } else {
-                    EventType::Warning
-                };
-                step.event(t, reason, msg);
-                step.status.failed_attempts = None;
-                return Ok(Action::requeue(Duration::from_secs(
-                    cfg.runs.pod_ttl_seconds_after_finished.max(1),
-                )));
-            }
-            (true, Some("Succeeded" | "Failed"), Some(t)) if t.exit_code == EXIT_SUSPENDED => {
-                let p = t
-                    .message
-                    .as_deref()
-                    .and_then(parse_termination_message)
-                    .map(|s| s.projection);
-                let p = p.unwrap_or(Projection {
-                    phase: Some(RunPhase::WaitingInput),
-                    ..Default::default()
-                });
-                apply_projection(&mut step.status, &p);
-                if !step.status.phase.is_some_and(RunPhase::is_waiting) {
-                    step.status.phase = Some(RunPhase::WaitingInput);
-                }
-                // A waiting run holds no pod.
-                delete_ignoring_missing(pods, &pod_name).await?;
-                step.status.worker_pod = None;
-                step.status.failed_attempts = None;
-                let msg = format!(
-                    "run is {}; answer the pending interrupt in spec.answers to resume",
-                    step.status.phase.unwrap_or_default()
-                );
-                step.event(EventType::Normal, "Suspended", msg);
-                return Ok(Action::await_change());
-            }
-            (true, Some("Succeeded" | "Failed"), t) => {
-                let code = t.map_or(-1, |t| t.exit_code);
-                return crashed(
-                    ctx,
-                    step,
-                    pods,
-                    &pod_name,
-                    format!("worker exited with code {code}"),
-                    now,
-                )
-                .await;
-            }
-            // Gone because the suspension was handled already (we deleted it, then our
-            // status write lost a race with the event consumer): not a crash.
-            (false, _, _)
-                if step.status.phase.is_some_and(RunPhase::is_waiting)
-                    && step.status.pending_interrupt.is_some() =>
-            {
-                step.status.worker_pod = None;
-                step.status.failed_attempts = None;
-                step.status.retry_after = None;
-                let msg = format!(
-                    "run is {}; answer the pending interrupt in spec.answers to resume",
-                    step.status.phase.unwrap_or_default()
-                );
-                step.event(EventType::Normal, "Suspended", msg);
-                return Ok(Action::await_change());
-            }
-            (false, _, _) => {
-                return crashed(
-                    ctx,
-                    step,
-                    pods,
-                    &pod_name,
-                    "worker pod disappeared".into(),
-                    now,
-                )
-                .await;
-            }
-            (true, ph, _) => {
-                // Only from pending: the event stream may already say waiting-input while
-                // the worker is still exiting.
-                if ph == Some("Running") && step.status.phase.is_none_or(|p| p == RunPhase::Pending)
-                {
-                    step.status.phase = Some(RunPhase::Running);
-                }
-                return Ok(Action::requeue(Duration::from_secs(60)));
-            }
-        }
+    if step.status.worker_pod.is_some() {
+        return observe_worker(ctx, step, pods, generation, now).await;
     }
 
     // 3. No worker: resume, back off, queue or start one.
@@ -930,6 +817,142 @@ async fn progress(
     };
     step.event(EventType::Normal, reason, note);
     Ok(Action::requeue(Duration::from_secs(60)))
+}
+
+/// Step 2 of [`progress`]: the run has a worker pod; its state decides the reconcile.
+async fn observe_worker(
+    ctx: &Context,
+    step: &mut Step,
+    pods: &Api<Pod>,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> Result<Action, Error> {
+    let cfg = &ctx.config;
+    let Some(pod_name) = step.status.worker_pod.clone() else {
+        return Ok(Action::await_change());
+    };
+    let pod = pods.get_opt(&pod_name).await?;
+    let phase = pod
+        .as_ref()
+        .and_then(|p| p.status.as_ref())
+        .and_then(|s| s.phase.clone());
+    let terminated = pod
+        .as_ref()
+        .and_then(|p| p.status.as_ref())
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.name == "worker"))
+        .and_then(|c| c.state.as_ref())
+        .and_then(|s| s.terminated.clone());
+    match (pod.is_some(), phase.as_deref(), terminated) {
+        (true, Some("Succeeded" | "Failed"), Some(t)) if t.exit_code == 0 => {
+            let p = t
+                .message
+                .as_deref()
+                .and_then(parse_termination_message)
+                .map(|s| s.projection);
+            let p = p.unwrap_or(Projection {
+                phase: Some(RunPhase::Completed),
+                ..Default::default()
+            });
+            apply_projection(&mut step.status, &p);
+            let final_phase = if step.status.phase.is_some_and(RunPhase::is_terminal) {
+                step.status.phase.unwrap_or(RunPhase::Completed)
+            } else {
+                RunPhase::Completed
+            };
+            let (reason, msg) = match (&final_phase, &step.status.error) {
+                (RunPhase::Failed, Some(e)) => ("Failed", format!("{}: {}", e.code, e.message)),
+                (RunPhase::Cancelled, _) => (
+                    "Cancelled",
+                    "the worker recorded the run as cancelled".to_string(),
+                ),
+                _ => ("Completed", "the run completed".to_string()),
+            };
+            step.finish(final_phase, now, generation, reason, msg.clone());
+            let t = if final_phase == RunPhase::Completed {
+                EventType::Normal
+            } else {
+                EventType::Warning
+            };
+            step.event(t, reason, msg);
+            step.status.failed_attempts = None;
+            Ok(Action::requeue(Duration::from_secs(
+                cfg.runs.pod_ttl_seconds_after_finished.max(1),
+            )))
+        }
+        (true, Some("Succeeded" | "Failed"), Some(t)) if t.exit_code == EXIT_SUSPENDED => {
+            let p = t
+                .message
+                .as_deref()
+                .and_then(parse_termination_message)
+                .map(|s| s.projection);
+            let p = p.unwrap_or(Projection {
+                phase: Some(RunPhase::WaitingInput),
+                ..Default::default()
+            });
+            apply_projection(&mut step.status, &p);
+            if !step.status.phase.is_some_and(RunPhase::is_waiting) {
+                step.status.phase = Some(RunPhase::WaitingInput);
+            }
+            // A waiting run holds no pod.
+            delete_ignoring_missing(pods, &pod_name).await?;
+            step.status.worker_pod = None;
+            step.status.failed_attempts = None;
+            let msg = format!(
+                "run is {}; answer the pending interrupt in spec.answers to resume",
+                step.status.phase.unwrap_or_default()
+            );
+            step.event(EventType::Normal, "Suspended", msg);
+            Ok(Action::await_change())
+        }
+        (true, Some("Succeeded" | "Failed"), t) => {
+            let code = t.map_or(-1, |t| t.exit_code);
+            return crashed(
+                ctx,
+                step,
+                pods,
+                &pod_name,
+                format!("worker exited with code {code}"),
+                now,
+            )
+            .await;
+        }
+        // Gone because the suspension was handled already (we deleted it, then our
+        // status write lost a race with the event consumer): not a crash.
+        (false, _, _)
+            if step.status.phase.is_some_and(RunPhase::is_waiting)
+                && step.status.pending_interrupt.is_some() =>
+        {
+            step.status.worker_pod = None;
+            step.status.failed_attempts = None;
+            step.status.retry_after = None;
+            let msg = format!(
+                "run is {}; answer the pending interrupt in spec.answers to resume",
+                step.status.phase.unwrap_or_default()
+            );
+            step.event(EventType::Normal, "Suspended", msg);
+            Ok(Action::await_change())
+        }
+        (false, _, _) => {
+            return crashed(
+                ctx,
+                step,
+                pods,
+                &pod_name,
+                "worker pod disappeared".into(),
+                now,
+            )
+            .await;
+        }
+        (true, ph, _) => {
+            // Only from pending: the event stream may already say waiting-input while
+            // the worker is still exiting.
+            if ph == Some("Running") && step.status.phase.is_none_or(|p| p == RunPhase::Pending) {
+                step.status.phase = Some(RunPhase::Running);
+            }
+            Ok(Action::requeue(Duration::from_secs(60)))
+        }
+    }
 }
 
 /// Worker pods of `ns` that hold a slot (not finished). From the cache when there is one: a

@@ -454,3 +454,37 @@ async fn cancel_without_worker_nats_falls_back_and_says_so() {
     reconcile_run(Arc::new(r), ctx).await.expect("reconcile");
     server.await.unwrap();
 }
+
+/// A running worker's reconciles (one per change of its pod) read the pod only: the snapshot
+/// it mounts exists, so no ConfigMap GET (issue 7: a round trip per reconcile at 200 runs).
+#[tokio::test]
+async fn a_running_worker_is_observed_without_reading_the_snapshot() {
+    let (ctx, mut handle) = context();
+    let r = run(Some(json!({
+        "phase": "running", "workerPod": "r1-w1", "attempts": 1, "runId": "ruid",
+        "workflow": "triage", "observedGeneration": 1,
+        "conditions": [{"type": "Ready", "status": "True", "reason": "Snapshotted",
+                        "message": "workflow snapshotted in ConfigMap r1-snapshot",
+                        "lastTransitionTime": "2025-06-15T15:00:00Z"}]
+    })));
+    let server = tokio::spawn(async move {
+        let (m, uri, _, send) = next(&mut handle).await;
+        assert_eq!(
+            (m, uri.as_str()),
+            (Method::GET, "/api/v1/namespaces/team-a/pods/r1-w1"),
+            "the first request reads the worker pod, not the snapshot"
+        );
+        respond(
+            send,
+            200,
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "r1-w1"},
+                   "status": {"phase": "Running"}}),
+        );
+    });
+    let action = reconcile_run(Arc::new(r), ctx).await.expect("reconcile");
+    server.await.unwrap();
+    assert_eq!(
+        action,
+        kube::runtime::controller::Action::requeue(std::time::Duration::from_secs(60))
+    );
+}
