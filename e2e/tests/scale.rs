@@ -778,4 +778,5 @@ async fn two_hundred_runs_at_once() {
     install(&c);
     runs_at_once(&c).await;
     uninstall(&c);
+    delete_namespace(&c.client, RELEASE_NS).await;
 }
