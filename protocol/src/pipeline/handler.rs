@@ -11,6 +11,8 @@
 //! text, or redacted here (the node id, composed messages) — so the pipeline
 //! passes them on without a second walk.
 
+use std::sync::LazyLock;
+
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
@@ -50,27 +52,33 @@ pub(crate) fn project(
                 .and_then(Value::as_array)
                 .map(|qs| qs.iter().map(question_ref).collect())
                 .unwrap_or_default();
-            let mut inner = Map::with_capacity(3);
-            inner.insert(
-                "questions".to_owned(),
-                questions.cloned().unwrap_or(Value::Null),
+            let mut inner = keyed(
+                &INNER,
+                [
+                    questions.cloned().unwrap_or(Value::Null),
+                    Value::from(envelope_id),
+                ],
             );
-            inner.insert("envelopeId".to_owned(), Value::from(envelope_id));
             if let Some(ct) = payload.get("contextType") {
                 inner.insert("contextType".to_owned(), ct.clone());
             }
-            let mut requested = Map::with_capacity(3);
-            requested.insert("nodeId".to_owned(), Value::from(node.as_str()));
-            requested.insert("questions".to_owned(), Value::Array(refs));
-            requested.insert("interruptId".to_owned(), Value::from(interrupt_id.as_str()));
-            let mut interrupt = Map::with_capacity(4);
-            interrupt.insert("interruptId".to_owned(), Value::from(interrupt_id));
-            interrupt.insert("nodeId".to_owned(), Value::from(node));
-            interrupt.insert(
-                "kind".to_owned(),
-                Value::from(InterruptKind::Clarification.as_str()),
+            let requested = keyed(
+                &REQUESTED,
+                [
+                    Value::from(node.as_str()),
+                    Value::Array(refs),
+                    Value::from(interrupt_id.as_str()),
+                ],
             );
-            interrupt.insert("payload".to_owned(), Value::Object(inner));
+            let interrupt = keyed(
+                &INTERRUPT,
+                [
+                    Value::from(interrupt_id),
+                    Value::from(node),
+                    Value::from(InterruptKind::Clarification.as_str()),
+                    Value::Object(inner),
+                ],
+            );
             vec![
                 events.emit_value_at(
                     &key("clarification.requested"),
@@ -133,13 +141,38 @@ pub(crate) fn project(
 /// One `clarification.requested` question: `{id, question, schema?}`.
 fn question_ref(q: &Value) -> Value {
     let text = |f: &str| Value::from(q.get(f).and_then(Value::as_str).unwrap_or_default());
-    let mut m = Map::with_capacity(3);
-    m.insert("id".to_owned(), text("id"));
-    m.insert("question".to_owned(), text("question"));
+    let mut m = keyed(&QUESTION, [text("id"), text("question")]);
     if let Some(schema) = q.get("schema") {
         m.insert("schema".to_owned(), schema.clone());
     }
     Value::Object(m)
+}
+
+// The fixed key sets of the projected objects, in wire order.
+static REQUESTED: LazyLock<Map<String, Value>> =
+    LazyLock::new(|| template(&["nodeId", "questions", "interruptId"]));
+static INTERRUPT: LazyLock<Map<String, Value>> =
+    LazyLock::new(|| template(&["interruptId", "nodeId", "kind", "payload"]));
+static INNER: LazyLock<Map<String, Value>> =
+    LazyLock::new(|| template(&["questions", "envelopeId"]));
+static QUESTION: LazyLock<Map<String, Value>> = LazyLock::new(|| template(&["id", "question"]));
+
+fn template(keys: &[&str]) -> Map<String, Value> {
+    keys.iter()
+        .map(|k| ((*k).to_owned(), Value::Null))
+        .collect()
+}
+
+/// The template's keys, in order, with `values`. The object is a copy of the
+/// template, hash table included, so no key is hashed again: these objects
+/// are built for every clarification.
+fn keyed<const N: usize>(template: &Map<String, Value>, values: [Value; N]) -> Map<String, Value> {
+    debug_assert_eq!(template.len(), N);
+    let mut m = template.clone();
+    for (slot, v) in m.values_mut().zip(values) {
+        *slot = v;
+    }
+    m
 }
 
 /// Deterministic interrupt id for a clarification lifted from `correlationId`.
