@@ -12,8 +12,6 @@ STATE_DIR="${OPENWOP_KIND_STATE:-${HOME}/.cache/openwop/kind/${CLUSTER_NAME}}"
 KIND_KUBECONFIG="${STATE_DIR}/kubeconfig"
 RELEASE="${OPENWOP_RELEASE:-openwop}"
 NAMESPACE="${OPENWOP_NAMESPACE:-openwop-system}"
-# Where the e2e suite creates its Workflows and Runs.
-E2E_NAMESPACE="${OPENWOP_E2E_NAMESPACE:-openwop-e2e}"
 IMAGE_TAG="${OPENWOP_IMAGE_TAG:-kind}"
 OPERATOR_IMAGE="openwop/openwop-operator:${IMAGE_TAG}"
 WORKER_IMAGE="openwop/openwop-worker:${IMAGE_TAG}"

@@ -42,7 +42,6 @@ done
 # The suite attaches to this cluster instead of starting the local mini-cluster.
 export OPENWOP_E2E_KUBECONFIG="$KIND_KUBECONFIG"
 export OPENWOP_E2E_NATS_URL="nats://127.0.0.1:$NATS_LOCAL_PORT"
-export OPENWOP_E2E_NAMESPACE="$E2E_NAMESPACE"
 export OPENWOP_E2E_RELEASE="$RELEASE"
 export OPENWOP_E2E_RELEASE_NAMESPACE="$NAMESPACE"
 export OPENWOP_NATS_URL="$OPENWOP_E2E_NATS_URL"

@@ -28,17 +28,13 @@ log "loading the images into kind"
 kind load docker-image --name "$CLUSTER_NAME" "$OPERATOR_IMAGE" "$WORKER_IMAGE"
 
 log "installing the chart (release $RELEASE in $NAMESPACE)"
-for ns in "$NAMESPACE" "$E2E_NAMESPACE"; do
-  kubectl create namespace "$ns" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
-done
+kubectl create namespace "$NAMESPACE" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
 # Helm installs CRDs only on first install; apply them so a re-run picks up CRD changes.
 kubectl apply --server-side --force-conflicts -f "$ROOT/charts/openwop/crds/openwop.dev_crds.yaml" >/dev/null
 helm upgrade --install "$RELEASE" "$ROOT/charts/openwop" -n "$NAMESPACE" \
   -f "$ROOT/e2e/kind/values.yaml" \
   --set operator.image.repository="${OPERATOR_IMAGE%:*}" --set operator.image.tag="$IMAGE_TAG" \
   --set worker.image.repository="${WORKER_IMAGE%:*}" --set worker.image.tag="$IMAGE_TAG" \
-  --set "worker.namespaces={$E2E_NAMESPACE}" \
-  --set "conformance.mockAgentNamespaces={$E2E_NAMESPACE}" \
   --wait --timeout 5m
 
 log "ready"
