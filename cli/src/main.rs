@@ -14,7 +14,8 @@ use clap::{Parser, Subcommand};
 ///
 /// Installed on your PATH as `kubectl-openwop`, it also runs as `kubectl openwop ...`.
 /// Online commands use your kubeconfig (KUBECONFIG, current context and namespace) like kubectl;
-/// `events` reads the run's event stream from NATS (--nats-url or OPENWOP_NATS_URL).
+/// `events` reads the run's event stream from NATS (--nats-url or OPENWOP_NATS_URL; an
+/// authenticated NATS takes --nats-creds, --nats-token-file or --nats-user).
 ///
 /// Typical session:
 ///   kubectl openwop runs -n team-a                      list runs with phase and node

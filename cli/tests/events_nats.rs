@@ -2,87 +2,23 @@
 //! `e2e/cluster/build-binaries.sh`, or OPENWOP_NATS_SERVER / PATH).
 
 use std::io::Read as _;
-use std::path::PathBuf;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream::{self, stream};
+use openwop_nats::testing::NatsServer;
 use serde_json::{Value, json};
 
-fn nats_server_bin() -> PathBuf {
-    if let Some(p) = std::env::var_os("OPENWOP_NATS_SERVER") {
-        return p.into();
-    }
-    let home = std::env::var_os("HOME")
-        .map(PathBuf::from)
-        .unwrap_or_default();
-    let bins = home.join(".cache/openwop/bin");
-    if let Ok(dirs) = std::fs::read_dir(&bins) {
-        for d in dirs.flatten() {
-            let p = d.path().join("nats-server");
-            if p.is_file() {
-                return p;
-            }
-        }
-    }
-    if let Some(p) = std::env::var_os("PATH")
-        .into_iter()
-        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
-        .map(|d| d.join("nats-server"))
-        .find(|p| p.is_file())
-    {
-        return p;
-    }
-    panic!(
-        "nats-server not found: run `bash e2e/cluster/build-binaries.sh` or set OPENWOP_NATS_SERVER"
-    );
-}
-
-struct Nats {
-    child: Child,
-    url: String,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Nats {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-async fn start_nats() -> Nats {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let dir = tempfile::tempdir().unwrap();
-    let child = Command::new(nats_server_bin())
-        .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
-        .arg(dir.path())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start nats-server");
-    let url = format!("nats://127.0.0.1:{port}");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            Instant::now() < deadline,
-            "nats-server did not listen on {port}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    Nats {
-        child,
-        url,
-        _dir: dir,
-    }
+fn start_nats() -> NatsServer {
+    NatsServer::start()
 }
 
 async fn js(url: &str) -> jetstream::Context {
-    let js = jetstream::new(async_nats::connect(url).await.unwrap());
+    js_with(async_nats::connect(url).await.unwrap()).await
+}
+
+async fn js_with(client: async_nats::Client) -> jetstream::Context {
+    let js = jetstream::new(client);
     js.get_or_create_stream(stream::Config {
         name: "OPENWOP_EVENTS".into(),
         subjects: vec!["openwop.events.>".into(), "openwop.reasoning.>".into()],
@@ -148,6 +84,10 @@ fn cli(args: &[&str]) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_kubectl-openwop"));
     c.args(args)
         .env_remove("OPENWOP_NATS_URL")
+        .env_remove("OPENWOP_NATS_CREDS")
+        .env_remove("OPENWOP_NATS_TOKEN_FILE")
+        .env_remove("OPENWOP_NATS_USER")
+        .env_remove("OPENWOP_NATS_PASSWORD")
         .env("NO_COLOR", "1");
     c
 }
@@ -162,10 +102,10 @@ fn stdout(o: &Output) -> String {
 
 #[tokio::test]
 async fn timeline_json_since_seq_and_follow() {
-    let nats = start_nats().await;
-    let js = js(&nats.url).await;
+    let nats = start_nats();
+    let js = js(&nats.url()).await;
     seed(&js).await;
-    let url = nats.url.as_str();
+    let url = &nats.url();
 
     // Timeline: the run's events in order, the reasoning in its lane, nothing of r2.
     let o = run_cli(&["events", "r1", "-n", "team-a", "--nats-url", url]);
@@ -296,9 +236,16 @@ async fn timeline_json_since_seq_and_follow() {
 
 #[tokio::test]
 async fn empty_run_and_unreachable_nats_are_explained() {
-    let nats = start_nats().await;
-    let _js = js(&nats.url).await;
-    let o = run_cli(&["events", "nothing", "-n", "team-a", "--nats-url", &nats.url]);
+    let nats = start_nats();
+    let _js = js(&nats.url()).await;
+    let o = run_cli(&[
+        "events",
+        "nothing",
+        "-n",
+        "team-a",
+        "--nats-url",
+        &nats.url(),
+    ]);
     assert!(o.status.success());
     assert!(stdout(&o).is_empty());
     assert!(String::from_utf8_lossy(&o.stderr).contains("no events yet for run team-a/nothing"));
@@ -307,7 +254,7 @@ async fn empty_run_and_unreachable_nats_are_explained() {
         "events",
         "r1",
         "--nats-url",
-        &nats.url,
+        &nats.url(),
         "--stream",
         "MISSING",
     ]);
@@ -331,5 +278,120 @@ async fn empty_run_and_unreachable_nats_are_explained() {
         String::from_utf8_lossy(&o.stderr).contains("cannot connect to NATS"),
         "{}",
         String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+#[tokio::test]
+async fn authenticated_nats_needs_and_takes_each_credential_form() {
+    const PASSWORD: &str = "pw-Zq81-never-printed";
+    const TOKEN: &str = "tok-Vx42-never-printed";
+    let leaks = |o: &Output| {
+        let all = format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert!(
+            !all.contains(PASSWORD) && !all.contains(TOKEN),
+            "a secret leaked: {all}"
+        );
+        all
+    };
+
+    // User and password: the password only from OPENWOP_NATS_PASSWORD.
+    let nats = NatsServer::start_with(&["--user", "ops", "--pass", PASSWORD]);
+    let url = nats.url();
+    let client = async_nats::ConnectOptions::new()
+        .user_and_password("ops".into(), PASSWORD.into())
+        .connect(&url)
+        .await
+        .unwrap();
+    seed(&js_with(client).await).await;
+    let events = ["events", "r1", "-n", "team-a", "--nats-url", url.as_str()];
+
+    let o = run_cli(&events);
+    let all = leaks(&o);
+    assert_eq!(o.status.code(), Some(1), "{all}");
+    assert!(all.contains("authorization violation"), "{all}");
+    assert!(
+        all.contains("needs --nats-creds, --nats-token-file or --nats-user"),
+        "{all}"
+    );
+
+    let with_user = |password: Option<&str>| {
+        let mut c = cli(&[&events[..], &["--nats-user", "ops"]].concat());
+        match password {
+            Some(p) => c.env("OPENWOP_NATS_PASSWORD", p),
+            None => c.env_remove("OPENWOP_NATS_PASSWORD"),
+        };
+        c.output().unwrap()
+    };
+    let o = with_user(Some(PASSWORD));
+    let all = leaks(&o);
+    assert!(o.status.success(), "{all}");
+    assert_eq!(stdout(&o).lines().count(), 4, "{all}");
+
+    let o = with_user(None);
+    let all = leaks(&o);
+    assert_eq!(o.status.code(), Some(1), "{all}");
+    assert!(
+        all.contains("needs the password in the OPENWOP_NATS_PASSWORD environment variable"),
+        "{all}"
+    );
+
+    let o = with_user(Some("wrong-password"));
+    let all = leaks(&o);
+    assert_eq!(o.status.code(), Some(1), "{all}");
+    assert!(
+        all.contains("with the given username and password"),
+        "{all}"
+    );
+    assert!(all.contains("authorization violation"), "{all}");
+    drop(nats);
+
+    // Token, from a file (a trailing newline is fine).
+    let nats = NatsServer::start_with(&["--auth", TOKEN]);
+    let url = nats.url();
+    let client = async_nats::ConnectOptions::new()
+        .token(TOKEN.into())
+        .connect(&url)
+        .await
+        .unwrap();
+    seed(&js_with(client).await).await;
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("token");
+    std::fs::write(&good, format!("{TOKEN}\n")).unwrap();
+    let bad = dir.path().join("bad-token");
+    std::fs::write(&bad, "tok-wrong").unwrap();
+    let events = ["events", "r1", "-n", "team-a", "--nats-url", url.as_str()];
+    let o = run_cli(&[&events[..], &["--nats-token-file", good.to_str().unwrap()]].concat());
+    let all = leaks(&o);
+    assert!(o.status.success(), "{all}");
+    assert_eq!(stdout(&o).lines().count(), 4, "{all}");
+    let o = run_cli(&[&events[..], &["--nats-token-file", bad.to_str().unwrap()]].concat());
+    let all = leaks(&o);
+    assert_eq!(o.status.code(), Some(1), "{all}");
+    assert!(all.contains("with the given token"), "{all}");
+
+    // Two forms at once is a usage error; a missing file is named.
+    let o = run_cli(
+        &[
+            &events[..],
+            &[
+                "--nats-token-file",
+                good.to_str().unwrap(),
+                "--nats-user",
+                "ops",
+            ],
+        ]
+        .concat(),
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", leaks(&o));
+    let o = run_cli(&[&events[..], &["--nats-creds", "/nonexistent/user.creds"]].concat());
+    let all = leaks(&o);
+    assert_eq!(o.status.code(), Some(1), "{all}");
+    assert!(
+        all.contains("/nonexistent/user.creds: no such file"),
+        "{all}"
     );
 }

@@ -8,61 +8,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use openwop_nats::NatsAuth;
+use openwop_nats::testing::NatsServer;
 use openwop_protocol::events::{EventType, event_id_for};
 use openwop_protocol::redact::Redactor;
 use openwop_worker::eventlog::RunLog;
 use openwop_worker::nats::{self, JetStreamPublisher, RetryPolicy};
 use serde_json::json;
 
-struct Server(
-    std::process::Child,
-    u16,
-    #[allow(dead_code)] tempfile::TempDir,
-);
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn server() -> Server {
-    let bin = std::env::var("OPENWOP_NATS_SERVER").unwrap_or_else(|_| {
-        let root = format!(
-            "{}/.cache/openwop/bin",
-            std::env::var("HOME").unwrap_or_default()
-        );
-        std::fs::read_dir(&root)
-            .expect("nats-server cache; run e2e/cluster/build-binaries.sh")
-            .flatten()
-            .map(|e| e.path().join("nats-server"))
-            .find(|p| p.exists())
-            .expect("nats-server binary")
-            .to_string_lossy()
-            .into_owned()
-    });
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let dir = tempfile::tempdir().unwrap();
-    let child = Command::new(bin)
-        .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
-        .arg(dir.path())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Server(child, port, dir)
-}
-
 fn bench(c: &mut Criterion) {
-    let srv = server();
-    let url = format!("nats://127.0.0.1:{}", srv.1);
+    let srv = NatsServer::start();
+    let url = srv.url();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -70,7 +26,7 @@ fn bench(c: &mut Criterion) {
         .unwrap();
     let policy = RetryPolicy::default();
     let js = rt.block_on(async {
-        let js = nats::context(nats::connect(&url).await.unwrap(), &policy);
+        let js = nats::context(nats::connect(&url, &NatsAuth::None).await.unwrap(), &policy);
         nats::ensure_stream(&js, "BENCH", &policy).await.unwrap();
         js
     });

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use openwop_nats::NatsAuth;
 use openwop_protocol::redact::Redactor;
 use openwop_providers::{ProviderConfig, ProviderKind, build_provider};
 use openwop_worker::eventlog::{LogError, RunLog};
@@ -142,6 +143,17 @@ async fn run(stop: StopSignal, otel: &Otel) -> anyhow::Result<i32> {
         env("OPENWOP_EVENTS_SUBJECT").unwrap_or_else(|| nats::events_subject(&namespace, &name));
     let stream_name = env("OPENWOP_EVENTS_STREAM").unwrap_or_else(|| "OPENWOP_EVENTS".into());
     let url = env("OPENWOP_NATS_URL").unwrap_or_else(|| "nats://127.0.0.1:4222".into());
+    // Credentials of an external NATS: the operator's copy of the chart's Secret.
+    let nats_auth = match env("OPENWOP_NATS_CREDENTIALS_DIR") {
+        None => NatsAuth::None,
+        Some(dir) => match NatsAuth::from_dir(std::path::Path::new(&dir)) {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::error!(error = %e, "unusable NATS credentials");
+                return Ok(EXIT_BAD_INPUT);
+            }
+        },
+    };
     let mut policy = RetryPolicy::default();
     if let Some(ms) = env("OPENWOP_PUBLISH_DEADLINE_MS").and_then(|v| v.parse().ok()) {
         policy.deadline = Duration::from_millis(ms);
@@ -179,7 +191,8 @@ async fn run(stop: StopSignal, otel: &Otel) -> anyhow::Result<i32> {
         secrets,
     };
 
-    let client = nats::connect(&url).await?;
+    tracing::debug!(credentials = nats_auth.kind(), "connecting to NATS");
+    let client = nats::connect(&url, &nats_auth).await?;
     let js = nats::context(client.clone(), &policy);
     let stream = nats::ensure_stream(&js, &stream_name, &policy).await?;
     let existing = nats::read_run_events(&stream, &subject, &policy).await?;

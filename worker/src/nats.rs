@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use async_nats::jetstream::{self, consumer::pull, message::PublishMessage, stream};
 use bytes::Bytes;
 use futures::StreamExt;
+use openwop_nats::NatsAuth;
 use openwop_protocol::events::RunEventDoc;
 
 use crate::eventlog::{LogError, Publisher};
@@ -54,10 +55,11 @@ impl Default for RetryPolicy {
 }
 
 /// Connects with unbounded reconnects; the first connection is retried in the background so
-/// a worker started before NATS is up just waits (bounded by the publish deadline).
-pub async fn connect(url: &str) -> Result<async_nats::Client, LogError> {
-    async_nats::ConnectOptions::new()
-        .name(concat!("openwop-worker/", env!("CARGO_PKG_VERSION")))
+/// a worker started before NATS is up just waits (bounded by the publish deadline). A
+/// server-side refusal of `auth` is logged by the shared callback (`openwop_nats`).
+pub async fn connect(url: &str, auth: &NatsAuth) -> Result<async_nats::Client, LogError> {
+    openwop_nats::connect_options(concat!("openwop-worker/", env!("CARGO_PKG_VERSION")), auth)
+        .map_err(|e| LogError::Read(e.to_string()))?
         .retry_on_initial_connect()
         .max_reconnects(None)
         .connection_timeout(Duration::from_secs(2))

@@ -413,3 +413,63 @@ fn the_secret_canary_never_reaches_nats_or_logs() {
     assert!(!everything.contains(CANARY), "canary leaked");
     assert!(everything.contains("[REDACTED:canary]"));
 }
+
+/// An external NATS that requires a user and password: the worker reads them from
+/// OPENWOP_NATS_CREDENTIALS_DIR (the operator's copy of the chart's Secret), and wrong or
+/// half-configured credentials fail clearly without printing the password.
+#[test]
+fn credentials_directory_authenticates_the_worker() {
+    const PASSWORD: &str = "pw-Kd93-worker-secret";
+    let nats = NatsServer::start_with(&["--user", "openwop", "--pass", PASSWORD]);
+    let workflow = json!({"id": "auth", "nodes": [
+        {"id": "a", "typeId": "core.identity"},
+        {"id": "z", "typeId": "core.flow.noop"}],
+     "edges": [{"id": "e1", "sourceNodeId": "a", "targetNodeId": "z"}]});
+    let f = RunFiles::new("auth-run", "run-auth", workflow, json!({"x": 1}), json!({}));
+    let creds = f.path("nats-credentials");
+    std::fs::create_dir_all(&creds).unwrap();
+    std::fs::write(creds.join("username"), "openwop").unwrap();
+    std::fs::write(creds.join("password"), format!("{PASSWORD}\n")).unwrap();
+    let run = |deadline_ms: &str| {
+        let out = f
+            .command(&nats.url())
+            .env("OPENWOP_NATS_CREDENTIALS_DIR", &creds)
+            .env("OPENWOP_PUBLISH_DEADLINE_MS", deadline_ms)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(
+            !stderr.contains(PASSWORD),
+            "password in the worker log: {stderr}"
+        );
+        (out.status.code(), stderr)
+    };
+
+    let (code, stderr) = run("20000");
+    assert_eq!(code, Some(0), "{stderr}");
+    let auth = openwop_nats::NatsAuth::from_dir(&creds).unwrap();
+    let events = read_raw_with(&nats.url(), &f.subject(), &auth);
+    assert_eq!(
+        types(&events).last().map(String::as_str),
+        Some("run.completed")
+    );
+    assert_gap_free(&events);
+
+    // Wrong password: nothing is durable, the worker gives up at its deadline and says why.
+    std::fs::write(creds.join("password"), "wrong-password").unwrap();
+    let (code, stderr) = run("1500");
+    assert_ne!(code, Some(0), "{stderr}");
+    assert!(
+        stderr.to_lowercase().contains("authorization violation"),
+        "{stderr}"
+    );
+
+    // Half-configured: refused before connecting, exit 2 (bad input), the file named.
+    std::fs::remove_file(creds.join("password")).unwrap();
+    let (code, stderr) = run("1500");
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("has `username` but no `password`"),
+        "{stderr}"
+    );
+}

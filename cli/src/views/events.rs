@@ -3,12 +3,14 @@
 //! consumer and prints a timeline, the reasoning in its own lane.
 
 use std::io::Write as _;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail};
 use async_nats::jetstream::{self, consumer};
 use clap::Args;
 use futures::StreamExt;
+use openwop_nats::NatsAuth;
 use serde_json::{Value, json};
 
 use super::{Style, one_line};
@@ -39,6 +41,21 @@ pub struct EventsArgs {
         default_value = "nats://127.0.0.1:4222"
     )]
     pub nats_url: String,
+    /// NATS credentials file (user JWT and NKey seed, as `nsc generate creds` writes it).
+    #[arg(long, value_name = "FILE", env = "OPENWOP_NATS_CREDS", conflicts_with_all = ["nats_token_file", "nats_user"])]
+    pub nats_creds: Option<PathBuf>,
+    /// File holding a NATS authorization token (a file keeps the token out of shell history).
+    #[arg(
+        long,
+        value_name = "FILE",
+        env = "OPENWOP_NATS_TOKEN_FILE",
+        conflicts_with = "nats_user"
+    )]
+    pub nats_token_file: Option<PathBuf>,
+    /// NATS user name; the password is read from the OPENWOP_NATS_PASSWORD environment variable
+    /// (never a flag, so it stays out of shell history).
+    #[arg(long, value_name = "USER", env = "OPENWOP_NATS_USER")]
+    pub nats_user: Option<String>,
     /// JetStream stream holding the run's subjects.
     #[arg(long, env = "OPENWOP_EVENTS_STREAM", default_value = "OPENWOP_EVENTS")]
     pub stream: String,
@@ -240,6 +257,30 @@ pub fn json_line(lane: Lane, subject: &str, stream_seq: u64, message: Value) -> 
         .to_string()
 }
 
+/// The credentials of `--nats-creds`, `--nats-token-file` or `--nats-user` with
+/// OPENWOP_NATS_PASSWORD (clap keeps them mutually exclusive).
+fn nats_auth(args: &EventsArgs) -> Result<NatsAuth> {
+    if let Some(p) = &args.nats_creds {
+        return Ok(NatsAuth::from_creds_file(p)?);
+    }
+    if let Some(p) = &args.nats_token_file {
+        return Ok(NatsAuth::from_token_file(p)?);
+    }
+    if let Some(user) = &args.nats_user {
+        let Ok(password) = std::env::var("OPENWOP_NATS_PASSWORD") else {
+            bail!(
+                "--nats-user {user} needs the password in the OPENWOP_NATS_PASSWORD environment variable"
+            );
+        };
+        return Ok(NatsAuth::user_password(
+            user,
+            &password,
+            "--nats-user and OPENWOP_NATS_PASSWORD",
+        )?);
+    }
+    Ok(NatsAuth::None)
+}
+
 fn is_terminal_event(t: &str) -> bool {
     matches!(t, "run.completed" | "run.failed" | "run.cancelled")
 }
@@ -256,18 +297,27 @@ pub async fn run(mut args: EventsArgs) -> Result<()> {
     };
     let events = events_subject(&namespace, &args.run);
     let reasoning = reasoning_subject(&namespace, &args.run);
-    let client = async_nats::ConnectOptions::new()
-        .name(concat!("kubectl-openwop/", env!("CARGO_PKG_VERSION")))
-        .connection_timeout(Duration::from_secs(5))
-        .connect(&args.nats_url)
-        .await
-        .with_context(|| {
-            format!(
-                "cannot connect to NATS at {} (set --nats-url or OPENWOP_NATS_URL; with the chart: \
-                 kubectl -n openwop-system port-forward svc/openwop-nats 4222)",
-                args.nats_url
-            )
-        })?;
+    let auth = nats_auth(&args)?;
+    let client = openwop_nats::connect_options(
+        concat!("kubectl-openwop/", env!("CARGO_PKG_VERSION")),
+        &auth,
+    )?
+    .connection_timeout(Duration::from_secs(5))
+    .connect(&args.nats_url)
+    .await
+    .with_context(|| match auth {
+        NatsAuth::None => format!(
+            "cannot connect to NATS at {} (set --nats-url or OPENWOP_NATS_URL; with the chart: \
+             kubectl -n openwop-system port-forward svc/openwop-nats 4222; a NATS that requires \
+             authentication needs --nats-creds, --nats-token-file or --nats-user)",
+            args.nats_url
+        ),
+        _ => format!(
+            "cannot connect to NATS at {} with the given {}",
+            args.nats_url,
+            auth.kind()
+        ),
+    })?;
     let js = jetstream::new(client);
     let stream = js.get_stream(&args.stream).await.with_context(|| {
         format!(

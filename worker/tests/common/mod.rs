@@ -3,100 +3,13 @@
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use openwop_worker::nats::{self, RetryPolicy};
 use serde_json::Value;
 
-/// The pinned nats-server: `OPENWOP_NATS_SERVER`, else the cache `e2e/cluster/build-binaries.sh` fills.
-pub fn nats_server_binary() -> PathBuf {
-    if let Ok(p) = std::env::var("OPENWOP_NATS_SERVER") {
-        return PathBuf::from(p);
-    }
-    let home = std::env::var("HOME").unwrap_or_else(|_| "/root".into());
-    let root =
-        std::env::var("OPENWOP_BIN_CACHE").unwrap_or_else(|_| format!("{home}/.cache/openwop/bin"));
-    let found = std::fs::read_dir(&root).ok().and_then(|d| {
-        d.flatten()
-            .map(|e| e.path().join("nats-server"))
-            .find(|p| p.exists() && p.to_string_lossy().contains("nats-v2.11"))
-    });
-    found.unwrap_or_else(|| {
-        panic!("nats-server not found: run `bash e2e/cluster/build-binaries.sh` or set OPENWOP_NATS_SERVER")
-    })
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-pub struct NatsServer {
-    child: Option<Child>,
-    pub port: u16,
-    pub store: tempfile::TempDir,
-}
-
-impl NatsServer {
-    pub fn start() -> NatsServer {
-        let mut s = NatsServer {
-            child: None,
-            port: free_port(),
-            store: tempfile::tempdir().unwrap(),
-        };
-        s.spawn();
-        s
-    }
-
-    fn spawn(&mut self) {
-        let child = Command::new(nats_server_binary())
-            .args([
-                "-js",
-                "-a",
-                "127.0.0.1",
-                "-p",
-                &self.port.to_string(),
-                "-sd",
-            ])
-            .arg(self.store.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start nats-server");
-        self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
-            assert!(Instant::now() < deadline, "nats-server did not listen");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    pub fn url(&self) -> String {
-        format!("nats://127.0.0.1:{}", self.port)
-    }
-
-    pub fn stop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-
-    pub fn restart(&mut self) {
-        self.stop();
-        self.spawn();
-    }
-}
-
-impl Drop for NatsServer {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
+pub use openwop_nats::testing::NatsServer;
 
 /// One run's files: snapshot, mock programs, termination log, mock call log, secrets.
 pub struct RunFiles {
@@ -225,12 +138,17 @@ pub fn rt() -> tokio::runtime::Runtime {
 
 /// Every raw message on `subject`, in stream order.
 pub fn read_raw(url: &str, subject: &str) -> Vec<Value> {
+    read_raw_with(url, subject, &openwop_nats::NatsAuth::None)
+}
+
+/// [`read_raw`] from a NATS that requires `auth`.
+pub fn read_raw_with(url: &str, subject: &str, auth: &openwop_nats::NatsAuth) -> Vec<Value> {
     rt().block_on(async {
         let policy = RetryPolicy {
             deadline: Duration::from_secs(20),
             ..Default::default()
         };
-        let client = nats::connect(url).await.unwrap();
+        let client = nats::connect(url, auth).await.unwrap();
         let js = nats::context(client, &policy);
         let stream = nats::ensure_stream(&js, "OPENWOP_EVENTS", &policy)
             .await
