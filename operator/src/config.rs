@@ -50,6 +50,8 @@ pub struct OperatorConfig {
     pub leader_election: LeaderElectionConfig,
     /// Live status from the run event stream (NATS JetStream).
     pub events: EventsConfig,
+    /// Credentials of an external NATS, for the operator and (copied) for worker pods.
+    pub nats_credentials: NatsCredentialsConfig,
     /// Only reconcile Workflows and Runs in this namespace (empty = every namespace).
     pub watch_namespace: String,
     /// Controller instance id, so several operators can share a cluster (like Argo's
@@ -88,6 +90,16 @@ fn is_label_value(v: &str) -> bool {
         && alnum(v.chars().last())
 }
 
+/// A Kubernetes object name of the DNS-subdomain kind (Secrets, ConfigMaps).
+fn is_dns_subdomain(v: &str) -> bool {
+    let edge = |c: Option<char>| c.is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
+    v.len() <= 253
+        && v.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '-' | '.'))
+        && edge(v.chars().next())
+        && edge(v.chars().last())
+}
+
 impl Default for OperatorConfig {
     fn default() -> Self {
         Self {
@@ -105,6 +117,7 @@ impl Default for OperatorConfig {
             discovery: DiscoveryConfig::default(),
             leader_election: LeaderElectionConfig::default(),
             events: EventsConfig::default(),
+            nats_credentials: NatsCredentialsConfig::default(),
             watch_namespace: String::new(),
             instance_id: String::new(),
             listen: "0.0.0.0:8080".into(),
@@ -343,6 +356,37 @@ impl Default for EventsConfig {
     }
 }
 
+/// NATS credentials (chart `nats.external.credentialsSecret`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+pub struct NatsCredentialsConfig {
+    /// Directory with the operator's credentials (the Secret mounted as files: `nats.creds`,
+    /// or `token`, or `username` + `password`). Empty: NATS without authentication.
+    pub dir: String,
+    /// Secret the operator keeps in each Run namespace with a copy of those credentials;
+    /// worker pods mount it (a pod cannot mount a Secret of another namespace).
+    pub worker_secret: String,
+}
+
+impl Default for NatsCredentialsConfig {
+    fn default() -> Self {
+        Self {
+            dir: String::new(),
+            worker_secret: "openwop-nats-credentials".into(),
+        }
+    }
+}
+
+impl NatsCredentialsConfig {
+    /// The configured credentials, read now (so a rotated Secret is picked up).
+    pub fn load(&self) -> Result<openwop_nats::NatsAuth, openwop_nats::AuthError> {
+        if self.dir.is_empty() {
+            return Ok(openwop_nats::NatsAuth::None);
+        }
+        openwop_nats::NatsAuth::from_dir(Path::new(&self.dir))
+    }
+}
+
 /// Lease-based leader election.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
@@ -504,6 +548,15 @@ impl OperatorConfig {
         if !(10..=10_000).contains(&self.events.flush_interval_ms) {
             return invalid("events.flushIntervalMs", "must be 10..10000".into());
         }
+        let secret = &self.nats_credentials.worker_secret;
+        if !self.nats_credentials.dir.is_empty() && !is_dns_subdomain(secret) {
+            return invalid(
+                "natsCredentials.workerSecret",
+                format!(
+                    "{secret:?} is not a Secret name (lower-case DNS subdomain, at most 253 characters)"
+                ),
+            );
+        }
         Ok(())
     }
 
@@ -585,5 +638,27 @@ mod tests {
         assert!(e.to_string().contains("unknown field `workr`"), "{e}");
         let e = OperatorConfig::from_yaml("worker:\n  runAsUser: 0\n").unwrap_err();
         assert!(e.to_string().contains("never run as root"));
+        let e = OperatorConfig::from_yaml(
+            "natsCredentials:\n  dir: /var/run/openwop/nats\n  workerSecret: Nats_Creds\n",
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string().starts_with(
+                "config field natsCredentials.workerSecret: \"Nats_Creds\" is not a Secret name"
+            ),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn nats_credentials_load_from_the_configured_dir_only() {
+        let cfg = OperatorConfig::default();
+        assert!(cfg.nats_credentials.load().unwrap().is_none());
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("token"), "s3cr3t-token\n").unwrap();
+        let mut cfg = cfg;
+        cfg.nats_credentials.dir = d.path().display().to_string();
+        cfg.validate().unwrap();
+        assert_eq!(cfg.nats_credentials.load().unwrap().kind(), "token");
     }
 }

@@ -2,9 +2,9 @@
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, ServiceAccount};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -16,13 +16,14 @@ use kube::{Client, Resource, ResourceExt};
 use openwop_crds::{Run, RunError, RunPhase, RunStatus, Workflow, WorkflowStatus};
 use openwop_protocol::workflow_check::{CheckOptions, NodeRegistry, Tier1Posture, check_workflow};
 use serde_json::json;
+use sha2::Digest as _;
 
 use crate::config::OperatorConfig;
 use crate::discovery::advertised_kinds;
 use crate::metrics::Metrics;
 use crate::pod::{
-    EXIT_SUSPENDED, LABEL_COMPONENT, LABEL_MANAGED_BY, MANAGER, WorkerInputs, pod_name,
-    snapshot_name, worker_pod,
+    EXIT_SUSPENDED, LABEL_COMPONENT, LABEL_MANAGED_BY, MANAGER, WorkerInputs,
+    nats_credentials_secret, needed_credentials, pod_name, snapshot_name, worker_pod,
 };
 use crate::projection::{Projection, parse_termination_message};
 use crate::snapshot::{read_snapshot, snapshot_configmap, snapshot_document, with_current_answers};
@@ -43,6 +44,8 @@ pub enum Error {
     Finalizer(String),
     #[error("{kind} {name} has no namespace")]
     NoNamespace { kind: &'static str, name: String },
+    #[error("NATS credentials (natsCredentials.dir, chart nats.external.credentialsSecret): {0}")]
+    NatsCredentials(#[from] openwop_nats::AuthError),
 }
 
 impl Error {
@@ -62,6 +65,7 @@ impl Error {
             Error::Snapshot(_) => "Snapshot",
             Error::Finalizer(_) => "Finalizer",
             Error::NoNamespace { .. } => "NoNamespace",
+            Error::NatsCredentials(_) => "NatsCredentials",
         }
     }
 }
@@ -78,7 +82,17 @@ pub struct Context {
     /// Cache of the worker pods (labels `component=worker`, `managed-by`), fed by a watch the
     /// binary runs; `None` lists them from the API server at each worker start instead.
     pub worker_pods: Option<Store<Pod>>,
+    /// Digest and time of the NATS credentials last applied per namespace (`natsCredentials`),
+    /// so a worker start does not re-apply an unchanged copy.
+    pub nats_copies: NatsCopies,
 }
+
+/// Per namespace: digest of the NATS credentials copy last applied, and when.
+pub type NatsCopies = std::sync::Mutex<std::collections::HashMap<String, ([u8; 32], Instant)>>;
+
+/// An unchanged NATS credentials copy is re-applied after this long anyway, in case someone
+/// deleted or edited it.
+const NATS_COPY_REFRESH: Duration = Duration::from_secs(300);
 
 impl Context {
     fn recorder(&self) -> Recorder {
@@ -1004,8 +1018,12 @@ async fn build_worker_pod(
             None => None,
         },
     };
+    let credentials = wf_spec
+        .as_ref()
+        .map(|s| needed_credentials(run, s))
+        .unwrap_or_default();
     let inputs = WorkerInputs {
-        providers: wf_spec.as_ref().map_or(&[][..], |s| &s.providers[..]),
+        providers: &credentials,
         overrides: wf_spec.as_ref().and_then(|s| s.worker.as_ref()),
     };
     let pod = worker_pod(run, &inputs, &ctx.config, attempt);
@@ -1016,6 +1034,7 @@ async fn build_worker_pod(
     {
         ensure_worker_service_account(ctx, &run.namespace().unwrap_or_default()).await?;
     }
+    ensure_nats_credentials(ctx, &run.namespace().unwrap_or_default()).await?;
     Ok(pod)
 }
 
@@ -1200,6 +1219,51 @@ async fn ensure_worker_service_account(ctx: &Context, ns: &str) -> Result<(), Er
     });
     api.patch(name, &PatchParams::apply(MANAGER), &Patch::Apply(&sa))
         .await?;
+    Ok(())
+}
+
+/// With `natsCredentials` configured: the copy of the operator's NATS credentials in `ns`
+/// that worker pods mount, applied when its content changed (a rotation) or went unchecked for
+/// `NATS_COPY_REFRESH`. Credentials are read from the mounted Secret each time.
+async fn ensure_nats_credentials(ctx: &Context, ns: &str) -> Result<(), Error> {
+    let cfg = &ctx.config.nats_credentials;
+    if cfg.dir.is_empty() {
+        return Ok(());
+    }
+    let data = cfg.load()?.secret_data();
+    let digest: [u8; 32] = {
+        let mut h = sha2::Sha256::new();
+        for (k, v) in &data {
+            h.update(k.as_bytes());
+            h.update([0]);
+            h.update(v.as_bytes());
+            h.update([0]);
+        }
+        h.finalize().into()
+    };
+    let fresh = |copies: &NatsCopies| {
+        copies
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(ns)
+            .is_some_and(|(d, at)| *d == digest && at.elapsed() < NATS_COPY_REFRESH)
+    };
+    if fresh(&ctx.nats_copies) {
+        return Ok(());
+    }
+    let secret = nats_credentials_secret(&cfg.worker_secret, ns, data);
+    let api: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
+    api.patch(
+        &cfg.worker_secret,
+        &PatchParams::apply(MANAGER).force(),
+        &Patch::Apply(&secret),
+    )
+    .await?;
+    ctx.nats_copies
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(ns.to_owned(), (digest, Instant::now()));
+    tracing::debug!(namespace = ns, secret = %cfg.worker_secret, "NATS credentials copy applied");
     Ok(())
 }
 

@@ -48,6 +48,8 @@ pub enum EventError {
     Kube(#[from] kube::Error),
     #[error("NATS: {0}")]
     Nats(String),
+    #[error("NATS credentials: {0}")]
+    Credentials(#[from] openwop_nats::AuthError),
 }
 
 /// `(namespace, run)` of a subject `openwop.events.<namespace>.<run>`. A namespace is a DNS
@@ -208,12 +210,21 @@ pub async fn run_consumer(client: Client, cfg: Arc<OperatorConfig>) {
 }
 
 async fn consume(client: &Client, cfg: &OperatorConfig, url: &str) -> Result<(), EventError> {
-    let nats = async_nats::ConnectOptions::new()
-        .name(concat!("openwop-operator/", env!("CARGO_PKG_VERSION")))
-        .connection_timeout(Duration::from_secs(5))
-        .connect(url)
-        .await
-        .map_err(|e| EventError::Nats(format!("cannot connect to {url}: {e}")))?;
+    // Read at each (re)connect, so rotated credentials are picked up.
+    let auth = cfg.nats_credentials.load()?;
+    let nats = openwop_nats::connect_options(
+        concat!("openwop-operator/", env!("CARGO_PKG_VERSION")),
+        &auth,
+    )?
+    .connection_timeout(Duration::from_secs(5))
+    .connect(url)
+    .await
+    .map_err(|e| {
+        EventError::Nats(format!(
+            "cannot connect to {url} (credentials: {}): {e}",
+            auth.kind()
+        ))
+    })?;
     let js = jetstream::new(nats);
     let stream_name = &cfg.worker.events_stream;
     let stream = js

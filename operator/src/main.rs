@@ -55,6 +55,12 @@ async fn main() -> anyhow::Result<()> {
         Some(p) => OperatorConfig::from_file(p)?,
         None => OperatorConfig::default(),
     };
+    // Fail at start, not at the first Run, when the mounted NATS credentials are unusable.
+    let nats_auth = cfg
+        .nats_credentials
+        .load()
+        .context("natsCredentials (chart nats.external.credentialsSecret)")?;
+    tracing::info!(credentials = nats_auth.kind(), "NATS credentials");
     let cfg = Arc::new(cfg);
     let mut registry = NodeRegistry::builtin();
     for t in &cfg.node_types {
@@ -99,6 +105,7 @@ async fn main() -> anyhow::Result<()> {
         },
         now: k8s_openapi::jiff::Timestamp::now,
         worker_pods: Some(worker_pods),
+        nats_copies: Default::default(),
     });
     let lead = lead_then_run(client, cfg, registry, identity, ctx, pod_writer);
     tokio::select! {

@@ -3,15 +3,16 @@
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{
     Capabilities, ConfigMapVolumeSource, Container, EmptyDirVolumeSource, EnvVar, EnvVarSource,
-    KeyToPath, Pod, PodSecurityContext, PodSpec, SeccompProfile, SecretKeySelector,
+    KeyToPath, Pod, PodSecurityContext, PodSpec, SeccompProfile, Secret, SecretKeySelector,
     SecretVolumeSource, SecurityContext, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::{Resource, ResourceExt};
-use openwop_crds::{CredentialMount, ProviderCredential, Run, WorkerOverrides};
+use openwop_crds::{CredentialMount, ProviderCredential, Run, WorkerOverrides, WorkflowSpec};
 use sha2::{Digest, Sha256};
 
 use crate::config::OperatorConfig;
@@ -27,6 +28,10 @@ pub const MANAGER: &str = "openwop-operator";
 pub const SNAPSHOT_DIR: &str = "/var/run/openwop/snapshot";
 /// Where file-mounted provider credentials live (`<dir>/<provider>/<key>`).
 pub const PROVIDERS_DIR: &str = "/var/run/openwop/providers";
+/// Where worker pods mount the copy of the NATS credentials (`natsCredentials`).
+pub const NATS_CREDENTIALS_DIR: &str = "/var/run/openwop/nats";
+/// Component label of the NATS credentials copies.
+pub const NATS_CREDENTIALS_COMPONENT: &str = "nats-credentials";
 /// Exit code of a worker whose run is suspended waiting for input or approval.
 pub const EXIT_SUSPENDED: i32 = 3;
 
@@ -35,6 +40,36 @@ pub const EXIT_SUSPENDED: i32 = 3;
 pub struct WorkerInputs<'a> {
     pub providers: &'a [ProviderCredential],
     pub overrides: Option<&'a WorkerOverrides>,
+}
+
+/// The provider credentials the worker of `run` needs. All of them, except under
+/// `spec.providerMocks`: a provider that no unmocked node names is left out, so a fully
+/// mocked run needs no Secret (the worker builds only the providers unmocked nodes name).
+/// An unmocked `core.ai.*` node without `config.provider` uses the first configured
+/// provider, so then every credential stays.
+pub fn needed_credentials(run: &Run, workflow: &WorkflowSpec) -> Vec<ProviderCredential> {
+    let mocks = &run.spec.provider_mocks;
+    if mocks.is_empty() {
+        return workflow.providers.clone();
+    }
+    let unmocked = || workflow.nodes.iter().filter(|n| !mocks.contains_key(&n.id));
+    let provider_of = |n: &openwop_crds::WorkflowNode| {
+        n.config
+            .as_ref()
+            .and_then(|c| c.get("provider"))
+            .and_then(serde_json::Value::as_str)
+            .map(str::to_owned)
+    };
+    if unmocked().any(|n| n.type_id.starts_with("core.ai.") && provider_of(n).is_none()) {
+        return workflow.providers.clone();
+    }
+    let named: std::collections::BTreeSet<String> = unmocked().filter_map(provider_of).collect();
+    workflow
+        .providers
+        .iter()
+        .filter(|p| named.contains(&p.provider))
+        .cloned()
+        .collect()
 }
 
 /// A label value (≤ 63 characters) identifying `name`.
@@ -101,6 +136,35 @@ pub fn run_labels(run: &Run) -> BTreeMap<String, String> {
     ])
 }
 
+/// The copy of the NATS credentials kept in `namespace` for worker pods: exactly the files
+/// of `data` (the recognised keys of `openwop_nats::KEYS`), nothing else.
+pub fn nats_credentials_secret(
+    name: &str,
+    namespace: &str,
+    data: BTreeMap<String, String>,
+) -> Secret {
+    Secret {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(namespace.into()),
+            labels: Some(BTreeMap::from([
+                (LABEL_COMPONENT.into(), NATS_CREDENTIALS_COMPONENT.into()),
+                (LABEL_MANAGED_BY.into(), MANAGER.into()),
+                ("app.kubernetes.io/name".into(), "openwop".into()),
+            ])),
+            ..Default::default()
+        },
+        type_: Some("Opaque".into()),
+        data: Some(
+            data.into_iter()
+                .filter(|(k, _)| openwop_nats::KEYS.contains(&k.as_str()))
+                .map(|(k, v)| (k, ByteString(v.into_bytes())))
+                .collect(),
+        ),
+        ..Default::default()
+    }
+}
+
 /// Builds attempt `attempt` (1-based) of the worker pod of `run`.
 pub fn worker_pod(run: &Run, inputs: &WorkerInputs<'_>, cfg: &OperatorConfig, attempt: u32) -> Pod {
     let name = run.name_any();
@@ -161,6 +225,28 @@ pub fn worker_pod(run: &Run, inputs: &WorkerInputs<'_>, cfg: &OperatorConfig, at
             ..Default::default()
         },
     ];
+    if !cfg.nats_credentials.dir.is_empty() {
+        env.push(env_pair(
+            "OPENWOP_NATS_CREDENTIALS_DIR",
+            NATS_CREDENTIALS_DIR.into(),
+        ));
+        volumes.push(Volume {
+            name: "nats-credentials".into(),
+            secret: Some(SecretVolumeSource {
+                secret_name: Some(cfg.nats_credentials.worker_secret.clone()),
+                default_mode: Some(0o400),
+                optional: Some(false),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        mounts.push(VolumeMount {
+            name: "nats-credentials".into(),
+            mount_path: NATS_CREDENTIALS_DIR.into(),
+            read_only: Some(true),
+            ..Default::default()
+        });
+    }
     for (i, p) in inputs.providers.iter().enumerate() {
         match p.mount_as {
             CredentialMount::Env => env.push(EnvVar {
@@ -360,6 +446,80 @@ mod tests {
     }
 
     #[test]
+    fn nats_credentials_are_mounted_only_when_configured() {
+        let mount_of = |cfg: &OperatorConfig| {
+            let pod =
+                serde_json::to_value(worker_pod(&run(), &WorkerInputs::default(), cfg, 1)).unwrap();
+            let spec = &pod["spec"];
+            let vol = spec["volumes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|v| v["name"] == "nats-credentials")
+                .cloned();
+            let c = &spec["containers"][0];
+            let mount = c["volumeMounts"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|m| m["name"] == "nats-credentials")
+                .cloned();
+            let env = c["env"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|e| e["name"] == "OPENWOP_NATS_CREDENTIALS_DIR")
+                .cloned();
+            (vol, mount, env)
+        };
+        assert_eq!(
+            mount_of(&OperatorConfig::default()),
+            (None, None, None),
+            "NATS without authentication: nothing mounted"
+        );
+        let mut cfg = OperatorConfig::default();
+        cfg.nats_credentials.dir = "/var/run/openwop/nats".into();
+        let (vol, mount, env) = mount_of(&cfg);
+        assert_eq!(
+            vol.unwrap()["secret"],
+            json!({"secretName": "openwop-nats-credentials", "defaultMode": 0o400, "optional": false})
+        );
+        assert_eq!(
+            mount.unwrap(),
+            json!({"name": "nats-credentials", "mountPath": NATS_CREDENTIALS_DIR, "readOnly": true})
+        );
+        assert_eq!(env.unwrap()["value"], NATS_CREDENTIALS_DIR);
+    }
+
+    #[test]
+    fn nats_credentials_copy_holds_only_recognised_keys() {
+        let data = BTreeMap::from([
+            ("username".to_string(), "ops".to_string()),
+            ("password".to_string(), "pw".to_string()),
+            ("ca.crt".to_string(), "not copied".to_string()),
+        ]);
+        let s = serde_json::to_value(nats_credentials_secret(
+            "openwop-nats-credentials",
+            "team-a",
+            data,
+        ))
+        .unwrap();
+        assert_eq!(s["kind"], "Secret");
+        assert_eq!(s["metadata"]["namespace"], "team-a");
+        assert_eq!(
+            s["metadata"]["labels"][LABEL_COMPONENT],
+            NATS_CREDENTIALS_COMPONENT
+        );
+        assert_eq!(s["metadata"]["labels"][LABEL_MANAGED_BY], MANAGER);
+        assert_eq!(s["type"], "Opaque");
+        assert_eq!(
+            s["data"],
+            json!({"password": "cHc=", "username": "b3Bz"}),
+            "base64 of exactly the recognised keys"
+        );
+    }
+
+    #[test]
     fn pod_is_owned_by_run_and_labelled() {
         let pod = worker_pod(
             &run(),
@@ -433,6 +593,63 @@ mod tests {
             .unwrap();
         assert_eq!(vol["secret"]["secretName"], "llm");
         assert_eq!(vol["secret"]["defaultMode"], 0o400);
+    }
+
+    #[test]
+    fn mocked_nodes_need_no_credentials_of_their_providers() {
+        let cred = |provider: &str| ProviderCredential {
+            provider: provider.into(),
+            secret_ref: SecretKeyRef {
+                name: "llm".into(),
+                key: provider.into(),
+            },
+            mount_as: CredentialMount::File,
+            env_name: None,
+        };
+        let spec: WorkflowSpec = serde_json::from_value(json!({
+            "id": "wf", "name": "wf", "version": "1.0.0",
+            "nodes": [
+                {"id": "a", "typeId": "core.ai.callPrompt", "config": {"provider": "openai"}},
+                {"id": "b", "typeId": "core.ai.callPrompt", "config": {"provider": "anthropic"}},
+                {"id": "c", "typeId": "core.identity"}
+            ],
+            "edges": []
+        }))
+        .unwrap();
+        let spec = WorkflowSpec {
+            providers: vec![cred("openai"), cred("anthropic")],
+            ..spec
+        };
+        let names = |r: &Run| -> Vec<String> {
+            needed_credentials(r, &spec)
+                .into_iter()
+                .map(|p| p.provider)
+                .collect()
+        };
+        let mut r = run();
+        assert_eq!(names(&r), ["openai", "anthropic"], "no mocks: all of them");
+        r.spec.provider_mocks = serde_json::from_value(json!({
+            "a": {"responses": [{"stopReason": "end_turn", "content": "{}"}]}
+        }))
+        .unwrap();
+        assert_eq!(names(&r), ["anthropic"], "openai is named only by mocked a");
+        r.spec.provider_mocks = serde_json::from_value(json!({
+            "a": {"responses": [{"stopReason": "end_turn", "content": "{}"}]},
+            "b": {"responses": [{"stopReason": "end_turn", "content": "{}"}]}
+        }))
+        .unwrap();
+        assert!(names(&r).is_empty(), "fully mocked: no Secret needed");
+        let inputs = WorkerInputs {
+            providers: &needed_credentials(&r, &spec),
+            overrides: None,
+        };
+        let pod =
+            serde_json::to_value(worker_pod(&r, &inputs, &OperatorConfig::default(), 1)).unwrap();
+        assert!(!pod.to_string().contains("\"secretName\""), "{pod}");
+        // An unmocked AI node without a provider falls back to the first one: keep all.
+        let mut fallback = spec.clone();
+        fallback.nodes[2].type_id = "core.ai.callPrompt".into();
+        assert_eq!(needed_credentials(&r, &fallback).len(), 2);
     }
 
     #[test]

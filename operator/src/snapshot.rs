@@ -93,9 +93,8 @@ pub fn snapshot_document(
     mocks_allowed: bool,
 ) -> Result<Value, Refused> {
     check_provider_mocks(run, workflow, mocks_allowed)?;
-    let providers: Vec<Value> = workflow
-        .spec
-        .providers
+    // Only the credentials the worker pod mounts (none for providers only mocked nodes use).
+    let providers: Vec<Value> = crate::pod::needed_credentials(run, &workflow.spec)
         .iter()
         .map(|p| match p.mount_as {
             CredentialMount::File => json!({

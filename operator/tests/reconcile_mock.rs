@@ -35,6 +35,7 @@ fn context() -> (Arc<Context>, MockHandle) {
         },
         now: fixed_now,
         worker_pods: None,
+        nats_copies: Default::default(),
     };
     (Arc::new(ctx), handle)
 }
@@ -418,6 +419,7 @@ async fn cancel_without_worker_nats_falls_back_and_says_so() {
         },
         now: fixed_now,
         worker_pods: None,
+        nats_copies: Default::default(),
     });
     let mut r = run(Some(
         json!({"phase": "running", "workerPod": "r1-w1", "attempts": 1, "runId": "ruid",
