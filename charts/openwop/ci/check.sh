@@ -50,6 +50,30 @@ grep -q 'volumeClaimTemplates' "$work/full.yaml" || fail "persistence renders no
 grep -q '^kind: StatefulSet' "$work/external-nats.yaml" && fail "external NATS still renders the StatefulSet"
 grep -q 'natsUrl: nats://nats.messaging.svc:4222' "$work/external-nats.yaml" \
   || fail "external NATS URL not passed to the operator config"
+# nats.external.credentialsSecret: mounted into the operator, named in its config, RBAC for
+# the per-namespace copies; none of it without the value.
+python3 - "$work/external-nats.yaml" "$work/default.yaml" <<'PY' || fail "external NATS credentials render"
+import sys, yaml
+def docs(path):
+    return [d for d in yaml.safe_load_all(open(path)) if d]
+def find(ds, kind, suffix):
+    return next(d for d in ds if d["kind"] == kind and d["metadata"]["name"].endswith(suffix))
+ext, default = docs(sys.argv[1]), docs(sys.argv[2])
+pod = find(ext, "Deployment", "-operator")["spec"]["template"]["spec"]
+vol = next(v for v in pod["volumes"] if v["name"] == "nats-credentials")
+assert vol["secret"] == {"secretName": "nats-auth", "defaultMode": 0o400}, vol
+mount = next(m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "nats-credentials")
+assert mount == {"name": "nats-credentials", "mountPath": "/var/run/openwop/nats", "readOnly": True}, mount
+cfg = yaml.safe_load(find(ext, "ConfigMap", "-operator")["data"]["config.yaml"])
+assert cfg["natsCredentials"] == {"dir": "/var/run/openwop/nats", "workerSecret": "openwop-nats-credentials"}, cfg
+rules = find(ext, "ClusterRole", "-operator")["rules"]
+assert {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create", "patch"]} in rules, rules
+dpod = find(default, "Deployment", "-operator")["spec"]["template"]["spec"]
+assert all(v["name"] != "nats-credentials" for v in dpod["volumes"]), dpod["volumes"]
+dcfg = yaml.safe_load(find(default, "ConfigMap", "-operator")["data"]["config.yaml"])
+assert dcfg["natsCredentials"]["dir"] == "", dcfg
+assert all("secrets" not in r["resources"] for r in find(default, "ClusterRole", "-operator")["rules"])
+PY
 
 echo "== invalid values are refused"
 expect_refusal() {
@@ -62,6 +86,8 @@ expect_refusal "a typo" --set operator.replicsa=2
 expect_refusal "maxRetryAttempts 40" --set reliability.maxRetryAttempts=40
 expect_refusal "an unknown vendor" --set 'providers[0].name=x' --set 'providers[0].vendor=acme'
 expect_refusal "external NATS without URL" --set nats.enabled=false
+expect_refusal "a credentials Secret named like the operator's copies" --set nats.enabled=false \
+  --set nats.external.url=nats://x:4222 --set nats.external.credentialsSecret=openwop-nats-credentials
 expect_refusal "two replicas without leader election" --set operator.leaderElection.enabled=false
 expect_refusal "runAsUser 0" --set worker.runAsUser=0
 expect_refusal "ServiceMonitor without its API" --set serviceMonitor.enabled=true

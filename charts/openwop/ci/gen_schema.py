@@ -150,7 +150,12 @@ schema = {
             "nodeSelector": STR_MAP,
             "tolerations": ANY_LIST,
             "affinity": ANY_OBJ,
-            "external": obj({"url": {"type": "string", "pattern": "^$|^(nats|tls|ws|wss)://"}}),
+            "external": obj({
+                "url": {"type": "string", "pattern": "^$|^(nats|tls|ws|wss)://"},
+                # A Secret name (DNS subdomain) or empty.
+                "credentialsSecret": {"type": "string", "maxLength": 253,
+                                      "pattern": "^$|^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"},
+            }),
         }),
         "serviceMonitor": obj({"enabled": BOOL, "interval": STR, "scrapeTimeout": STR,
                                "labels": STR_MAP}),

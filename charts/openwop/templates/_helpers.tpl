@@ -109,3 +109,15 @@ jetstream {
   max_file_store: {{ .Values.nats.jetstream.maxFile }}
 }
 {{- end }}
+
+{{/* Secret with the external NATS credentials; empty with the chart's own NATS or none set. */}}
+{{- define "openwop.nats.credentialsSecret" -}}
+{{- if not .Values.nats.enabled }}
+{{- with .Values.nats.external.credentialsSecret }}
+{{- if eq . "openwop-nats-credentials" }}
+{{- fail "nats.external.credentialsSecret must not be named openwop-nats-credentials: that is the name of the operator's per-namespace copies" }}
+{{- end }}
+{{- . }}
+{{- end }}
+{{- end }}
+{{- end }}
