@@ -845,6 +845,186 @@ async fn provider_mocks_example_runs_and_the_namespace_gate_refuses_elsewhere() 
     delete_namespace(&c.client, &ns).await;
 }
 
+/// Puts the release back on the mini-cluster's NATS when a journey that changed it ends,
+/// also when it fails, so the next journeys find the release as `setup` left it.
+struct RestoreRelease<'a>(&'a Cluster);
+
+impl Drop for RestoreRelease<'_> {
+    fn drop(&mut self) {
+        helm_install(self.0, &[]);
+    }
+}
+
+/// `nats.external.credentialsSecret` against a NATS that requires a user and password: the
+/// operator's own consumer and the worker pods (through the copy in the Run namespace)
+/// authenticate, `kubectl openwop events` reads with `--nats-user`, and the password shows
+/// nowhere (operator log, Run status, Events, CLI output).
+#[tokio::test]
+async fn external_nats_with_a_credentials_secret() {
+    let (c, _g) = setup().await;
+    if !c.local {
+        eprintln!(
+            "SKIPPED external_nats_with_a_credentials_secret: it re-installs the release against a NATS it starts on this host"
+        );
+        return;
+    }
+    const PASSWORD: &str = "pw-J7q2-e2e-never-shown";
+    let nats =
+        openwop_nats::testing::NatsServer::start_with(&["--user", "openwop", "--pass", PASSWORD]);
+    let url = nats.url();
+    let secret = format!(
+        "apiVersion: v1\nkind: Secret\nmetadata: {{name: nats-auth}}\nstringData: {{username: openwop, password: {PASSWORD}}}\n"
+    );
+    ok(
+        apply(&c, release_ns(), &secret),
+        "apply the NATS credentials Secret",
+    );
+    let restore = RestoreRelease(&c);
+    helm_install(
+        &c,
+        &[
+            &format!("nats.external.url={url}"),
+            "nats.external.credentialsSecret=nats-auth",
+        ],
+    );
+    wait_operator_ready(&c).await;
+
+    let ns = namespace(&c.client, "j-natsauth").await;
+    apply_file(&c, &ns, "examples/01-hello-workflow.yaml");
+    wait_workflow(&c, &ns, "hello", "True").await;
+    ok(apply(&c, &ns, &hello_run("authed")), "apply run");
+    let st = wait_run(&c, &ns, "authed", "completed", 120).await;
+    assert!(!st.to_string().contains(PASSWORD), "{st:#}");
+
+    // The copy the worker pod mounted: only the recognised keys, labelled as the operator's.
+    let copy = ok(
+        kubectl(
+            &c,
+            &[
+                "-n",
+                &ns,
+                "get",
+                "secret",
+                "openwop-nats-credentials",
+                "-o",
+                "json",
+            ],
+            None,
+        ),
+        "get the credentials copy",
+    );
+    let copy: Value = serde_json::from_str(&copy).unwrap();
+    let keys: Vec<&str> = copy["data"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(keys, ["password", "username"], "{copy:#}");
+    assert_eq!(
+        copy["metadata"]["labels"]["app.kubernetes.io/component"],
+        "nats-credentials"
+    );
+    assert_eq!(
+        copy["metadata"]["labels"]["app.kubernetes.io/managed-by"],
+        "openwop-operator"
+    );
+
+    // The CLI: refused without credentials, the timeline with them.
+    let events_args = [
+        "events",
+        "authed",
+        "-n",
+        ns.as_str(),
+        "--nats-url",
+        url.as_str(),
+        "--json",
+        "--no-reasoning",
+    ];
+    let o = cli(&c, &events_args);
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(
+        !o.status.success() && err.contains("authorization violation"),
+        "{err}"
+    );
+    let mut cmd = Command::new(target_bin("kubectl-openwop"));
+    cmd.args(events_args)
+        .args(["--nats-user", "openwop"])
+        .env("KUBECONFIG", &c.kubeconfig)
+        .env("OPENWOP_NATS_PASSWORD", PASSWORD);
+    let out = ok(cmd.output().unwrap(), "kubectl openwop events --nats-user");
+    assert!(!out.contains(PASSWORD));
+    let evs: Vec<Value> = out
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap()["message"].clone())
+        .collect();
+    assert_eq!(types(&evs), HELLO_TYPES);
+    assert_gapless(&evs);
+
+    // The operator's own durable consumer read (and acked) them on the authenticated NATS.
+    let client = async_nats::ConnectOptions::new()
+        .user_and_password("openwop".into(), PASSWORD.into())
+        .connect(&url)
+        .await
+        .unwrap();
+    let stream = async_nats::jetstream::new(client)
+        .get_stream("OPENWOP_EVENTS")
+        .await
+        .unwrap();
+    let mut acked = 0;
+    for _ in 0..60 {
+        let mut consumer = stream
+            .get_consumer::<async_nats::jetstream::consumer::pull::Config>("openwop-operator")
+            .await
+            .unwrap();
+        acked = consumer.info().await.unwrap().ack_floor.stream_sequence;
+        if acked >= evs.len() as u64 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert!(
+        acked >= evs.len() as u64,
+        "operator consumer acked {acked} of {}",
+        evs.len()
+    );
+
+    let logs = ok(
+        kubectl(
+            &c,
+            &[
+                "-n",
+                release_ns(),
+                "logs",
+                "-l",
+                "app.kubernetes.io/component=operator",
+                "--tail=-1",
+            ],
+            None,
+        ),
+        "operator logs",
+    );
+    assert!(
+        logs.contains("\"credentials\":\"username and password\""),
+        "{logs}"
+    );
+    assert!(!logs.contains(PASSWORD), "password in the operator log");
+    let described = ok(
+        kubectl(&c, &["-n", &ns, "get", "events", "-o", "json"], None),
+        "events",
+    );
+    assert!(!described.contains(PASSWORD));
+
+    delete_namespace(&c.client, &ns).await;
+    drop(restore);
+    let _ = kubectl(
+        &c,
+        &["-n", release_ns(), "delete", "secret", "nats-auth"],
+        None,
+    );
+    wait_operator_ready(&c).await;
+}
+
 /// The operator Service's ready endpoint as `<pod IP>:<port>`. The mini-cluster has no
 /// kube-proxy: discovery "through the Service" resolves the Service's EndpointSlice (which
 /// the real endpointslice controller fills from ready pods) and calls that address (the
