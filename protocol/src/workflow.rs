@@ -73,6 +73,19 @@ pub struct WorkflowNode {
     pub position: Option<Position>,
 }
 
+impl WorkflowNode {
+    /// `(input port, source node id)` of each `connection` input.
+    pub fn connections(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.inputs
+            .iter()
+            .flatten()
+            .filter_map(|(port, v)| match v {
+                PortValue::Connection { node_id, .. } => Some((port.as_str(), node_id.as_str())),
+                _ => None,
+            })
+    }
+}
+
 /// Where an input port gets its value; told apart by `type`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "lowercase")]
@@ -196,6 +209,13 @@ pub enum TriggerRule {
     AllComplete,
     NoneFailed,
     AnyFailed,
+}
+
+impl TriggerRule {
+    /// Rules under which a failed source does not fail the run.
+    pub fn handles_failure(self) -> bool {
+        matches!(self, Self::AllComplete | Self::AnyFailed)
+    }
 }
 
 /// Condition under which an edge is taken.
@@ -333,6 +353,11 @@ pub enum WorkflowError {
         first: usize,
         pointer: String,
     },
+    /// A `connection` input names a node that does not exist.
+    #[error(
+        "{pointer}: input connects to node '{node_id}', which is not in nodes; fix the id or add the node"
+    )]
+    UnknownInputNode { node_id: String, pointer: String },
     /// An edge names a node that does not exist.
     #[error(
         "{pointer}: edge '{edge_id}' refers to node '{node_id}', which is not in nodes; fix the id or add the node"
@@ -342,9 +367,9 @@ pub enum WorkflowError {
         node_id: String,
         pointer: String,
     },
-    /// The edges form a cycle, so there is no topological order.
+    /// Edges and `connection` inputs form a cycle, so there is no topological order.
     #[error(
-        "the edges form a cycle: {}; remove or redirect one of these edges",
+        "the nodes depend on each other in a cycle (through edges or connection inputs): {}; remove or redirect one of these dependencies",
         .cycle.join(" → ")
     )]
     Cycle {
@@ -375,7 +400,8 @@ fn quote(id: &str) -> String {
 }
 
 impl WorkflowDefinition {
-    /// Reads a definition: schema first, then unique node ids and edges between known nodes.
+    /// Reads a definition: schema first, then unique node ids, and edges and `connection`
+    /// inputs that name known nodes.
     pub fn from_value(value: Value) -> Result<Self, WorkflowError> {
         schema::validate(Document::WorkflowDefinition, &value)
             .map_err(|issues| WorkflowError::Schema { issues })?;
@@ -417,6 +443,16 @@ impl WorkflowDefinition {
                         edge_id: quote(&e.id),
                         node_id: quote(node),
                         pointer: format!("/edges/{i}/{field}"),
+                    });
+                }
+            }
+        }
+        for (i, n) in self.nodes.iter().enumerate() {
+            for (port, source) in n.connections() {
+                if !seen.contains_key(source) {
+                    return Err(WorkflowError::UnknownInputNode {
+                        node_id: quote(source),
+                        pointer: format!("/nodes/{i}/inputs/{port}/nodeId"),
                     });
                 }
             }
@@ -467,9 +503,10 @@ impl WorkflowDefinition {
             .filter(|n| self.incoming_edges(&n.id).next().is_none())
     }
 
-    /// Every node after all of its predecessors. Deterministic: among nodes
-    /// ready at the same time, definition order wins. A cycle is an error
-    /// naming its nodes in edge order.
+    /// Every node after all of its predecessors: the sources of its incoming
+    /// edges and the nodes its `connection` inputs read. Deterministic: among
+    /// nodes ready at the same time, definition order wins. A cycle is an error
+    /// naming its nodes in dependency order.
     pub fn topological_order(&self) -> Result<Vec<&WorkflowNode>, WorkflowError> {
         let index: HashMap<&str, usize> = self
             .nodes
@@ -480,13 +517,18 @@ impl WorkflowDefinition {
         let n = self.nodes.len();
         let mut preds: Vec<Vec<usize>> = vec![Vec::new(); n];
         let mut succs: Vec<Vec<usize>> = vec![Vec::new(); n];
-        for e in self.edges() {
-            // Edges to unknown nodes are refused by `from_value`; a hand-built
-            // definition with one simply has that edge ignored here.
-            if let (Some(&s), Some(&t)) = (
-                index.get(e.source_node_id.as_str()),
-                index.get(e.target_node_id.as_str()),
-            ) {
+        // Edges or connections to unknown nodes are refused by `from_value`; a
+        // hand-built definition with one simply has that dependency ignored here.
+        let dependencies = self
+            .edges()
+            .iter()
+            .map(|e| (e.source_node_id.as_str(), e.target_node_id.as_str()))
+            .chain(self.nodes.iter().flat_map(|n| {
+                n.connections()
+                    .map(move |(_, source)| (source, n.id.as_str()))
+            }));
+        for (source, target) in dependencies {
+            if let (Some(&s), Some(&t)) = (index.get(source), index.get(target)) {
                 preds[t].push(s);
                 succs[s].push(t);
             }

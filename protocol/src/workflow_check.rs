@@ -15,6 +15,7 @@ use serde_json::Value;
 
 use crate::schema::{self, CompiledSchema, Document, ValidationIssue};
 use crate::tier1;
+use crate::workflow::{WorkflowDefinition, WorkflowError};
 
 /// The conformance-only mock agent node type (RFC 0023).
 pub const MOCK_AGENT_TYPE_ID: &str = "core.conformance.mock-agent";
@@ -165,6 +166,8 @@ pub enum ProblemCode {
     DuplicateNodeId,
     /// An edge or connection input names a node that does not exist.
     UnknownNodeReference,
+    /// Edges and connection inputs make nodes depend on each other in a cycle.
+    DependencyCycle,
     UnknownTypeId,
     NodeConfigInvalid,
     /// `core.conformance.mock-agent` outside a conformance workflow without host opt-in.
@@ -186,6 +189,7 @@ impl ProblemCode {
             ProblemCode::DefinitionInvalid => "DefinitionInvalid",
             ProblemCode::DuplicateNodeId => "DuplicateNodeId",
             ProblemCode::UnknownNodeReference => "UnknownNodeReference",
+            ProblemCode::DependencyCycle => "DependencyCycle",
             ProblemCode::UnknownTypeId => "UnknownTypeId",
             ProblemCode::NodeConfigInvalid => "NodeConfigInvalid",
             ProblemCode::MockAgentNotAllowed => "MockAgentNotAllowed",
@@ -305,6 +309,18 @@ pub fn check_workflow(definition: &Value, opts: &CheckOptions<'_>) -> CheckRepor
 
     for (i, node) in nodes.iter().enumerate() {
         check_node(i, node, workflow_id, &ids, opts, &mut report);
+    }
+    // The order the worker executes in: only a structurally valid definition has one.
+    if report.is_valid()
+        && let Ok(def) = WorkflowDefinition::from_value(definition.clone())
+        && let Err(e @ WorkflowError::Cycle { .. }) = def.topological_order()
+    {
+        report.error(WorkflowProblem {
+            code: ProblemCode::DependencyCycle,
+            node_id: None,
+            pointer: "/edges".into(),
+            message: e.to_string(),
+        });
     }
     report
 }
@@ -556,6 +572,26 @@ mod tests {
             "{msg}"
         );
         assert!(msg.contains("core.identity"), "{msg}");
+    }
+
+    #[test]
+    fn dependency_cycles_through_edges_or_inputs_are_invalid() {
+        let reg = NodeRegistry::builtin();
+        let kinds = BTreeSet::new();
+        let mut d = wf(
+            "w",
+            json!([{"id": "a", "typeId": "core.identity",
+                    "inputs": {"in": {"type": "connection", "nodeId": "b", "outputKey": "output"}}},
+                   {"id": "b", "typeId": "core.identity"}]),
+        );
+        d["edges"] = json!([{"id": "e", "sourceNodeId": "a", "targetNodeId": "b"}]);
+        let r = check_workflow(&d, &opts(&reg, &kinds));
+        assert_eq!(codes(&r), vec![ProblemCode::DependencyCycle]);
+        let msg = r.errors[0].to_string();
+        assert!(msg.contains("/edges") && msg.contains("b → a → b"), "{msg}");
+        // Without the edge it is a plain chain.
+        d["edges"] = json!([]);
+        assert!(check_workflow(&d, &opts(&reg, &kinds)).is_valid());
     }
 
     #[test]

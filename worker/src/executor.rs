@@ -27,7 +27,7 @@ use openwop_providers::{CompletionRequest, MockProvider, MockScript, Provider};
 use serde_json::{Map, Value, json};
 
 use crate::eventlog::{LogError, Publisher, RunLog};
-use crate::graph::{Graph, Node, PortValue, TriggerRule};
+use crate::graph::{Graph, Node, PortValue, TriggerRule, condition_holds};
 use crate::reasoning::{Block, ReasoningStream, thoughts_of};
 use crate::snapshot::Snapshot;
 use crate::telemetry::SpanHandle;
@@ -307,7 +307,7 @@ impl<'a, P: Publisher> Executor<'a, P> {
                 Some(NodeState::Succeeded(out)) => {
                     let taken = match &e.condition {
                         None => true,
-                        Some(c) => match c.eval(out) {
+                        Some(c) => match condition_holds(c, out) {
                             Ok(b) => b,
                             Err(why) => {
                                 let err = error(
@@ -469,12 +469,13 @@ impl<'a, P: Publisher> Executor<'a, P> {
     ) -> Result<Value, Box<ErrorInfo>> {
         for (port, pv) in &node.inputs {
             let v = match pv {
-                PortValue::Static(v) => Some(v.clone()),
+                PortValue::Static { value } => Some(value.clone()),
                 PortValue::Connection {
                     node_id,
                     output_key,
                     optional,
                 } => {
+                    let optional = optional.unwrap_or(false);
                     let v = match states.get(node_id) {
                         Some(NodeState::Succeeded(out)) => out.get(output_key).cloned(),
                         _ => None,
@@ -490,9 +491,12 @@ impl<'a, P: Publisher> Executor<'a, P> {
                     }
                     v
                 }
-                PortValue::Variable { name, optional } => {
+                PortValue::Variable {
+                    variable_name: name,
+                    optional,
+                } => {
                     let v = variables.get(name).cloned();
-                    if v.is_none() && !optional {
+                    if v.is_none() && !optional.unwrap_or(false) {
                         return Err(Box::new(error(
                             "input_missing",
                             format!("input `{port}` needs variable `{name}`, which has no value"),
@@ -501,7 +505,7 @@ impl<'a, P: Publisher> Executor<'a, P> {
                     }
                     v
                 }
-                PortValue::Expression(_) => {
+                PortValue::Expression { .. } => {
                     return Err(Box::new(error(
                         "capability_required",
                         format!(
