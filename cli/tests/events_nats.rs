@@ -262,11 +262,7 @@ async fn empty_run_and_unreachable_nats_are_explained() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("JetStream stream MISSING not found"));
 
     drop(nats);
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = openwop_nats::testing::free_port();
     let o = run_cli(&[
         "events",
         "r1",

@@ -27,7 +27,8 @@ pub fn nats_server_binary() -> PathBuf {
     })
 }
 
-fn free_port() -> u16 {
+/// A TCP port on 127.0.0.1 that was free a moment ago.
+pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()

@@ -450,27 +450,19 @@ mod tests {
         let mount_of = |cfg: &OperatorConfig| {
             let pod =
                 serde_json::to_value(worker_pod(&run(), &WorkerInputs::default(), cfg, 1)).unwrap();
-            let spec = &pod["spec"];
-            let vol = spec["volumes"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .find(|v| v["name"] == "nats-credentials")
-                .cloned();
-            let c = &spec["containers"][0];
-            let mount = c["volumeMounts"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .find(|m| m["name"] == "nats-credentials")
-                .cloned();
-            let env = c["env"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .find(|e| e["name"] == "OPENWOP_NATS_CREDENTIALS_DIR")
-                .cloned();
-            (vol, mount, env)
+            let named = |list: &serde_json::Value, name: &str| {
+                list.as_array()
+                    .unwrap()
+                    .iter()
+                    .find(|item| item["name"] == name)
+                    .cloned()
+            };
+            let c = &pod["spec"]["containers"][0];
+            (
+                named(&pod["spec"]["volumes"], "nats-credentials"),
+                named(&c["volumeMounts"], "nats-credentials"),
+                named(&c["env"], "OPENWOP_NATS_CREDENTIALS_DIR"),
+            )
         };
         assert_eq!(
             mount_of(&OperatorConfig::default()),

@@ -18,6 +18,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use openwop_crds::{Run, Workflow};
+use openwop_nats::testing::free_port;
 use serde_json::{Value, json};
 
 const TEST_MANAGER: &str = "openwop-operator-tests";
@@ -134,14 +135,6 @@ impl Drop for Namespace {
             .stderr(Stdio::null())
             .status();
     }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// An operator process restricted to one namespace; killed when dropped.
