@@ -25,7 +25,7 @@ use crate::pod::{
     EXIT_SUSPENDED, LABEL_COMPONENT, LABEL_MANAGED_BY, MANAGER, WorkerInputs,
     nats_credentials_secret, needed_credentials, pod_name, snapshot_name, worker_pod,
 };
-use crate::projection::{Projection, parse_termination_message};
+use crate::projection::{Projection, crash_reason, parse_termination_message};
 use crate::snapshot::{read_snapshot, snapshot_configmap, snapshot_document, with_current_answers};
 
 /// Finalizer on Runs: deletes the worker pod and snapshot promptly when a Run is deleted.
@@ -920,13 +920,19 @@ async fn observe_worker(
             Ok(Action::await_change())
         }
         (true, Some("Succeeded" | "Failed"), t) => {
-            let code = t.map_or(-1, |t| t.exit_code);
+            let code = t.as_ref().map_or(-1, |t| t.exit_code);
+            let reason = t
+                .as_ref()
+                .and_then(|t| t.message.as_deref())
+                .and_then(crash_reason)
+                .map(|r| format!(" ({r})"))
+                .unwrap_or_default();
             return crashed(
                 ctx,
                 step,
                 pods,
                 &pod_name,
-                format!("worker exited with code {code}"),
+                format!("worker exited with code {code}{reason}"),
                 now,
             )
             .await;

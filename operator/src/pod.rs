@@ -302,7 +302,9 @@ pub fn worker_pod(run: &Run, inputs: &WorkerInputs<'_>, cfg: &OperatorConfig, at
         env: Some(env),
         volume_mounts: Some(mounts),
         resources: Some(resources),
-        termination_message_policy: Some("File".into()),
+        // A worker that dies without writing its summary leaves its log tail there, so the
+        // crash reason reaches the Run's Events and status after the pod is gone.
+        termination_message_policy: Some("FallbackToLogsOnError".into()),
         security_context: Some(SecurityContext {
             allow_privilege_escalation: Some(false),
             privileged: Some(false),
