@@ -845,6 +845,54 @@ async fn provider_mocks_example_runs_and_the_namespace_gate_refuses_elsewhere() 
     delete_namespace(&c.client, &ns).await;
 }
 
+/// A worker that refuses its configuration (here: an `openai-compatible` provider the host
+/// gives no base URL) fails the Run at once, and the reason from the worker's log tail reaches
+/// the Run's status after the pod is gone.
+#[tokio::test]
+async fn a_worker_refusing_its_configuration_fails_the_run_with_the_reason() {
+    let (c, _g) = setup().await;
+    let ns = namespace(&c.client, "j-badinput").await;
+    let manifests = r#"
+apiVersion: v1
+kind: Secret
+metadata: {name: llm}
+stringData: {key: sk-not-used}
+---
+apiVersion: openwop.dev/v1alpha1
+kind: Workflow
+metadata: {name: compat}
+spec:
+  id: compat
+  name: Compat
+  version: "1.0.0"
+  providers:
+    - provider: openai-compatible
+      secretRef: {name: llm, key: key}
+  nodes:
+    - id: ask
+      typeId: core.ai.callPrompt
+      config: {provider: openai-compatible, model: llama-3, prompt: Say hi.}
+---
+apiVersion: openwop.dev/v1alpha1
+kind: Run
+metadata: {name: compat-1}
+spec:
+  workflowRef: {name: compat}
+"#;
+    ok(apply(&c, &ns, manifests), "apply secret, workflow and run");
+    let st = wait_run(&c, &ns, "compat-1", "failed", 90).await;
+    assert_eq!(st["error"]["code"], "worker_input_invalid", "{st:#}");
+    let msg = st["error"]["message"].as_str().unwrap();
+    assert!(
+        msg.starts_with("the worker refused its input (exit 2): provider configuration:")
+            && msg.contains("needs a base URL"),
+        "{msg}"
+    );
+    assert_eq!(st["attempts"], 1, "not retried: {st:#}");
+    assert!(!msg.contains("sk-not-used"));
+    delete_namespace(&c.client, &ns).await;
+}
+
 /// Puts the release back on the mini-cluster's NATS when a journey that changed it ends,
 /// also when it fails, so the next journeys find the release as `setup` left it.
 struct RestoreRelease<'a>(&'a Cluster);

@@ -22,7 +22,7 @@ use crate::config::OperatorConfig;
 use crate::discovery::advertised_kinds;
 use crate::metrics::Metrics;
 use crate::pod::{
-    EXIT_SUSPENDED, LABEL_COMPONENT, LABEL_MANAGED_BY, MANAGER, WorkerInputs,
+    EXIT_BAD_INPUT, EXIT_SUSPENDED, LABEL_COMPONENT, LABEL_MANAGED_BY, MANAGER, WorkerInputs,
     nats_credentials_secret, needed_credentials, pod_name, snapshot_name, worker_pod,
 };
 use crate::projection::{Projection, crash_reason, parse_termination_message};
@@ -924,9 +924,30 @@ async fn observe_worker(
             let reason = t
                 .as_ref()
                 .and_then(|t| t.message.as_deref())
-                .and_then(crash_reason)
-                .map(|r| format!(" ({r})"))
-                .unwrap_or_default();
+                .and_then(crash_reason);
+            if code == EXIT_BAD_INPUT {
+                // Same snapshot, same refusal: another attempt cannot succeed.
+                delete_ignoring_missing(pods, &pod_name).await?;
+                step.status.worker_pod = None;
+                let msg = format!(
+                    "the worker refused its input (exit {code}): {}; fix the Workflow or the operator configuration, then create a new Run",
+                    reason.as_deref().unwrap_or("no reason in its log tail")
+                );
+                step.status.error = Some(RunError {
+                    code: "worker_input_invalid".into(),
+                    message: msg.clone(),
+                });
+                step.finish(
+                    RunPhase::Failed,
+                    now,
+                    generation,
+                    "WorkerInputInvalid",
+                    msg.clone(),
+                );
+                step.event(EventType::Warning, "Failed", msg);
+                return Ok(Action::await_change());
+            }
+            let reason = reason.map(|r| format!(" ({r})")).unwrap_or_default();
             return crashed(
                 ctx,
                 step,
@@ -1288,7 +1309,7 @@ async fn crashed(
     step.status.failed_attempts = Some(failures);
     if failures > cfg.runs.max_worker_retries {
         let msg = format!(
-            "{why}; {failures} worker failures (limit {}); see the worker pod logs",
+            "{why}; {failures} worker failures (limit {})",
             cfg.runs.max_worker_retries
         );
         step.status.error = Some(RunError {

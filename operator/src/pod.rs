@@ -32,6 +32,8 @@ pub const PROVIDERS_DIR: &str = "/var/run/openwop/providers";
 pub const NATS_CREDENTIALS_DIR: &str = "/var/run/openwop/nats";
 /// Component label of the NATS credentials copies.
 pub const NATS_CREDENTIALS_COMPONENT: &str = "nats-credentials";
+/// Exit code of a worker that refuses its snapshot or configuration (not retried).
+pub const EXIT_BAD_INPUT: i32 = 2;
 /// Exit code of a worker whose run is suspended waiting for input or approval.
 pub const EXIT_SUSPENDED: i32 = 3;
 

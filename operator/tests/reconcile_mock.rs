@@ -490,3 +490,103 @@ async fn a_running_worker_is_observed_without_reading_the_snapshot() {
         kube::runtime::controller::Action::requeue(std::time::Duration::from_secs(60))
     );
 }
+
+/// A worker pod that ended with `exitCode` and a log tail as its termination message
+/// (`FallbackToLogsOnError`).
+fn ended_worker(exit_code: i32, tail: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "r1-w1"},
+           "status": {"phase": "Failed", "containerStatuses": [{
+               "name": "worker", "ready": false, "restartCount": 0, "image": "w", "imageID": "",
+               "state": {"terminated": {"exitCode": exit_code, "message": tail}}}]}})
+}
+
+fn running_run() -> Run {
+    run(Some(json!({
+        "phase": "running", "workerPod": "r1-w1", "attempts": 1, "runId": "ruid",
+        "workflow": "triage", "observedGeneration": 1,
+        "conditions": [{"type": "Ready", "status": "True", "reason": "Snapshotted",
+                        "message": "workflow snapshotted in ConfigMap r1-snapshot",
+                        "lastTransitionTime": "2025-06-15T15:00:00Z"}]
+    })))
+}
+
+#[tokio::test]
+async fn a_worker_refusing_its_input_fails_the_run_at_once_quoting_why() {
+    let (ctx, mut handle) = context();
+    let tail = concat!(
+        r#"{"level":"INFO","fields":{"message":"event log read"},"target":"w"}"#,
+        "\n",
+        r#"{"level":"ERROR","fields":{"message":"provider configuration","error":"provider 'openai-compatible' needs a base URL"},"target":"w"}"#
+    );
+    let server = tokio::spawn(async move {
+        let (m, uri, _, send) = next(&mut handle).await;
+        assert_eq!(
+            (m, uri.as_str()),
+            (Method::GET, "/api/v1/namespaces/team-a/pods/r1-w1")
+        );
+        respond(send, 200, ended_worker(2, tail));
+        let (m, uri, _, send) = next(&mut handle).await;
+        assert_eq!(
+            (m, uri.as_str()),
+            (Method::DELETE, "/api/v1/namespaces/team-a/pods/r1-w1?")
+        );
+        respond(send, 200, ended_worker(2, tail));
+        let (m, _, body, send) = next(&mut handle).await;
+        assert_eq!(m, Method::PATCH);
+        let st = &body["status"];
+        assert_eq!(st["phase"], "failed", "no retry: {st:#}");
+        assert_eq!(st["error"]["code"], "worker_input_invalid");
+        assert_eq!(
+            st["error"]["message"],
+            "the worker refused its input (exit 2): provider configuration: provider 'openai-compatible' needs a base URL; fix the Workflow or the operator configuration, then create a new Run"
+        );
+        assert!(
+            st.get("failedAttempts").is_none_or(Value::is_null),
+            "{st:#}"
+        );
+        respond(send, 200, run_echo());
+        let (m, _, body, send) = next(&mut handle).await;
+        assert_eq!(m, Method::POST);
+        assert_eq!(body["reason"], "Failed");
+        assert_eq!(body["type"], "Warning");
+        respond(send, 201, body);
+    });
+    reconcile_run(Arc::new(running_run()), ctx)
+        .await
+        .expect("reconcile");
+    server.await.unwrap();
+}
+
+#[tokio::test]
+async fn a_crashed_worker_is_retried_and_its_last_error_quoted() {
+    let (ctx, mut handle) = context();
+    let tail = concat!(
+        r#"{"level":"ERROR","fields":{"message":"worker crashed; the operator will retry","error":"event evt-1 not durable after 7 attempts"},"target":"w"}"#,
+        "\n"
+    );
+    let server = tokio::spawn(async move {
+        let (_, _, _, send) = next(&mut handle).await;
+        respond(send, 200, ended_worker(1, tail));
+        let (m, _, _, send) = next(&mut handle).await;
+        assert_eq!(m, Method::DELETE);
+        respond(send, 200, ended_worker(1, tail));
+        let (m, _, body, send) = next(&mut handle).await;
+        assert_eq!(m, Method::PATCH);
+        assert_eq!(body["status"]["failedAttempts"], 1, "{body:#}");
+        assert_eq!(body["status"]["phase"], "running");
+        respond(send, 200, run_echo());
+        let (m, _, body, send) = next(&mut handle).await;
+        assert_eq!(m, Method::POST);
+        assert_eq!(body["reason"], "WorkerCrashed");
+        let note = body["note"].as_str().unwrap();
+        assert!(
+            note.starts_with("worker exited with code 1 (worker crashed; the operator will retry: event evt-1 not durable after 7 attempts); retrying in"),
+            "{note}"
+        );
+        respond(send, 201, body);
+    });
+    reconcile_run(Arc::new(running_run()), ctx)
+        .await
+        .expect("reconcile");
+    server.await.unwrap();
+}
