@@ -327,6 +327,24 @@ impl Step {
         self.events.push((t, reason, note));
     }
 
+    /// Ends the run `failed` with `error.code` = `code`, condition reason `reason` and a
+    /// Warning Event `event_reason`, all carrying `message`.
+    fn fail(
+        &mut self,
+        now: Timestamp,
+        generation: Option<i64>,
+        code: &str,
+        (reason, event_reason): (&str, &'static str),
+        message: String,
+    ) {
+        self.status.error = Some(RunError {
+            code: code.into(),
+            message: message.clone(),
+        });
+        self.finish(RunPhase::Failed, now, generation, reason, message.clone());
+        self.event(EventType::Warning, event_reason, message);
+    }
+
     fn finish(
         &mut self,
         phase: RunPhase,
@@ -460,12 +478,7 @@ async fn apply_run(run: Arc<Run>, ctx: Arc<Context>) -> Result<Action, Error> {
             delete_ignoring_missing(&pods, &p).await?;
         }
         let msg = format!("run exceeded its timeout of {limit}s");
-        step.status.error = Some(RunError {
-            code: "run_timeout".into(),
-            message: msg.clone(),
-        });
-        step.finish(RunPhase::Failed, now, generation, "Timeout", msg.clone());
-        step.event(EventType::Warning, "Timeout", msg);
+        step.fail(now, generation, "run_timeout", ("Timeout", "Timeout"), msg);
     } else {
         action = progress(&run, &ctx, &mut step, &pods, &cms, &wfs, now).await?;
         if let (Some(limit), Some(start)) = (run.spec.timeout_seconds, &step.status.start_time)
@@ -933,18 +946,8 @@ async fn observe_worker(
                     "the worker refused its input (exit {code}): {}; fix the Workflow or the operator configuration, then create a new Run",
                     reason.as_deref().unwrap_or("no reason in its log tail")
                 );
-                step.status.error = Some(RunError {
-                    code: "worker_input_invalid".into(),
-                    message: msg.clone(),
-                });
-                step.finish(
-                    RunPhase::Failed,
-                    now,
-                    generation,
-                    "WorkerInputInvalid",
-                    msg.clone(),
-                );
-                step.event(EventType::Warning, "Failed", msg);
+                let failure = ("WorkerInputInvalid", "Failed");
+                step.fail(now, generation, "worker_input_invalid", failure, msg);
                 return Ok(Action::await_change());
             }
             let reason = reason.map(|r| format!(" ({r})")).unwrap_or_default();
@@ -1312,18 +1315,14 @@ async fn crashed(
             "{why}; {failures} worker failures (limit {})",
             cfg.runs.max_worker_retries
         );
-        step.status.error = Some(RunError {
-            code: "worker_crashed".into(),
-            message: msg.clone(),
-        });
-        step.finish(
-            RunPhase::Failed,
+        let generation = step.status.observed_generation;
+        step.fail(
             now,
-            step.status.observed_generation,
-            "WorkerCrashed",
-            msg.clone(),
+            generation,
+            "worker_crashed",
+            ("WorkerCrashed", "Failed"),
+            msg,
         );
-        step.event(EventType::Warning, "Failed", msg);
         return Ok(Action::await_change());
     }
     let delay = backoff_seconds(cfg, failures);
