@@ -16,7 +16,6 @@ use kube::{Client, Resource, ResourceExt};
 use openwop_crds::{Run, RunError, RunPhase, RunStatus, Workflow, WorkflowStatus};
 use openwop_protocol::workflow_check::{CheckOptions, NodeRegistry, Tier1Posture, check_workflow};
 use serde_json::json;
-use sha2::Digest as _;
 
 use crate::config::OperatorConfig;
 use crate::discovery::advertised_kinds;
@@ -82,13 +81,14 @@ pub struct Context {
     /// Cache of the worker pods (labels `component=worker`, `managed-by`), fed by a watch the
     /// binary runs; `None` lists them from the API server at each worker start instead.
     pub worker_pods: Option<Store<Pod>>,
-    /// Digest and time of the NATS credentials last applied per namespace (`natsCredentials`),
-    /// so a worker start does not re-apply an unchanged copy.
+    /// The NATS credentials last applied per namespace (`natsCredentials`) and when, so a
+    /// worker start does not re-apply an unchanged copy.
     pub nats_copies: NatsCopies,
 }
 
-/// Per namespace: digest of the NATS credentials copy last applied, and when.
-pub type NatsCopies = std::sync::Mutex<std::collections::HashMap<String, ([u8; 32], Instant)>>;
+/// Per namespace: the NATS credentials of the copy last applied, and when.
+pub type NatsCopies =
+    std::sync::Mutex<std::collections::HashMap<String, (openwop_nats::NatsAuth, Instant)>>;
 
 /// An unchanged NATS credentials copy is re-applied after this long anyway, in case someone
 /// deleted or edited it.
@@ -1260,28 +1260,17 @@ async fn ensure_nats_credentials(ctx: &Context, ns: &str) -> Result<(), Error> {
     if cfg.dir.is_empty() {
         return Ok(());
     }
-    let data = cfg.load()?.secret_data();
-    let digest: [u8; 32] = {
-        let mut h = sha2::Sha256::new();
-        for (k, v) in &data {
-            h.update(k.as_bytes());
-            h.update([0]);
-            h.update(v.as_bytes());
-            h.update([0]);
-        }
-        h.finalize().into()
-    };
-    let fresh = |copies: &NatsCopies| {
-        copies
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(ns)
-            .is_some_and(|(d, at)| *d == digest && at.elapsed() < NATS_COPY_REFRESH)
-    };
-    if fresh(&ctx.nats_copies) {
+    let auth = cfg.load()?;
+    let fresh = ctx
+        .nats_copies
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(ns)
+        .is_some_and(|(applied, at)| *applied == auth && at.elapsed() < NATS_COPY_REFRESH);
+    if fresh {
         return Ok(());
     }
-    let secret = nats_credentials_secret(&cfg.worker_secret, ns, data);
+    let secret = nats_credentials_secret(&cfg.worker_secret, ns, auth.secret_data());
     let api: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
     api.patch(
         &cfg.worker_secret,
@@ -1292,7 +1281,7 @@ async fn ensure_nats_credentials(ctx: &Context, ns: &str) -> Result<(), Error> {
     ctx.nats_copies
         .lock()
         .unwrap_or_else(|e| e.into_inner())
-        .insert(ns.to_owned(), (digest, Instant::now()));
+        .insert(ns.to_owned(), (auth, Instant::now()));
     tracing::debug!(namespace = ns, secret = %cfg.worker_secret, "NATS credentials copy applied");
     Ok(())
 }

@@ -11,6 +11,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
+use serde::Deserialize as _;
 use serde_json::Value;
 
 use crate::schema::{self, CompiledSchema, Document, ValidationIssue};
@@ -310,9 +311,10 @@ pub fn check_workflow(definition: &Value, opts: &CheckOptions<'_>) -> CheckRepor
     for (i, node) in nodes.iter().enumerate() {
         check_node(i, node, workflow_id, &ids, opts, &mut report);
     }
-    // The order the worker executes in: only a structurally valid definition has one.
+    // The order the worker executes in: only a structurally valid definition has one. The
+    // schema was checked above, so the typed read needs no second validation.
     if report.is_valid()
-        && let Ok(def) = WorkflowDefinition::from_value(definition.clone())
+        && let Ok(def) = WorkflowDefinition::deserialize(definition)
         && let Err(e @ WorkflowError::Cycle { .. }) = def.topological_order()
     {
         report.error(WorkflowProblem {

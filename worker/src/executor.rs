@@ -22,6 +22,7 @@ use openwop_protocol::pipeline::{self, Context, DedupStore, EnvelopeContract, Ho
 use openwop_protocol::redact::Redactor;
 use openwop_protocol::retry::{Action, NlToFormat, NormalizedResponse, Router, RouterConfig};
 use openwop_protocol::schema::{self, ValidationIssue};
+use openwop_protocol::workflow::NodeEnvelopeContract;
 use openwop_protocol::workflow_check::MOCK_AGENT_TYPE_ID;
 use openwop_providers::{CompletionRequest, MockProvider, MockScript, Provider};
 use serde_json::{Map, Value, json};
@@ -899,15 +900,16 @@ impl<'a, P: Publisher> Executor<'a, P> {
             },
             None => None,
         };
+        // A block without `accepts` gates nothing (only the universal kinds are implied).
         let contract: Option<EnvelopeContract> = node
             .envelope_contract
             .as_ref()
-            .and_then(|v| serde_json::from_value(v.clone()).ok());
+            .filter(|c| c.accepts.is_some())
+            .map(NodeEnvelopeContract::to_pipeline);
         let vendor_schemas: BTreeMap<String, schema::CompiledSchema> = node
             .envelope_contract
             .as_ref()
-            .and_then(|v| v.get("schemas"))
-            .and_then(Value::as_object)
+            .and_then(|c| c.schemas.as_ref())
             .map(|m| {
                 m.iter()
                     .filter_map(|(k, s)| schema::compile(s).ok().map(|c| (k.clone(), c)))
@@ -1104,7 +1106,7 @@ impl<'a, P: Publisher> Executor<'a, P> {
                     t,
                     node.envelope_contract
                         .as_ref()
-                        .and_then(|v| v.get("schemas"))
+                        .and_then(|c| c.schemas.as_ref())
                         .and_then(|s| s.get(t)),
                 ),
                 (None, Some(s)) => s.clone(),

@@ -8,7 +8,9 @@
 use std::collections::BTreeMap;
 
 pub use openwop_protocol::workflow::{ConditionKind, PortValue, TriggerRule};
-use openwop_protocol::workflow::{EdgeCondition, WorkflowDefinition, WorkflowError};
+use openwop_protocol::workflow::{
+    EdgeCondition, NodeEnvelopeContract, WorkflowDefinition, WorkflowError,
+};
 use serde_json::Value;
 
 /// Why the snapshot's workflow cannot be executed (the run fails with `workflow_invalid`).
@@ -34,8 +36,7 @@ pub struct Node {
     pub config: Value,
     pub inputs: BTreeMap<String, PortValue>,
     pub agent_id: Option<String>,
-    /// The `envelopeContract` block as JSON.
-    pub envelope_contract: Option<Value>,
+    pub envelope_contract: Option<NodeEnvelopeContract>,
     pub timeout_ms: Option<u64>,
     pub max_retries: Option<u32>,
     pub disabled: bool,
@@ -80,10 +81,7 @@ impl Graph {
                 config: Value::Object(n.config.clone().unwrap_or_default()),
                 inputs: n.inputs.clone().unwrap_or_default(),
                 agent_id: n.agent.as_ref().map(|a| a.agent_id.clone()),
-                envelope_contract: n
-                    .envelope_contract
-                    .as_ref()
-                    .and_then(|c| serde_json::to_value(c).ok()),
+                envelope_contract: n.envelope_contract.clone(),
                 timeout_ms: n.settings.as_ref().and_then(|s| s.timeout),
                 max_retries: retries(n.settings.as_ref().and_then(|s| s.max_retries)),
                 disabled: n.disabled.unwrap_or(false),
