@@ -5,7 +5,6 @@ use std::fmt;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{CustomResource, KubeSchema};
-use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -219,76 +218,7 @@ pub struct InterruptAnswer {
     pub comment: Option<String>,
 }
 
-/// OpenWOP run status values.
-#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
-#[serde(rename_all = "kebab-case")]
-pub enum RunPhase {
-    #[default]
-    Pending,
-    Running,
-    Paused,
-    WaitingApproval,
-    WaitingInput,
-    WaitingExternal,
-    Completed,
-    Failed,
-    Cancelling,
-    Cancelled,
-}
-
-impl RunPhase {
-    /// All phases, in wire order.
-    pub const ALL: [RunPhase; 10] = [
-        RunPhase::Pending,
-        RunPhase::Running,
-        RunPhase::Paused,
-        RunPhase::WaitingApproval,
-        RunPhase::WaitingInput,
-        RunPhase::WaitingExternal,
-        RunPhase::Completed,
-        RunPhase::Failed,
-        RunPhase::Cancelling,
-        RunPhase::Cancelled,
-    ];
-
-    /// The wire string.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RunPhase::Pending => "pending",
-            RunPhase::Running => "running",
-            RunPhase::Paused => "paused",
-            RunPhase::WaitingApproval => "waiting-approval",
-            RunPhase::WaitingInput => "waiting-input",
-            RunPhase::WaitingExternal => "waiting-external",
-            RunPhase::Completed => "completed",
-            RunPhase::Failed => "failed",
-            RunPhase::Cancelling => "cancelling",
-            RunPhase::Cancelled => "cancelled",
-        }
-    }
-
-    /// Completed, failed or cancelled: nothing more happens.
-    pub fn is_terminal(self) -> bool {
-        matches!(
-            self,
-            RunPhase::Completed | RunPhase::Failed | RunPhase::Cancelled
-        )
-    }
-
-    /// Suspended until someone answers (no worker pod is held).
-    pub fn is_waiting(self) -> bool {
-        matches!(
-            self,
-            RunPhase::WaitingApproval | RunPhase::WaitingInput | RunPhase::WaitingExternal
-        )
-    }
-}
-
-impl fmt::Display for RunPhase {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+pub use openwop_protocol::run::status::RunPhase;
 
 /// Observed state of a Run. Small by design: details live in the run's event stream.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
@@ -348,48 +278,4 @@ pub struct RunStatus {
     pub observed_generation: Option<i64>,
 }
 
-/// An interrupt waiting for an answer.
-#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
-#[serde(rename_all = "camelCase")]
-pub struct PendingInterrupt {
-    /// Interrupt id, to quote in `spec.answers[].interruptId`.
-    pub interrupt_id: String,
-    /// Suspended node.
-    pub node_id: String,
-    /// `clarification`, `approval`, `external-event` or `custom`.
-    pub kind: String,
-    /// Questions to answer (clarification).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 16))]
-    pub questions: Vec<PendingQuestion>,
-    /// Why the run waits, e.g. `low-confidence`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
-    /// Agent awaiting approval.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub agent_id: Option<String>,
-    /// Escalation threshold (low-confidence approvals).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub threshold: Option<f64>,
-    /// Observed confidence (low-confidence approvals).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub observed: Option<f64>,
-}
-
-/// A clarification question.
-#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
-pub struct PendingQuestion {
-    /// Question id (answer key).
-    pub id: String,
-    /// Question text (truncated to 512 characters in status).
-    pub question: String,
-}
-
-/// Terminal error of a run.
-#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
-pub struct RunError {
-    /// OpenWOP error code, e.g. `envelope_invalid`, `run_timeout`, `worker_crashed`.
-    pub code: String,
-    /// Human-readable message.
-    pub message: String,
-}
+pub use openwop_protocol::run::status::{PendingInterrupt, PendingQuestion, RunError};

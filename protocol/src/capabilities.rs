@@ -135,25 +135,9 @@ pub struct EnvelopeReasoning {
     pub prompt_directive: ReasoningPosture,
 }
 
-/// `envelopes.tierOneSubsetCompliance`; in the config, the posture asked for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum TierOneSubsetCompliance {
-    Strict,
-    #[default]
-    Warn,
-    Off,
-}
-
-impl TierOneSubsetCompliance {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Strict => "strict",
-            Self::Warn => "warn",
-            Self::Off => "off",
-        }
-    }
-}
+/// `envelopes.tierOneSubsetCompliance`; in the config, the posture asked for. One type with
+/// the Workflow check's posture: the same setting decides both.
+pub type TierOneSubsetCompliance = crate::workflow_check::Tier1Posture;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

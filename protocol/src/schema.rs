@@ -681,6 +681,10 @@ fn quote_constant(s: &str) -> String {
     truncate(format!("\"{s}\""))
 }
 
+fn truncate(s: String) -> String {
+    crate::text::truncate(&s, MAX_CONSTANT_CHARS)
+}
+
 /// Enum options as `a, b, c`: strings bare, other values as JSON.
 fn render_options(options: &Value) -> String {
     match options {
@@ -700,14 +704,6 @@ fn render_options(options: &Value) -> String {
 
 fn render_constant(value: &Value) -> String {
     truncate(value.to_string())
-}
-
-fn truncate(mut s: String) -> String {
-    if s.chars().count() > MAX_CONSTANT_CHARS {
-        s = s.chars().take(MAX_CONSTANT_CHARS).collect();
-        s.push('…');
-    }
-    s
 }
 
 /// True when `value` nests deeper than `max` containers. Iterative, so it is safe on any input.

@@ -18,8 +18,7 @@ use crate::schema::{self, CompiledSchema, Document, ValidationIssue};
 use crate::tier1;
 use crate::workflow::{WorkflowDefinition, WorkflowError};
 
-/// The conformance-only mock agent node type (RFC 0023).
-pub const MOCK_AGENT_TYPE_ID: &str = "core.conformance.mock-agent";
+pub use crate::run::nodes::MOCK_AGENT_TYPE_ID;
 /// Workflow ids with this prefix may use the mock agent without a host opt-in.
 pub const CONFORMANCE_ID_PREFIX: &str = "conformance-";
 /// Most problems reported for one workflow; the rest are summarised by a count.
@@ -49,39 +48,25 @@ pub struct NodeRegistry {
     types: BTreeMap<String, NodeType>,
 }
 
-/// Built-in node types: passthroughs, the LLM prompt node and the conformance mock agent.
-pub const BUILTIN_TYPE_IDS: &[&str] = &[
-    "core.identity",
-    "core.flow.noop",
-    "core.ai.callPrompt",
-    MOCK_AGENT_TYPE_ID,
-];
-
 impl NodeRegistry {
     /// An empty registry.
     pub fn new() -> Self {
         Self::default()
     }
 
-    /// The built-in node types ([`BUILTIN_TYPE_IDS`]).
+    /// The node types the worker executes ([`crate::run::nodes::BUILTIN_NODES`]).
     pub fn builtin() -> Self {
+        use crate::run::nodes::{BUILTIN_NODES, ConfigCheck};
         let mut r = Self::new();
-        r.register(NodeType {
-            type_id: "core.identity".into(),
-            config: ConfigRule::AnyObject,
-        });
-        r.register(NodeType {
-            type_id: "core.flow.noop".into(),
-            config: ConfigRule::AnyObject,
-        });
-        r.register(NodeType {
-            type_id: "core.ai.callPrompt".into(),
-            config: ConfigRule::AnyObject,
-        });
-        r.register(NodeType {
-            type_id: MOCK_AGENT_TYPE_ID.into(),
-            config: ConfigRule::MockAgent,
-        });
+        for n in BUILTIN_NODES {
+            r.register(NodeType {
+                type_id: n.type_id.into(),
+                config: match n.config {
+                    ConfigCheck::AnyObject => ConfigRule::AnyObject,
+                    ConfigCheck::MockAgent => ConfigRule::MockAgent,
+                },
+            });
+        }
         r
     }
 
@@ -115,7 +100,8 @@ impl NodeRegistry {
 }
 
 /// The host's `tierOneSubsetCompliance` posture for vendor envelope schemas.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Tier1Posture {
     /// A violation makes the workflow invalid.
     Strict,

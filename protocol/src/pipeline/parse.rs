@@ -10,6 +10,7 @@
 //! recovery path is reported so the retry router can emit
 //! `envelope.recovery.applied`. Limit violations are never "recovered".
 
+use crate::text::escape_pointer;
 use std::cell::RefCell;
 use std::collections::HashSet;
 use std::fmt;
@@ -403,14 +404,6 @@ impl UnknownNames {
     fn into_names(self) -> Vec<String> {
         self.order
     }
-}
-
-/// RFC 6901 escaping of one reference token.
-pub(crate) fn escape_pointer(token: &str) -> String {
-    if !token.contains(['~', '/']) {
-        return token.to_owned();
-    }
-    token.replace('~', "~0").replace('/', "~1")
 }
 
 /// Why the direct parse failed.

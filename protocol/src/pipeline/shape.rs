@@ -13,7 +13,7 @@ use crate::envelope::{
 };
 use crate::outcome::{Code, Detail, Outcome};
 
-use super::parse::escape_pointer;
+use crate::text::escape_pointer;
 
 const TOP_LEVEL: [&str; 8] = [
     "type",

@@ -33,6 +33,75 @@ pub struct MockResponse {
     pub output_tokens: u64,
     #[serde(default)]
     pub input_tokens: u64,
+    /// How long the call stays in flight before this response is returned (milliseconds,
+    /// at most [`MAX_DELAY_MS`]); ignored by `envelope simulate`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delay_ms: Option<u64>,
+}
+
+/// Longest a scripted call may stay in flight (one hour).
+pub const MAX_DELAY_MS: u64 = 3_600_000;
+
+/// The scripted responses of one node (`Run.spec.providerMocks.<node>`): `responses` (one
+/// program) or `turns` (one program per clarification turn; each answer starts a new
+/// worker, which plays the next turn).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderMock {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub responses: Option<Vec<MockResponse>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turns: Option<Vec<MockProgram>>,
+}
+
+/// Why a node's mock cannot be played: where (JSON Pointer inside the mock) and what.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{pointer}: {reason}")]
+pub struct MockError {
+    pub pointer: String,
+    pub reason: String,
+}
+
+impl ProviderMock {
+    /// One program per clarification turn, checked (exactly one of `responses`/`turns`,
+    /// delays within [`MAX_DELAY_MS`]).
+    pub fn programs(&self) -> Result<Vec<MockProgram>, MockError> {
+        let err = |pointer: String, reason: &str| MockError {
+            pointer,
+            reason: reason.to_owned(),
+        };
+        let (programs, base): (Vec<MockProgram>, Vec<String>) = match (&self.responses, &self.turns)
+        {
+            (Some(r), None) => (
+                vec![MockProgram {
+                    responses: r.clone(),
+                }],
+                vec![String::new()],
+            ),
+            (None, Some(t)) if !t.is_empty() => (
+                t.clone(),
+                (0..t.len()).map(|i| format!("/turns/{i}")).collect(),
+            ),
+            (None, Some(_)) => return Err(err("/turns".into(), "needs at least one program")),
+            _ => {
+                return Err(err(
+                    String::new(),
+                    "set exactly one of `responses` (one program) or `turns` (one program per clarification turn)",
+                ));
+            }
+        };
+        for (p, at) in programs.iter().zip(&base) {
+            for (i, r) in p.responses.iter().enumerate() {
+                if r.delay_ms.is_some_and(|d| d > MAX_DELAY_MS) {
+                    return Err(err(
+                        format!("{at}/responses/{i}/delayMs"),
+                        "exceeds the maximum of 3600000 ms",
+                    ));
+                }
+            }
+        }
+        Ok(programs)
+    }
 }
 
 impl MockResponse {

@@ -1,0 +1,26 @@
+//! The run contract: everything the operator, the worker and the CLI must agree on about
+//! one Run, defined once.
+//!
+//! * [`subjects`] — run identity on NATS: subject and stream names, keyed by the runId;
+//! * [`snapshot`] — the run snapshot the operator writes and the worker reads;
+//! * [`host`] — the host profile: limits and postures served as capabilities and enforced by
+//!   the worker;
+//! * [`status`] — the status values a Run shows (phase, pending interrupt, error);
+//! * [`projection`] — the event → status projection (the operator's live status and the
+//!   worker's termination summary are the same fold);
+//! * [`exit`] — the worker's exit codes;
+//! * [`nodes`] — the node-type registry: validation, dispatch and discovery read one list.
+//!
+//! Run identity is the runId: the Run object's uid, unique per object and never reused. A
+//! Run deleted and re-created under the same name is a new run with its own subject, its own
+//! event ids and its own log.
+
+pub mod exit;
+pub mod host;
+pub mod nodes;
+pub mod projection;
+pub mod snapshot;
+pub mod status;
+pub mod subjects;
+
+pub use crate::text::truncate;

@@ -1,0 +1,360 @@
+//! The event → status projection: folds a run's `RunEventDoc`s into the few fields a Run's
+//! status shows. The operator applies it to the live stream; the worker applies it to its
+//! log to write its termination summary; both therefore agree on every phase.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::status::{
+    MAX_QUESTION_CHARS, MAX_QUESTIONS, PendingInterrupt, PendingQuestion, RunError, RunPhase,
+    suspension,
+};
+use super::truncate;
+
+/// Largest termination message the kubelet keeps (bytes).
+pub const TERMINATION_MESSAGE_BYTES: usize = 4096;
+
+/// The status fields the event stream determines. Serialized, it is the worker's termination
+/// summary: `{phase, currentNode?, events, lastSequence?, pendingInterrupt?, error?}`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Projection {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<RunPhase>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_node: Option<String>,
+    #[serde(default)]
+    pub events: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_sequence: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending_interrupt: Option<PendingInterrupt>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<RunError>,
+}
+
+/// The parts of one event the projection reads.
+#[derive(Debug, Clone, Copy)]
+pub struct EventView<'a> {
+    pub event_type: &'a str,
+    pub sequence: Option<u64>,
+    pub node_id: Option<&'a str>,
+    pub payload: &'a Value,
+}
+
+impl<'a> EventView<'a> {
+    /// The view of a `RunEventDoc` as JSON.
+    pub fn of_json(event: &'a Value) -> Self {
+        const NULL: &Value = &Value::Null;
+        EventView {
+            event_type: s(event, "type").unwrap_or(""),
+            sequence: event.get("sequence").and_then(Value::as_u64),
+            node_id: s(event, "nodeId"),
+            payload: event.get("payload").unwrap_or(NULL),
+        }
+    }
+
+    /// The view of a typed `RunEventDoc`.
+    pub fn of_doc(e: &'a crate::events::RunEventDoc) -> Self {
+        EventView {
+            event_type: e.event_type.as_str(),
+            sequence: Some(e.sequence),
+            node_id: e.node_id.as_deref(),
+            payload: &e.payload,
+        }
+    }
+}
+
+fn s<'a>(v: &'a Value, k: &str) -> Option<&'a str> {
+    v.get(k).and_then(Value::as_str)
+}
+
+fn questions_of(payload: &Value) -> Vec<PendingQuestion> {
+    payload
+        .get("questions")
+        .and_then(Value::as_array)
+        .map(|qs| {
+            qs.iter()
+                .take(MAX_QUESTIONS)
+                .map(|q| PendingQuestion {
+                    id: s(q, "id").unwrap_or_default().to_owned(),
+                    question: truncate(s(q, "question").unwrap_or_default(), MAX_QUESTION_CHARS),
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+impl Projection {
+    /// The projection of a whole log.
+    pub fn of_docs<'a>(events: impl IntoIterator<Item = &'a crate::events::RunEventDoc>) -> Self {
+        let mut p = Projection::default();
+        for e in events {
+            p.apply_view(EventView::of_doc(e));
+        }
+        p
+    }
+
+    /// Applies one `RunEventDoc` (as JSON). See [`Projection::apply_view`].
+    pub fn apply(&mut self, event: &Value) -> bool {
+        self.apply_view(EventView::of_json(event))
+    }
+
+    /// Applies one event. Events at or below the last applied sequence are replays and
+    /// change nothing. Returns whether the event was applied.
+    pub fn apply_view(&mut self, e: EventView<'_>) -> bool {
+        if let (Some(seq), Some(last)) = (e.sequence, self.last_sequence)
+            && seq <= last
+        {
+            return false;
+        }
+        self.events += 1;
+        if e.sequence.is_some() {
+            self.last_sequence = e.sequence;
+        }
+        let payload = e.payload;
+        let node = e.node_id.or_else(|| s(payload, "nodeId"));
+        match e.event_type {
+            "run.started" | "run.resumed" => self.phase = Some(RunPhase::Running),
+            "node.started" => {
+                self.phase = Some(RunPhase::Running);
+                self.current_node = node.map(str::to_owned);
+            }
+            "node.suspended" => {
+                let (phase, kind) = suspension(s(payload, "kind"), s(payload, "reason"));
+                self.phase = Some(phase);
+                self.current_node = node.map(str::to_owned);
+                let interrupt_id = s(payload, "interruptId").unwrap_or_default();
+                // The questions of a clarification.requested with the same interrupt.
+                let questions = self
+                    .pending_interrupt
+                    .take()
+                    .filter(|p| p.interrupt_id == interrupt_id || p.interrupt_id.is_empty())
+                    .map(|p| p.questions)
+                    .unwrap_or_default();
+                self.pending_interrupt = Some(PendingInterrupt {
+                    interrupt_id: interrupt_id.to_owned(),
+                    node_id: node.unwrap_or_default().to_owned(),
+                    kind: kind.to_owned(),
+                    questions,
+                    reason: s(payload, "reason").map(str::to_owned),
+                    agent_id: s(payload, "agentId").map(str::to_owned),
+                    threshold: payload.get("threshold").and_then(Value::as_f64),
+                    observed: payload.get("observed").and_then(Value::as_f64),
+                });
+            }
+            "clarification.requested" => {
+                self.phase = Some(RunPhase::WaitingInput);
+                let p = self
+                    .pending_interrupt
+                    .get_or_insert_with(|| PendingInterrupt {
+                        interrupt_id: String::new(),
+                        node_id: node.unwrap_or_default().to_owned(),
+                        kind: "clarification".into(),
+                        questions: vec![],
+                        reason: None,
+                        agent_id: None,
+                        threshold: None,
+                        observed: None,
+                    });
+                if let Some(id) = s(payload, "interruptId") {
+                    p.interrupt_id = id.to_owned();
+                }
+                p.questions = questions_of(payload);
+            }
+            "approval.requested" => self.phase = Some(RunPhase::WaitingApproval),
+            "interrupt.resolved" | "clarification.resolved" | "approval.granted"
+            | "node.resumed" => {
+                self.pending_interrupt = None;
+                self.phase = Some(RunPhase::Running);
+            }
+            "run.completed" => {
+                self.phase = Some(RunPhase::Completed);
+                self.pending_interrupt = None;
+            }
+            "run.cancelled" => {
+                self.phase = Some(RunPhase::Cancelled);
+                self.pending_interrupt = None;
+            }
+            "run.failed" => {
+                self.phase = Some(RunPhase::Failed);
+                self.pending_interrupt = None;
+                let err = payload.get("error").unwrap_or(payload);
+                self.error = Some(RunError::new(
+                    s(err, "code").unwrap_or("run_failed"),
+                    s(err, "message").unwrap_or("the run failed"),
+                ));
+            }
+            _ => {}
+        }
+        true
+    }
+
+    /// The termination message: this projection as JSON within
+    /// [`TERMINATION_MESSAGE_BYTES`] (question texts shortened, then dropped, if needed).
+    pub fn to_termination_message(&self) -> String {
+        let text = serde_json::to_string(self).unwrap_or_default();
+        if text.len() <= TERMINATION_MESSAGE_BYTES {
+            return text;
+        }
+        let mut p = self.clone();
+        if let Some(pi) = &mut p.pending_interrupt {
+            for q in &mut pi.questions {
+                q.question = truncate(&q.question, 64);
+            }
+        }
+        let text = serde_json::to_string(&p).unwrap_or_default();
+        if text.len() <= TERMINATION_MESSAGE_BYTES {
+            return text;
+        }
+        if let Some(pi) = &mut p.pending_interrupt {
+            pi.questions.clear();
+        }
+        if let Some(e) = &mut p.error {
+            e.message = truncate(&e.message, 256);
+        }
+        serde_json::to_string(&p).unwrap_or_default()
+    }
+
+    /// Parses a worker termination message; `None` when absent or not a summary (e.g. the
+    /// log tail the kubelet substitutes after a crash). Bounds are applied again: the message
+    /// is untrusted input.
+    pub fn from_termination_message(text: &str) -> Option<Projection> {
+        let mut p: Projection = serde_json::from_str(text.trim()).ok()?;
+        p.phase?;
+        p.pending_interrupt = p.pending_interrupt.map(PendingInterrupt::bounded);
+        p.error = p.error.map(|e| RunError::new(e.code, &e.message));
+        Some(p)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn ev(seq: u64, ty: &str, payload: Value) -> Value {
+        json!({"eventId": format!("e{seq}"), "runId": "r", "type": ty, "sequence": seq,
+               "timestamp": "2025-01-01T00:00:00Z", "payload": payload})
+    }
+
+    #[test]
+    fn happy_path_ends_completed_with_counters() {
+        let mut p = Projection::default();
+        p.apply(&ev(0, "run.started", json!({})));
+        p.apply(&ev(1, "node.started", json!({"nodeId": "a"})));
+        assert_eq!(
+            (p.phase, p.current_node.as_deref()),
+            (Some(RunPhase::Running), Some("a"))
+        );
+        p.apply(&ev(2, "node.completed", json!({"nodeId": "a"})));
+        p.apply(&ev(3, "run.completed", json!({})));
+        assert_eq!(p.phase, Some(RunPhase::Completed));
+        assert_eq!((p.events, p.last_sequence), (4, Some(3)));
+    }
+
+    #[test]
+    fn replayed_events_are_ignored() {
+        let mut p = Projection::default();
+        assert!(p.apply(&ev(0, "run.started", json!({}))));
+        assert!(p.apply(&ev(1, "node.started", json!({"nodeId": "a"}))));
+        assert!(!p.apply(&ev(1, "node.started", json!({"nodeId": "a"}))));
+        assert!(!p.apply(&ev(0, "run.started", json!({}))));
+        assert_eq!(p.events, 2);
+    }
+
+    #[test]
+    fn low_confidence_suspension_waits_for_approval() {
+        let mut p = Projection::default();
+        p.apply(&ev(
+            0,
+            "node.suspended",
+            json!({"nodeId": "m", "interruptId": "i1",
+            "reason": "low-confidence", "agentId": "agent-x", "threshold": 0.7, "observed": 0.4}),
+        ));
+        assert_eq!(p.phase, Some(RunPhase::WaitingApproval));
+        let pi = p.pending_interrupt.clone().unwrap();
+        assert_eq!(
+            (pi.interrupt_id.as_str(), pi.kind.as_str(), pi.observed),
+            ("i1", "approval", Some(0.4))
+        );
+        p.apply(&ev(1, "interrupt.resolved", json!({})));
+        assert_eq!(
+            (p.phase, p.pending_interrupt.is_none()),
+            (Some(RunPhase::Running), true)
+        );
+    }
+
+    #[test]
+    fn clarification_waits_for_input_with_bounded_questions() {
+        let mut p = Projection::default();
+        let long = "q".repeat(2000);
+        let qs: Vec<Value> = (0..40)
+            .map(|i| json!({"id": format!("q{i}"), "question": long}))
+            .collect();
+        p.apply(&ev(
+            0,
+            "clarification.requested",
+            json!({"nodeId": "n", "questions": qs, "interruptId": "i9"}),
+        ));
+        p.apply(&ev(
+            1,
+            "node.suspended",
+            json!({"nodeId": "n", "interruptId": "i9", "kind": "clarification"}),
+        ));
+        assert_eq!(p.phase, Some(RunPhase::WaitingInput));
+        let pi = p.pending_interrupt.clone().unwrap();
+        assert_eq!(pi.questions.len(), MAX_QUESTIONS);
+        assert!(pi.questions[0].question.chars().count() <= MAX_QUESTION_CHARS + 1);
+        assert_eq!(pi.interrupt_id, "i9");
+        // The summary of this state fits a termination message and parses back.
+        let msg = p.to_termination_message();
+        assert!(msg.len() <= TERMINATION_MESSAGE_BYTES, "{}", msg.len());
+        let back = Projection::from_termination_message(&msg).unwrap();
+        assert_eq!(back.phase, Some(RunPhase::WaitingInput));
+        assert_eq!(back.pending_interrupt.unwrap().interrupt_id, "i9");
+    }
+
+    #[test]
+    fn an_older_interrupts_questions_are_not_carried_to_a_new_one() {
+        let mut p = Projection::default();
+        p.apply(&ev(
+            0,
+            "clarification.requested",
+            json!({"nodeId": "n", "questions": [{"id": "a", "question": "A?"}], "interruptId": "i1"}),
+        ));
+        p.apply(&ev(
+            1,
+            "node.suspended",
+            json!({"nodeId": "m", "interruptId": "i2", "kind": "approval"}),
+        ));
+        assert!(p.pending_interrupt.unwrap().questions.is_empty());
+    }
+
+    #[test]
+    fn failure_keeps_code_and_bounded_message() {
+        let mut p = Projection::default();
+        p.apply(&ev(
+            0,
+            "run.failed",
+            json!({"error": {"code": "envelope_invalid", "message": "x".repeat(5000)}}),
+        ));
+        assert_eq!(p.phase, Some(RunPhase::Failed));
+        let e = p.error.clone().unwrap();
+        assert_eq!(e.code, "envelope_invalid");
+        assert!(e.message.chars().count() <= super::super::status::MAX_MESSAGE_CHARS + 1);
+        assert!(p.to_termination_message().len() <= TERMINATION_MESSAGE_BYTES);
+    }
+
+    #[test]
+    fn termination_message_parses_or_is_ignored() {
+        let s = Projection::from_termination_message(r#"{"phase":"waiting-input","currentNode":"n","events":7,"lastSequence":6,
+            "pendingInterrupt":{"interruptId":"i1","nodeId":"n","kind":"clarification","questions":[{"id":"q","question":"Which?"}]}}"#).unwrap();
+        assert_eq!(s.phase, Some(RunPhase::WaitingInput));
+        assert_eq!(s.last_sequence, Some(6));
+        assert_eq!(s.pending_interrupt.unwrap().questions[0].id, "q");
+        assert!(Projection::from_termination_message("panic: boom").is_none());
+        assert!(Projection::from_termination_message(r#"{"phase":"exploded"}"#).is_none());
+        assert!(Projection::from_termination_message(r#"{"events":3}"#).is_none());
+    }
+}

@@ -1,0 +1,296 @@
+//! The run snapshot: the resolved workflow frozen for one run, with everything the worker
+//! needs and nothing it must look up — run identity, credentials mounts, inputs, answers,
+//! provider mocks and the host profile. The operator writes it (a ConfigMap owned by the
+//! Run), the worker reads it; later edits to the Workflow or the operator's configuration
+//! never reach a started run (only `answers` and `cancel` are refreshed).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use super::host::HostProfile;
+use crate::retry::mock::{MockError, MockProgram, ProviderMock};
+
+/// Where the run lives and who it is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunRef {
+    pub namespace: String,
+    pub name: String,
+    /// The runId: the Run object's uid, unique per object and never reused.
+    pub run_id: String,
+}
+
+/// The Workflow the snapshot was taken from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkflowOrigin {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation: Option<i64>,
+}
+
+/// How a provider key reaches the worker.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", tag = "mountAs")]
+pub enum KeyMount {
+    /// A file of the mounted Secret.
+    #[serde(rename = "file")]
+    File { path: String },
+    /// An environment variable set from the Secret.
+    #[serde(rename = "env", rename_all = "camelCase")]
+    Env { env_name: String },
+}
+
+/// A provider credential the worker pod mounts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProviderMount {
+    pub provider: String,
+    #[serde(flatten)]
+    pub key: KeyMount,
+}
+
+/// An answer to an interrupt (`Run.spec.answers[]`, or the REST interrupts endpoint).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Answer {
+    pub interrupt_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approved: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub comment: Option<String>,
+    /// Set by a relay that forwards content it did not author; `untrusted` can never approve.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_trust: Option<String>,
+}
+
+/// The snapshot document (`snapshot.json`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunSnapshot {
+    pub run: RunRef,
+    #[serde(default)]
+    pub workflow_ref: WorkflowOrigin,
+    /// The OpenWOP workflow definition (read with
+    /// [`crate::workflow::WorkflowDefinition::from_value`]).
+    pub workflow: Value,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub providers: Vec<ProviderMount>,
+    #[serde(default = "empty_object")]
+    pub inputs: Value,
+    #[serde(default = "empty_object")]
+    pub configurable: Value,
+    #[serde(default)]
+    pub answers: Vec<Answer>,
+    /// The worker records `run.cancelled` and nothing else.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cancel: bool,
+    /// Node id → scripted provider responses (copied only where the operator allows mocks).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub provider_mocks: BTreeMap<String, ProviderMock>,
+    /// What the host enforces.
+    #[serde(default)]
+    pub host: HostProfile,
+}
+
+fn empty_object() -> Value {
+    Value::Object(Map::new())
+}
+
+/// Why a snapshot cannot be used (the worker exits with [`super::exit::BAD_INPUT`]).
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotError {
+    #[error("snapshot {path} is not a valid run snapshot at line {line}, column {column}: {reason}")]
+    Parse {
+        path: String,
+        line: usize,
+        column: usize,
+        reason: String,
+    },
+    #[error("snapshot providerMocks at /providerMocks/{node}{}: {}", .error.pointer, .error.reason)]
+    Mocks { node: String, error: MockError },
+}
+
+pub use crate::text::escape_pointer;
+
+/// Default escalation threshold (CP-1).
+pub const DEFAULT_ESCALATION_THRESHOLD: f64 = 0.7;
+
+impl RunSnapshot {
+    /// Parses a snapshot document; errors name the place and never a value.
+    pub fn from_json(text: &str, path: &str) -> Result<RunSnapshot, SnapshotError> {
+        serde_json::from_str(text).map_err(|e| SnapshotError::Parse {
+            path: path.to_owned(),
+            line: e.line(),
+            column: e.column(),
+            // serde's message names the field or the expected type, never the value.
+            reason: e.to_string(),
+        })
+    }
+
+    /// The document as stored.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
+
+    /// The answer to `interrupt_id`, the last one when several were given.
+    pub fn answer(&self, interrupt_id: &str) -> Option<&Answer> {
+        self.answers
+            .iter()
+            .rev()
+            .find(|a| a.interrupt_id == interrupt_id)
+    }
+
+    /// `configurable.escalationThreshold` (CP-1), default 0.7.
+    pub fn escalation_threshold(&self) -> f64 {
+        self.configurable
+            .get("escalationThreshold")
+            .and_then(Value::as_f64)
+            .filter(|t| (0.0..=1.0).contains(t))
+            .unwrap_or(DEFAULT_ESCALATION_THRESHOLD)
+    }
+
+    /// The provider mocks as programs: node id → one program per clarification turn.
+    pub fn mock_programs(&self) -> Result<BTreeMap<String, Vec<MockProgram>>, SnapshotError> {
+        self.provider_mocks
+            .iter()
+            .map(|(node, m)| {
+                m.programs()
+                    .map(|p| (node.clone(), p))
+                    .map_err(|error| SnapshotError::Mocks {
+                        node: escape_pointer(node),
+                        error,
+                    })
+            })
+            .collect()
+    }
+
+    /// `(variable name, value)` of every workflow variable marked `sensitive` that has a
+    /// value (from the inputs, else its default). Strings are masked as they are; other
+    /// values as their JSON text.
+    pub fn sensitive_values(&self) -> Vec<(String, String)> {
+        let Some(vars) = self.workflow.get("variables").and_then(Value::as_array) else {
+            return vec![];
+        };
+        vars.iter()
+            .filter(|v| v.get("sensitive").and_then(Value::as_bool) == Some(true))
+            .filter_map(|v| {
+                let name = v.get("name")?.as_str()?;
+                let value = self.inputs.get(name).or_else(|| v.get("defaultValue"))?;
+                let text = match value {
+                    Value::String(s) => s.clone(),
+                    Value::Null => return None,
+                    other => other.to_string(),
+                };
+                (!text.is_empty()).then(|| (name.to_owned(), text))
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn doc() -> Value {
+        json!({"run": {"namespace": "ns", "name": "r1", "runId": "u-1"},
+               "workflowRef": {"name": "w", "generation": 2},
+               "workflow": {"id": "w", "nodes": [{"id": "a", "typeId": "core.identity"}],
+                            "variables": [{"name": "token", "type": "string", "sensitive": true},
+                                          {"name": "n", "type": "number", "sensitive": true, "defaultValue": 42},
+                                          {"name": "plain", "type": "string"}]},
+               "providers": [{"provider": "openai", "mountAs": "file", "path": "/p/openai/key"},
+                             {"provider": "anthropic", "mountAs": "env", "envName": "ANTHROPIC_API_KEY"}],
+               "inputs": {"token": "s3cr3t", "plain": "x"},
+               "configurable": {"escalationThreshold": 0.5},
+               "answers": [{"interruptId": "i1", "approved": false}, {"interruptId": "i1", "approved": true}],
+               "cancel": true,
+               "host": {"limits": {"clarificationRounds": 1, "schemaRounds": 5, "envelopesPerTurn": 8}}})
+    }
+
+    #[test]
+    fn the_operator_shape_round_trips() {
+        let s = RunSnapshot::from_json(&doc().to_string(), "s.json").unwrap();
+        assert_eq!(s.run.run_id, "u-1");
+        assert_eq!(s.answer("i1").unwrap().approved, Some(true));
+        assert!(s.answer("i2").is_none());
+        assert_eq!(s.escalation_threshold(), 0.5);
+        assert_eq!(
+            s.providers[0].key,
+            KeyMount::File {
+                path: "/p/openai/key".into()
+            }
+        );
+        assert_eq!(
+            s.providers[1].key,
+            KeyMount::Env {
+                env_name: "ANTHROPIC_API_KEY".into()
+            }
+        );
+        assert!(s.cancel);
+        assert_eq!(s.host.limits.clarification_rounds, 1);
+        let back = RunSnapshot::from_json(&s.to_json(), "s.json").unwrap();
+        assert_eq!(back, s);
+    }
+
+    #[test]
+    fn sensitive_variables_are_listed_with_their_values() {
+        let s = RunSnapshot::from_json(&doc().to_string(), "s.json").unwrap();
+        assert_eq!(
+            s.sensitive_values(),
+            vec![("token".into(), "s3cr3t".into()), ("n".into(), "42".into())]
+        );
+    }
+
+    #[test]
+    fn a_broken_snapshot_names_the_field_and_place() {
+        let e = RunSnapshot::from_json(r#"{"workflow":{}}"#, "s.json")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("missing field `run`") && e.contains("s.json"), "{e}");
+        let e = RunSnapshot::from_json(
+            r#"{"run":{"namespace":"n","name":"r","runId":"u"},"workflow":{},"providers":[{"provider":"x","mountAs":"carrier-pigeon"}]}"#,
+            "s.json",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("line 1"), "{e}");
+    }
+
+    #[test]
+    fn provider_mocks_become_one_program_per_turn_or_name_the_pointer() {
+        let mut d = doc();
+        d["providerMocks"] = json!({
+            "q": {"responses": [{"stopReason": "stop", "content": "{}", "delayMs": 250}]},
+            "p": {"turns": [{"responses": [{"stopReason": "stop"}]}, {"responses": [{"stopReason": "max_tokens"}, {"stopReason": "stop"}]}]}});
+        let s = RunSnapshot::from_json(&d.to_string(), "s").unwrap();
+        let m = s.mock_programs().unwrap();
+        assert_eq!(m["q"][0].responses[0].delay_ms, Some(250));
+        assert_eq!((m["p"].len(), m["p"][1].responses.len()), (2, 2));
+
+        d["providerMocks"] = json!({"a/b": {"turns": [{"responses": [{"stopReason": "stop"}]}, {"responses": [{"stopReason": "stop", "delayMs": 4000000}]}]}});
+        let s = RunSnapshot::from_json(&d.to_string(), "s").unwrap();
+        assert_eq!(
+            s.mock_programs().unwrap_err().to_string(),
+            "snapshot providerMocks at /providerMocks/a~1b/turns/1/responses/0/delayMs: exceeds the maximum of 3600000 ms"
+        );
+        d["providerMocks"] = json!({"q": {}});
+        let s = RunSnapshot::from_json(&d.to_string(), "s").unwrap();
+        assert!(
+            s.mock_programs()
+                .unwrap_err()
+                .to_string()
+                .contains("/providerMocks/q: set exactly one of")
+        );
+        d["providerMocks"] = json!({"q": {"responses": [{"stopReason": "stop", "bogus": 1}]}});
+        let e = RunSnapshot::from_json(&d.to_string(), "s").unwrap_err().to_string();
+        assert!(e.contains("bogus"), "{e}");
+    }
+}
