@@ -1,5 +1,6 @@
-//! NATS authentication for every OpenWOP NATS client: the operator's run-event consumer, the
-//! worker's publisher and `kubectl-openwop events`.
+//! NATS for every OpenWOP NATS client — the operator's run-event consumer, the worker's
+//! publisher and `kubectl-openwop events`: authentication (this module) and the run-events
+//! stream ([`stream`]: create or update it from protocol's `StreamSpec`, purge one run).
 //!
 //! Credentials come from a directory — the Secret named by the chart's
 //! `nats.external.credentialsSecret`, mounted as files — holding exactly one form:
@@ -18,6 +19,7 @@ use std::path::{Path, PathBuf};
 
 use async_nats::ConnectOptions;
 
+pub mod stream;
 #[cfg(feature = "testing")]
 pub mod testing;
 

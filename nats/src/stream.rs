@@ -1,0 +1,166 @@
+//! The run-events stream on a JetStream server, as the operator and the worker both create
+//! or update it: one mapping from protocol's [`StreamSpec`] to the server's stream
+//! configuration, [`ensure_stream`] (create, or bring an existing stream's retention and
+//! dedup window to the spec) and [`purge_run`] (drop one run's subjects, when its Run is
+//! deleted).
+//!
+//! ```no_run
+//! # async fn f(js: async_nats::jetstream::Context) -> Result<(), openwop_nats::stream::StreamError> {
+//! use openwop_protocol::run::subjects::{DEFAULT_STREAM, StreamSpec};
+//! let spec = StreamSpec::new(DEFAULT_STREAM, Some(std::time::Duration::from_secs(7 * 86_400)));
+//! let stream = openwop_nats::stream::ensure_stream(&js, &spec).await?;
+//! # Ok(()) }
+//! ```
+
+use std::time::Duration;
+
+use async_nats::jetstream::{self, stream};
+use openwop_protocol::run::subjects::{STREAM_SUBJECTS, StreamSpec, run_subjects};
+
+/// Why the stream could not be ensured or purged. Names the stream and what was attempted.
+#[derive(Debug, thiserror::Error)]
+pub enum StreamError {
+    #[error("JetStream stream {stream}: cannot {action}: {reason}")]
+    Server {
+        stream: String,
+        action: &'static str,
+        reason: String,
+    },
+}
+
+fn server(stream: &str, action: &'static str, e: impl std::fmt::Display) -> StreamError {
+    StreamError::Server {
+        stream: stream.to_owned(),
+        action,
+        reason: e.to_string(),
+    }
+}
+
+/// The server configuration of `spec`: both subject families ([`STREAM_SUBJECTS`]), file
+/// storage, the dedup window, and `max_age` (0 = kept until purged).
+pub fn stream_config(spec: &StreamSpec) -> stream::Config {
+    stream::Config {
+        name: spec.name.clone(),
+        subjects: STREAM_SUBJECTS.iter().map(|s| (*s).to_owned()).collect(),
+        storage: stream::StorageType::File,
+        duplicate_window: spec.duplicate_window,
+        max_age: spec.max_age.unwrap_or(Duration::ZERO),
+        ..Default::default()
+    }
+}
+
+/// Whether an existing stream's configuration differs from `spec` in what
+/// [`ensure_stream`] manages (retention, dedup window, subjects).
+pub fn needs_update(existing: &stream::Config, spec: &StreamSpec) -> bool {
+    let want = stream_config(spec);
+    let missing_subject = want.subjects.iter().any(|s| !existing.subjects.contains(s));
+    existing.max_age != want.max_age
+        || existing.duplicate_window != want.duplicate_window
+        || missing_subject
+}
+
+/// Creates the stream of `spec`, or updates an existing one whose `max_age`, dedup window or
+/// subjects differ (its other settings, e.g. replicas or limits an admin set, are kept).
+/// Called by the operator when its event consumer starts and by every worker before it
+/// publishes, so whichever comes first creates it and both agree on its settings.
+pub async fn ensure_stream(
+    js: &jetstream::Context,
+    spec: &StreamSpec,
+) -> Result<stream::Stream, StreamError> {
+    let name = spec.name.as_str();
+    let stream = js
+        .get_or_create_stream(stream_config(spec))
+        .await
+        .map_err(|e| server(name, "create or read it", e))?;
+    let existing = stream.cached_info().config.clone();
+    if !needs_update(&existing, spec) {
+        return Ok(stream);
+    }
+    let want = stream_config(spec);
+    let mut subjects = existing.subjects.clone();
+    for s in want.subjects {
+        if !subjects.contains(&s) {
+            subjects.push(s);
+        }
+    }
+    let updated = stream::Config {
+        subjects,
+        max_age: want.max_age,
+        duplicate_window: want.duplicate_window,
+        ..existing
+    };
+    js.update_stream(&updated)
+        .await
+        .map_err(|e| server(name, "update its retention", e))?;
+    tracing::info!(
+        stream = name,
+        max_age_seconds = want.max_age.as_secs(),
+        duplicate_window_seconds = want.duplicate_window.as_secs(),
+        "run events stream updated"
+    );
+    js.get_stream(name)
+        .await
+        .map_err(|e| server(name, "read it after the update", e))
+}
+
+/// Purges both subjects of one run (its events and its reasoning) from `stream_name`.
+/// Returns how many messages were removed.
+pub async fn purge_run(
+    js: &jetstream::Context,
+    stream_name: &str,
+    namespace: &str,
+    run_id: &str,
+) -> Result<u64, StreamError> {
+    let stream = js
+        .get_stream(stream_name)
+        .await
+        .map_err(|e| server(stream_name, "read it", e))?;
+    let mut purged = 0;
+    for subject in run_subjects(namespace, run_id) {
+        purged += stream
+            .purge()
+            .filter(subject)
+            .await
+            .map_err(|e| server(stream_name, "purge a run's subjects", e))?
+            .purged;
+    }
+    Ok(purged)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use openwop_protocol::run::subjects::DUPLICATE_WINDOW;
+
+    #[test]
+    fn the_spec_maps_to_one_server_config() {
+        let week = Duration::from_secs(7 * 86_400);
+        let c = stream_config(&StreamSpec::new("OPENWOP_EVENTS", Some(week)));
+        assert_eq!(c.name, "OPENWOP_EVENTS");
+        assert_eq!(c.subjects, ["openwop.events.>", "openwop.reasoning.>"]);
+        assert_eq!(c.storage, stream::StorageType::File);
+        assert_eq!((c.max_age, c.duplicate_window), (week, DUPLICATE_WINDOW));
+        // Keep until purged: max_age 0 on the server.
+        let c = stream_config(&StreamSpec::new("S", None));
+        assert_eq!(
+            (c.max_age, c.duplicate_window),
+            (Duration::ZERO, DUPLICATE_WINDOW)
+        );
+        // A retention shorter than the dedup window bounds it (the server requires it).
+        let c = stream_config(&StreamSpec::new("S", Some(Duration::from_secs(60))));
+        assert_eq!(c.duplicate_window, Duration::from_secs(60));
+    }
+
+    #[test]
+    fn only_retention_window_and_subjects_trigger_an_update() {
+        let spec = StreamSpec::new("S", Some(Duration::from_secs(3600)));
+        let mut existing = stream_config(&spec);
+        existing.num_replicas = 3;
+        assert!(!needs_update(&existing, &spec));
+        existing.max_age = Duration::ZERO;
+        assert!(needs_update(&existing, &spec));
+        let mut existing = stream_config(&spec);
+        existing.subjects = vec!["openwop.events.>".into()];
+        assert!(needs_update(&existing, &spec));
+    }
+}

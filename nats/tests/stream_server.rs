@@ -1,0 +1,61 @@
+//! `ensure_stream` and `purge_run` against a real nats-server (feature `testing`).
+
+use std::time::Duration;
+
+use async_nats::jetstream;
+use openwop_nats::stream::{ensure_stream, purge_run};
+use openwop_nats::testing::NatsServer;
+use openwop_protocol::run::subjects::{StreamSpec, events_subject, reasoning_subject};
+
+#[tokio::test]
+async fn the_stream_is_created_then_its_retention_updated_and_one_run_purged() {
+    let nats = NatsServer::start();
+    let js = jetstream::new(async_nats::connect(nats.url()).await.unwrap());
+    let week = Duration::from_secs(7 * 86_400);
+    let mut s = ensure_stream(&js, &StreamSpec::new("EV", Some(week)))
+        .await
+        .unwrap();
+    assert_eq!(s.info().await.unwrap().config.max_age, week);
+
+    // A second caller with another retention updates it; the same spec again is a no-op.
+    let hour = Duration::from_secs(3600);
+    let mut s = ensure_stream(&js, &StreamSpec::new("EV", Some(hour)))
+        .await
+        .unwrap();
+    let c = s.info().await.unwrap().config.clone();
+    assert_eq!(
+        (c.max_age, c.duplicate_window),
+        (hour, Duration::from_secs(900))
+    );
+    ensure_stream(&js, &StreamSpec::new("EV", Some(hour)))
+        .await
+        .unwrap();
+    let mut s2 = ensure_stream(&js, &StreamSpec::new("EV", None))
+        .await
+        .unwrap();
+    assert_eq!(s2.info().await.unwrap().config.max_age, Duration::ZERO);
+
+    for subject in [
+        events_subject("ns", "uid-old"),
+        reasoning_subject("ns", "uid-old"),
+        events_subject("ns", "uid-new"),
+    ] {
+        js.publish(subject, "{}".into())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    }
+    assert_eq!(purge_run(&js, "EV", "ns", "uid-old").await.unwrap(), 2);
+    assert_eq!(
+        s.info().await.unwrap().state.messages,
+        1,
+        "the other run is kept"
+    );
+    let e = purge_run(&js, "MISSING", "ns", "u").await.unwrap_err();
+    assert!(
+        e.to_string()
+            .starts_with("JetStream stream MISSING: cannot read it"),
+        "{e}"
+    );
+}
