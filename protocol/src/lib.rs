@@ -3,14 +3,16 @@
 //! This crate performs no I/O: no Kubernetes, no NATS, no HTTP, no clock reads
 //! except where a caller passes a timestamp in. Binaries wire it to the world.
 pub mod capabilities;
+pub mod emission;
 pub mod envelope;
 pub mod events;
+pub mod graph;
 pub mod outcome;
 pub mod pipeline;
 pub mod recovery;
 pub mod redact;
-pub mod run;
 pub mod retry;
+pub mod run;
 pub mod schema;
 pub mod text;
 pub mod tier1;

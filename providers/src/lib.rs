@@ -22,7 +22,7 @@ mod transport;
 pub use anthropic::{AnthropicMode, AnthropicProvider};
 pub use config::{ProviderConfig, ProviderKind, build_provider};
 pub use gemini::GeminiProvider;
-pub use mock::{MAX_MOCK_DELAY, MockCall, MockProvider, MockScript, MockScriptError, MockStep};
+pub use mock::{MockCall, MockProvider};
 pub use openai::{OpenAiFlavor, OpenAiProvider};
 pub use secret::{ApiKey, KeySource};
 pub use transport::TransportPolicy;

@@ -1,5 +1,6 @@
-//! The mock provider: plays a scripted [`MockScript`] per node, one response per call
-//! (each optionally held in flight for a delay), and records what it was asked (budget,
+//! The mock provider: plays a scripted [`MockProgram`] (protocol's one mock type, as
+//! `Run.spec.providerMocks` and `envelope simulate` write it) per node, one response per call
+//! (each optionally held in flight for its `delayMs`), and records what it was asked (budget,
 //! system prompt, schema) for tests and the conformance introspection hooks
 //! (`lastReceivedMaxTokens`, `lastReceivedSystemPrompt`).
 
@@ -7,8 +8,8 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use openwop_protocol::retry::{MockProgram, MockResponse};
-use serde_json::Value;
+use openwop_protocol::retry::MockProgram;
+use openwop_protocol::retry::mock::MAX_DELAY_MS;
 
 use crate::{CompletionRequest, Provider, ProviderError, ProviderFuture};
 
@@ -21,102 +22,9 @@ pub struct MockCall {
     pub schema_sent: bool,
 }
 
-/// One scripted response and how long the call stays in flight before it is returned.
-#[derive(Debug, Clone, PartialEq)]
-pub struct MockStep {
-    pub response: MockResponse,
-    pub delay: Duration,
-}
-
-/// A node's script: one step per provider call, in order.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct MockScript {
-    pub steps: Vec<MockStep>,
-}
-
-/// Longest delay a step may ask for (matches the Run CRD's `delayMs` maximum).
-pub const MAX_MOCK_DELAY: Duration = Duration::from_secs(3600);
-
-/// Why a script was refused: where (JSON Pointer inside the script) and what.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{pointer}: {reason}")]
-pub struct MockScriptError {
-    pub pointer: String,
-    pub reason: String,
-}
-
-impl From<MockProgram> for MockScript {
-    fn from(p: MockProgram) -> Self {
-        MockScript {
-            steps: p
-                .responses
-                .into_iter()
-                .map(|response| MockStep {
-                    response,
-                    delay: Duration::ZERO,
-                })
-                .collect(),
-        }
-    }
-}
-
-impl MockScript {
-    /// Parses `{"responses": [MockResponse + optional "delayMs", ...]}`. Pointers in errors
-    /// are relative to `v` (e.g. `/responses/1/delayMs`).
-    pub fn from_json(v: &Value) -> Result<Self, MockScriptError> {
-        let err = |pointer: String, reason: String| MockScriptError { pointer, reason };
-        let obj = v.as_object().ok_or_else(|| {
-            err(
-                String::new(),
-                "a mock program must be an object {\"responses\": [...]}".into(),
-            )
-        })?;
-        if let Some(k) = obj.keys().find(|k| *k != "responses") {
-            return Err(err(
-                format!("/{k}"),
-                "unknown field; a mock program has only `responses`".into(),
-            ));
-        }
-        let list = obj
-            .get("responses")
-            .and_then(Value::as_array)
-            .ok_or_else(|| err("/responses".into(), "must be a list of responses".into()))?;
-        let mut steps = Vec::with_capacity(list.len());
-        for (i, r) in list.iter().enumerate() {
-            let mut r = r.clone();
-            let delay = match r.as_object_mut().and_then(|o| o.remove("delayMs")) {
-                None | Some(Value::Null) => Duration::ZERO,
-                Some(d) => {
-                    let ms = d.as_u64().ok_or_else(|| {
-                        err(
-                            format!("/responses/{i}/delayMs"),
-                            "must be a whole number of milliseconds".into(),
-                        )
-                    })?;
-                    let delay = Duration::from_millis(ms);
-                    if delay > MAX_MOCK_DELAY {
-                        return Err(err(
-                            format!("/responses/{i}/delayMs"),
-                            format!(
-                                "{ms} ms exceeds the maximum of {} ms",
-                                MAX_MOCK_DELAY.as_millis()
-                            ),
-                        ));
-                    }
-                    delay
-                }
-            };
-            let response: MockResponse = serde_json::from_value(r)
-                .map_err(|e| err(format!("/responses/{i}"), e.to_string()))?;
-            steps.push(MockStep { response, delay });
-        }
-        Ok(MockScript { steps })
-    }
-}
-
 #[derive(Debug)]
 struct Cursor {
-    script: MockScript,
+    program: MockProgram,
     next: usize,
 }
 
@@ -129,27 +37,27 @@ pub struct MockProvider {
 }
 
 impl MockProvider {
-    /// `scripts`: request `node_id` → script.
+    /// `programs`: request `node_id` → program.
     pub fn new(
         model: impl Into<String>,
         ceiling: u32,
-        scripts: impl IntoIterator<Item = (String, MockScript)>,
+        programs: impl IntoIterator<Item = (String, MockProgram)>,
     ) -> Self {
         MockProvider {
             model: model.into(),
             ceiling,
             cursors: Mutex::new(
-                scripts
+                programs
                     .into_iter()
-                    .map(|(node, script)| (node, Cursor { script, next: 0 }))
+                    .map(|(node, program)| (node, Cursor { program, next: 0 }))
                     .collect(),
             ),
             calls: Mutex::new(Vec::new()),
         }
     }
 
-    /// Whether a script is registered under `key`.
-    pub fn has_script(&self, key: &str) -> bool {
+    /// Whether a program is registered under `key`.
+    pub fn has_program(&self, key: &str) -> bool {
         self.cursors.lock().is_ok_and(|c| c.contains_key(key))
     }
 
@@ -196,16 +104,17 @@ impl Provider for MockProvider {
                     request.node_id
                 ))
             })?;
-            let step = cursor.script.steps.get(cursor.next).ok_or_else(|| {
+            let step = cursor.program.responses.get(cursor.next).ok_or_else(|| {
                 ProviderError::Mock(format!(
                     "node '{}': mock program exhausted: call {} requested but the program has only {} responses; add more entries to `responses`",
                     request.node_id,
                     cursor.next + 1,
-                    cursor.script.steps.len()
+                    cursor.program.responses.len()
                 ))
             })?;
             cursor.next += 1;
-            Ok((step.response.to_normalized(&self.model), step.delay))
+            let delay = Duration::from_millis(step.delay_ms.unwrap_or(0).min(MAX_DELAY_MS));
+            Ok((step.to_normalized(&self.model), delay))
         })();
         Box::pin(async move {
             let (response, delay) = step?;
@@ -240,7 +149,7 @@ mod tests {
             {"stopReason": "stop", "content": "{}"}
         ]}))
         .unwrap();
-        let mock = MockProvider::new("mock-1", 4096, [("a".to_string(), p.into())]);
+        let mock = MockProvider::new("mock-1", 4096, [("a".to_string(), p)]);
         let r1 = mock.complete(&req("a", 100)).await.unwrap();
         assert!(!r1.stop.is_clean());
         let r2 = mock.complete(&req("a", 200)).await.unwrap();
@@ -255,14 +164,12 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_step_delay_holds_the_call_in_flight() {
-        let script = MockScript::from_json(&json!({"responses": [
+        let program: MockProgram = serde_json::from_value(json!({"responses": [
             {"stopReason": "stop", "content": "{}", "delayMs": 1500},
             {"stopReason": "stop", "content": "{}"}
         ]}))
         .unwrap();
-        assert_eq!(script.steps[0].delay, Duration::from_millis(1500));
-        assert_eq!(script.steps[1].delay, Duration::ZERO);
-        let mock = MockProvider::new("m", 4096, [("a".to_string(), script)]);
+        let mock = MockProvider::new("m", 4096, [("a".to_string(), program)]);
         let start = tokio::time::Instant::now();
         let r = req("a", 10);
         let call = mock.complete(&r);
@@ -278,25 +185,5 @@ mod tests {
         let before = tokio::time::Instant::now();
         mock.complete(&req("a", 10)).await.unwrap();
         assert_eq!(before.elapsed(), Duration::ZERO);
-    }
-
-    #[test]
-    fn script_errors_name_the_place() {
-        let e = MockScript::from_json(&json!({"responses": [{"stopReason": "stop"}, {"stopReason": "stop", "delayMs": "soon"}]})).unwrap_err();
-        assert_eq!(e.pointer, "/responses/1/delayMs");
-        let e = MockScript::from_json(
-            &json!({"responses": [{"stopReason": "stop", "delayMs": 3_600_001}]}),
-        )
-        .unwrap_err();
-        assert!(e.reason.contains("maximum"), "{e}");
-        let e = MockScript::from_json(&json!({"responses": [{"content": "x"}]})).unwrap_err();
-        assert_eq!(e.pointer, "/responses/0");
-        assert!(e.reason.contains("stopReason"), "{e}");
-        let e = MockScript::from_json(&json!({"respones": []})).unwrap_err();
-        assert_eq!(
-            e.to_string(),
-            "/respones: unknown field; a mock program has only `responses`"
-        );
-        assert!(MockScript::from_json(&json!([1])).is_err());
     }
 }

@@ -27,7 +27,13 @@ fn bench(c: &mut Criterion) {
     let policy = RetryPolicy::default();
     let js = rt.block_on(async {
         let js = nats::context(nats::connect(&url, &NatsAuth::None).await.unwrap(), &policy);
-        nats::ensure_stream(&js, "BENCH", &policy).await.unwrap();
+        nats::ensure_stream(
+            &js,
+            &openwop_protocol::run::subjects::StreamSpec::new("BENCH", None),
+            &policy,
+        )
+        .await
+        .unwrap();
         js
     });
     let mut g = c.benchmark_group("publish_with_ack");

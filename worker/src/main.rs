@@ -1,40 +1,41 @@
 //! `openwop-worker`: runs one Run (see the crate docs and worker/README.md).
-//! Exit codes: 0 terminal, 1 crashed (retry), 2 unusable snapshot/config, 3 suspended,
-//! 143 stopped by SIGTERM at a safe point (replay continues it).
+//! Exit codes (`openwop_protocol::run::exit`): 0 terminal, 1 crashed (retry), 2 unusable
+//! snapshot/config, 3 suspended, 143 stopped by SIGTERM at a safe point (replay continues it).
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
 use openwop_nats::NatsAuth;
+use openwop_protocol::graph::Graph;
 use openwop_protocol::redact::Redactor;
-use openwop_providers::{ProviderConfig, ProviderKind, build_provider};
+use openwop_protocol::run::env as run_env;
+use openwop_protocol::run::exit::{BAD_INPUT, CRASHED, STOPPED, SUSPENDED, TERMINAL};
+use openwop_protocol::run::projection::Projection;
+use openwop_protocol::run::snapshot::{KeyMount, RunSnapshot};
+use openwop_protocol::run::subjects::{self, StreamSpec};
 use openwop_worker::eventlog::{LogError, RunLog};
 use openwop_worker::executor::{ExecConfig, Executor, RunEnd, cancel_run};
-use openwop_worker::graph::Graph;
 use openwop_worker::nats::{self, JetStreamPublisher, RetryPolicy};
+use openwop_worker::providers::ProviderSet;
 use openwop_worker::reasoning::{DEFAULT_MAX_PER_NODE, ReasoningStream};
-use openwop_worker::snapshot::Snapshot;
 use openwop_worker::stop::{self, StopSignal};
 use openwop_worker::telemetry::{self, Otel, SpanHandle};
-use openwop_worker::{
-    EXIT_BAD_INPUT, EXIT_CRASHED, EXIT_STOPPED, EXIT_SUSPENDED, EXIT_TERMINAL, summary,
-};
-use serde_json::Value;
 
 fn env(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.is_empty())
 }
 
-/// Secrets to redact: provider keys and every file of `OPENWOP_SECRETS_DIR` (id = file name).
-fn load_secrets(snap: &Snapshot) -> Vec<(String, String)> {
+/// Secrets to redact: provider keys, every file of `OPENWOP_SECRETS_DIR` (id = file name),
+/// and the values of workflow variables marked `sensitive` (id = variable name, so events,
+/// status, logs and spans show `[REDACTED:<name>]`; the prompt still carries the value
+/// where the workflow puts it).
+fn load_secrets(snap: &RunSnapshot) -> Vec<(String, String)> {
     let mut out = Vec::new();
     for p in &snap.providers {
-        let value = match (&p.path, &p.env_name) {
-            (Some(path), _) => std::fs::read_to_string(path).ok(),
-            (None, Some(name)) => std::env::var(name).ok(),
-            _ => None,
+        let value = match &p.key {
+            KeyMount::File { path } => std::fs::read_to_string(path).ok(),
+            KeyMount::Env { env_name } => std::env::var(env_name).ok(),
         };
         if let Some(v) = value.map(|v| v.trim().to_owned()).filter(|v| !v.is_empty()) {
             out.push((format!("provider:{}", p.provider), v));
@@ -56,64 +57,17 @@ fn load_secrets(snap: &Snapshot) -> Vec<(String, String)> {
             }
         }
     }
+    out.extend(snap.sensitive_values());
     out
 }
 
-/// Real providers named by the snapshot's mounts, with the model the first node using them
-/// asks for. Nodes under `providerMocks` call the mock instead, so they need none.
-fn build_providers(
-    snap: &Snapshot,
-) -> anyhow::Result<BTreeMap<String, Box<dyn openwop_providers::Provider>>> {
-    let mut out = BTreeMap::new();
-    let nodes: Vec<Value> = snap
-        .workflow
-        .get("nodes")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter(|n| {
-            n.get("id")
-                .and_then(Value::as_str)
-                .is_none_or(|id| !snap.provider_mocks.contains_key(id))
-        })
-        .cloned()
-        .collect();
-    for m in &snap.providers {
-        let Ok(kind) = ProviderKind::parse(&m.provider) else {
-            continue;
-        };
-        let Some(model) = nodes.iter().find_map(|n| {
-            let c = n.get("config")?;
-            (c.get("provider")?.as_str()? == m.provider)
-                .then(|| c.get("model").and_then(Value::as_str).map(str::to_owned))?
-        }) else {
-            continue;
-        };
-        let mut cfg = ProviderConfig::new(kind, model);
-        let var = format!(
-            "OPENWOP_PROVIDER_{}_BASE_URL",
-            m.provider.to_ascii_uppercase().replace('-', "_")
-        );
-        cfg.base_url = env(&var).or_else(|| m.base_url.clone());
-        if let Some(path) = &m.path {
-            cfg = cfg.with_key_file(path);
-        } else if let Some(name) = &m.env_name {
-            cfg.key = Some(openwop_providers::KeySource::Env(name.clone()));
-        }
-        let p =
-            build_provider(&cfg).map_err(|e| anyhow::anyhow!("provider {}: {e}", m.provider))?;
-        out.insert(m.provider.clone(), p);
-    }
-    Ok(out)
-}
-
-fn write_termination(summary: &Value) {
+fn write_termination(summary: &str) {
     let path = env("OPENWOP_TERMINATION_LOG").unwrap_or_else(|| "/dev/termination-log".into());
     if std::path::Path::new(&path)
         .parent()
         .is_some_and(|d| d.exists())
     {
-        let _ = std::fs::write(&path, summary.to_string());
+        let _ = std::fs::write(&path, summary);
     }
 }
 
@@ -126,22 +80,36 @@ async fn stop_deadline(stop: StopSignal, grace: Duration) {
     tokio::time::sleep(grace).await;
 }
 
+/// Reads and parses the snapshot file.
+fn load_snapshot(path: &str) -> anyhow::Result<RunSnapshot> {
+    let text = std::fs::read_to_string(path).with_context(|| {
+        format!("cannot read snapshot {path}; check the snapshot ConfigMap is mounted")
+    })?;
+    Ok(RunSnapshot::from_json(&text, path)?)
+}
+
 async fn run(stop: StopSignal, otel: &Otel) -> anyhow::Result<i32> {
     let snapshot_path =
         env("OPENWOP_SNAPSHOT").unwrap_or_else(|| "/etc/openwop/snapshot/snapshot.json".into());
-    let snap = match Snapshot::load(&snapshot_path) {
+    let snap = match load_snapshot(&snapshot_path) {
         Ok(s) => s,
         Err(e) => {
             tracing::error!(error = %e, "unusable snapshot");
-            return Ok(EXIT_BAD_INPUT);
+            return Ok(BAD_INPUT);
         }
     };
     let namespace = env("OPENWOP_RUN_NAMESPACE").unwrap_or_else(|| snap.run.namespace.clone());
     let name = env("OPENWOP_RUN_NAME").unwrap_or_else(|| snap.run.name.clone());
     let run_id = env("OPENWOP_RUN_ID").unwrap_or_else(|| snap.run.run_id.clone());
-    let subject =
-        env("OPENWOP_EVENTS_SUBJECT").unwrap_or_else(|| nats::events_subject(&namespace, &name));
-    let stream_name = env("OPENWOP_EVENTS_STREAM").unwrap_or_else(|| "OPENWOP_EVENTS".into());
+    // Run identity is the runId: a re-created Run of the same name has its own subject.
+    let subject = env(run_env::EVENTS_SUBJECT)
+        .unwrap_or_else(|| subjects::events_subject(&namespace, &run_id));
+    let stream = StreamSpec::new(
+        env(run_env::EVENTS_STREAM).unwrap_or_else(|| subjects::DEFAULT_STREAM.into()),
+        env(run_env::EVENTS_MAX_AGE_SECONDS)
+            .and_then(|v| v.parse().ok())
+            .map(Duration::from_secs),
+    );
     let url = env("OPENWOP_NATS_URL").unwrap_or_else(|| "nats://127.0.0.1:4222".into());
     // Credentials of an external NATS: the operator's copy of the chart's Secret.
     let nats_auth = match env("OPENWOP_NATS_CREDENTIALS_DIR") {
@@ -150,7 +118,7 @@ async fn run(stop: StopSignal, otel: &Otel) -> anyhow::Result<i32> {
             Ok(a) => a,
             Err(e) => {
                 tracing::error!(error = %e, "unusable NATS credentials");
-                return Ok(EXIT_BAD_INPUT);
+                return Ok(BAD_INPUT);
             }
         },
     };
@@ -166,27 +134,36 @@ async fn run(stop: StopSignal, otel: &Otel) -> anyhow::Result<i32> {
         .map(Duration::from_millis)
         .unwrap_or(DEFAULT_STOP_GRACE);
 
+    let graph = match Graph::parse(&snap.workflow) {
+        Ok(g) => Some(g),
+        Err(e) => {
+            // Recorded as run.failed below (the operator validated it; a hand-edited
+            // snapshot can still be wrong).
+            tracing::error!(error = %e, "workflow definition invalid");
+            None
+        }
+    };
     let secrets = load_secrets(&snap);
     let cfg = ExecConfig {
         allow_mock_agent: env("OPENWOP_CONFORMANCE_MOCK_AGENT").as_deref() == Some("true"),
-        mock_programs: match snap.mock_scripts() {
+        mock_programs: match snap.mock_programs() {
             Ok(p) => p,
             Err(e) => {
                 tracing::error!(error = %e, "unusable provider mocks");
-                return Ok(EXIT_BAD_INPUT);
+                return Ok(BAD_INPUT);
             }
         },
         // A cancelled run calls no provider: build none.
-        providers: match snap.cancel {
-            true => BTreeMap::new(),
-            false => match build_providers(&snap) {
+        providers: match (&graph, snap.cancel) {
+            (Some(g), false) => match ProviderSet::build(&snap, g, env) {
                 Ok(p) => p,
                 Err(e) => {
                     let red = Redactor::new(secrets.clone());
-                    tracing::error!(error = %red.redact_str(&format!("{e:#}")).0, "provider configuration");
-                    return Ok(EXIT_BAD_INPUT);
+                    tracing::error!(error = %red.redact_str(&e.to_string()).0, "provider configuration");
+                    return Ok(BAD_INPUT);
                 }
             },
+            _ => ProviderSet::default(),
         },
         secrets,
     };
@@ -194,15 +171,15 @@ async fn run(stop: StopSignal, otel: &Otel) -> anyhow::Result<i32> {
     tracing::debug!(credentials = nats_auth.kind(), "connecting to NATS");
     let client = nats::connect(&url, &nats_auth).await?;
     let js = nats::context(client.clone(), &policy);
-    let stream = nats::ensure_stream(&js, &stream_name, &policy).await?;
-    let existing = nats::read_run_events(&stream, &subject, &policy).await?;
+    let stream = nats::ensure_stream(&js, &stream, &policy).await?;
+    let existing = nats::read_run_events(&stream, &subject, &run_id, &policy).await?;
     tracing::info!(run = %name, replayed = existing.len(), "event log read");
     let redactor = Arc::new(Redactor::new(cfg.secrets.clone()));
     let run_span = otel.telemetry(redactor.clone()).root("openwop.run");
     run_span.set_str("openwop.run_id", &run_id);
     run_span.set_str("openwop.run_name", &name);
     run_span.set_str("openwop.namespace", &namespace);
-    if let Some(w) = snap.workflow.get("id").and_then(Value::as_str) {
+    if let Some(w) = snap.workflow.get("id").and_then(serde_json::Value::as_str) {
         run_span.set_str("openwop.workflow_id", w);
     }
     run_span.set_i64("openwop.replayed_events", existing.len() as i64);
@@ -220,12 +197,14 @@ async fn run(stop: StopSignal, otel: &Otel) -> anyhow::Result<i32> {
         return Ok(finish(&name, &end, &events, &run_span));
     }
     log.set_stop(Some(stop.clone()));
-    let reasoning = ReasoningStream::new(nats::reasoning_subject(&namespace, &name), max_reasoning);
+    let reasoning = ReasoningStream::new(
+        subjects::reasoning_subject(&namespace, &run_id),
+        max_reasoning,
+    );
 
-    let graph = Graph::parse(&snap.workflow);
-    let (end, events) = match graph {
-        Ok(graph) => {
-            let mut exec = Executor::new(&snap, &graph, &cfg, log, reasoning)
+    let (end, events) = match &graph {
+        Some(graph) => {
+            let mut exec = Executor::new(&snap, graph, &cfg, log, reasoning)
                 .with_run_span(run_span.borrowed());
             let outcome = {
                 let run = exec.run();
@@ -242,11 +221,11 @@ async fn run(stop: StopSignal, otel: &Otel) -> anyhow::Result<i32> {
                 Err(LogError::Stopped) => {
                     // The operator may have asked to cancel: the kubelet refreshes the
                     // mounted snapshot, so read it again.
-                    if !Snapshot::load(&snapshot_path).is_ok_and(|s| s.cancel) {
+                    if !load_snapshot(&snapshot_path).is_ok_and(|s| s.cancel) {
                         tracing::warn!(run = %name, "stopped at a safe point; a later worker replays");
                         run_span.set_str("openwop.run_outcome", "stopped");
                         let _ = client.flush().await;
-                        return Ok(EXIT_STOPPED);
+                        return Ok(STOPPED);
                     }
                     exec.log.set_stop(None);
                     let end = cancel_run(&mut exec.log, "cancelled by spec.cancel").await?;
@@ -255,16 +234,20 @@ async fn run(stop: StopSignal, otel: &Otel) -> anyhow::Result<i32> {
                 Ok(None) => {
                     tracing::warn!(run = %name, grace_ms = grace.as_millis() as u64, "no safe point within the stop grace; the in-flight step was dropped");
                     run_span.set_str("openwop.run_outcome", "stopped");
-                    return Ok(EXIT_STOPPED);
+                    return Ok(STOPPED);
                 }
                 Err(e) => return Err(e.into()),
             }
         }
-        Err(e) => {
+        None => {
             let mut log = log;
+            let why = Graph::parse(&snap.workflow)
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
             let err = openwop_protocol::events::ErrorInfo {
                 code: "workflow_invalid".into(),
-                message: e.to_string(),
+                message: why,
                 details: None,
                 retryable: Some(false),
             };
@@ -288,19 +271,20 @@ fn finish(
     events: &[openwop_protocol::events::RunEventDoc],
     span: &SpanHandle,
 ) -> i32 {
-    let summary = summary::summary(end, events);
-    if let Some(phase) = summary.get("phase").and_then(Value::as_str) {
-        span.set_str("openwop.run_outcome", phase);
+    // The same projection the operator applies to the stream.
+    let summary = Projection::of_docs(events);
+    if let Some(phase) = summary.phase {
+        span.set_str("openwop.run_outcome", phase.as_str());
     }
     span.set_i64("openwop.events", events.len() as i64);
     if let RunEnd::Failed(e) = end {
         span.fail(&e.code, &e.message);
     }
-    write_termination(&summary);
+    write_termination(&summary.to_termination_message());
     tracing::info!(run = %name, events = events.len(), end = ?std::mem::discriminant(end), "worker done");
     match end {
-        RunEnd::Suspended { .. } => EXIT_SUSPENDED,
-        RunEnd::Completed | RunEnd::Failed(_) | RunEnd::Cancelled => EXIT_TERMINAL,
+        RunEnd::Suspended { .. } => SUSPENDED,
+        RunEnd::Completed | RunEnd::Failed(_) | RunEnd::Cancelled => TERMINAL,
     }
 }
 
@@ -322,7 +306,7 @@ fn main() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("cannot start the async runtime: {e}");
-            std::process::exit(EXIT_CRASHED);
+            std::process::exit(CRASHED);
         }
     };
     let otel = match telemetry::endpoint_from_env(env) {
@@ -340,7 +324,7 @@ fn main() {
         Ok(code) => code,
         Err(e) => {
             tracing::error!(error = %format!("{e:#}"), "worker crashed; the operator will retry");
-            EXIT_CRASHED
+            CRASHED
         }
     };
     // Every exit path (terminal, suspended, stopped, crashed) exports the buffered spans.

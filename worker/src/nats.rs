@@ -2,9 +2,9 @@
 //! publisher (publish with `Nats-Msg-Id`, await the ack, retry with backoff while NATS is
 //! unreachable, never drop), and the ordered read-back of a run's events for replay.
 //!
-//! One stream holds both subject families: `openwop.events.<ns>.<run>` (RunEventDocs) and
-//! `openwop.reasoning.<ns>.<run>` (MEUP reasoning messages), so one dedup window and one
-//! retention policy cover a run.
+//! Subjects and the stream's settings are the run contract's (`openwop_protocol::run::subjects`):
+//! one subject per runId, both families in one stream created or updated by
+//! `openwop_nats::ensure_stream`.
 
 use std::time::{Duration, Instant};
 
@@ -13,25 +13,9 @@ use bytes::Bytes;
 use futures::StreamExt;
 use openwop_nats::NatsAuth;
 use openwop_protocol::events::RunEventDoc;
+use openwop_protocol::run::subjects::StreamSpec;
 
 use crate::eventlog::{LogError, Publisher};
-
-/// Dedup window: a re-executed step within it is dropped by the server itself; beyond it the
-/// worker's own replay (which skips every recorded eventId) still prevents duplicates.
-pub const DUPLICATE_WINDOW: Duration = Duration::from_secs(15 * 60);
-
-/// Subjects of the run-events stream.
-pub const STREAM_SUBJECTS: [&str; 2] = ["openwop.events.>", "openwop.reasoning.>"];
-
-/// `openwop.events.<namespace>.<run>`.
-pub fn events_subject(namespace: &str, run: &str) -> String {
-    format!("openwop.events.{namespace}.{run}")
-}
-
-/// `openwop.reasoning.<namespace>.<run>`.
-pub fn reasoning_subject(namespace: &str, run: &str) -> String {
-    format!("openwop.reasoning.{namespace}.{run}")
-}
 
 /// How long to keep trying to make one message durable.
 #[derive(Debug, Clone, Copy)]
@@ -75,21 +59,15 @@ pub fn context(client: async_nats::Client, policy: &RetryPolicy) -> jetstream::C
     js
 }
 
-/// Creates the stream if missing (idempotent), retrying until the deadline.
+/// Creates the stream if missing, or brings its retention to `spec` (idempotent), retrying
+/// until the deadline.
 pub async fn ensure_stream(
     js: &jetstream::Context,
-    name: &str,
+    spec: &StreamSpec,
     policy: &RetryPolicy,
 ) -> Result<stream::Stream, LogError> {
-    let config = stream::Config {
-        name: name.to_owned(),
-        subjects: STREAM_SUBJECTS.iter().map(|s| s.to_string()).collect(),
-        duplicate_window: DUPLICATE_WINDOW,
-        storage: stream::StorageType::File,
-        ..Default::default()
-    };
-    retry(policy, name, || async {
-        js.get_or_create_stream(config.clone())
+    retry(policy, &spec.name, || async {
+        openwop_nats::stream::ensure_stream(js, spec)
             .await
             .map_err(|e| e.to_string())
     })
@@ -194,32 +172,90 @@ pub async fn read_subject(
     .await
 }
 
-/// The run's recorded events, validated: in order, sequences 0..n without gaps.
+/// Run `run_id`'s recorded events, validated: in order, sequences 0..n without gaps.
 pub async fn read_run_events(
     stream: &stream::Stream,
     subject: &str,
+    run_id: &str,
     policy: &RetryPolicy,
 ) -> Result<Vec<RunEventDoc>, LogError> {
     let raw = read_subject(stream, subject, policy).await?;
-    decode_log(&raw)
+    let log = decode_log(&raw, run_id)?;
+    if log.foreign > 0 {
+        tracing::warn!(
+            subject,
+            refused = log.foreign,
+            "events of another run on this run's subject were refused (never replayed)"
+        );
+    }
+    Ok(log.events)
 }
 
-/// Decodes and checks a run log read from the stream.
-pub fn decode_log(raw: &[Bytes]) -> Result<Vec<RunEventDoc>, LogError> {
-    let mut out: Vec<RunEventDoc> = Vec::with_capacity(raw.len());
+/// A run's log as read back.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DecodedLog {
+    /// The run's own events, sequences 0..n.
+    pub events: Vec<RunEventDoc>,
+    /// Events of another run found on the subject: refused, never replayed.
+    pub foreign: usize,
+}
+
+/// Decodes and checks a run log read from the stream: only events of `run_id` are the
+/// run's (replay never takes another run's outputs), and they must be gapless.
+pub fn decode_log(raw: &[Bytes], run_id: &str) -> Result<DecodedLog, LogError> {
+    let mut events: Vec<RunEventDoc> = Vec::with_capacity(raw.len());
+    let mut foreign = 0;
     for (i, b) in raw.iter().enumerate() {
         let doc: RunEventDoc = serde_json::from_slice(b).map_err(|e| {
             LogError::Read(format!(
                 "message {i} of the run's subject is not a RunEventDoc ({e}); the stream was written by something else"
             ))
         })?;
-        if doc.sequence != i as u64 {
+        if doc.run_id != run_id {
+            foreign += 1;
+            continue;
+        }
+        if doc.sequence != events.len() as u64 {
             return Err(LogError::Read(format!(
-                "message {i} carries sequence {}; the run's log has a gap or a foreign event",
+                "event {} of run {run_id} carries sequence {}; the run's log has a gap",
+                events.len(),
                 doc.sequence
             )));
         }
-        out.push(doc);
+        events.push(doc);
     }
-    Ok(out)
+    Ok(DecodedLog { events, foreign })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn ev(run: &str, seq: u64, ty: &str) -> Bytes {
+        Bytes::from(
+            json!({"eventId": format!("evt-{run}-{seq}"), "runId": run, "type": ty, "sequence": seq,
+                   "timestamp": "2025-01-01T00:00:00Z", "payload": {}})
+            .to_string(),
+        )
+    }
+
+    #[test]
+    fn replay_refuses_events_of_another_run() {
+        // A previous run's completed log on the same subject must never be replayed.
+        let raw = vec![
+            ev("old", 0, "run.started"),
+            ev("old", 1, "run.completed"),
+            ev("new", 0, "run.started"),
+        ];
+        let log = decode_log(&raw, "new").unwrap();
+        assert_eq!(log.foreign, 2);
+        assert_eq!(log.events.len(), 1);
+        assert_eq!(log.events[0].run_id, "new");
+        let gap = vec![ev("new", 0, "run.started"), ev("new", 2, "node.started")];
+        let e = decode_log(&gap, "new").unwrap_err().to_string();
+        assert!(e.contains("gap"), "{e}");
+        let junk = vec![Bytes::from_static(b"not json")];
+        assert!(decode_log(&junk, "new").is_err());
+    }
 }

@@ -246,10 +246,7 @@ fn sequence_interrupts_and_dedup_against_real_jetstream() {
     });
     assert_eq!(read_raw(&nats.url(), &files.subject()).len(), all.len());
     // The reasoning subject carries start → thoughts (incl. a nested tool context) → conclusion.
-    let rs = read_raw(
-        &nats.url(),
-        &openwop_worker::nats::reasoning_subject("ns", "ref"),
-    );
+    let rs = read_raw(&nats.url(), &files.reasoning_subject());
     let m_msgs: Vec<&Value> = rs.iter().filter(|m| m["nodeId"] == "m").collect();
     assert_eq!(m_msgs[0]["kind"], "reasoning.start");
     let start = m_msgs[0]["id"].as_str().unwrap();
@@ -372,10 +369,7 @@ fn the_secret_canary_never_reaches_nats_or_logs() {
     let (code, stderr) = files.run(&nats.url());
     assert_eq!(code, 0, "{stderr}");
     let events = read_raw(&nats.url(), &files.subject());
-    let reasoning = read_raw(
-        &nats.url(),
-        &openwop_worker::nats::reasoning_subject("ns", "canary"),
-    );
+    let reasoning = read_raw(&nats.url(), &files.reasoning_subject());
     assert!(types(&events).contains(&"envelope.refusal".to_string()));
     assert!(!reasoning.is_empty());
     // Provider thinking reaches the reasoning subject as its own block, redacted.

@@ -79,7 +79,7 @@ fn sigterm_mid_provider_call_stops_cleanly_and_a_later_worker_replays() {
     let nats = NatsServer::start();
     let (files, llm) = setup("stop");
     let (code, secs, before) = sigterm_mid_call(&files, &llm, &nats.url(), || {});
-    assert_eq!(code, openwop_worker::EXIT_STOPPED);
+    assert_eq!(code, openwop_worker::exit::STOPPED);
     assert!(secs < 3.0, "took {secs}s to stop");
     // Nothing was published after the signal, and p never completed.
     let after = read_raw(&nats.url(), &files.subject());
@@ -204,7 +204,7 @@ fn provider_mocks_replace_the_configured_provider_and_delay_holds_the_call() {
     assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
     assert_eq!(
         child.wait().unwrap().code(),
-        Some(openwop_worker::EXIT_STOPPED)
+        Some(openwop_worker::exit::STOPPED)
     );
     // Without the delay the run completes from the mock; the real endpoint is never called.
     files.set_snapshot_field(
@@ -242,7 +242,7 @@ fn provider_mocks_replace_the_configured_provider_and_delay_holds_the_call() {
         json!({"p": {"responses": [{"stopReason": "stop", "delayMs": "soon"}]}}),
     );
     let (code, stderr) = bad.run(&nats.url());
-    assert_eq!(code, openwop_worker::EXIT_BAD_INPUT);
+    assert_eq!(code, openwop_worker::exit::BAD_INPUT);
     assert!(
         stderr.contains("/providerMocks/p/responses/0/delayMs"),
         "{stderr}"

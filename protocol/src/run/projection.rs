@@ -163,7 +163,9 @@ impl Projection {
                 p.questions = questions_of(payload);
             }
             "approval.requested" => self.phase = Some(RunPhase::WaitingApproval),
-            "interrupt.resolved" | "clarification.resolved" | "approval.granted"
+            "interrupt.resolved"
+            | "clarification.resolved"
+            | "approval.granted"
             | "node.resumed" => {
                 self.pending_interrupt = None;
                 self.phase = Some(RunPhase::Running);

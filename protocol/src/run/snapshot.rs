@@ -106,7 +106,9 @@ fn empty_object() -> Value {
 /// Why a snapshot cannot be used (the worker exits with [`super::exit::BAD_INPUT`]).
 #[derive(Debug, thiserror::Error)]
 pub enum SnapshotError {
-    #[error("snapshot {path} is not a valid run snapshot at line {line}, column {column}: {reason}")]
+    #[error(
+        "snapshot {path} is not a valid run snapshot at line {line}, column {column}: {reason}"
+    )]
     Parse {
         path: String,
         line: usize,
@@ -254,7 +256,10 @@ mod tests {
         let e = RunSnapshot::from_json(r#"{"workflow":{}}"#, "s.json")
             .unwrap_err()
             .to_string();
-        assert!(e.contains("missing field `run`") && e.contains("s.json"), "{e}");
+        assert!(
+            e.contains("missing field `run`") && e.contains("s.json"),
+            "{e}"
+        );
         let e = RunSnapshot::from_json(
             r#"{"run":{"namespace":"n","name":"r","runId":"u"},"workflow":{},"providers":[{"provider":"x","mountAs":"carrier-pigeon"}]}"#,
             "s.json",
@@ -290,7 +295,9 @@ mod tests {
                 .contains("/providerMocks/q: set exactly one of")
         );
         d["providerMocks"] = json!({"q": {"responses": [{"stopReason": "stop", "bogus": 1}]}});
-        let e = RunSnapshot::from_json(&d.to_string(), "s").unwrap_err().to_string();
+        let e = RunSnapshot::from_json(&d.to_string(), "s")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("bogus"), "{e}");
     }
 }

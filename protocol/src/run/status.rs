@@ -185,7 +185,10 @@ mod tests {
             suspension(Some("approval"), None),
             (RunPhase::WaitingApproval, "approval")
         );
-        assert_eq!(suspension(None, None), (RunPhase::WaitingExternal, "custom"));
+        assert_eq!(
+            suspension(None, None),
+            (RunPhase::WaitingExternal, "custom")
+        );
     }
 
     #[test]

@@ -67,12 +67,10 @@ pub fn parse_events_subject(subject: &str) -> Result<RunSubject, SubjectError> {
         .and_then(|r| r.strip_prefix('.'))
         .ok_or_else(bad)?;
     match rest.split_once('.') {
-        Some((ns, id)) if !ns.is_empty() && !id.is_empty() && !id.contains('.') => {
-            Ok(RunSubject {
-                namespace: ns.to_owned(),
-                run_id: id.to_owned(),
-            })
-        }
+        Some((ns, id)) if !ns.is_empty() && !id.is_empty() && !id.contains('.') => Ok(RunSubject {
+            namespace: ns.to_owned(),
+            run_id: id.to_owned(),
+        }),
         _ => Err(bad()),
     }
 }

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use openwop_protocol::run::subjects::{self, StreamSpec};
 use openwop_worker::nats::{self, RetryPolicy};
 use serde_json::Value;
 
@@ -16,6 +17,8 @@ pub struct RunFiles {
     pub dir: tempfile::TempDir,
     pub namespace: String,
     pub name: String,
+    /// The runId: subjects and event ids are keyed by it.
+    pub run_id: String,
     /// Mock provider calls seen in the stderr of every worker run so far, in order.
     calls: std::sync::Mutex<Vec<Value>>,
 }
@@ -33,6 +36,7 @@ impl RunFiles {
             dir,
             namespace: "ns".into(),
             name: name.into(),
+            run_id: run_id.into(),
             calls: Default::default(),
         };
         f.write_snapshot(run_id, &workflow, &inputs, &serde_json::json!([]));
@@ -60,7 +64,11 @@ impl RunFiles {
     }
 
     pub fn subject(&self) -> String {
-        nats::events_subject(&self.namespace, &self.name)
+        subjects::events_subject(&self.namespace, &self.run_id)
+    }
+
+    pub fn reasoning_subject(&self) -> String {
+        subjects::reasoning_subject(&self.namespace, &self.run_id)
     }
 
     pub fn command(&self, url: &str) -> Command {
@@ -81,7 +89,14 @@ impl RunFiles {
 
     /// Runs the worker to its end; returns (exit code, stderr).
     pub fn run(&self, url: &str) -> (i32, String) {
-        let out = self.command(url).output().expect("run worker");
+        self.run_with(url, |_| {})
+    }
+
+    /// [`RunFiles::run`] with extra settings of the command.
+    pub fn run_with(&self, url: &str, adjust: impl FnOnce(&mut Command)) -> (i32, String) {
+        let mut c = self.command(url);
+        adjust(&mut c);
+        let out = c.output().expect("run worker");
         let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
         self.record_calls(&stderr);
         (out.status.code().unwrap_or(-1), stderr)
@@ -150,7 +165,7 @@ pub fn read_raw_with(url: &str, subject: &str, auth: &openwop_nats::NatsAuth) ->
         };
         let client = nats::connect(url, auth).await.unwrap();
         let js = nats::context(client, &policy);
-        let stream = nats::ensure_stream(&js, "OPENWOP_EVENTS", &policy)
+        let stream = nats::ensure_stream(&js, &StreamSpec::new("OPENWOP_EVENTS", None), &policy)
             .await
             .unwrap();
         nats::read_subject(&stream, subject, &policy)
@@ -221,6 +236,8 @@ impl RunFiles {
 /// or holds the request for a minute while `slow` is set. Counts requests.
 pub struct FakeLlm {
     pub base: String,
+    /// Every request body received, in order.
+    pub bodies: std::sync::Arc<std::sync::Mutex<Vec<Value>>>,
     pub slow: std::sync::Arc<std::sync::atomic::AtomicBool>,
     pub requests: std::sync::Arc<std::sync::atomic::AtomicUsize>,
     _rt: tokio::runtime::Runtime,
@@ -241,12 +258,14 @@ impl FakeLlm {
             .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
             .unwrap();
         let base = format!("http://{}/v1", listener.local_addr().unwrap());
-        let (s, r) = (slow.clone(), requests.clone());
+        let bodies: Arc<std::sync::Mutex<Vec<Value>>> = Default::default();
+        let (s, r, b) = (slow.clone(), requests.clone(), bodies.clone());
         let app = axum::Router::new().route(
             "/v1/chat/completions",
-            axum::routing::post(move || {
-                let (s, r, content) = (s.clone(), r.clone(), content.clone());
+            axum::routing::post(move |axum::Json(body): axum::Json<Value>| {
+                let (s, r, b, content) = (s.clone(), r.clone(), b.clone(), content.clone());
                 async move {
+                    b.lock().unwrap().push(body);
                     r.fetch_add(1, Ordering::SeqCst);
                     if s.load(Ordering::SeqCst) {
                         tokio::time::sleep(Duration::from_secs(60)).await;
@@ -263,6 +282,7 @@ impl FakeLlm {
         rt.spawn(async move { axum::serve(listener, app).await.unwrap() });
         FakeLlm {
             base,
+            bodies,
             slow,
             requests,
             _rt: rt,

@@ -1,4 +1,4 @@
-//! The workflow definition as the executor needs it: nodes in the deterministic topological
+//! The workflow definition as an executor runs it: nodes in the deterministic topological
 //! order of `openwop_protocol::workflow` (edges and `connection` inputs), incoming edges with
 //! conditions and trigger rules, port values, variables and settings with their defaults
 //! resolved. Read with [`WorkflowDefinition::from_value`] from the snapshot's JSON, so the
@@ -7,10 +7,8 @@
 
 use std::collections::BTreeMap;
 
-pub use openwop_protocol::workflow::{ConditionKind, PortValue, TriggerRule};
-use openwop_protocol::workflow::{
-    EdgeCondition, NodeEnvelopeContract, WorkflowDefinition, WorkflowError,
-};
+pub use crate::workflow::{ConditionKind, PortValue, TriggerRule};
+use crate::workflow::{EdgeCondition, NodeEnvelopeContract, WorkflowDefinition, WorkflowError};
 use serde_json::Value;
 
 /// Why the snapshot's workflow cannot be executed (the run fails with `workflow_invalid`).
@@ -131,6 +129,30 @@ impl Graph {
 
     pub fn node(&self, node_id: &str) -> Option<&Node> {
         self.nodes.iter().find(|n| n.id == node_id)
+    }
+}
+
+/// How the incoming edges of a node stand: taken (source succeeded and the condition held),
+/// failed (source failed) and in all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Incoming {
+    pub taken: usize,
+    pub failed: usize,
+    pub total: usize,
+}
+
+impl TriggerRule {
+    /// Whether a node whose incoming edges stand as `e` runs under this rule. A node with
+    /// no incoming edge always runs.
+    pub fn is_met(self, e: Incoming) -> bool {
+        e.total == 0
+            || match self {
+                TriggerRule::AllSuccess => e.taken == e.total,
+                TriggerRule::AnySuccess => e.taken > 0,
+                TriggerRule::AllComplete => true,
+                TriggerRule::NoneFailed => e.failed == 0 && e.taken > 0,
+                TriggerRule::AnyFailed => e.failed > 0,
+            }
     }
 }
 
@@ -302,6 +324,32 @@ mod tests {
                 default: None
             }
         );
+    }
+
+    #[test]
+    fn trigger_rules_decide_from_the_incoming_edges() {
+        let e = |taken, failed, total| Incoming {
+            taken,
+            failed,
+            total,
+        };
+        use TriggerRule::*;
+        let table = [
+            (AllSuccess, e(2, 0, 2), true),
+            (AllSuccess, e(1, 1, 2), false),
+            (AnySuccess, e(1, 1, 2), true),
+            (AnySuccess, e(0, 2, 2), false),
+            (AllComplete, e(0, 2, 2), true),
+            (NoneFailed, e(1, 0, 2), true),
+            (NoneFailed, e(1, 1, 2), false),
+            (NoneFailed, e(0, 0, 2), false),
+            (AnyFailed, e(0, 1, 2), true),
+            (AnyFailed, e(2, 0, 2), false),
+            (AnyFailed, e(0, 0, 0), true),
+        ];
+        for (rule, inc, want) in table {
+            assert_eq!(rule.is_met(inc), want, "{rule:?} {inc:?}");
+        }
     }
 
     #[test]

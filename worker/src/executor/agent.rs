@@ -1,0 +1,310 @@
+//! The RFC 0023 conformance mock agent and CP-1 escalation.
+
+use super::*;
+
+impl<P: Publisher> Executor<'_, P> {
+    /// RFC 0023 conformance mock agent: reasoned → tool pairs → handoff → decided → CP-1.
+    pub(super) async fn mock_agent(&mut self, node: &Node) -> Result<NodeOutcome, LogError> {
+        let id = node.id.as_str();
+        if !self.graph.id.starts_with("conformance-") && !self.cfg.allow_mock_agent {
+            return Ok(NodeOutcome::Failed(error(
+                "capability_required",
+                format!(
+                    "{MOCK_AGENT_TYPE_ID} is conformance-only: use a workflow id starting with `conformance-` or enable the host's conformance.mockAgent"
+                ),
+                false,
+            )));
+        }
+        if let Err(issues) = schema::validate(schema::Document::MockAgentConfig, &node.config) {
+            return Ok(NodeOutcome::Failed(config_error(id, &issues)));
+        }
+        let c = &node.config;
+        let agent_id = c
+            .get("agentId")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+            .or_else(|| node.agent_id.clone())
+            .unwrap_or_else(|| format!("host:mock-agent:{id}"));
+        let mut block = Block {
+            agent_id: agent_id.clone(),
+            title: format!("agent {agent_id} reasoning"),
+            ..Block::default()
+        };
+        let mut reasoned = false;
+        match c.get("mockReasoning") {
+            Some(Value::Bool(true)) => {
+                let text = format!("mock reasoning for node {id}");
+                block.thoughts = vec![text.clone()];
+                self.emit_agent(
+                    id,
+                    "reasoned",
+                    &AgentReasoned {
+                        agent_id: agent_id.clone(),
+                        reasoning: text,
+                        verbosity: None,
+                    },
+                )
+                .await?;
+                reasoned = true;
+            }
+            Some(r @ Value::Object(_)) => {
+                let summary = r
+                    .get("summary")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned();
+                let trace = r.get("trace");
+                block.thoughts = match trace {
+                    Some(Value::String(t)) => thoughts_of(t),
+                    Some(Value::Array(a)) => a
+                        .iter()
+                        .filter_map(Value::as_str)
+                        .map(str::to_owned)
+                        .collect(),
+                    _ => thoughts_of(&summary),
+                };
+                let verbosity = trace.map(|_| "trace".to_owned());
+                self.emit_agent(
+                    id,
+                    "reasoned",
+                    &AgentReasoned {
+                        agent_id: agent_id.clone(),
+                        reasoning: summary,
+                        verbosity,
+                    },
+                )
+                .await?;
+                reasoned = true;
+            }
+            _ => {}
+        }
+        block.correlation_id = openwop_protocol::events::event_id_for(
+            self.log.run_id(),
+            &format!("{id}/agent/reasoned"),
+        );
+        for (i, call) in c
+            .get("mockToolCalls")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default()
+            .iter()
+            .enumerate()
+        {
+            let tool = call
+                .get("toolId")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned();
+            let call_id = format!("{id}-call-{i}");
+            let called = self.log.build(
+                &format!("{id}/agent/tool/{i}/called"),
+                Some(id),
+                &AgentToolCalled {
+                    agent_id: agent_id.clone(),
+                    tool_name: tool.clone(),
+                    call_id: call_id.clone(),
+                    inputs: call.get("arguments").cloned(),
+                },
+            );
+            let called_id = called.event_id.clone();
+            self.log.append(vec![called]).await?;
+            let err = call.get("error").cloned();
+            let returned = self
+                .log
+                .build(
+                    &format!("{id}/agent/tool/{i}/returned"),
+                    Some(id),
+                    &AgentToolReturned {
+                        agent_id: agent_id.clone(),
+                        tool_name: tool.clone(),
+                        call_id: call_id.clone(),
+                        outcome: call.get("result").cloned(),
+                        status: Some(if err.is_some() { "error" } else { "ok" }.into()),
+                        error: err,
+                        duration_ms: call.get("durationMs").and_then(Value::as_u64),
+                    },
+                )
+                .caused_by(called_id);
+            self.log.append(vec![returned]).await?;
+            block
+                .nested
+                .push((call_id, vec![format!("called tool {tool}")]));
+        }
+        if let Some(h) = c.get("mockHandoff") {
+            let to = h
+                .get("toAgentId")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned();
+            self.emit_agent(
+                id,
+                "handoff",
+                &AgentHandoff {
+                    from_agent_id: agent_id.clone(),
+                    to_agent_id: to,
+                    reason: h.get("reason").and_then(Value::as_str).map(str::to_owned),
+                },
+            )
+            .await?;
+        }
+        let decision = c.get("mockDecision");
+        let confidence = decision
+            .and_then(|d| d.get("confidence"))
+            .and_then(Value::as_f64)
+            .or_else(|| c.get("mockConfidence").and_then(Value::as_f64));
+        if let Some(d) = decision {
+            let value = d.get("decision").cloned().unwrap_or(Value::Null);
+            block.conclusion = Some(match &value {
+                Value::String(s) => s.clone(),
+                v => v.to_string(),
+            });
+            self.emit_agent(
+                id,
+                "decided",
+                &AgentDecided {
+                    agent_id: agent_id.clone(),
+                    decision: value,
+                    confidence,
+                },
+            )
+            .await?;
+        }
+        if reasoned {
+            let key = format!("{id}/agent");
+            self.reasoning
+                .publish(&mut self.log, id, &key, &block)
+                .await?;
+        }
+        let output = json!({"output": {"agentId": agent_id, "decision": decision.and_then(|d| d.get("decision")).cloned(), "confidence": confidence}});
+        match confidence {
+            Some(observed) if observed < self.threshold => {
+                self.escalate(id, &agent_id, observed, output).await
+            }
+            _ => Ok(NodeOutcome::Completed(output)),
+        }
+    }
+
+    async fn emit_agent<T: openwop_protocol::events::EventPayload>(
+        &mut self,
+        id: &str,
+        step: &str,
+        p: &T,
+    ) -> Result<(), LogError> {
+        self.log
+            .emit(&format!("{id}/agent/{step}"), Some(id), p)
+            .await
+    }
+
+    /// CP-1: a decision below the escalation threshold waits for a (trusted) approval.
+    async fn escalate(
+        &mut self,
+        id: &str,
+        agent_id: &str,
+        observed: f64,
+        output: Value,
+    ) -> Result<NodeOutcome, LogError> {
+        let interrupt_id =
+            openwop_protocol::events::event_id_for(self.log.run_id(), &format!("{id}/cp1"))
+                .replacen("evt-", "int-", 1);
+        self.log
+            .emit(
+                &format!("{id}/cp1/suspended"),
+                Some(id),
+                &NodeSuspended {
+                    node_id: id.to_owned(),
+                    interrupt_id: interrupt_id.clone(),
+                    kind: Some(InterruptKind::Approval),
+                    reason: Some("low-confidence".into()),
+                    agent_id: Some(agent_id.to_owned()),
+                    threshold: Some(self.threshold),
+                    observed: Some(observed),
+                },
+            )
+            .await?;
+        let Some(answer) = self.snap.answer(&interrupt_id).cloned() else {
+            return Ok(NodeOutcome::Suspended(
+                interrupt_id,
+                InterruptKind::Approval,
+            ));
+        };
+        let untrusted = answer.content_trust.as_deref() == Some(ContentTrust::Untrusted.as_str());
+        if openwop_protocol::trust::blocks_approval(
+            if untrusted {
+                ContentTrust::Untrusted
+            } else {
+                ContentTrust::Trusted
+            },
+            true,
+        ) || answer.approved.is_none()
+        {
+            let why = if untrusted {
+                "untrusted_content_blocks_approval: an untrusted answer can never approve"
+            } else {
+                "the answer carries no approval decision"
+            };
+            self.log
+                .emit(
+                    &format!("{id}/cp1/answer-refused"),
+                    Some(id),
+                    &LogAppended {
+                        level: LogLevel::Warn,
+                        message: why.into(),
+                        node_id: Some(id.to_owned()),
+                        fields: Some(json!({"interruptId": interrupt_id})),
+                    },
+                )
+                .await?;
+            return Ok(NodeOutcome::Suspended(
+                interrupt_id,
+                InterruptKind::Approval,
+            ));
+        }
+        let approved = answer.approved == Some(true);
+        self.log
+            .emit_value(
+                &format!("run.resumed/{interrupt_id}"),
+                None,
+                EventType::RunResumed,
+                json!({"interruptId": interrupt_id}),
+            )
+            .await?;
+        let (t, p) = if approved {
+            (
+                EventType::ApprovalGranted,
+                json!({"nodeId": id, "interruptId": interrupt_id}),
+            )
+        } else {
+            (
+                EventType::ApprovalRejected,
+                json!({"nodeId": id, "interruptId": interrupt_id, "comment": answer.comment}),
+            )
+        };
+        self.log
+            .emit_value(&format!("{id}/cp1/decision"), Some(id), t, p)
+            .await?;
+        self.log
+            .emit_value(
+                &format!("{id}/cp1/resolved"),
+                Some(id),
+                EventType::InterruptResolved,
+                json!({"interruptId": interrupt_id, "nodeId": id, "approved": approved}),
+            )
+            .await?;
+        if !approved {
+            return Ok(NodeOutcome::Failed(error(
+                "approval_rejected",
+                "the low-confidence decision was rejected by the approver",
+                false,
+            )));
+        }
+        self.log
+            .emit_value(
+                &format!("{id}/cp1/resumed"),
+                Some(id),
+                EventType::NodeResumed,
+                json!({"nodeId": id, "interruptId": interrupt_id}),
+            )
+            .await?;
+        Ok(NodeOutcome::Completed(output))
+    }
+}

@@ -1,0 +1,509 @@
+//! `core.ai.callPrompt` / `core.ai.structuredOutput`: provider + retry router + envelope
+//! pipeline, one emission per clarification turn.
+
+use super::*;
+
+impl<P: Publisher> Executor<'_, P> {
+    pub(super) async fn prompt(
+        &mut self,
+        node: &Node,
+        inputs: &Value,
+        attempt: u32,
+        deadline: Option<Instant>,
+        node_span: &SpanHandle,
+    ) -> Result<NodeOutcome, LogError> {
+        let id = node.id.as_str();
+        let c = &node.config;
+        let envelope_type = c
+            .get("envelopeType")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        let output_schema = c.get("outputSchema").cloned();
+        if envelope_type.is_none() && output_schema.is_none() {
+            return Ok(NodeOutcome::Failed(error(
+                "node_config_invalid",
+                format!("node {id}: set config.envelopeType or config.outputSchema"),
+                false,
+            )));
+        }
+        let compiled = match &output_schema {
+            Some(s) => match schema::compile(s) {
+                Ok(c) => Some(c),
+                Err(e) => {
+                    return Ok(NodeOutcome::Failed(error(
+                        "node_config_invalid",
+                        format!("node {id}: config.outputSchema does not compile: {e}"),
+                        false,
+                    )));
+                }
+            },
+            None => None,
+        };
+        // A block without `accepts` gates nothing (only the universal kinds are implied).
+        let contract: Option<EnvelopeContract> = node
+            .envelope_contract
+            .as_ref()
+            .filter(|c| c.accepts.is_some())
+            .map(NodeEnvelopeContract::to_pipeline);
+        let vendor_schemas: BTreeMap<String, schema::CompiledSchema> = node
+            .envelope_contract
+            .as_ref()
+            .and_then(|c| c.schemas.as_ref())
+            .map(|m| {
+                m.iter()
+                    .filter_map(|(k, s)| schema::compile(s).ok().map(|c| (k.clone(), c)))
+                    .collect()
+            })
+            .unwrap_or_default();
+        // A node without `provider` uses the first configured one, else the mock.
+        let provider_name = c
+            .get("provider")
+            .and_then(Value::as_str)
+            .or_else(|| self.cfg.providers.default_provider())
+            .unwrap_or("mock")
+            .to_owned();
+        let node_model = c.get("model").and_then(Value::as_str);
+        let max_tokens = c
+            .get("maxTokens")
+            .and_then(Value::as_u64)
+            .unwrap_or(1024)
+            .clamp(1, u32::MAX as u64) as u32;
+        // The host profile's limits; a node may ask for less, never for more.
+        let host = &self.snap.host;
+        let schema_rounds = host.schema_rounds(c.get("schemaRounds").and_then(Value::as_u64));
+        let clarification_rounds =
+            host.clarification_rounds(c.get("clarificationRounds").and_then(Value::as_u64));
+        let base_prompt = c
+            .get("prompt")
+            .or_else(|| c.get("userPrompt"))
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        let run_id = self.log.run_id().to_owned();
+        let retry = if attempt == 0 {
+            String::new()
+        } else {
+            format!(":r{attempt}")
+        };
+        let mut answers: Vec<Value> = Vec::new();
+        let mut turn: u64 = 0;
+        loop {
+            let corr = format!("{run_id}:{id}:{turn}{retry}");
+            let interrupt_id =
+                pipeline::interrupt_id_for(&run_id, &self.redactor.redact_str(&corr).0);
+            if self.recorded_interrupt(&interrupt_id) {
+                // This turn's envelope is finished (a clarification): no provider call.
+                self.log
+                    .emit(
+                        &format!("{corr}/node.suspended"),
+                        Some(id),
+                        &NodeSuspended {
+                            node_id: id.to_owned(),
+                            interrupt_id: interrupt_id.clone(),
+                            kind: Some(InterruptKind::Clarification),
+                            reason: None,
+                            agent_id: None,
+                            threshold: None,
+                            observed: None,
+                        },
+                    )
+                    .await?;
+                let Some(answer) = self.snap.answer(&interrupt_id).cloned() else {
+                    return Ok(NodeOutcome::Suspended(
+                        interrupt_id,
+                        InterruptKind::Clarification,
+                    ));
+                };
+                let value = answer.value.clone().unwrap_or(Value::Null);
+                self.log
+                    .emit_value(
+                        &format!("run.resumed/{interrupt_id}"),
+                        None,
+                        EventType::RunResumed,
+                        json!({"interruptId": interrupt_id}),
+                    )
+                    .await?;
+                self.log
+                    .emit_value(
+                        &format!("{corr}/clarification.resolved"),
+                        Some(id),
+                        EventType::ClarificationResolved,
+                        json!({"nodeId": id, "interruptId": interrupt_id, "answers": value}),
+                    )
+                    .await?;
+                self.log
+                    .emit_value(
+                        &format!("{corr}/interrupt.resolved"),
+                        Some(id),
+                        EventType::InterruptResolved,
+                        json!({"nodeId": id, "interruptId": interrupt_id}),
+                    )
+                    .await?;
+                self.log
+                    .emit_value(
+                        &format!("{corr}/node.resumed"),
+                        Some(id),
+                        EventType::NodeResumed,
+                        json!({"nodeId": id, "interruptId": interrupt_id}),
+                    )
+                    .await?;
+                answers.push(value);
+                turn += 1;
+                continue;
+            }
+            let mut user = format!("{base_prompt}\n\nInputs:\n{}", inputs);
+            for (i, a) in answers.iter().enumerate() {
+                user.push_str(&format!("\n\nAnswers to clarification {}:\n{a}", i + 1));
+            }
+            let mocked = self.cfg.mock_programs.get(id);
+            let (provider, program_key): (&dyn Provider, String) = if let Some(turns) = mocked {
+                let key = format!("{id}#{turn}");
+                if !self.mock.has_program(&key) {
+                    return Ok(NodeOutcome::Failed(error(
+                        "provider_error",
+                        format!(
+                            "providerMocks.{id} has {} program(s) but clarification turn {turn} needs one more: list one program per turn under providerMocks.{id}.turns",
+                            turns.len()
+                        ),
+                        false,
+                    )));
+                }
+                (&self.mock, key)
+            } else if provider_name == "mock" {
+                (&self.mock, format!("{id}#{turn}"))
+            } else {
+                match self.cfg.providers.get(&provider_name, node_model) {
+                    Some(p) => (p, id.to_owned()),
+                    None => {
+                        return Ok(NodeOutcome::Failed(error(
+                            "capability_required",
+                            format!(
+                                "node {id} uses provider `{provider_name}`{}, which is not configured for this workflow: add the provider to spec.providers and set config.model",
+                                node_model
+                                    .map(|m| format!(" model `{m}`"))
+                                    .unwrap_or_default()
+                            ),
+                            false,
+                        )));
+                    }
+                }
+            };
+            // The model the node names: a real client is built per provider and model, so it
+            // calls exactly this one; the mock stands in for it under the same name.
+            let model = node_model.unwrap_or(provider.model()).to_owned();
+            let mut rc = RouterConfig::new(
+                id,
+                provider.name(),
+                model.clone(),
+                max_tokens,
+                provider.output_ceiling(),
+            );
+            rc.step_key = format!("{id}:t{turn}{retry}");
+            rc.system_prompt = c
+                .get("systemPrompt")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned();
+            rc.user_prompt = user;
+            rc.schema_rounds = schema_rounds;
+            rc.multiplier = host.multiplier(c.get("truncationMultiplier").and_then(Value::as_f64));
+            rc.posture = host.reasoning_directive;
+            if c.get("nlToFormat").and_then(Value::as_bool) == Some(true) {
+                rc.nl_to_format = Some(NlToFormat {
+                    envelope_type: envelope_type
+                        .clone()
+                        .unwrap_or_else(|| "outputSchema".into()),
+                });
+            }
+            let wire_schema = match (&envelope_type, &output_schema) {
+                (Some(t), _) => emission::wire_schema(
+                    t,
+                    node.envelope_contract
+                        .as_ref()
+                        .and_then(|c| c.schemas.as_ref())
+                        .and_then(|s| s.get(t)),
+                ),
+                (None, Some(s)) => s.clone(),
+                (None, None) => Value::Null,
+            };
+            let et = envelope_type.clone();
+            let vs = &vendor_schemas;
+            let cs = compiled.as_ref();
+            let validator = move |v: &Value| -> Result<(), Vec<ValidationIssue>> {
+                match &et {
+                    None => cs.map(|c| c.validate(v)).unwrap_or(Ok(())),
+                    Some(t) => emission::validate_output(t, v, vs),
+                }
+            };
+            let mut router =
+                match Router::new(rc, validator, Redactor::new(self.cfg.secrets.clone())) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        return Ok(NodeOutcome::Failed(error(
+                            "node_config_invalid",
+                            format!("node {id}: {e}"),
+                            false,
+                        )));
+                    }
+                };
+            let now = crate::eventlog::now_rfc3339();
+            let mut step = match router.start(self.log.factory(), &now) {
+                Ok(s) => s,
+                Err(e) => return Ok(NodeOutcome::Failed(error("internal", e.to_string(), false))),
+            };
+            let accepted = loop {
+                let events = std::mem::take(&mut step.events);
+                self.log.append(events).await?;
+                match step.action {
+                    Action::Call(req) => {
+                        let request = CompletionRequest {
+                            node_id: program_key.clone(),
+                            system_prompt: req.system_prompt.clone(),
+                            user_prompt: req.user_prompt.clone(),
+                            max_tokens: req.max_tokens,
+                            schema: req.send_schema.then(|| wire_schema.clone()),
+                            schema_name: envelope_type
+                                .clone()
+                                .unwrap_or_else(|| "output".into())
+                                .replace('.', "_"),
+                        };
+                        let call_span = node_span.child("openwop.provider.call");
+                        call_span.set_str("openwop.run_id", &run_id);
+                        call_span.set_str("openwop.node_id", id);
+                        call_span.set_str("openwop.provider", provider.name());
+                        call_span.set_str("openwop.model", &model);
+                        call_span.set_i64("openwop.call_attempt", i64::from(req.attempt));
+                        call_span.set_i64("openwop.max_tokens", i64::from(req.max_tokens));
+                        if mocked.is_some() || provider_name == "mock" {
+                            // The record a test reads from the worker's log (events carry the same
+                            // call as `log.appended`, but a replay never republishes those).
+                            tracing::info!(key = %program_key, attempt = req.attempt, max_tokens = req.max_tokens, "mock provider call");
+                        }
+                        let call = provider.complete(&request);
+                        let timed = async {
+                            match deadline {
+                                Some(d) => tokio::time::timeout(
+                                    d.saturating_duration_since(Instant::now()),
+                                    call,
+                                )
+                                .await
+                                .ok(),
+                                None => Some(call.await),
+                            }
+                        };
+                        // A stop abandons the call: nothing of it is recorded, a later
+                        // worker makes it again.
+                        let result = tokio::select! {
+                            r = timed => r,
+                            _ = crate::stop::wait(self.log.stop_signal()) => return Err(LogError::Stopped),
+                        };
+                        let Some(result) = result else {
+                            call_span.fail(
+                                "node_timeout",
+                                "the provider call exceeded settings.timeout",
+                            );
+                            return Ok(NodeOutcome::Failed(error(
+                                "node_timeout",
+                                format!(
+                                    "node {id} exceeded settings.timeout waiting for provider {}",
+                                    provider.name()
+                                ),
+                                true,
+                            )));
+                        };
+                        let response: NormalizedResponse = match result {
+                            Ok(r) => r,
+                            Err(e) => {
+                                let msg = self.redactor.redact_str(&e.to_string()).0.into_owned();
+                                call_span.fail("provider_error", &msg);
+                                return Ok(NodeOutcome::Failed(error(
+                                    "provider_error",
+                                    msg,
+                                    !e.is_permanent(),
+                                )));
+                            }
+                        };
+                        call_span.set_str("openwop.response_model", &response.model);
+                        call_span
+                            .set_i64("openwop.input_tokens", response.usage.input_tokens as i64);
+                        call_span
+                            .set_i64("openwop.output_tokens", response.usage.output_tokens as i64);
+                        call_span.set_str("openwop.stop_reason", stop_label(&response.stop));
+                        call_span.set_bool("openwop.thinking", response.thinking.is_some());
+                        drop(call_span);
+                        if let Some(thinking) = response.thinking.as_deref() {
+                            // Provider thinking: one block per call, correlated to the
+                            // emission; redacted and rate-limited by the stream.
+                            let block = Block {
+                                correlation_id: corr.clone(),
+                                agent_id: format!("host:{}:{id}", provider.name()),
+                                title: format!(
+                                    "{} thinking (call {})",
+                                    provider.name(),
+                                    req.attempt
+                                ),
+                                thoughts: thoughts_of(thinking),
+                                nested: vec![],
+                                conclusion: None,
+                            };
+                            self.reasoning
+                                .publish(
+                                    &mut self.log,
+                                    id,
+                                    &format!("{corr}/thinking/{}", req.attempt),
+                                    &block,
+                                )
+                                .await?;
+                        }
+                        let now = crate::eventlog::now_rfc3339();
+                        step = match router.on_response(&response, self.log.factory(), &now) {
+                            Ok(s) => s,
+                            Err(e) => {
+                                return Ok(NodeOutcome::Failed(error(
+                                    "internal",
+                                    e.to_string(),
+                                    false,
+                                )));
+                            }
+                        };
+                    }
+                    Action::Accept(a) => break a,
+                    Action::Fail(f) => {
+                        let env_span = node_span.child("openwop.envelope");
+                        env_span.set_str("openwop.run_id", &run_id);
+                        env_span.set_str("openwop.node_id", id);
+                        env_span.set_str("openwop.correlation_id", &corr);
+                        if let Some(t) = &envelope_type {
+                            env_span.set_str("openwop.envelope_type", t);
+                        }
+                        env_span.set_str("openwop.envelope_outcome", "failed");
+                        env_span.set_i64("openwop.envelope_retry_attempt", i64::from(f.attempts));
+                        env_span.fail(f.code.as_str(), &f.message);
+                        // The router already recorded node.failed with the spec code.
+                        return Ok(NodeOutcome::Failed(ErrorInfo {
+                            code: f.code.as_str().into(),
+                            message: f.message,
+                            details: None,
+                            retryable: Some(false),
+                        }));
+                    }
+                }
+            };
+            let Some(t) = &envelope_type else {
+                return Ok(NodeOutcome::Completed(json!({"output": accepted.payload})));
+            };
+            // The model's output is an envelope; the engine owns correlation, ids and trust.
+            let env = emission::assemble(&accepted.payload, t, &corr, id, &now);
+            let kind = env
+                .get("type")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned();
+            let reasoning_text = env
+                .get("payload")
+                .and_then(|p| p.get("reasoning"))
+                .and_then(Value::as_str)
+                .map(str::to_owned);
+            let env_span = node_span.child("openwop.envelope");
+            env_span.set_str("openwop.run_id", &run_id);
+            env_span.set_str("openwop.node_id", id);
+            env_span.set_str("openwop.correlation_id", &corr);
+            env_span.set_str("openwop.envelope_type", &kind);
+            env_span.set_i64(
+                "openwop.envelope_retry_attempt",
+                i64::from(accepted.attempts),
+            );
+            let processed = {
+                let mut ctx = Context::new(&self.host, &self.redactor, id, &now);
+                ctx.node_contract = contract.as_ref();
+                pipeline::accept_value(env, None, &ctx, &mut self.dedup, self.log.factory())
+            };
+            env_span.set_str("openwop.envelope_outcome", processed.outcome.status());
+            if let Outcome::Accepted(a) = &processed.outcome {
+                env_span.set_bool(
+                    "openwop.envelope_schema_version_drift",
+                    a.warnings.iter().any(|w| {
+                        w.keyword.as_deref()
+                            == Some(
+                                openwop_protocol::outcome::Code::EnvelopeSchemaVersionDrift
+                                    .as_str(),
+                            )
+                    }),
+                );
+            } else if let Some(code) = processed.outcome.code() {
+                env_span.fail(
+                    code.as_str(),
+                    processed.outcome.reason().unwrap_or_default(),
+                );
+            }
+            drop(env_span);
+            self.log.append(processed.events.clone()).await?;
+            if let Some(text) = reasoning_text {
+                let envelope_id = match &processed.outcome {
+                    Outcome::Accepted(a) => a.envelope_id.clone(),
+                    _ => corr.clone(),
+                };
+                let block = Block {
+                    correlation_id: envelope_id,
+                    agent_id: format!("host:{}:{id}", provider.name()),
+                    title: format!("{kind} reasoning"),
+                    thoughts: thoughts_of(&text),
+                    nested: vec![],
+                    conclusion: Some(format!("emitted {kind}")),
+                };
+                self.reasoning
+                    .publish(&mut self.log, id, &format!("{corr}/envelope"), &block)
+                    .await?;
+            }
+            match processed.outcome {
+                Outcome::Accepted(_) if kind == emission::CLARIFICATION_KIND => {
+                    // Question number turn + 1: beyond the host's clarificationRounds (or the
+                    // node's lower setting) the node fails instead of waiting.
+                    if turn >= clarification_rounds {
+                        self.log.emit_value(&format!("{corr}/cap"), Some(id), EventType::CapBreached, json!({"kind": "clarification", "limit": clarification_rounds, "observed": turn + 1, "nodeId": id})).await?;
+                        return Ok(NodeOutcome::Failed(error(
+                            "cap_breached",
+                            format!(
+                                "node {id} asked for clarification {} times; the limit (clarificationRounds) is {clarification_rounds}",
+                                turn + 1
+                            ),
+                            false,
+                        )));
+                    }
+                    continue; // the loop top records node.suspended and waits for the answer
+                }
+                Outcome::Accepted(a) => {
+                    return Ok(NodeOutcome::Completed(
+                        json!({"output": a.redacted_payload, "envelopeType": kind}),
+                    ));
+                }
+                other => {
+                    let code = other
+                        .code()
+                        .map(|c| c.as_str().to_owned())
+                        .unwrap_or_else(|| "envelope_invalid".into());
+                    let message = other
+                        .reason()
+                        .unwrap_or("the envelope was refused")
+                        .to_owned();
+                    return Ok(NodeOutcome::Failed(ErrorInfo {
+                        code,
+                        message,
+                        details: serde_json::to_value(&other).ok(),
+                        retryable: Some(false),
+                    }));
+                }
+            }
+        }
+    }
+}
+
+/// The vendor's stop spelling for telemetry.
+fn stop_label(stop: &openwop_protocol::retry::StopReason) -> &str {
+    use openwop_protocol::retry::StopReason as S;
+    match stop {
+        S::Clean => "clean",
+        S::ToolUse => "tool_use",
+        S::Truncated { raw } | S::Refusal { raw, .. } | S::Unknown { raw } => raw,
+    }
+}

@@ -1,0 +1,214 @@
+//! The run contract, end to end through the worker binary with a real nats-server and a
+//! fake OpenAI-compatible server: each node calls the model it names; `sensitive` variables
+//! never leave the prompt; the host profile in the snapshot is what the worker enforces; a
+//! re-created Run (same name, new runId) never replays the previous run's log.
+
+mod common;
+
+use common::*;
+use serde_json::{Value, json};
+
+const CANARY: &str = "canary-7f3a-sensitive-value";
+
+fn llm_snapshot(files: &RunFiles) {
+    files.set_snapshot_field(
+        "providers",
+        json!([{"provider": "openai-compatible", "mountAs": "env", "envName": "OPENWOP_TEST_NO_KEY"}]),
+    );
+}
+
+#[test]
+fn each_node_calls_the_model_it_names_and_sensitive_values_stay_in_the_prompt() {
+    let nats = NatsServer::start();
+    let llm = FakeLlm::start(json!({"type": "vendor.acme.note", "payload": {"text": "noted"}}));
+    let node = |id: &str, model: &str| {
+        json!({"id": id, "typeId": "core.ai.callPrompt", "config": {"provider": "openai-compatible",
+               "model": model, "prompt": "note the token", "envelopeType": "vendor.acme.note"}})
+    };
+    let workflow = json!({"id": "models", "variables": [{"name": "apiToken", "type": "string", "sensitive": true}],
+        "nodes": [node("first", "fake-a"), node("second", "fake-b")],
+        "edges": [{"id": "e", "sourceNodeId": "first", "targetNodeId": "second"}]});
+    let files = RunFiles::new(
+        "models",
+        "run-contract-models",
+        workflow,
+        json!({"apiToken": CANARY}),
+        json!({}),
+    );
+    llm_snapshot(&files);
+    let (code, stderr) = files.run_with(&nats.url(), |c| {
+        c.env("OPENWOP_PROVIDER_OPENAI_COMPATIBLE_BASE_URL", &llm.base);
+    });
+    assert_eq!(code, 0, "{stderr}");
+    let bodies = llm.bodies.lock().unwrap().clone();
+    let models: Vec<&str> = bodies
+        .iter()
+        .map(|b| b["model"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        models,
+        ["fake-a", "fake-b"],
+        "one request per node, each with its own model"
+    );
+    // The workflow puts the variable in the first prompt (its inputs): the provider gets it.
+    assert!(bodies[0].to_string().contains(CANARY));
+    let events = read_raw(&nats.url(), &files.subject());
+    let all = serde_json::to_string(&events).unwrap();
+    assert!(
+        !all.contains(CANARY),
+        "a sensitive value reached the event stream"
+    );
+    assert!(
+        all.contains("[REDACTED:apiToken]"),
+        "masked with the variable's name"
+    );
+    assert!(
+        !stderr.contains(CANARY),
+        "a sensitive value reached the worker's log"
+    );
+    assert!(
+        !std::fs::read_to_string(files.path("termination.json"))
+            .unwrap()
+            .contains(CANARY)
+    );
+    let started: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "run.started")
+        .collect();
+    assert_eq!(
+        started[0]["payload"]["inputs"]["apiToken"],
+        "[REDACTED:apiToken]"
+    );
+    assert_eq!(
+        types(&events).last().map(String::as_str),
+        Some("run.completed")
+    );
+}
+
+fn clarifying_run(name: &str, limit: u32) -> RunFiles {
+    let ask = |q: &str| {
+        json!({"responses": [{"stopReason": "stop", "content": {"type": "clarification.request",
+               "payload": {"questions": [{"id": q, "question": format!("{q}?")}]}}}]})
+    };
+    let files = RunFiles::new(
+        name,
+        &format!("run-contract-{name}"),
+        json!({"id": "clarify", "nodes": [{"id": "q", "typeId": "core.ai.callPrompt",
+               "config": {"prompt": "plan", "envelopeType": "vendor.acme.plan", "clarificationRounds": 5}}]}),
+        json!({}),
+        json!({"q": [ask("region"), ask("size"),
+                     {"responses": [{"stopReason": "stop", "content": {"type": "vendor.acme.plan", "payload": {"ok": true}}}]}]}),
+    );
+    files.set_snapshot_field("host", json!({"limits": {"clarificationRounds": limit, "schemaRounds": 3, "envelopesPerTurn": 32}}));
+    files
+}
+
+/// Answers each clarification as it comes; returns the final exit code and the events.
+fn run_answering(files: &RunFiles, url: &str) -> (i32, Vec<Value>) {
+    let mut answers = vec![];
+    for _ in 0..5 {
+        let (code, stderr) = files.run(url);
+        let events = read_raw(url, &files.subject());
+        if code != openwop_worker::exit::SUSPENDED {
+            return (code, events);
+        }
+        let pending = files.termination()["pendingInterrupt"]["interruptId"].clone();
+        assert!(pending.is_string(), "{stderr}");
+        answers.push(json!({"interruptId": pending, "value": {"answer": "x"}}));
+        files.set_answers(json!(answers));
+    }
+    panic!("the run never ended");
+}
+
+#[test]
+fn the_host_profile_in_the_snapshot_is_what_the_worker_enforces() {
+    let nats = NatsServer::start();
+    // Host limit 3 (the default): two questions, then the answer.
+    let roomy = clarifying_run("roomy", 3);
+    let (code, events) = run_answering(&roomy, &nats.url());
+    assert_eq!(code, 0);
+    assert_eq!(
+        types(&events).last().map(String::as_str),
+        Some("run.completed")
+    );
+    // Host limit 1: the node's own clarificationRounds (5) cannot raise it; the second
+    // question fails the node with cap_breached.
+    let tight = clarifying_run("tight", 1);
+    let (code, events) = run_answering(&tight, &nats.url());
+    assert_eq!(code, 0);
+    let cap = events
+        .iter()
+        .find(|e| e["type"] == "cap.breached")
+        .expect("cap.breached");
+    assert_eq!(cap["payload"]["kind"], "clarification");
+    assert_eq!(cap["payload"]["limit"], 1);
+    let failed = events.iter().find(|e| e["type"] == "run.failed").unwrap();
+    assert_eq!(failed["payload"]["error"]["code"], "cap_breached");
+    assert_eq!(tight.termination()["phase"], "failed");
+}
+
+#[test]
+fn a_recreated_run_never_replays_the_previous_runs_log() {
+    let nats = NatsServer::start();
+    let workflow = json!({"id": "hello", "nodes": [{"id": "greet", "typeId": "core.identity"}]});
+    let first = RunFiles::new(
+        "hello-run",
+        "uid-first",
+        workflow.clone(),
+        json!({"greeting": "hi"}),
+        json!({}),
+    );
+    assert_eq!(first.run(&nats.url()).0, 0);
+    // Same namespace and name, new object (new uid), other inputs.
+    let second = RunFiles::new(
+        "hello-run",
+        "uid-second",
+        workflow,
+        json!({"greeting": "BYE-second-run"}),
+        json!({}),
+    );
+    assert_ne!(
+        first.subject(),
+        second.subject(),
+        "subjects are keyed by runId"
+    );
+    assert_eq!(second.run(&nats.url()).0, 0);
+    let events = read_raw(&nats.url(), &second.subject());
+    assert!(events.iter().all(|e| e["runId"] == "uid-second"));
+    assert_eq!(events[0]["sequence"], 0);
+    let done = events
+        .iter()
+        .find(|e| e["type"] == "run.completed")
+        .unwrap();
+    assert_eq!(
+        done["payload"]["outputs"]["greet"]["output"]["greeting"],
+        "BYE-second-run"
+    );
+    // Even a foreign event on the subject (a misconfigured publisher) is never replayed.
+    let third = RunFiles::new(
+        "other",
+        "uid-first",
+        json!({"id": "x", "nodes": [{"id": "greet", "typeId": "core.identity"}]}),
+        json!({"greeting": "third"}),
+        json!({}),
+    );
+    third.set_snapshot_field(
+        "run",
+        json!({"namespace": "ns", "name": "other", "runId": "uid-third"}),
+    );
+    let (code, stderr) = third.run_with(&nats.url(), |c| {
+        c.env("OPENWOP_EVENTS_SUBJECT", first.subject());
+    });
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stderr.contains("events of another run"), "{stderr}");
+    let mine: Vec<Value> = read_raw(&nats.url(), &first.subject())
+        .into_iter()
+        .filter(|e| e["runId"] == "uid-third")
+        .collect();
+    assert_eq!(mine[0]["sequence"], 0);
+    let done = mine.iter().find(|e| e["type"] == "run.completed").unwrap();
+    assert_eq!(
+        done["payload"]["outputs"]["greet"]["output"]["greeting"],
+        "third"
+    );
+}
