@@ -48,7 +48,8 @@ enum Command {
     Describe(views::runs::DescribeArgs),
     /// Answer a run's pending interrupt (clarification answers, or approve / reject).
     Resume(views::resume::ResumeArgs),
-    /// Print a run's event timeline from NATS JetStream (-f to follow it live).
+    /// Print a run's event timeline from NATS JetStream (-f to follow it live); the subjects
+    /// are keyed by the Run's `status.runId`, read from the API server (or `--run-id`).
     Events(views::events::EventsArgs),
 }
 

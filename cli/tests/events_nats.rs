@@ -80,9 +80,15 @@ async fn seed(js: &jetstream::Context) {
         json!({"nodeId": "classify", "questions": [{"id": "region", "question": "Which region?"}]}))).await;
 }
 
+/// `kubectl-openwop ARGS`; for `events RUN` without `--run-id`, the run name is passed as its
+/// runId too (these tests publish on `openwop.events.<ns>.<name>` and have no API server).
 fn cli(args: &[&str]) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_kubectl-openwop"));
-    c.args(args)
+    c.args(args);
+    if args.first() == Some(&"events") && !args.contains(&"--run-id") && args.len() > 1 {
+        c.args(["--run-id", args[1]]);
+    }
+    c.env("KUBECONFIG", "/nonexistent/kubeconfig")
         .env_remove("OPENWOP_NATS_URL")
         .env_remove("OPENWOP_NATS_CREDS")
         .env_remove("OPENWOP_NATS_TOKEN_FILE")
@@ -389,5 +395,28 @@ async fn authenticated_nats_needs_and_takes_each_credential_form() {
     assert!(
         all.contains("/nonexistent/user.creds: no such file"),
         "{all}"
+    );
+}
+
+#[test]
+fn events_without_a_reachable_run_say_how_to_pass_the_run_id() {
+    let o = Command::new(env!("CARGO_BIN_EXE_kubectl-openwop"))
+        .args([
+            "events",
+            "r1",
+            "-n",
+            "team-a",
+            "--nats-url",
+            "nats://127.0.0.1:1",
+        ])
+        .env("KUBECONFIG", "/nonexistent/kubeconfig")
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("to read Run team-a/r1") && err.contains("--run-id UID"),
+        "{err}"
     );
 }

@@ -3,11 +3,27 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ResourceRequirements;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use openwop_protocol::pipeline::Strictness;
+use openwop_protocol::retry::reasoning::ReasoningPosture;
+use openwop_protocol::run::host::HostProfile;
+use openwop_protocol::run::nodes::{BUILTIN_NODES, ConfigCheck};
+use openwop_protocol::run::subjects::StreamSpec;
+use openwop_protocol::workflow_check::{NodeRegistry, Tier1Posture};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+
+/// A configuration value the host profile cannot be built from.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("config field {field} is {value:?}: {expected}")]
+pub struct ProfileError {
+    pub field: &'static str,
+    pub value: String,
+    pub expected: &'static str,
+}
 
 /// Why the configuration was refused.
 #[derive(Debug, thiserror::Error)]
@@ -41,7 +57,8 @@ pub struct OperatorConfig {
     /// Tier-1 posture for vendor envelope schemas: `strict`, `warn` or `off`.
     pub tier_one_subset_compliance: String,
     pub conformance: Conformance,
-    /// Extra node types (beyond the built-ins), with an optional config JSON Schema.
+    /// Config JSON Schemas for built-in node types (the worker executes only
+    /// `protocol::run::nodes::BUILTIN_NODES`; any other typeId is refused).
     pub node_types: Vec<NodeTypeConfig>,
     /// Fixture ids advertised in discovery (`fixtures`).
     pub fixtures: Vec<String>,
@@ -274,7 +291,7 @@ impl Conformance {
     }
 }
 
-/// An extra node type.
+/// A config JSON Schema for one built-in node type.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct NodeTypeConfig {
@@ -344,7 +361,14 @@ pub struct EventsConfig {
     pub consumer: String,
     /// Longest wait before a batch of events is written to the Runs' status.
     pub flush_interval_ms: u64,
+    /// How long the stream keeps a run's events and reasoning (JetStream `max_age`): a
+    /// duration such as `168h`, `7d`, `90m`, `3600s`, or whole seconds (`3600`); `0` keeps
+    /// them until purged. A deleted Run's subjects are purged whatever this says.
+    pub retention: String,
 }
+
+/// Default `events.retention`: 7 days.
+pub const DEFAULT_RETENTION: &str = "168h";
 
 impl Default for EventsConfig {
     fn default() -> Self {
@@ -352,9 +376,63 @@ impl Default for EventsConfig {
             nats_url: None,
             consumer: "openwop-operator".into(),
             flush_interval_ms: 250,
+            retention: DEFAULT_RETENTION.into(),
         }
     }
 }
+
+/// Parses a retention: whole seconds (`3600`), or one or more `<n><unit>` groups with unit
+/// `s`, `m`, `h` or `d` (`168h`, `1d12h`). `0` (or `0s`, …) = keep until purged (`None`).
+pub fn parse_retention(text: &str) -> Result<Option<Duration>, String> {
+    let t = text.trim();
+    let bad = || {
+        format!(
+            "{text:?} is not a duration: use whole seconds (`3600`) or <n><unit> groups with unit s, m, h or d (`168h`, `7d`, `1d12h`); `0` keeps events until purged"
+        )
+    };
+    if t.is_empty() {
+        return Err(bad());
+    }
+    let secs: u64 = if t.bytes().all(|b| b.is_ascii_digit()) {
+        t.parse().map_err(|_| bad())?
+    } else {
+        let mut total: u64 = 0;
+        let mut digits = String::new();
+        for c in t.chars() {
+            if c.is_ascii_digit() {
+                digits.push(c);
+                continue;
+            }
+            let unit = match c {
+                's' => 1,
+                'm' => 60,
+                'h' => 3600,
+                'd' => 86_400,
+                _ => return Err(bad()),
+            };
+            let n: u64 = digits.parse().map_err(|_| bad())?;
+            digits.clear();
+            total = n
+                .checked_mul(unit)
+                .and_then(|v| total.checked_add(v))
+                .ok_or_else(bad)?;
+        }
+        if !digits.is_empty() {
+            return Err(bad());
+        }
+        total
+    };
+    // JetStream keeps max_age in nanoseconds (i64): about 292 years.
+    if secs > MAX_RETENTION_SECONDS {
+        return Err(format!(
+            "{text:?} is longer than the 100 years JetStream can keep; use `0` to keep events until purged"
+        ));
+    }
+    Ok((secs > 0).then(|| Duration::from_secs(secs)))
+}
+
+/// Longest retention accepted (100 years).
+pub const MAX_RETENTION_SECONDS: u64 = 100 * 365 * 86_400;
 
 /// NATS credentials (chart `nats.external.credentialsSecret`).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -548,6 +626,10 @@ impl OperatorConfig {
         if !(10..=10_000).contains(&self.events.flush_interval_ms) {
             return invalid("events.flushIntervalMs", "must be 10..10000".into());
         }
+        if let Err(message) = parse_retention(&self.events.retention) {
+            return invalid("events.retention", message);
+        }
+        self.node_registry()?;
         let secret = &self.nats_credentials.worker_secret;
         if !self.nats_credentials.dir.is_empty() && !is_dns_subdomain(secret) {
             return invalid(
@@ -558,6 +640,99 @@ impl OperatorConfig {
             );
         }
         Ok(())
+    }
+
+    /// The run-events stream as the operator and every worker create or update it
+    /// (`worker.eventsStream`, `events.retention`). An unparsable retention (refused by
+    /// [`OperatorConfig::validate`]) falls back to the default.
+    pub fn stream_spec(&self) -> StreamSpec {
+        let max_age = parse_retention(&self.events.retention)
+            .unwrap_or_else(|_| parse_retention(DEFAULT_RETENTION).unwrap_or_default());
+        StreamSpec::new(self.worker.events_stream.clone(), max_age)
+    }
+
+    /// The node types Workflows may use: the built-ins the worker executes
+    /// ([`BUILTIN_NODES`]), with the config schemas `nodeTypes[]` adds to them. A typeId
+    /// that is not built in is refused: the worker could not execute it.
+    pub fn node_registry(&self) -> Result<NodeRegistry, ConfigError> {
+        let mut registry = NodeRegistry::builtin();
+        for t in &self.node_types {
+            let builtin = BUILTIN_NODES.iter().find(|n| n.type_id == t.type_id);
+            let Some(builtin) = builtin else {
+                let known: Vec<&str> = BUILTIN_NODES.iter().map(|n| n.type_id).collect();
+                return Err(ConfigError::Invalid {
+                    field: "nodeTypes",
+                    message: format!(
+                        "typeId {:?} is not a built-in node type; the worker executes only {}, so nodeTypes may only add a configSchema to one of them",
+                        t.type_id,
+                        known.join(", ")
+                    ),
+                });
+            };
+            if builtin.config != ConfigCheck::AnyObject {
+                return Err(ConfigError::Invalid {
+                    field: "nodeTypes",
+                    message: format!(
+                        "typeId {:?} has a fixed config (RFC 0023); it takes no configSchema",
+                        t.type_id
+                    ),
+                });
+            }
+            if let Some(schema) = &t.config_schema {
+                registry
+                    .register_with_schema(&t.type_id, schema)
+                    .map_err(|e| ConfigError::Invalid {
+                        field: "nodeTypes",
+                        message: format!("configSchema of {:?}: {e}", t.type_id),
+                    })?;
+            }
+        }
+        Ok(registry)
+    }
+
+    /// The host profile: the limits and postures every run gets (frozen in its snapshot,
+    /// enforced by the worker) and discovery advertises. One function, so the two can never
+    /// differ.
+    pub fn host_profile(&self) -> Result<HostProfile, ProfileError> {
+        let err = |field, value: &str, expected| ProfileError {
+            field,
+            value: value.to_owned(),
+            expected,
+        };
+        let strictness = match self.envelope_strictness.as_str() {
+            "warn" => Strictness::Warn,
+            "strict" => Strictness::Strict,
+            other => return Err(err("envelopeStrictness", other, "use warn or strict")),
+        };
+        let tier1 = Tier1Posture::parse(&self.tier_one_subset_compliance).ok_or_else(|| {
+            err(
+                "tierOneSubsetCompliance",
+                &self.tier_one_subset_compliance,
+                "use strict, warn or off",
+            )
+        })?;
+        let directive =
+            ReasoningPosture::parse(&self.reasoning.prompt_directive).ok_or_else(|| {
+                err(
+                    "reasoning.promptDirective",
+                    &self.reasoning.prompt_directive,
+                    "use mandatory, advisory or off",
+                )
+            })?;
+        let l = &self.limits;
+        Ok(HostProfile {
+            limits: openwop_protocol::capabilities::Limits {
+                clarification_rounds: l.clarification_rounds,
+                schema_rounds: l.schema_rounds,
+                envelopes_per_turn: l.envelopes_per_turn,
+                max_node_executions: l.max_node_executions,
+                max_run_duration_ms: l.max_run_duration_ms,
+            },
+            strictness,
+            tier_one_subset_compliance: tier1,
+            reasoning_directive: directive,
+            truncation_budget_multiplier: f64::from(self.reliability.truncation_budget_multiplier),
+        })
     }
 
     /// Namespace of the leader Lease.
@@ -660,5 +835,106 @@ mod tests {
         cfg.nats_credentials.dir = d.path().display().to_string();
         cfg.validate().unwrap();
         assert_eq!(cfg.nats_credentials.load().unwrap().kind(), "token");
+    }
+
+    #[test]
+    fn retention_takes_seconds_or_units_and_zero_keeps_until_purged() {
+        let d = |s: u64| Some(Duration::from_secs(s));
+        assert_eq!(parse_retention("168h"), Ok(d(7 * 86_400)));
+        assert_eq!(parse_retention("7d"), Ok(d(7 * 86_400)));
+        assert_eq!(
+            parse_retention("1d12h30m5s"),
+            Ok(d(86_400 + 12 * 3600 + 1800 + 5))
+        );
+        assert_eq!(parse_retention("3600"), Ok(d(3600)));
+        assert_eq!(parse_retention("0"), Ok(None));
+        assert_eq!(parse_retention("0h"), Ok(None));
+        for bad in ["", "7 days", "h", "12x", "5h3", "-1", "1.5h", "1w"] {
+            assert!(parse_retention(bad).is_err(), "{bad}");
+        }
+        assert!(
+            parse_retention("99999999999d")
+                .unwrap_err()
+                .contains("100 years")
+        );
+        let e = OperatorConfig::from_yaml("events:\n  retention: 7 days\n").unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("config field events.retention: \"7 days\" is not a duration"),
+            "{e}"
+        );
+        let cfg = OperatorConfig::from_yaml("events:\n  retention: '0'\n").unwrap();
+        assert_eq!(cfg.stream_spec().max_age, None);
+        let spec = OperatorConfig::default().stream_spec();
+        assert_eq!(
+            (spec.name.as_str(), spec.max_age),
+            ("OPENWOP_EVENTS", d(7 * 86_400))
+        );
+    }
+
+    #[test]
+    fn node_types_may_only_add_a_schema_to_a_built_in_type() {
+        let e = OperatorConfig::from_yaml("nodeTypes:\n- typeId: acme.thing\n").unwrap_err();
+        let msg = e.to_string();
+        assert!(
+            msg.starts_with("config field nodeTypes: typeId \"acme.thing\" is not a built-in node type; the worker executes only core.identity, core.flow.noop, core.ai.callPrompt, core.ai.structuredOutput, core.conformance.mock-agent"),
+            "{msg}"
+        );
+        let e = OperatorConfig::from_yaml(
+            "nodeTypes:\n- {typeId: core.conformance.mock-agent, configSchema: {type: object}}\n",
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("takes no configSchema"), "{e}");
+        let cfg = OperatorConfig::from_yaml(
+            "nodeTypes:\n- {typeId: core.ai.callPrompt, configSchema: {type: object, required: [provider]}}\n",
+        )
+        .unwrap();
+        let reg = cfg.node_registry().unwrap();
+        let ids: Vec<&str> = reg.type_ids().collect();
+        let mut builtin: Vec<&str> = BUILTIN_NODES.iter().map(|n| n.type_id).collect();
+        builtin.sort_unstable();
+        assert_eq!(ids, builtin, "a schema adds no type");
+        assert!(matches!(
+            reg.get("core.ai.callPrompt").unwrap().config,
+            openwop_protocol::workflow_check::ConfigRule::Schema(_)
+        ));
+        let e = OperatorConfig::from_yaml(
+            "nodeTypes:\n- {typeId: core.identity, configSchema: {type: 7}}\n",
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string().contains("configSchema of \"core.identity\""),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn the_host_profile_is_the_configuration() {
+        let cfg = OperatorConfig::from_yaml(
+            "limits: {clarificationRounds: 1, schemaRounds: 5}\nenvelopeStrictness: strict\ntierOneSubsetCompliance: 'off'\nreasoning: {promptDirective: mandatory}\nreliability: {truncationBudgetMultiplier: 4}\n",
+        )
+        .unwrap();
+        let h = cfg.host_profile().unwrap();
+        assert_eq!(
+            (h.limits.clarification_rounds, h.limits.schema_rounds),
+            (1, 5)
+        );
+        assert_eq!(h.limits.max_node_executions, Some(1000));
+        assert_eq!(h.strictness, Strictness::Strict);
+        assert_eq!(h.tier_one_subset_compliance, Tier1Posture::Off);
+        assert_eq!(h.reasoning_directive, ReasoningPosture::Mandatory);
+        assert_eq!(h.truncation_budget_multiplier, 4.0);
+        assert_eq!(
+            OperatorConfig::default().host_profile().unwrap(),
+            HostProfile::default()
+        );
+        let bad = OperatorConfig {
+            envelope_strictness: "loose".into(),
+            ..Default::default()
+        };
+        assert_eq!(
+            bad.host_profile().unwrap_err().to_string(),
+            "config field envelopeStrictness is \"loose\": use warn or strict"
+        );
     }
 }

@@ -13,13 +13,10 @@ use axum::response::{IntoResponse, Response};
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use openwop_protocol::capabilities::{
-    self, CapabilitiesConfig, CapabilitiesError, Implementation, ReasoningConfig,
-    ReliabilityConfig, TierOneSubsetCompliance,
+    self, CapabilitiesConfig, CapabilitiesError, Implementation, ReasoningConfig, ReliabilityConfig,
 };
-use openwop_protocol::pipeline::Strictness;
-use openwop_protocol::retry::reasoning::ReasoningPosture;
 use openwop_protocol::schema;
-use openwop_protocol::workflow_check::{MOCK_AGENT_TYPE_ID, NodeRegistry, Tier1Posture};
+use openwop_protocol::workflow_check::{MOCK_AGENT_TYPE_ID, NodeRegistry};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
@@ -46,78 +43,41 @@ pub fn advertised_kinds() -> Vec<String> {
 /// Why the capabilities document could not be built from the operator config.
 #[derive(Debug, thiserror::Error)]
 pub enum DiscoveryError {
-    #[error("config field {field} is {value:?}: {expected}")]
-    Config {
-        field: &'static str,
-        value: String,
-        expected: &'static str,
-    },
+    #[error(transparent)]
+    Config(#[from] crate::config::ProfileError),
     #[error("capabilities document: {0}")]
     Capabilities(#[from] CapabilitiesError),
 }
 
-/// What this host really has, as the typed input of [`capabilities::build`].
+/// What this host really has, as the typed input of [`capabilities::build`]. Limits,
+/// strictness, Tier-1 posture, reasoning directive and truncation multiplier come from the
+/// host profile ([`OperatorConfig::host_profile`]) that every run's snapshot carries and the
+/// worker enforces: what discovery advertises is what a run gets.
 pub fn capabilities_config(
     cfg: &OperatorConfig,
     registry: &NodeRegistry,
 ) -> Result<CapabilitiesConfig, DiscoveryError> {
-    let strictness = match cfg.envelope_strictness.as_str() {
-        "warn" => Strictness::Warn,
-        "strict" => Strictness::Strict,
-        other => {
-            return Err(DiscoveryError::Config {
-                field: "envelopeStrictness",
-                value: other.to_owned(),
-                expected: "use warn or strict",
-            });
-        }
-    };
-    let tier1 = match Tier1Posture::parse(&cfg.tier_one_subset_compliance) {
-        Some(Tier1Posture::Strict) => TierOneSubsetCompliance::Strict,
-        Some(Tier1Posture::Warn) => TierOneSubsetCompliance::Warn,
-        Some(Tier1Posture::Off) => TierOneSubsetCompliance::Off,
-        None => {
-            return Err(DiscoveryError::Config {
-                field: "tierOneSubsetCompliance",
-                value: cfg.tier_one_subset_compliance.clone(),
-                expected: "use strict, warn or off",
-            });
-        }
-    };
-    let prompt_directive =
-        ReasoningPosture::parse(&cfg.reasoning.prompt_directive).ok_or_else(|| {
-            DiscoveryError::Config {
-                field: "reasoning.promptDirective",
-                value: cfg.reasoning.prompt_directive.clone(),
-                expected: "use mandatory, advisory or off",
-            }
-        })?;
+    let host = cfg.host_profile()?;
     // The worker runs the mock agent only where the host opted in (RFC 0023).
     let mock_registered = registry.get(MOCK_AGENT_TYPE_ID).is_some();
     Ok(CapabilitiesConfig {
         envelope_kinds: advertised_kinds(),
         node_types: registry.type_ids().map(str::to_owned).collect(),
         providers: cfg.providers.iter().map(|p| p.name.clone()).collect(),
-        limits: capabilities::Limits {
-            clarification_rounds: cfg.limits.clarification_rounds,
-            schema_rounds: cfg.limits.schema_rounds,
-            envelopes_per_turn: cfg.limits.envelopes_per_turn,
-            max_node_executions: cfg.limits.max_node_executions,
-            max_run_duration_ms: cfg.limits.max_run_duration_ms,
-        },
+        limits: host.limits,
         reliability: ReliabilityConfig {
             supported: cfg.reliability.supported,
             max_retry_attempts: cfg.reliability.max_retry_attempts,
             distinguishes_truncation: cfg.reliability.distinguishes_truncation,
-            truncation_budget_multiplier: f64::from(cfg.reliability.truncation_budget_multiplier),
+            truncation_budget_multiplier: host.truncation_budget_multiplier,
         },
         reasoning: ReasoningConfig {
             supported: cfg.reasoning.supported,
-            prompt_directive,
+            prompt_directive: host.reasoning_directive,
             ..ReasoningConfig::default()
         },
-        strictness,
-        tier_one_subset_compliance: tier1,
+        strictness: host.strictness,
+        tier_one_subset_compliance: host.tier_one_subset_compliance,
         envelope_contracts: true,
         mock_agent: mock_registered && !cfg.conformance.mock_agent_namespaces.is_empty(),
         agents_supported: mock_registered,
@@ -475,5 +435,34 @@ mod tests {
         assert_eq!(content.schemas.len(), 4);
         assert!(content.schemas.contains_key("clarification.request"));
         assert!(!is_admin_owned(&cm));
+    }
+
+    #[test]
+    fn discovery_and_the_run_snapshot_carry_the_same_host_profile() {
+        let cfg = OperatorConfig::from_yaml("limits:\n  clarificationRounds: 1\n").unwrap();
+        let doc = capabilities(&cfg, &cfg.node_registry().unwrap()).unwrap();
+        assert_eq!(doc["limits"]["clarificationRounds"], 1);
+        let host = cfg.host_profile().unwrap();
+        assert_eq!(
+            serde_json::to_value(host.limits).unwrap(),
+            doc["limits"],
+            "the snapshot's host.limits are the advertised limits"
+        );
+        assert_eq!(doc["envelopeStrictness"], json!(host.strictness));
+    }
+
+    #[test]
+    fn advertised_node_types_are_exactly_the_builtins() {
+        let cfg = OperatorConfig::from_yaml(
+            "nodeTypes:\n- {typeId: core.identity, configSchema: {type: object}}\n",
+        )
+        .unwrap();
+        let doc = capabilities(&cfg, &cfg.node_registry().unwrap()).unwrap();
+        let mut builtin: Vec<&str> = openwop_protocol::run::nodes::BUILTIN_NODES
+            .iter()
+            .map(|n| n.type_id)
+            .collect();
+        builtin.sort_unstable();
+        assert_eq!(doc["nodeTypes"], json!(builtin));
     }
 }

@@ -1,73 +1,106 @@
 //! Live Run status from the run event stream.
 //!
 //! Workers publish each `RunEventDoc` on JetStream stream `worker.eventsStream`, subject
-//! `openwop.events.<namespace>.<run>`. The leader reads the stream with one durable pull
-//! consumer (`events.consumer`), folds each run's new events into its status with
-//! [`Projection`], and writes the whole (small) status back with server-side apply under the
-//! reconciler's field manager and a resourceVersion precondition, so neither writer can
-//! overwrite the other with stale data.
+//! `openwop.events.<namespace>.<runId>` ([`openwop_protocol::run::subjects`]), where the runId
+//! is the Run's uid: a Run deleted and re-created under the same name is a new run, and the
+//! events of the old one can never reach the new one. The leader ensures the stream (with the
+//! configured retention, [`openwop_nats::stream::ensure_stream`]), reads it with one durable
+//! pull consumer (`events.consumer`), finds each run's Run **by uid** (the Run controller's
+//! cache, else a LIST of the namespace), folds the run's new events into its status with
+//! protocol's [`Projection`], and writes the whole (small) status back with server-side apply
+//! under the reconciler's field manager and a resourceVersion precondition, so neither writer
+//! can overwrite the other with stale data.
 //!
 //! Idempotent and monotonic: an event at or below the Run's `status.lastSequence` changes
 //! nothing, so redeliveries after a restart (the durable consumer resumes from its ack floor)
 //! or after a failover never move a status backwards. A terminal phase is never revived.
-//! Malformed subjects or payloads are logged and acknowledged as terminated (never retried,
-//! never fatal).
+//! Malformed subjects or payloads, and events whose own `runId` is not their subject's, are
+//! logged (bounded) and acknowledged as terminated (never retried, never fatal). Events of a
+//! runId no Run has (a deleted Run) are acknowledged and dropped.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use async_nats::jetstream::{self, AckKind, consumer::pull, stream};
+use async_nats::jetstream::{self, AckKind, consumer::pull};
 use futures::StreamExt;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::runtime::reflector::Store;
 use kube::{Client, ResourceExt};
 use openwop_crds::{Run, RunPhase, RunStatus};
+use openwop_protocol::run::projection::Projection;
+use openwop_protocol::run::subjects::{
+    RunSubject, SubjectError, events_filter, parse_events_subject,
+};
+use openwop_protocol::text::truncate;
 use serde_json::{Value, json};
 
 use crate::config::OperatorConfig;
 use crate::pod::MANAGER;
-use crate::projection::Projection;
 
-/// Prefix of run event subjects.
-pub const SUBJECT_PREFIX: &str = "openwop.events.";
-/// Subjects of the stream when the operator has to create it (same as the worker's).
-pub const STREAM_SUBJECTS: [&str; 2] = ["openwop.events.>", "openwop.reasoning.>"];
 /// Largest event accepted (a RunEventDoc is small; anything bigger is not one).
 pub const MAX_EVENT_BYTES: usize = 1024 * 1024;
 /// Conflicting writes retried before the batch is redelivered later.
 const MAX_CONFLICT_RETRIES: u32 = 5;
+/// Refused messages logged one by one per batch; the rest are counted in one line.
+const MAX_LOGGED_REFUSALS: usize = 5;
+/// Longest piece of untrusted text (a subject, a runId) quoted in a log line.
+const MAX_QUOTED_CHARS: usize = 80;
 
 /// Why an event message was skipped or a write failed.
 #[derive(Debug, thiserror::Error)]
 pub enum EventError {
-    #[error("subject {0:?} is not openwop.events.<namespace>.<run>")]
-    Subject(String),
+    #[error("{0}")]
+    Subject(#[from] SubjectError),
     #[error("event on {subject} is not a RunEventDoc: {reason}")]
     Payload { subject: String, reason: String },
+    #[error(
+        "event on {subject} carries runId {payload_run_id:?}, not its subject's {subject_run_id}; refused"
+    )]
+    ForeignRunId {
+        subject: String,
+        subject_run_id: String,
+        payload_run_id: String,
+    },
     #[error("Kubernetes API error: {0}")]
     Kube(#[from] kube::Error),
     #[error("NATS: {0}")]
     Nats(String),
     #[error("NATS credentials: {0}")]
     Credentials(#[from] openwop_nats::AuthError),
+    #[error("{0}")]
+    Stream(#[from] openwop_nats::stream::StreamError),
 }
 
-/// `(namespace, run)` of a subject `openwop.events.<namespace>.<run>`. A namespace is a DNS
-/// label (no dots); a Run name may contain dots, so the rest of the subject is the name.
-pub fn parse_subject(subject: &str) -> Result<(String, String), EventError> {
-    let rest = subject
-        .strip_prefix(SUBJECT_PREFIX)
-        .ok_or_else(|| EventError::Subject(subject.into()))?;
-    match rest.split_once('.') {
-        Some((ns, run)) if !ns.is_empty() && !run.is_empty() => Ok((ns.into(), run.into())),
-        _ => Err(EventError::Subject(subject.into())),
+/// A JetStream context the reconcilers can use (the finalizer purges a deleted Run's
+/// subjects): set by the event consumer each time it connects, empty until then.
+#[derive(Clone, Default)]
+pub struct JetStreamSlot(Arc<RwLock<Option<jetstream::Context>>>);
+
+impl JetStreamSlot {
+    pub fn set(&self, js: jetstream::Context) {
+        if let Ok(mut s) = self.0.write() {
+            *s = Some(js);
+        }
+    }
+
+    /// The current context, `None` while the consumer has not connected.
+    pub fn get(&self) -> Option<jetstream::Context> {
+        self.0.read().ok().and_then(|s| s.clone())
     }
 }
 
-/// Decodes one message: a JSON object with a string `type` and an unsigned `sequence`.
-pub fn decode_event(subject: &str, payload: &[u8]) -> Result<Value, EventError> {
+/// Decodes one message of `subject` (already parsed): a JSON object with a string `type`, an
+/// unsigned `sequence` and a `runId` equal to the subject's (an event cannot speak for
+/// another run).
+pub fn decode_event(
+    subject: &RunSubject,
+    raw_subject: &str,
+    payload: &[u8],
+) -> Result<Value, EventError> {
+    let quoted = truncate(raw_subject, MAX_QUOTED_CHARS);
     let bad = |reason: String| EventError::Payload {
-        subject: subject.into(),
+        subject: quoted.clone(),
         reason,
     };
     if payload.len() > MAX_EVENT_BYTES {
@@ -86,7 +119,40 @@ pub fn decode_event(subject: &str, payload: &[u8]) -> Result<Value, EventError> 
     if v.get("sequence").and_then(Value::as_u64).is_none() {
         return Err(bad("/sequence is missing or not an unsigned integer".into()));
     }
+    let Some(run_id) = v.get("runId").and_then(Value::as_str) else {
+        return Err(bad("/runId is missing or not a string".into()));
+    };
+    if run_id != subject.run_id {
+        return Err(EventError::ForeignRunId {
+            subject: quoted,
+            subject_run_id: truncate(&subject.run_id, MAX_QUOTED_CHARS),
+            payload_run_id: truncate(run_id, MAX_QUOTED_CHARS),
+        });
+    }
     Ok(v)
+}
+
+/// Parses and decodes one message: where it goes and the event.
+pub fn decode_message(subject: &str, payload: &[u8]) -> Result<(RunSubject, Value), EventError> {
+    let s = parse_events_subject(subject)
+        .map_err(|e| EventError::Subject(SubjectError(truncate(&e.0, MAX_QUOTED_CHARS))))?;
+    let v = decode_event(&s, subject, payload)?;
+    Ok((s, v))
+}
+
+/// The Run a run's events belong to: the one in `namespace` whose uid is `run_id`. A Run of
+/// the same name with another uid (re-created) is a different run and never matches.
+pub fn route<'a, R>(
+    runs: impl IntoIterator<Item = &'a R>,
+    namespace: &str,
+    run_id: &str,
+) -> Option<&'a R>
+where
+    R: ResourceExt + 'a,
+{
+    runs.into_iter().find(|r| {
+        r.meta().namespace.as_deref() == Some(namespace) && r.meta().uid.as_deref() == Some(run_id)
+    })
 }
 
 /// The Run status after `events`, or `None` when none of them is new.
@@ -127,25 +193,60 @@ pub fn fold(status: &RunStatus, events: &[Value]) -> Option<RunStatus> {
     Some(next)
 }
 
-/// Applies a run's new events to its status. Returns whether the status changed. A Run that
-/// no longer exists is not an error (its events are simply dropped).
+/// The name of the Run whose uid is `run_id` in `namespace`: from the Run controller's cache
+/// when it has it, else from a LIST of the namespace (authoritative). `None`: no such Run.
+pub async fn find_run_name(
+    client: &Client,
+    cfg: &OperatorConfig,
+    runs: Option<&Store<Run>>,
+    namespace: &str,
+    run_id: &str,
+) -> Result<Option<String>, EventError> {
+    if let Some(store) = runs
+        && let Some(r) = store.find(|r| {
+            r.namespace().as_deref() == Some(namespace) && r.uid().as_deref() == Some(run_id)
+        })
+    {
+        return Ok(Some(r.name_any()));
+    }
+    let api: Api<Run> = Api::namespaced(client.clone(), namespace);
+    let list = api
+        .list(&ListParams::default().labels(&cfg.instance_selector()))
+        .await?;
+    Ok(route(&list.items, namespace, run_id).map(|r| r.name_any()))
+}
+
+/// Applies a run's new events to its status. Returns whether the status changed. A runId
+/// that no existing Run has (deleted, or re-created under the same name with a new uid) is
+/// not an error: its events are dropped.
 pub async fn apply_to_run(
     client: &Client,
     cfg: &OperatorConfig,
+    runs: Option<&Store<Run>>,
     namespace: &str,
-    name: &str,
+    run_id: &str,
     events: &[Value],
 ) -> Result<bool, EventError> {
+    let Some(name) = find_run_name(client, cfg, runs, namespace, run_id).await? else {
+        tracing::debug!(
+            namespace,
+            run_id,
+            events = events.len(),
+            "events of a run that no Run has (deleted?); dropped"
+        );
+        return Ok(false);
+    };
     let api: Api<Run> = Api::namespaced(client.clone(), namespace);
     for _ in 0..MAX_CONFLICT_RETRIES {
-        let Some(run) = api.get_opt(name).await? else {
-            tracing::debug!(
-                namespace,
-                run = name,
-                "events for a Run that does not exist"
-            );
+        let Some(run) = api.get_opt(&name).await? else {
+            tracing::debug!(namespace, run = %name, run_id, "the Run of these events is gone; dropped");
             return Ok(false);
         };
+        // Same name, another run (deleted and re-created meanwhile).
+        if run.uid().as_deref() != Some(run_id) {
+            tracing::debug!(namespace, run = %name, run_id, "the Run was re-created under the same name; events of the old run dropped");
+            return Ok(false);
+        }
         // Another operator instance (`instanceId`) owns this Run's status.
         if !cfg.handles(run.labels()) {
             return Ok(false);
@@ -157,13 +258,14 @@ pub async fn apply_to_run(
         let patch = json!({
             "apiVersion": "openwop.dev/v1alpha1", "kind": "Run",
             // Precondition: a concurrent write by the reconciler makes this a 409, and we fold
-            // again from the fresh status instead of overwriting it.
+            // again from the fresh status instead of overwriting it (a Run re-created between
+            // the GET and the PATCH has another resourceVersion too).
             "metadata": {"resourceVersion": run.resource_version()},
             "status": next,
         });
         match api
             .patch_status(
-                name,
+                &name,
                 &PatchParams::apply(MANAGER).force(),
                 &Patch::Apply(&patch),
             )
@@ -182,23 +284,25 @@ pub async fn apply_to_run(
 
 /// Filter subject of the consumer: every namespace, or the one the operator watches.
 pub fn filter_subject(cfg: &OperatorConfig) -> String {
-    if cfg.watch_namespace.is_empty() {
-        format!("{SUBJECT_PREFIX}>")
-    } else {
-        format!("{SUBJECT_PREFIX}{}.>", cfg.watch_namespace)
-    }
+    events_filter((!cfg.watch_namespace.is_empty()).then_some(cfg.watch_namespace.as_str()))
 }
 
 /// Runs the consumer until the process ends; reconnects with backoff on any NATS failure.
-/// Returns immediately when no NATS URL is configured.
-pub async fn run_consumer(client: Client, cfg: Arc<OperatorConfig>) {
+/// Returns immediately when no NATS URL is configured. `runs`: the Run controller's cache
+/// (events are routed by uid); `slot` receives the JetStream context at each connect.
+pub async fn run_consumer(
+    client: Client,
+    cfg: Arc<OperatorConfig>,
+    runs: Option<Store<Run>>,
+    slot: JetStreamSlot,
+) {
     let Some(url) = cfg.events.nats_url.clone() else {
         tracing::info!("events.natsUrl not set: Run status follows pod state only");
         return;
     };
     let mut backoff = Duration::from_millis(500);
     loop {
-        match consume(&client, &cfg, &url).await {
+        match consume(&client, &cfg, &url, runs.as_ref(), &slot).await {
             Ok(()) => backoff = Duration::from_millis(500),
             Err(e) => {
                 tracing::warn!(error = %e, retry_in_ms = backoff.as_millis() as u64, "run event consumer failed");
@@ -209,7 +313,13 @@ pub async fn run_consumer(client: Client, cfg: Arc<OperatorConfig>) {
     }
 }
 
-async fn consume(client: &Client, cfg: &OperatorConfig, url: &str) -> Result<(), EventError> {
+async fn consume(
+    client: &Client,
+    cfg: &OperatorConfig,
+    url: &str,
+    runs: Option<&Store<Run>>,
+    slot: &JetStreamSlot,
+) -> Result<(), EventError> {
     // Read at each (re)connect, so rotated credentials are picked up.
     let auth = cfg.nats_credentials.load()?;
     let nats = openwop_nats::connect_options(
@@ -226,17 +336,10 @@ async fn consume(client: &Client, cfg: &OperatorConfig, url: &str) -> Result<(),
         ))
     })?;
     let js = jetstream::new(nats);
-    let stream_name = &cfg.worker.events_stream;
-    let stream = js
-        .get_or_create_stream(stream::Config {
-            name: stream_name.clone(),
-            subjects: STREAM_SUBJECTS.iter().map(|s| s.to_string()).collect(),
-            duplicate_window: Duration::from_secs(15 * 60),
-            storage: stream::StorageType::File,
-            ..Default::default()
-        })
-        .await
-        .map_err(|e| EventError::Nats(format!("stream {stream_name}: {e}")))?;
+    let spec = cfg.stream_spec();
+    let stream = openwop_nats::stream::ensure_stream(&js, &spec).await?;
+    slot.set(js.clone());
+    let stream_name = &spec.name;
     // Each operator instance needs its own durable consumer: a shared one would split the
     // messages between instances, and one would drop (ack) the other's events.
     let durable = if cfg.instance_id.is_empty() {
@@ -263,7 +366,7 @@ async fn consume(client: &Client, cfg: &OperatorConfig, url: &str) -> Result<(),
         )
         .await
         .map_err(|e| EventError::Nats(format!("consumer {durable}: {e}")))?;
-    tracing::info!(stream = %stream_name, consumer = %durable, "reading run events");
+    tracing::info!(stream = %stream_name, consumer = %durable, max_age_seconds = spec.max_age.map_or(0, |a| a.as_secs()), "reading run events");
     let flush = Duration::from_millis(cfg.events.flush_interval_ms);
     loop {
         let mut batch = consumer
@@ -282,30 +385,39 @@ async fn consume(client: &Client, cfg: &OperatorConfig, url: &str) -> Result<(),
         }
         // Group per run, keeping stream order within each run.
         let mut groups: BTreeMap<(String, String), (Vec<Value>, Vec<usize>)> = BTreeMap::new();
+        let mut refused = 0usize;
         for (i, m) in messages.iter().enumerate() {
-            let subject = m.subject.as_str();
-            match parse_subject(subject).and_then(|k| Ok((k, decode_event(subject, &m.payload)?))) {
-                Ok((key, ev)) => {
-                    let g = groups.entry(key).or_default();
+            match decode_message(m.subject.as_str(), &m.payload) {
+                Ok((s, ev)) => {
+                    let g = groups.entry((s.namespace, s.run_id)).or_default();
                     g.0.push(ev);
                     g.1.push(i);
                 }
                 Err(e) => {
-                    tracing::warn!(error = %e, "skipping a malformed run event");
+                    refused += 1;
+                    if refused <= MAX_LOGGED_REFUSALS {
+                        tracing::warn!(error = %e, "skipping a malformed run event");
+                    }
                     ack(&messages[i], AckKind::Term).await;
                 }
             }
         }
-        for ((ns, run), (events, idx)) in groups {
-            let kind = match apply_to_run(client, cfg, &ns, &run, &events).await {
+        if refused > MAX_LOGGED_REFUSALS {
+            tracing::warn!(
+                more = refused - MAX_LOGGED_REFUSALS,
+                "skipping more malformed run events in this batch"
+            );
+        }
+        for ((ns, run_id), (events, idx)) in groups {
+            let kind = match apply_to_run(client, cfg, runs, &ns, &run_id, &events).await {
                 Ok(changed) => {
                     if changed {
-                        tracing::debug!(namespace = %ns, run = %run, events = events.len(), "run status updated from events");
+                        tracing::debug!(namespace = %ns, run_id = %run_id, events = events.len(), "run status updated from events");
                     }
                     AckKind::Ack
                 }
                 Err(e) => {
-                    tracing::warn!(namespace = %ns, run = %run, error = %e, "could not apply run events; redelivering");
+                    tracing::warn!(namespace = %ns, run_id = %run_id, error = %e, "could not apply run events; redelivering");
                     AckKind::Nak(Some(Duration::from_secs(5)))
                 }
             };
@@ -332,43 +444,97 @@ mod tests {
     }
 
     #[test]
-    fn subjects_name_namespace_and_run() {
+    fn subjects_name_namespace_and_run_id() {
+        let (s, v) = decode_message(
+            "openwop.events.team-a.uid-1",
+            br#"{"type":"run.started","sequence":0,"runId":"uid-1"}"#,
+        )
+        .unwrap();
         assert_eq!(
-            parse_subject("openwop.events.team-a.r1").unwrap(),
-            ("team-a".into(), "r1".into())
+            (s.namespace.as_str(), s.run_id.as_str()),
+            ("team-a", "uid-1")
         );
-        assert_eq!(
-            parse_subject("openwop.events.team-a.my.run").unwrap().1,
-            "my.run"
-        );
+        assert_eq!(v["type"], "run.started");
         for bad in [
             "openwop.reasoning.a.b",
             "openwop.events.a",
             "openwop.events..b",
+            "openwop.events.a.my.run",
         ] {
-            assert!(parse_subject(bad).is_err(), "{bad}");
+            let e = decode_message(bad, b"{}").unwrap_err();
+            assert!(matches!(e, EventError::Subject(_)), "{bad}: {e}");
         }
     }
 
     #[test]
     fn malformed_payloads_are_refused_with_the_reason() {
         let s = "openwop.events.a.b";
-        let e = decode_event(s, b"not json").unwrap_err().to_string();
+        let d = |p: &[u8]| decode_message(s, p).map(|x| x.1);
+        let e = d(b"not json").unwrap_err().to_string();
         assert!(e.contains("not JSON"), "{e}");
-        let e = decode_event(s, br#"{"type":"run.started"}"#)
+        let e = d(br#"{"type":"run.started","runId":"b"}"#)
             .unwrap_err()
             .to_string();
         assert!(e.contains("/sequence"), "{e}");
-        let e = decode_event(s, br#"[1]"#).unwrap_err().to_string();
+        let e = d(br#"{"type":"run.started","sequence":0}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("/runId"), "{e}");
+        let e = d(br#"[1]"#).unwrap_err().to_string();
         assert!(e.contains("not a JSON object"), "{e}");
         let big = vec![b' '; MAX_EVENT_BYTES + 1];
-        assert!(
-            decode_event(s, &big)
-                .unwrap_err()
-                .to_string()
-                .contains("limit")
+        assert!(d(&big).unwrap_err().to_string().contains("limit"));
+        assert!(d(br#"{"type":"run.started","sequence":0,"runId":"b"}"#).is_ok());
+    }
+
+    #[test]
+    fn an_event_speaking_for_another_run_is_refused() {
+        let e = decode_message(
+            "openwop.events.a.uid-1",
+            br#"{"type":"run.completed","sequence":9,"runId":"uid-2"}"#,
+        )
+        .unwrap_err();
+        assert!(matches!(e, EventError::ForeignRunId { .. }));
+        assert_eq!(
+            e.to_string(),
+            "event on openwop.events.a.uid-1 carries runId \"uid-2\", not its subject's uid-1; refused"
         );
-        assert!(decode_event(s, br#"{"type":"run.started","sequence":0}"#).is_ok());
+        // Quoted untrusted text is bounded.
+        let long = format!(
+            r#"{{"type":"x","sequence":0,"runId":"{}"}}"#,
+            "z".repeat(10_000)
+        );
+        let e = decode_message("openwop.events.a.u", long.as_bytes()).unwrap_err();
+        assert!(e.to_string().len() < 400, "{}", e.to_string().len());
+    }
+
+    fn named(name: &str, uid: &str) -> Run {
+        let mut r: Run = serde_json::from_value(json!({
+            "apiVersion": "openwop.dev/v1alpha1", "kind": "Run",
+            "metadata": {"name": name, "namespace": "ns", "uid": uid},
+            "spec": {"workflowRef": {"name": "w"}}}))
+        .unwrap();
+        r.metadata.namespace = Some("ns".into());
+        r
+    }
+
+    #[test]
+    fn events_are_routed_by_uid_never_by_name() {
+        // r1 was deleted and re-created: only the new uid exists.
+        let runs = [named("r1", "uid-new"), named("r2", "uid-2")];
+        assert_eq!(
+            route(&runs, "ns", "uid-new").unwrap().uid().as_deref(),
+            Some("uid-new")
+        );
+        assert!(
+            route(&runs, "ns", "uid-old").is_none(),
+            "the old run's events never touch the new Run of the same name"
+        );
+        assert!(
+            route(&runs, "other", "uid-2").is_none(),
+            "namespace must match"
+        );
+        assert!(route(&runs, "ns", "r1").is_none(), "a name is not a runId");
     }
 
     #[test]
@@ -456,6 +622,11 @@ mod tests {
         )
         .unwrap();
         assert_eq!(done.phase, Some(RunPhase::Cancelled));
+    }
+
+    #[test]
+    fn the_slot_is_empty_until_the_consumer_connects() {
+        assert!(JetStreamSlot::default().get().is_none());
     }
 
     #[test]

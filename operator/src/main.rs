@@ -25,6 +25,7 @@ use openwop_operator::controller::{
     Context, error_policy, reconcile_run, reconcile_workflow, worker_selector,
 };
 use openwop_operator::discovery::{self, DiscoveryContent, DiscoveryState};
+use openwop_operator::events::JetStreamSlot;
 use openwop_operator::leader::{Elector, Round};
 use openwop_operator::metrics::Metrics;
 use openwop_operator::pod::{LABEL_MANAGED_BY, MANAGER};
@@ -62,18 +63,8 @@ async fn main() -> anyhow::Result<()> {
         .context("natsCredentials (chart nats.external.credentialsSecret)")?;
     tracing::info!(credentials = nats_auth.kind(), "NATS credentials");
     let cfg = Arc::new(cfg);
-    let mut registry = NodeRegistry::builtin();
-    for t in &cfg.node_types {
-        match &t.config_schema {
-            Some(s) => registry
-                .register_with_schema(&t.type_id, s)
-                .with_context(|| format!("config nodeTypes: schema of {}", t.type_id))?,
-            None => registry.register(openwop_protocol::workflow_check::NodeType {
-                type_id: t.type_id.clone(),
-                config: openwop_protocol::workflow_check::ConfigRule::AnyObject,
-            }),
-        }
-    }
+    // Built-in node types only (the worker executes nothing else), with configured schemas.
+    let registry = cfg.node_registry()?;
     let registry = Arc::new(registry);
     let client = Client::try_default()
         .await
@@ -106,6 +97,11 @@ async fn main() -> anyhow::Result<()> {
         now: k8s_openapi::jiff::Timestamp::now,
         worker_pods: Some(worker_pods),
         nats_copies: Default::default(),
+        jetstream: cfg
+            .events
+            .nats_url
+            .as_ref()
+            .map(|_| JetStreamSlot::default()),
     });
     let lead = lead_then_run(client, cfg, registry, identity, ctx, pod_writer);
     tokio::select! {
@@ -268,10 +264,17 @@ async fn lead_then_run(
     }
     tracing::info!(%identity, "leading: starting controllers");
     publish_discovery(&client, &cfg, &registry).await?;
+    // The Run controller's cache also routes run events (by uid) to their Run.
+    let run_controller = Controller::new(
+        scoped::<Run>(&client, &cfg),
+        watcher::Config::default().labels(&cfg.instance_selector()),
+    );
+    let runs = run_controller.store();
+    let slot = ctx.jetstream.clone().unwrap_or_default();
     let controllers = async {
         tokio::join!(
-            run_controllers(client.clone(), ctx, pod_writer),
-            openwop_operator::events::run_consumer(client.clone(), cfg.clone()),
+            run_controllers(client.clone(), ctx, pod_writer, run_controller),
+            openwop_operator::events::run_consumer(client.clone(), cfg.clone(), Some(runs), slot),
         );
     };
     let keep = async {
@@ -312,9 +315,9 @@ async fn run_controllers(
     client: Client,
     ctx: Arc<Context>,
     pod_writer: reflector::store::Writer<Pod>,
+    run_controller: Controller<Run>,
 ) {
     let workflows: Api<Workflow> = scoped(&client, &ctx.config);
-    let runs: Api<Run> = scoped(&client, &ctx.config);
     let pods: Api<Pod> = scoped(&client, &ctx.config);
     // Only the objects of this operator instance (`instanceId`), so several can share a cluster.
     let mine = || watcher::Config::default().labels(&ctx.config.instance_selector());
@@ -326,7 +329,6 @@ async fn run_controllers(
                 tracing::debug!(error = %e, "workflow reconcile");
             }
         });
-    let run_controller = Controller::new(runs, mine());
     let store = run_controller.store();
     let mapper_store = store.clone();
     let run_ctrl = run_controller

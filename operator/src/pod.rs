@@ -15,6 +15,8 @@ use kube::{Resource, ResourceExt};
 use openwop_crds::{CredentialMount, ProviderCredential, Run, WorkerOverrides, WorkflowSpec};
 use sha2::{Digest, Sha256};
 
+use openwop_protocol::run::subjects::events_subject;
+
 use crate::config::OperatorConfig;
 
 /// Label with the Run name (hashed when longer than a label value may be).
@@ -32,10 +34,9 @@ pub const PROVIDERS_DIR: &str = "/var/run/openwop/providers";
 pub const NATS_CREDENTIALS_DIR: &str = "/var/run/openwop/nats";
 /// Component label of the NATS credentials copies.
 pub const NATS_CREDENTIALS_COMPONENT: &str = "nats-credentials";
-/// Exit code of a worker that refuses its snapshot or configuration (not retried).
-pub const EXIT_BAD_INPUT: i32 = 2;
-/// Exit code of a worker whose run is suspended waiting for input or approval.
-pub const EXIT_SUSPENDED: i32 = 3;
+/// Env var with the stream retention in seconds (`events.retention`; 0 = kept until purged),
+/// so the worker's `openwop_nats::stream::ensure_stream` uses the operator's `StreamSpec`.
+pub const EVENTS_MAX_AGE_ENV: &str = "OPENWOP_EVENTS_MAX_AGE_SECONDS";
 
 /// The Kubernetes-side inputs of a worker pod taken from the Workflow.
 #[derive(Debug, Clone, Default)]
@@ -111,11 +112,6 @@ pub fn snapshot_name(run: &str) -> String {
     format!("{run}-snapshot")
 }
 
-/// NATS subject of a run's events.
-pub fn events_subject(namespace: &str, run: &str) -> String {
-    format!("openwop.events.{namespace}.{run}")
-}
-
 /// Owner reference making `run` the controller of a child object.
 pub fn owner_ref(run: &Run) -> OwnerReference {
     OwnerReference {
@@ -179,15 +175,25 @@ pub fn worker_pod(run: &Run, inputs: &WorkerInputs<'_>, cfg: &OperatorConfig, at
         value: Some(v),
         ..Default::default()
     };
+    let run_id = run.uid().unwrap_or_default();
+    let stream = cfg.stream_spec();
     let mut env = vec![
         env_pair("OPENWOP_RUN_NAMESPACE", namespace.clone()),
         env_pair("OPENWOP_RUN_NAME", name.clone()),
-        env_pair("OPENWOP_RUN_ID", run.uid().unwrap_or_default()),
+        env_pair("OPENWOP_RUN_ID", run_id.clone()),
         env_pair("OPENWOP_ATTEMPT", attempt.to_string()),
         env_pair("OPENWOP_SNAPSHOT", format!("{SNAPSHOT_DIR}/snapshot.json")),
         env_pair("OPENWOP_NATS_URL", cfg.worker.nats_url.clone()),
-        env_pair("OPENWOP_EVENTS_STREAM", cfg.worker.events_stream.clone()),
-        env_pair("OPENWOP_EVENTS_SUBJECT", events_subject(&namespace, &name)),
+        env_pair("OPENWOP_EVENTS_STREAM", stream.name.clone()),
+        env_pair(
+            EVENTS_MAX_AGE_ENV,
+            stream.max_age.map_or(0, |a| a.as_secs()).to_string(),
+        ),
+        // Keyed by the runId: a Run re-created under the same name gets a new subject.
+        env_pair(
+            "OPENWOP_EVENTS_SUBJECT",
+            events_subject(&namespace, &run_id),
+        ),
         env_pair("OPENWOP_PROVIDERS_DIR", PROVIDERS_DIR.into()),
     ];
     // The API root of each configured provider that has one (openai-compatible needs it).
@@ -534,9 +540,17 @@ mod tests {
         assert_eq!(labels[LABEL_RUN], "triage-1");
         assert_eq!(labels[LABEL_ATTEMPT], "2");
         let env = serde_json::to_value(&pod.spec.unwrap().containers[0].env).unwrap();
-        assert!(env.as_array().unwrap().contains(
-            &json!({"name": "OPENWOP_EVENTS_SUBJECT", "value": "openwop.events.team-a.triage-1"})
-        ));
+        let env = env.as_array().unwrap();
+        assert!(
+            env.contains(
+                &json!({"name": "OPENWOP_EVENTS_SUBJECT", "value": "openwop.events.team-a.uid-123"})
+            ),
+            "the subject is keyed by the runId (uid), not the name"
+        );
+        assert!(
+            env.contains(&json!({"name": "OPENWOP_EVENTS_MAX_AGE_SECONDS", "value": "604800"}))
+        );
+        assert!(env.contains(&json!({"name": "OPENWOP_EVENTS_STREAM", "value": "OPENWOP_EVENTS"})));
     }
 
     #[test]

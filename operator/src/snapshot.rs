@@ -1,6 +1,8 @@
-//! The run snapshot: the resolved workflow frozen for one run, in a ConfigMap owned by the Run
-//! (`<run>-snapshot`, key `snapshot.json`). Later edits to the Workflow never reach a running
-//! run; only `answers` are refreshed when the run resumes.
+//! The run snapshot: the resolved workflow frozen for one run
+//! ([`openwop_protocol::run::snapshot::RunSnapshot`]), in a ConfigMap owned by the Run
+//! (`<run>-snapshot`, key `snapshot.json`). Later edits to the Workflow or to the operator's
+//! configuration never reach a started run; only `answers` (on resume) and `cancel` are
+//! refreshed.
 
 use std::collections::BTreeMap;
 
@@ -8,7 +10,12 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
 use openwop_crds::{CredentialMount, Run, Workflow};
-use serde_json::{Value, json};
+use openwop_protocol::retry::mock::ProviderMock;
+use openwop_protocol::run::host::HostProfile;
+use openwop_protocol::run::snapshot::{
+    Answer, KeyMount, ProviderMount, RunRef, RunSnapshot, WorkflowOrigin,
+};
+use serde_json::json;
 
 use crate::pod::{PROVIDERS_DIR, owner_ref, run_labels, snapshot_name};
 
@@ -20,8 +27,8 @@ pub const SNAPSHOT_KEY: &str = "snapshot.json";
 pub enum SnapshotError {
     #[error("snapshot ConfigMap has no {SNAPSHOT_KEY} key")]
     Missing,
-    #[error("snapshot.json is not valid JSON: {0}")]
-    Json(#[from] serde_json::Error),
+    #[error("{0}")]
+    Invalid(#[from] openwop_protocol::run::snapshot::SnapshotError),
 }
 
 /// Why a Run cannot be snapshotted: the Run fails with [`Refused::reason`] and the message.
@@ -39,6 +46,12 @@ pub enum Refused {
         workflow: String,
         known: String,
     },
+    #[error("spec.providerMocks.{node}{pointer}: {reason}")]
+    InvalidMock {
+        node: String,
+        pointer: String,
+        reason: String,
+    },
 }
 
 impl Refused {
@@ -46,7 +59,7 @@ impl Refused {
     pub fn reason(&self) -> &'static str {
         match self {
             Refused::MocksNotAllowed { .. } => "ProviderMocksNotAllowed",
-            Refused::UnknownNode { .. } => "ProviderMocksInvalid",
+            Refused::UnknownNode { .. } | Refused::InvalidMock { .. } => "ProviderMocksInvalid",
         }
     }
 
@@ -54,16 +67,22 @@ impl Refused {
     pub fn code(&self) -> &'static str {
         match self {
             Refused::MocksNotAllowed { .. } => "provider_mocks_not_allowed",
-            Refused::UnknownNode { .. } => "provider_mocks_invalid",
+            Refused::UnknownNode { .. } | Refused::InvalidMock { .. } => "provider_mocks_invalid",
         }
     }
 }
 
-/// Checks `spec.providerMocks` against the namespace gate and the workflow's nodes.
-fn check_provider_mocks(run: &Run, workflow: &Workflow, allowed: bool) -> Result<(), Refused> {
+/// `spec.providerMocks` as protocol's mocks, checked against the namespace gate and the
+/// workflow's nodes, each playable (exactly one of `responses`/`turns`, bounded delays). The
+/// one place the CRD's mock types become the snapshot's.
+pub fn provider_mocks(
+    run: &Run,
+    workflow: &Workflow,
+    allowed: bool,
+) -> Result<BTreeMap<String, ProviderMock>, Refused> {
     let mocks = &run.spec.provider_mocks;
     if mocks.is_empty() {
-        return Ok(());
+        return Ok(BTreeMap::new());
     }
     if !allowed {
         return Err(Refused::MocksNotAllowed {
@@ -82,66 +101,92 @@ fn check_provider_mocks(run: &Run, workflow: &Workflow, allowed: bool) -> Result
             known: known.join(", "),
         });
     }
-    Ok(())
+    mocks
+        .iter()
+        .map(|(node, m)| {
+            let invalid = |pointer: String, reason: String| Refused::InvalidMock {
+                node: node.clone(),
+                pointer,
+                reason,
+            };
+            let mock: ProviderMock = serde_json::to_value(m)
+                .and_then(serde_json::from_value)
+                .map_err(|e| invalid(String::new(), e.to_string()))?;
+            mock.programs()
+                .map_err(|e| invalid(e.pointer.replace('/', "."), e.reason))?;
+            Ok((node.clone(), mock))
+        })
+        .collect()
 }
 
-/// The snapshot document for `run` executing `workflow`. `mocks_allowed`: whether the
+/// The snapshot of `run` executing `workflow` under `host`. `mocks_allowed`: whether the
 /// operator allows `spec.providerMocks` in the run's namespace.
-pub fn snapshot_document(
+pub fn build_snapshot(
     run: &Run,
     workflow: &Workflow,
+    host: &HostProfile,
     mocks_allowed: bool,
-) -> Result<Value, Refused> {
-    check_provider_mocks(run, workflow, mocks_allowed)?;
+) -> Result<RunSnapshot, Refused> {
+    let provider_mocks = provider_mocks(run, workflow, mocks_allowed)?;
     // Only the credentials the worker pod mounts (none for providers only mocked nodes use).
-    let providers: Vec<Value> = crate::pod::needed_credentials(run, &workflow.spec)
-        .iter()
-        .map(|p| match p.mount_as {
-            CredentialMount::File => json!({
-                "provider": p.provider, "mountAs": "file",
-                "path": format!("{PROVIDERS_DIR}/{}/{}", p.provider, p.secret_ref.key)
-            }),
-            CredentialMount::Env => json!({
-                "provider": p.provider, "mountAs": "env", "envName": p.env_name
-            }),
+    let providers = crate::pod::needed_credentials(run, &workflow.spec)
+        .into_iter()
+        .map(|p| ProviderMount {
+            key: match p.mount_as {
+                CredentialMount::File => KeyMount::File {
+                    path: format!("{PROVIDERS_DIR}/{}/{}", p.provider, p.secret_ref.key),
+                },
+                CredentialMount::Env => KeyMount::Env {
+                    env_name: p.env_name.unwrap_or_default(),
+                },
+            },
+            provider: p.provider,
         })
         .collect();
-    let mut doc = json!({
-        "run": {
-            "namespace": run.namespace(),
-            "name": run.name_any(),
-            "uid": run.uid(),
-            "runId": run.uid(),
+    Ok(RunSnapshot {
+        run: RunRef {
+            namespace: run.namespace().unwrap_or_default(),
+            name: run.name_any(),
+            run_id: run.uid().unwrap_or_default(),
         },
-        "workflowRef": {
-            "name": workflow.name_any(),
-            "uid": workflow.uid(),
-            "generation": workflow.metadata.generation,
+        workflow_ref: WorkflowOrigin {
+            name: workflow.name_any(),
+            uid: workflow.uid(),
+            generation: workflow.metadata.generation,
         },
-        "workflow": workflow.spec.definition(),
-        "providers": providers,
-        "inputs": run.spec.inputs.clone().unwrap_or_else(|| json!({})),
-        "configurable": run.spec.configurable.clone().map(|c| serde_json::to_value(c).unwrap_or(Value::Null)).unwrap_or_else(|| json!({})),
-        "answers": answers(run),
-    });
-    if !run.spec.provider_mocks.is_empty()
-        && let Some(obj) = doc.as_object_mut()
-    {
-        obj.insert(
-            "providerMocks".into(),
-            serde_json::to_value(&run.spec.provider_mocks).unwrap_or(Value::Null),
-        );
-    }
-    Ok(doc)
+        workflow: workflow.spec.definition(),
+        providers,
+        inputs: run.spec.inputs.clone().unwrap_or_else(|| json!({})),
+        configurable: run
+            .spec
+            .configurable
+            .as_ref()
+            .and_then(|c| serde_json::to_value(c).ok())
+            .unwrap_or_else(|| json!({})),
+        answers: answers(run),
+        cancel: false,
+        provider_mocks,
+        host: host.clone(),
+    })
 }
 
 /// The run's answers, as written in the snapshot.
-pub fn answers(run: &Run) -> Value {
-    serde_json::to_value(&run.spec.answers).unwrap_or_else(|_| json!([]))
+pub fn answers(run: &Run) -> Vec<Answer> {
+    run.spec
+        .answers
+        .iter()
+        .map(|a| Answer {
+            interrupt_id: a.interrupt_id.clone(),
+            value: a.value.clone(),
+            approved: a.approved,
+            comment: a.comment.clone(),
+            content_trust: None,
+        })
+        .collect()
 }
 
-/// The ConfigMap holding `doc` for `run`.
-pub fn snapshot_configmap(run: &Run, doc: &Value) -> ConfigMap {
+/// The ConfigMap holding `snapshot` for `run`.
+pub fn snapshot_configmap(run: &Run, snapshot: &RunSnapshot) -> ConfigMap {
     ConfigMap {
         metadata: ObjectMeta {
             name: Some(snapshot_name(&run.name_any())),
@@ -152,36 +197,44 @@ pub fn snapshot_configmap(run: &Run, doc: &Value) -> ConfigMap {
         },
         data: Some(BTreeMap::from([(
             SNAPSHOT_KEY.to_string(),
-            doc.to_string(),
+            snapshot.to_json(),
         )])),
         ..Default::default()
     }
 }
 
-/// Reads the snapshot document of a ConfigMap.
-pub fn read_snapshot(cm: &ConfigMap) -> Result<Value, SnapshotError> {
+/// Reads the snapshot of a ConfigMap.
+pub fn read_snapshot(cm: &ConfigMap) -> Result<RunSnapshot, SnapshotError> {
     let text = cm
         .data
         .as_ref()
         .and_then(|d| d.get(SNAPSHOT_KEY))
         .ok_or(SnapshotError::Missing)?;
-    Ok(serde_json::from_str(text)?)
+    Ok(RunSnapshot::from_json(text, SNAPSHOT_KEY)?)
 }
 
 /// The stored snapshot with its `answers` replaced by the run's current answers; the frozen
-/// workflow is kept as it was.
-pub fn with_current_answers(stored: &Value, run: &Run) -> Value {
-    let mut doc = stored.clone();
-    if let Some(obj) = doc.as_object_mut() {
-        obj.insert("answers".into(), answers(run));
+/// workflow (and host profile) is kept as it was.
+pub fn with_current_answers(stored: &RunSnapshot, run: &Run) -> RunSnapshot {
+    RunSnapshot {
+        answers: answers(run),
+        ..stored.clone()
     }
-    doc
+}
+
+/// The stored snapshot with `cancel` set.
+pub fn with_cancel(stored: &RunSnapshot) -> RunSnapshot {
+    RunSnapshot {
+        cancel: true,
+        ..stored.clone()
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use openwop_crds::{InterruptAnswer, RunSpec, WorkflowRef};
+    use serde_json::Value;
 
     fn workflow(version: &str) -> Workflow {
         let mut w: Workflow = serde_json::from_value(json!({
@@ -217,40 +270,61 @@ mod tests {
         r
     }
 
+    fn snapshot(r: &Run, mocks_allowed: bool) -> Result<RunSnapshot, Refused> {
+        build_snapshot(r, &workflow("1"), &HostProfile::default(), mocks_allowed)
+    }
+
+    fn doc(s: &RunSnapshot) -> Value {
+        serde_json::to_value(s).unwrap()
+    }
+
     #[test]
     fn snapshot_has_the_documented_shape() {
-        let doc = snapshot_document(&run(), &workflow("1"), false).unwrap();
+        let s = snapshot(&run(), false).unwrap();
+        let d = doc(&s);
         assert_eq!(
-            doc["run"],
-            json!({"namespace": "ns", "name": "r1", "uid": "ruid", "runId": "ruid"})
+            d["run"],
+            json!({"namespace": "ns", "name": "r1", "runId": "ruid"})
         );
-        assert_eq!(doc["workflow"]["id"], "triage_v2");
-        assert_eq!(doc["workflowRef"]["generation"], 3);
-        assert_eq!(doc["inputs"], json!({"ticket": 42}));
-        assert_eq!(doc["configurable"], json!({}));
-        assert_eq!(doc["answers"], json!([]));
+        assert_eq!(d["workflow"]["id"], "triage_v2");
+        assert_eq!(d["workflowRef"]["generation"], 3);
+        assert_eq!(d["inputs"], json!({"ticket": 42}));
+        assert_eq!(d["configurable"], json!({}));
+        assert_eq!(d["answers"], json!([]));
         assert_eq!(
-            doc["providers"][0]["path"],
-            "/var/run/openwop/providers/openai/openai"
+            d["providers"][0],
+            json!({"provider": "openai", "mountAs": "file", "path": "/var/run/openwop/providers/openai/openai"})
         );
-        let cm = snapshot_configmap(&run(), &doc);
+        assert_eq!(d["host"]["limits"]["clarificationRounds"], 3);
+        assert!(d.get("cancel").is_none() && d.get("providerMocks").is_none());
+        let cm = snapshot_configmap(&run(), &s);
         assert_eq!(cm.metadata.name.as_deref(), Some("r1-snapshot"));
-        assert_eq!(read_snapshot(&cm).unwrap(), doc);
+        assert_eq!(read_snapshot(&cm).unwrap(), s);
+    }
+
+    #[test]
+    fn the_snapshot_carries_the_configured_host_profile() {
+        let cfg = crate::config::OperatorConfig::from_yaml("limits:\n  clarificationRounds: 1\n")
+            .unwrap();
+        let s =
+            build_snapshot(&run(), &workflow("1"), &cfg.host_profile().unwrap(), false).unwrap();
+        assert_eq!(s.host.limits.clarification_rounds, 1);
+        assert_eq!(doc(&s)["host"]["limits"]["clarificationRounds"], 1);
     }
 
     #[test]
     fn the_project_schema_accepts_the_frozen_definition() {
-        let doc = snapshot_document(&run(), &workflow("1"), false).unwrap();
+        let s = snapshot(&run(), false).unwrap();
         openwop_protocol::schema::validate(
             openwop_protocol::schema::Document::WorkflowDefinition,
-            &doc["workflow"],
+            &s.workflow,
         )
         .expect("definition() output is a valid workflow definition");
     }
 
     #[test]
-    fn resume_refreshes_answers_but_keeps_the_frozen_workflow() {
-        let stored = snapshot_document(&run(), &workflow("1"), false).unwrap();
+    fn resume_refreshes_answers_and_cancel_keeps_the_frozen_workflow() {
+        let stored = snapshot(&run(), false).unwrap();
         let mut later = run();
         later.spec.answers.push(InterruptAnswer {
             interrupt_id: "i1".into(),
@@ -259,12 +333,15 @@ mod tests {
             comment: None,
         });
         // The workflow was edited meanwhile; the snapshot must not follow.
-        let doc = with_current_answers(&stored, &later);
-        assert_eq!(doc["workflow"]["version"], "1");
+        let s = with_current_answers(&stored, &later);
+        assert_eq!(s.workflow["version"], "1");
         assert_eq!(
-            doc["answers"],
+            doc(&s)["answers"],
             json!([{"interruptId": "i1", "approved": true}])
         );
+        let c = with_cancel(&s);
+        assert!(c.cancel);
+        assert_eq!((c.answers.len(), &c.workflow), (1, &stored.workflow));
     }
 
     #[test]
@@ -274,6 +351,12 @@ mod tests {
             read_snapshot(&cm).unwrap_err().to_string(),
             "snapshot ConfigMap has no snapshot.json key"
         );
+        let cm = ConfigMap {
+            data: Some(BTreeMap::from([(SNAPSHOT_KEY.into(), "{}".into())])),
+            ..Default::default()
+        };
+        let e = read_snapshot(&cm).unwrap_err().to_string();
+        assert!(e.contains("missing field `run`"), "{e}");
     }
 
     #[test]
@@ -283,16 +366,20 @@ mod tests {
             "a": {"turns": [{"responses": [{"stopReason": "stop", "content": {"k": 1}, "delayMs": 100}]}]}
         }))
         .unwrap();
-        let doc = snapshot_document(&r, &workflow("1"), true).unwrap();
+        let s = snapshot(&r, true).unwrap();
+        let step = &doc(&s)["providerMocks"]["a"]["turns"][0]["responses"][0];
         assert_eq!(
-            doc["providerMocks"],
-            json!({"a": {"turns": [{"responses": [{"stopReason": "stop", "content": {"k": 1}, "delayMs": 100}]}]}})
+            (&step["stopReason"], &step["content"], &step["delayMs"]),
+            (&json!("stop"), &json!({"k": 1}), &json!(100))
         );
+        let programs = s.mock_programs().unwrap();
+        assert_eq!(programs["a"].len(), 1);
+        assert_eq!(programs["a"][0].responses[0].delay_ms, Some(100));
         // Without mocks the key is absent.
-        let plain = snapshot_document(&run(), &workflow("1"), true).unwrap();
-        assert!(plain.get("providerMocks").is_none());
+        let plain = snapshot(&run(), true).unwrap();
+        assert!(doc(&plain).get("providerMocks").is_none());
 
-        let e = snapshot_document(&r, &workflow("1"), false).unwrap_err();
+        let e = snapshot(&r, false).unwrap_err();
         assert_eq!(e.reason(), "ProviderMocksNotAllowed");
         assert_eq!(e.code(), "provider_mocks_not_allowed");
         assert!(
@@ -302,7 +389,7 @@ mod tests {
             "{e}"
         );
         // A run without mocks is never refused by the gate.
-        assert!(snapshot_document(&run(), &workflow("1"), false).is_ok());
+        assert!(snapshot(&run(), false).is_ok());
     }
 
     #[test]
@@ -312,11 +399,29 @@ mod tests {
             "b": {"responses": [{"stopReason": "stop"}]}
         }))
         .unwrap();
-        let e = snapshot_document(&r, &workflow("1"), true).unwrap_err();
+        let e = snapshot(&r, true).unwrap_err();
         assert_eq!(e.reason(), "ProviderMocksInvalid");
         assert_eq!(
             e.to_string(),
             "spec.providerMocks.b: workflow triage has no node `b` (its nodes: a); mock only nodes of the workflow"
+        );
+    }
+
+    #[test]
+    fn an_unplayable_mock_is_refused_naming_where() {
+        let mut r = run();
+        r.spec.provider_mocks = serde_json::from_value(json!({
+            "a": {"responses": [{"stopReason": "stop", "delayMs": 4000000}]}
+        }))
+        .unwrap();
+        let e = snapshot(&r, true).unwrap_err();
+        assert_eq!(
+            (e.reason(), e.code()),
+            ("ProviderMocksInvalid", "provider_mocks_invalid")
+        );
+        assert_eq!(
+            e.to_string(),
+            "spec.providerMocks.a.responses.0.delayMs: exceeds the maximum of 3600000 ms"
         );
     }
 }

@@ -737,9 +737,9 @@ async fn publish(js: &async_nats::jetstream::Context, subject: &str, body: Vec<u
         .expect("stored by JetStream");
 }
 
-fn event(seq: u64, ty: &str, payload: Value) -> Vec<u8> {
+fn event(run_id: &str, seq: u64, ty: &str, payload: Value) -> Vec<u8> {
     serde_json::to_vec(
-        &json!({"eventId": format!("ev-{seq}"), "runId": "r", "type": ty,
+        &json!({"eventId": format!("ev-{seq}"), "runId": run_id, "type": ty,
         "sequence": seq, "timestamp": "2026-01-01T00:00:00Z", "payload": payload}),
     )
     .unwrap()
@@ -791,7 +791,10 @@ async fn run_status_follows_the_event_stream_and_resumes_after_a_restart() {
     })
     .await
     .expect("stream");
-    let subject = format!("openwop.events.{}.live", ns.name);
+    // Keyed by the runId (the Run's uid), never by the name.
+    let uid = runs.get("live").await.unwrap().metadata.uid.unwrap();
+    let subject = openwop_protocol::run::subjects::events_subject(&ns.name, &uid);
+    let ev = |seq, ty, payload| event(&uid, seq, ty, payload);
     let status = |runs: Api<Run>| async move {
         runs.get("live")
             .await
@@ -800,11 +803,11 @@ async fn run_status_follows_the_event_stream_and_resumes_after_a_restart() {
             .unwrap_or_default()
     };
 
-    publish(&js, &subject, event(0, "run.started", json!({}))).await;
+    publish(&js, &subject, ev(0, "run.started", json!({}))).await;
     publish(
         &js,
         &subject,
-        event(1, "node.started", json!({"nodeId": "ask"})),
+        ev(1, "node.started", json!({"nodeId": "ask"})),
     )
     .await;
     wait_for(30, "running on node ask at sequence 1", || async {
@@ -819,16 +822,23 @@ async fn run_status_follows_the_event_stream_and_resumes_after_a_restart() {
     // Malformed messages are skipped, never fatal.
     publish(&js, &subject, b"{not json".to_vec()).await;
     publish(&js, &subject, br#"{"type":"node.started"}"#.to_vec()).await;
+    // An event speaking for another run is refused, even on this run's subject.
+    publish(
+        &js,
+        &subject,
+        event("someone-else", 4, "run.failed", json!({})),
+    )
+    .await;
     publish(
         &js,
         &format!("openwop.events.{}", ns.name),
-        event(9, "run.failed", json!({})),
+        ev(9, "run.failed", json!({})),
     )
     .await;
     publish(
         &js,
         &subject,
-        event(
+        ev(
             2,
             "clarification.requested",
             json!({"nodeId": "ask", "interruptId": "i1",
@@ -839,7 +849,7 @@ async fn run_status_follows_the_event_stream_and_resumes_after_a_restart() {
     publish(
         &js,
         &subject,
-        event(
+        ev(
             3,
             "node.suspended",
             json!({"nodeId": "ask", "interruptId": "i1", "kind": "clarification"}),
@@ -876,16 +886,16 @@ async fn run_status_follows_the_event_stream_and_resumes_after_a_restart() {
     publish(
         &js,
         &subject,
-        event(4, "node.resumed", json!({"nodeId": "ask"})),
+        ev(4, "node.resumed", json!({"nodeId": "ask"})),
     )
     .await;
     publish(
         &js,
         &subject,
-        event(5, "node.completed", json!({"nodeId": "ask"})),
+        ev(5, "node.completed", json!({"nodeId": "ask"})),
     )
     .await;
-    publish(&js, &subject, event(6, "run.completed", json!({}))).await;
+    publish(&js, &subject, ev(6, "run.completed", json!({}))).await;
     let op2 = Operator::start(&c, &ns.name, "op-nats-2", &extra);
     let st = wait_for(30, "completed at sequence 6", || async {
         let st = status(runs.clone()).await;
@@ -900,7 +910,7 @@ async fn run_status_follows_the_event_stream_and_resumes_after_a_restart() {
     publish(
         &js,
         &subject,
-        event(2, "node.started", json!({"nodeId": "ask"})),
+        ev(2, "node.started", json!({"nodeId": "ask"})),
     )
     .await;
     tokio::time::sleep(Duration::from_secs(2)).await;

@@ -36,6 +36,7 @@ fn context() -> (Arc<Context>, MockHandle) {
         now: fixed_now,
         worker_pods: None,
         nats_copies: Default::default(),
+        jetstream: None,
     };
     (Arc::new(ctx), handle)
 }
@@ -420,6 +421,7 @@ async fn cancel_without_worker_nats_falls_back_and_says_so() {
         now: fixed_now,
         worker_pods: None,
         nats_copies: Default::default(),
+        jetstream: None,
     });
     let mut r = run(Some(
         json!({"phase": "running", "workerPod": "r1-w1", "attempts": 1, "runId": "ruid",
@@ -588,5 +590,151 @@ async fn a_crashed_worker_is_retried_and_its_last_error_quoted() {
     reconcile_run(Arc::new(running_run()), ctx)
         .await
         .expect("reconcile");
+    server.await.unwrap();
+}
+
+/// A deleted Run is released even when its events cannot be purged (NATS unreachable): a
+/// Warning Event says so and the stream's retention removes them later.
+#[tokio::test]
+async fn a_deleted_run_is_released_even_when_its_events_cannot_be_purged() {
+    let (svc, mut handle) = mock::pair::<Request<Body>, Response<Body>>();
+    let ctx = Arc::new(Context {
+        client: Client::new(svc, "default"),
+        config: Arc::new(OperatorConfig::default()),
+        registry: Arc::new(NodeRegistry::builtin()),
+        metrics: Metrics::default(),
+        reporter: Reporter {
+            controller: "openwop-operator".into(),
+            instance: None,
+        },
+        now: fixed_now,
+        worker_pods: None,
+        nats_copies: Default::default(),
+        // NATS configured, but the consumer has not connected.
+        jetstream: Some(openwop_operator::events::JetStreamSlot::default()),
+    });
+    let mut r = run(Some(
+        json!({"phase": "completed", "workerPod": "r1-w1", "runId": "ruid"}),
+    ));
+    r.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        fixed_now(),
+    ));
+    let server = tokio::spawn(async move {
+        let (m, uri, _, send) = next(&mut handle).await;
+        assert_eq!(
+            (m, uri.as_str()),
+            (Method::DELETE, "/api/v1/namespaces/team-a/pods/r1-w1?")
+        );
+        respond(send, 404, not_found());
+        let (m, _, body, send) = next(&mut handle).await;
+        assert_eq!(m, Method::POST);
+        assert_eq!(
+            (body["type"].as_str(), body["reason"].as_str()),
+            (Some("Warning"), Some("EventsNotPurged"))
+        );
+        let note = body["note"].as_str().unwrap();
+        assert_eq!(
+            note,
+            "could not purge the run's events (runId ruid) from stream OPENWOP_EVENTS: the operator is not connected to NATS; they expire with the stream's retention (168h)"
+        );
+        respond(send, 201, body);
+        // The finalizer is removed all the same.
+        let (m, uri, body, send) = next(&mut handle).await;
+        assert_eq!(m, Method::PATCH);
+        assert_eq!(uri, "/apis/openwop.dev/v1alpha1/namespaces/team-a/runs/r1?");
+        assert!(body.to_string().contains("finalizers"), "{body}");
+        respond(send, 200, run_echo());
+    });
+    reconcile_run(Arc::new(r), ctx).await.expect("reconcile");
+    server.await.unwrap();
+}
+
+fn run_with_uid(uid: &str, last_sequence: Option<u64>) -> Value {
+    let mut r = json!({"apiVersion": "openwop.dev/v1alpha1", "kind": "Run",
+        "metadata": {"name": "r1", "namespace": "team-a", "uid": uid, "resourceVersion": "7"},
+        "spec": {"workflowRef": {"name": "triage"}}});
+    if let Some(seq) = last_sequence {
+        r["status"] = json!({"phase": "running", "lastSequence": seq, "events": seq + 1});
+    }
+    r
+}
+
+fn event(run_id: &str, seq: u64, ty: &str) -> Value {
+    json!({"eventId": format!("{run_id}-{seq}"), "runId": run_id, "type": ty, "sequence": seq,
+           "timestamp": "2026-01-01T00:00:00Z", "payload": {}})
+}
+
+/// Run r1 was deleted and re-created: the old run's late events (its uid) never touch the
+/// new Run of the same name; the new run's events do.
+#[tokio::test]
+async fn events_are_routed_by_uid_across_delete_and_recreate() {
+    use openwop_operator::events::apply_to_run;
+    let (svc, mut handle) = mock::pair::<Request<Body>, Response<Body>>();
+    let client = Client::new(svc, "default");
+    let cfg = OperatorConfig::default();
+    let server = tokio::spawn(async move {
+        // Old uid, no cache: a LIST of the namespace finds only the new r1; nothing else.
+        let (m, uri, _, send) = next(&mut handle).await;
+        assert_eq!(m, Method::GET);
+        assert_eq!(
+            uri,
+            "/apis/openwop.dev/v1alpha1/namespaces/team-a/runs?&labelSelector=%21openwop.dev%2Finstance"
+        );
+        respond(
+            send,
+            200,
+            json!({"apiVersion": "openwop.dev/v1alpha1", "kind": "RunList", "metadata": {},
+                   "items": [run_with_uid("uid-new", Some(0))]}),
+        );
+        // New uid: found in the cache (no LIST), read fresh, patched.
+        let (m, uri, _, send) = next(&mut handle).await;
+        assert_eq!(
+            (m, uri.as_str()),
+            (
+                Method::GET,
+                "/apis/openwop.dev/v1alpha1/namespaces/team-a/runs/r1"
+            )
+        );
+        respond(send, 200, run_with_uid("uid-new", Some(0)));
+        let (m, uri, body, send) = next(&mut handle).await;
+        assert_eq!(m, Method::PATCH);
+        assert!(
+            uri.starts_with("/apis/openwop.dev/v1alpha1/namespaces/team-a/runs/r1/status?"),
+            "{uri}"
+        );
+        assert_eq!(body["status"]["phase"], "completed");
+        assert_eq!(body["status"]["lastSequence"], 1);
+        assert_eq!(body["metadata"]["resourceVersion"], "7");
+        respond(send, 200, run_with_uid("uid-new", Some(1)));
+        // The cache still had the old Run: the GET shows the name now has another uid.
+        let (m, _, _, send) = next(&mut handle).await;
+        assert_eq!(m, Method::GET);
+        respond(send, 200, run_with_uid("uid-new", Some(1)));
+    });
+    let old = [event("uid-old", 5, "run.failed")];
+    assert!(
+        !apply_to_run(&client, &cfg, None, "team-a", "uid-old", &old)
+            .await
+            .unwrap(),
+        "dropped"
+    );
+    let (store, mut writer) = kube::runtime::reflector::store::<Run>();
+    let new_run: Run = serde_json::from_value(run_with_uid("uid-new", Some(0))).unwrap();
+    writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(new_run));
+    let new = [event("uid-new", 1, "run.completed")];
+    assert!(
+        apply_to_run(&client, &cfg, Some(&store), "team-a", "uid-new", &new)
+            .await
+            .unwrap()
+    );
+    // A stale cache that still maps the old uid to r1 does not misroute either.
+    let (stale, mut w) = kube::runtime::reflector::store::<Run>();
+    let old_run: Run = serde_json::from_value(run_with_uid("uid-old", Some(3))).unwrap();
+    w.apply_watcher_event(&kube::runtime::watcher::Event::Apply(old_run));
+    assert!(
+        !apply_to_run(&client, &cfg, Some(&stale), "team-a", "uid-old", &old)
+            .await
+            .unwrap()
+    );
     server.await.unwrap();
 }

@@ -411,7 +411,7 @@ fn fence_content(text: &str) -> Option<(usize, usize)> {
             .map_or(text.len(), |n| info_start + n);
         let info = text[info_start..info_end].trim().to_ascii_lowercase();
         let content_start = (info_end + 1).min(text.len());
-        let close = text[content_start..].find("```").map(|n| content_start + n);
+        let close = closing_fence(text, content_start);
         if info.is_empty() || info.starts_with("json") {
             return Some((content_start, close.unwrap_or(text.len())));
         }
@@ -419,6 +419,21 @@ fn fence_content(text: &str) -> Option<(usize, usize)> {
             Some(c) => search = c + 3,
             None => return None,
         }
+    }
+    None
+}
+
+/// The closing fence after `from`: three backticks that start a line (after optional
+/// blanks). Backticks inside the JSON (e.g. in a string value) do not close the block.
+fn closing_fence(text: &str, from: usize) -> Option<usize> {
+    let mut search = from;
+    while let Some(rel) = text[search..].find("```") {
+        let at = search + rel;
+        let line_start = text[..at].rfind('\n').map_or(0, |n| n + 1);
+        if line_start >= from && text[line_start..at].trim().is_empty() {
+            return Some(at);
+        }
+        search = at + 3;
     }
     None
 }

@@ -259,3 +259,11 @@ proptest! {
         prop_assert!(text[off..].starts_with('{'), "offset {} does not start the document", off);
     }
 }
+
+#[test]
+fn backticks_inside_a_fenced_json_string_do_not_close_the_fence() {
+    // Found by the round-trip property: a string value holding ``` inside a ```json block.
+    let text = "```json\n{\"a\":\"```\"}\n```\n";
+    let r = parse(text).unwrap();
+    assert_eq!(r.value, serde_json::json!({"a": "```"}));
+}

@@ -48,6 +48,7 @@ grep -q '^kind: ServiceMonitor' "$work/full-sm.yaml" || fail "full values render
 grep -q '^kind: NetworkPolicy' "$work/full.yaml" || fail "full values render no NetworkPolicy"
 grep -q 'volumeClaimTemplates' "$work/full.yaml" || fail "persistence renders no volumeClaimTemplates"
 grep -q '^kind: StatefulSet' "$work/external-nats.yaml" && fail "external NATS still renders the StatefulSet"
+grep -q 'retention: "2592000"' "$work/full.yaml" || fail "nats.stream.maxAge in seconds not passed as events.retention"
 grep -q 'natsUrl: nats://nats.messaging.svc:4222' "$work/external-nats.yaml" \
   || fail "external NATS URL not passed to the operator config"
 # nats.external.credentialsSecret: mounted into the operator, named in its config, RBAC for
@@ -72,6 +73,7 @@ dpod = find(default, "Deployment", "-operator")["spec"]["template"]["spec"]
 assert all(v["name"] != "nats-credentials" for v in dpod["volumes"]), dpod["volumes"]
 dcfg = yaml.safe_load(find(default, "ConfigMap", "-operator")["data"]["config.yaml"])
 assert dcfg["natsCredentials"]["dir"] == "", dcfg
+assert dcfg["events"]["retention"] == "168h", dcfg["events"]
 assert all("secrets" not in r["resources"] for r in find(default, "ClusterRole", "-operator")["rules"])
 PY
 
@@ -90,6 +92,7 @@ expect_refusal "a credentials Secret named like the operator's copies" --set nat
   --set nats.external.url=nats://x:4222 --set nats.external.credentialsSecret=openwop-nats-credentials
 expect_refusal "two replicas without leader election" --set operator.leaderElection.enabled=false
 expect_refusal "runAsUser 0" --set worker.runAsUser=0
+expect_refusal "a retention that is no duration" --set nats.stream.maxAge=7days
 expect_refusal "ServiceMonitor without its API" --set serviceMonitor.enabled=true
 
 if command -v nats-server >/dev/null; then

@@ -139,6 +139,11 @@ schema = {
         "nats": obj({
             "enabled": BOOL,
             "eventsStream": {"type": "string", "pattern": "^[A-Za-z0-9_-]+$"},
+            # Whole seconds, or <n><unit> groups (s, m, h, d); 0 = keep until purged.
+            "stream": obj({"maxAge": {"oneOf": [
+                int_range(0, 100 * 365 * 86400),
+                {"type": "string", "pattern": "^([0-9]+|([0-9]+[smhd])+)$"},
+            ]}}),
             "image": IMAGE,
             "port": PORT,
             "monitorPort": PORT,

@@ -1,6 +1,8 @@
-//! `kubectl-openwop events RUN [-f] [--json] [--since-seq N]`: reads the run's JetStream
-//! subjects (`openwop.events.<ns>.<run>` and `openwop.reasoning.<ns>.<run>`) with an ordered
-//! consumer and prints a timeline, the reasoning in its own lane.
+//! `kubectl-openwop events RUN [-f] [--json] [--since-seq N]`: reads the Run's `status.runId`
+//! (its uid: a Run re-created under the same name is a new run with its own log), then the
+//! run's JetStream subjects (`openwop.events.<ns>.<runId>` and
+//! `openwop.reasoning.<ns>.<runId>`, [`openwop_protocol::run::subjects`]) with an ordered
+//! consumer, and prints a timeline, the reasoning in its own lane.
 
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -10,7 +12,11 @@ use anyhow::{Context as _, Result, bail};
 use async_nats::jetstream::{self, consumer};
 use clap::Args;
 use futures::StreamExt;
+use kube::ResourceExt;
+use kube::api::Api;
+use openwop_crds::Run;
 use openwop_nats::NatsAuth;
+use openwop_protocol::run::subjects::{DEFAULT_STREAM, events_subject, reasoning_subject};
 use serde_json::{Value, json};
 
 use super::{Style, one_line};
@@ -57,8 +63,12 @@ pub struct EventsArgs {
     #[arg(long, value_name = "USER", env = "OPENWOP_NATS_USER")]
     pub nats_user: Option<String>,
     /// JetStream stream holding the run's subjects.
-    #[arg(long, env = "OPENWOP_EVENTS_STREAM", default_value = "OPENWOP_EVENTS")]
+    #[arg(long, env = "OPENWOP_EVENTS_STREAM", default_value = DEFAULT_STREAM)]
     pub stream: String,
+    /// The run's runId (the Run's uid): skips reading the Run from the API server, e.g. for
+    /// the events of a deleted Run that the stream still holds.
+    #[arg(long, value_name = "UID")]
+    pub run_id: Option<String>,
 }
 
 /// Which subject family a message came from.
@@ -77,12 +87,40 @@ impl Lane {
     }
 }
 
-pub fn events_subject(ns: &str, run: &str) -> String {
-    format!("openwop.events.{ns}.{run}")
+/// The runId of a Run as its status shows it, or why there is none yet.
+pub fn run_id_of(run: &Run) -> Result<String> {
+    match run.status.as_ref().and_then(|s| s.run_id.clone()) {
+        Some(id) if !id.is_empty() => Ok(id),
+        _ => bail!(
+            "Run {}/{} has no runId yet: the operator has not reconciled it (is it running, and does it handle this Run?); retry in a moment",
+            run.namespace().unwrap_or_default(),
+            run.name_any()
+        ),
+    }
 }
 
-pub fn reasoning_subject(ns: &str, run: &str) -> String {
-    format!("openwop.reasoning.{ns}.{run}")
+/// The runId of Run `name`: `--run-id`, else the Run's `status.runId`.
+async fn resolve_run_id(
+    args: &EventsArgs,
+    config: Option<kube::Config>,
+    namespace: &str,
+) -> Result<String> {
+    if let Some(id) = &args.run_id {
+        return Ok(id.clone());
+    }
+    let name = &args.run;
+    let hint = "(the run's events are keyed by its runId; pass --run-id UID to read them without the API server)";
+    let config = config.with_context(|| {
+        format!("cannot load a Kubernetes configuration to read Run {namespace}/{name} {hint}")
+    })?;
+    let client = kube::Client::try_from(config).context("cannot build a Kubernetes client")?;
+    let api: Api<Run> = Api::namespaced(client, namespace);
+    let run = api
+        .get_opt(name)
+        .await
+        .with_context(|| format!("cannot read Run {namespace}/{name} {hint}"))?
+        .with_context(|| format!("Run {namespace}/{name} not found {hint}"))?;
+    run_id_of(&run)
 }
 
 fn s<'a>(v: &'a Value, key: &str) -> &'a str {
@@ -281,22 +319,31 @@ fn nats_auth(args: &EventsArgs) -> Result<NatsAuth> {
     Ok(NatsAuth::None)
 }
 
-fn is_terminal_event(t: &str) -> bool {
-    matches!(t, "run.completed" | "run.failed" | "run.cancelled")
+/// Whether a run event ends the run (its phase is terminal).
+fn is_terminal_event(t: &str, payload: &Value) -> bool {
+    let mut p = openwop_protocol::run::projection::Projection::default();
+    p.apply(&json!({"type": t, "payload": payload}));
+    p.phase.is_some_and(|ph| ph.is_terminal())
 }
 
 pub async fn run(mut args: EventsArgs) -> Result<()> {
     let style = Style::detect();
-    // Only the namespace is taken from the kubeconfig; events never touch the API server.
+    // The kubeconfig gives the namespace and the API server where the Run's runId is read.
+    let config = if args.run_id.is_some() && args.namespace.is_some() {
+        None
+    } else {
+        kube::Config::infer().await.ok()
+    };
     let namespace = match args.namespace.take() {
         Some(ns) => ns,
-        None => kube::Config::infer()
-            .await
-            .map(|c| c.default_namespace)
-            .unwrap_or_else(|_| "default".into()),
+        None => config
+            .as_ref()
+            .map(|c| c.default_namespace.clone())
+            .unwrap_or_else(|| "default".into()),
     };
-    let events = events_subject(&namespace, &args.run);
-    let reasoning = reasoning_subject(&namespace, &args.run);
+    let run_id = resolve_run_id(&args, config, &namespace).await?;
+    let events = events_subject(&namespace, &run_id);
+    let reasoning = reasoning_subject(&namespace, &run_id);
     let auth = nats_auth(&args)?;
     let client = openwop_nats::connect_options(
         concat!("kubectl-openwop/", env!("CARGO_PKG_VERSION")),
@@ -382,7 +429,11 @@ pub async fn run(mut args: EventsArgs) -> Result<()> {
             && args
                 .since_seq
                 .is_some_and(|n| body.get("sequence").and_then(Value::as_u64).unwrap_or(0) < n);
-        let terminal = lane == Lane::Events && is_terminal_event(s(&body, "type"));
+        let terminal = lane == Lane::Events
+            && is_terminal_event(
+                s(&body, "type"),
+                body.get("payload").unwrap_or(&Value::Null),
+            );
         if !skip {
             let line = if args.json {
                 json_line(lane, msg.subject.as_str(), stream_seq, body)
@@ -482,5 +533,31 @@ mod tests {
         assert_eq!(v["lane"], "reasoning");
         assert_eq!(v["streamSequence"], 4);
         assert_eq!(v["message"]["kind"], "reasoning.thought");
+    }
+
+    #[test]
+    fn the_run_id_comes_from_status_and_its_absence_is_explained() {
+        let mut run: Run = serde_json::from_value(json!({
+            "apiVersion": "openwop.dev/v1alpha1", "kind": "Run",
+            "metadata": {"name": "r1", "namespace": "team-a", "uid": "u-1"},
+            "spec": {"workflowRef": {"name": "w"}}}))
+        .unwrap();
+        let e = run_id_of(&run).unwrap_err().to_string();
+        assert!(
+            e.starts_with("Run team-a/r1 has no runId yet: the operator has not reconciled it"),
+            "{e}"
+        );
+        run.status = Some(serde_json::from_value(json!({"runId": "u-1"})).unwrap());
+        assert_eq!(run_id_of(&run).unwrap(), "u-1");
+        assert_eq!(events_subject("team-a", "u-1"), "openwop.events.team-a.u-1");
+    }
+
+    #[test]
+    fn terminal_events_follow_the_projection() {
+        assert!(is_terminal_event("run.completed", &json!({})));
+        assert!(is_terminal_event("run.failed", &json!({})));
+        assert!(is_terminal_event("run.cancelled", &json!({})));
+        assert!(!is_terminal_event("node.completed", &json!({})));
+        assert!(!is_terminal_event("node.suspended", &json!({})));
     }
 }

@@ -64,7 +64,8 @@ pub fn build_answer(run: &Run, args: &ResumeArgs) -> Result<InterruptAnswer> {
                 .status
                 .as_ref()
                 .and_then(|s| s.phase)
-                .map_or("pending", |p| p.as_str());
+                .unwrap_or_default()
+                .as_str();
             bail!(
                 "Run {name} has no pending interrupt (phase {phase}); nothing to resume. Check `kubectl openwop describe {name}`"
             )

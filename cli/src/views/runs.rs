@@ -79,10 +79,7 @@ pub fn runs_table(runs: &[Run], now: Timestamp, with_namespace: bool) -> String 
                 .workflow
                 .clone()
                 .unwrap_or_else(|| run.spec.workflow_ref.to_string()),
-            status
-                .phase
-                .map(|p| p.as_str().to_owned())
-                .unwrap_or_else(|| "pending".into()),
+            status.phase.unwrap_or_default().as_str().to_owned(),
             status.current_node.clone().unwrap_or_else(|| "-".into()),
             age_of(run, now),
         ];
@@ -166,7 +163,7 @@ pub fn describe_text(run: &Run, now: Timestamp) -> String {
     let _ = writeln!(
         o,
         "Phase:         {}",
-        status.phase.map(|p| p.as_str()).unwrap_or("pending")
+        status.phase.unwrap_or_default().as_str()
     );
     let _ = writeln!(o, "Current node:  {}", opt(status.current_node.clone()));
     let _ = writeln!(o, "Age:           {}", age_of(run, now));

@@ -1,0 +1,123 @@
+//! The Workflow and Run reconcilers.
+//!
+//! * [`workflow`] — Workflow validation (`Ready` / `Invalid`);
+//! * [`run`] — the Run entry point: finalizer (worker pod deletion, purge of the run's
+//!   subjects), terminal phases and TTLs, timeout;
+//! * [`start`] — snapshot, workflow resolution, the concurrency queue and worker start;
+//! * [`observe`] — the running worker: exit codes, termination summary, crashes and backoff;
+//! * [`cancel`] — `spec.cancel`;
+//! * [`namespace`] — what a Run namespace needs: the worker ServiceAccount and the NATS
+//!   credentials copy;
+//! * [`common`] — conditions, the status [`common::Step`], Events.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::jiff::Timestamp;
+use kube::Client;
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::Store;
+use openwop_protocol::workflow_check::NodeRegistry;
+
+use crate::config::OperatorConfig;
+use crate::metrics::Metrics;
+
+mod cancel;
+mod common;
+mod namespace;
+mod observe;
+mod run;
+mod start;
+mod workflow;
+
+pub use common::backoff_seconds;
+pub use run::reconcile_run;
+pub use start::worker_selector;
+pub use workflow::reconcile_workflow;
+
+/// Finalizer on Runs: deletes the worker pod and snapshot promptly when a Run is deleted.
+pub const RUN_FINALIZER: &str = "openwop.dev/cleanup";
+
+/// Reconciler errors (retried with backoff by `error_policy`).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("Kubernetes API error: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("run snapshot: {0}")]
+    Snapshot(#[from] crate::snapshot::SnapshotError),
+    #[error("finalizer: {0}")]
+    Finalizer(String),
+    #[error("{kind} {name} has no namespace")]
+    NoNamespace { kind: &'static str, name: String },
+    #[error("NATS credentials (natsCredentials.dir, chart nats.external.credentialsSecret): {0}")]
+    NatsCredentials(#[from] openwop_nats::AuthError),
+    #[error("{0}")]
+    HostProfile(#[from] crate::config::ProfileError),
+}
+
+impl Error {
+    /// A 409 from the apiserver (stale resourceVersion), also when wrapped by the finalizer.
+    pub fn is_conflict(&self) -> bool {
+        match self {
+            Error::Kube(kube::Error::Api(s)) => s.code == 409,
+            Error::Finalizer(m) => m.contains("409"),
+            _ => false,
+        }
+    }
+
+    /// Metric label.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Error::Kube(_) => "Kube",
+            Error::Snapshot(_) => "Snapshot",
+            Error::Finalizer(_) => "Finalizer",
+            Error::NoNamespace { .. } => "NoNamespace",
+            Error::NatsCredentials(_) => "NatsCredentials",
+            Error::HostProfile(_) => "HostProfile",
+        }
+    }
+}
+
+/// Shared state of the reconcilers.
+pub struct Context {
+    pub client: Client,
+    pub config: Arc<OperatorConfig>,
+    pub registry: Arc<NodeRegistry>,
+    pub metrics: Metrics,
+    pub reporter: Reporter,
+    /// Injected clock, so tests are deterministic.
+    pub now: fn() -> Timestamp,
+    /// Cache of the worker pods (labels `component=worker`, `managed-by`), fed by a watch the
+    /// binary runs; `None` lists them from the API server at each worker start instead.
+    pub worker_pods: Option<Store<Pod>>,
+    /// The NATS credentials last applied per namespace (`natsCredentials`) and when, so a
+    /// worker start does not re-apply an unchanged copy.
+    pub nats_copies: NatsCopies,
+    /// JetStream of the run events (set by the event consumer once connected), for the
+    /// finalizer's purge of a deleted Run's subjects; `None` without `events.natsUrl`.
+    pub jetstream: Option<crate::events::JetStreamSlot>,
+}
+
+/// Per namespace: the NATS credentials of the copy last applied, and when.
+pub type NatsCopies =
+    std::sync::Mutex<std::collections::HashMap<String, (openwop_nats::NatsAuth, Instant)>>;
+
+impl Context {
+    pub(super) fn recorder(&self) -> Recorder {
+        Recorder::new(self.client.clone(), self.reporter.clone())
+    }
+}
+
+/// Requeue policy after an error: log, count, retry later. Never crash-loops.
+pub fn error_policy<K>(_obj: Arc<K>, err: &Error, ctx: Arc<Context>) -> Action {
+    ctx.metrics.reconcile_failed("controller", err.reason());
+    if err.is_conflict() {
+        // Someone wrote the object meanwhile; its watch event brings the fresh copy.
+        tracing::debug!(error = %err, "reconcile raced a concurrent write");
+        return Action::requeue(Duration::from_secs(1));
+    }
+    tracing::warn!(error = %err, "reconcile failed");
+    Action::requeue(Duration::from_secs(15))
+}

@@ -1,0 +1,68 @@
+//! What a Run namespace needs before a worker pod can start there: the worker
+//! ServiceAccount (no RBAC, token never mounted) and, with `natsCredentials`, the copy of the
+//! operator's NATS credentials that worker pods mount.
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
+use kube::api::{Api, Patch, PatchParams};
+use serde_json::json;
+
+use super::{Context, Error};
+use crate::pod::{LABEL_MANAGED_BY, MANAGER, nats_credentials_secret};
+
+/// An unchanged NATS credentials copy is re-applied after this long anyway, in case someone
+/// deleted or edited it.
+const NATS_COPY_REFRESH: Duration = Duration::from_secs(300);
+
+/// The default worker service account, created in the Run's namespace when missing. It has
+/// no RBAC and its token is never mounted; it exists because pod admission requires it.
+pub(super) async fn ensure_worker_service_account(ctx: &Context, ns: &str) -> Result<(), Error> {
+    let name = &ctx.config.worker.service_account_name;
+    let api: Api<ServiceAccount> = Api::namespaced(ctx.client.clone(), ns);
+    if api.get_opt(name).await?.is_some() {
+        return Ok(());
+    }
+    let sa = json!({
+        "apiVersion": "v1", "kind": "ServiceAccount",
+        "metadata": {"name": name, "labels": {LABEL_MANAGED_BY: MANAGER}},
+        "automountServiceAccountToken": false
+    });
+    api.patch(name, &PatchParams::apply(MANAGER), &Patch::Apply(&sa))
+        .await?;
+    Ok(())
+}
+
+/// With `natsCredentials` configured: the copy of the operator's NATS credentials in `ns`
+/// that worker pods mount, applied when its content changed (a rotation) or went unchecked for
+/// `NATS_COPY_REFRESH`. Credentials are read from the mounted Secret each time.
+pub(super) async fn ensure_nats_credentials(ctx: &Context, ns: &str) -> Result<(), Error> {
+    let cfg = &ctx.config.nats_credentials;
+    if cfg.dir.is_empty() {
+        return Ok(());
+    }
+    let auth = cfg.load()?;
+    let fresh = ctx
+        .nats_copies
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(ns)
+        .is_some_and(|(applied, at)| *applied == auth && at.elapsed() < NATS_COPY_REFRESH);
+    if fresh {
+        return Ok(());
+    }
+    let secret = nats_credentials_secret(&cfg.worker_secret, ns, auth.secret_data());
+    let api: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
+    api.patch(
+        &cfg.worker_secret,
+        &PatchParams::apply(MANAGER).force(),
+        &Patch::Apply(&secret),
+    )
+    .await?;
+    ctx.nats_copies
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(ns.to_owned(), (auth, Instant::now()));
+    tracing::debug!(namespace = ns, secret = %cfg.worker_secret, "NATS credentials copy applied");
+    Ok(())
+}

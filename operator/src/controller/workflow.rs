@@ -1,0 +1,118 @@
+//! The Workflow reconciler: validates the definition against the node registry and the
+//! advertised kinds, and reports `Ready` (reason `Valid`) or not (reason = first problem).
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::ResourceExt;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
+use openwop_crds::{Workflow, WorkflowStatus};
+use openwop_protocol::workflow_check::{CheckOptions, Tier1Posture, check_workflow};
+use serde_json::json;
+
+use super::common::{condition, publish, set_condition};
+use super::{Context, Error};
+use crate::discovery::advertised_kinds;
+use crate::pod::MANAGER;
+
+/// How many problems a Workflow's Ready message quotes.
+const MESSAGE_PROBLEMS: usize = 5;
+
+/// Validates a Workflow and reports `Ready` (reason `Valid`) or not (reason = first problem).
+pub async fn reconcile_workflow(wf: Arc<Workflow>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let started = std::time::Instant::now();
+    ctx.metrics.reconcile_started("workflow");
+    let ns = wf.namespace().ok_or_else(|| Error::NoNamespace {
+        kind: "Workflow",
+        name: wf.name_any(),
+    })?;
+    let kinds: BTreeSet<String> = advertised_kinds().into_iter().collect();
+    let opts = CheckOptions {
+        registry: &ctx.registry,
+        advertised_kinds: &kinds,
+        tier1: Tier1Posture::parse(&ctx.config.tier_one_subset_compliance).unwrap_or_default(),
+        mock_agent_opt_in: ctx.config.conformance.mock_agent_allowed_in(&ns),
+    };
+    let report = check_workflow(&wf.spec.definition(), &opts);
+    let now = (ctx.now)();
+    let old = wf.status.clone().unwrap_or_default();
+    let generation = wf.metadata.generation;
+    let ready = if report.is_valid() {
+        let mut msg = format!("definition is valid ({} nodes)", wf.spec.nodes.len());
+        if !report.warnings.is_empty() {
+            let w: Vec<String> = report
+                .warnings
+                .iter()
+                .take(MESSAGE_PROBLEMS)
+                .map(ToString::to_string)
+                .collect();
+            msg.push_str(&format!(
+                "; {} warning(s): {}",
+                report.warnings.len(),
+                w.join("; ")
+            ));
+        }
+        condition(
+            "Ready",
+            true,
+            "Valid",
+            msg,
+            generation,
+            now,
+            &old.conditions,
+        )
+    } else {
+        let e: Vec<String> = report
+            .errors
+            .iter()
+            .take(MESSAGE_PROBLEMS)
+            .map(ToString::to_string)
+            .collect();
+        let more = report.errors.len().saturating_sub(MESSAGE_PROBLEMS);
+        let mut msg = format!("Invalid: {}", e.join("; "));
+        if more > 0 {
+            msg.push_str(&format!(" (and {more} more)"));
+        }
+        condition(
+            "Ready",
+            false,
+            report.errors[0].code.as_str(),
+            msg,
+            generation,
+            now,
+            &old.conditions,
+        )
+    };
+    let mut status = WorkflowStatus {
+        observed_generation: generation,
+        conditions: old.conditions.clone(),
+        node_count: Some(wf.spec.nodes.len() as u32),
+    };
+    set_condition(&mut status.conditions, ready.clone());
+    if status != old {
+        let api: Api<Workflow> = Api::namespaced(ctx.client.clone(), &ns);
+        let patch =
+            json!({"apiVersion": "openwop.dev/v1alpha1", "kind": "Workflow", "status": status});
+        api.patch_status(
+            &wf.name_any(),
+            &PatchParams::apply(MANAGER).force(),
+            &Patch::Apply(&patch),
+        )
+        .await?;
+        let previous = old.conditions.iter().find(|c| c.type_ == "Ready");
+        if previous.map(|c| (&c.status, &c.message)) != Some((&ready.status, &ready.message)) {
+            let (t, reason) = if ready.status == "True" {
+                (EventType::Normal, "Validated")
+            } else {
+                (EventType::Warning, "Invalid")
+            };
+            publish(&ctx, wf.as_ref(), t, reason, ready.message.clone()).await;
+        }
+    }
+    ctx.metrics
+        .observe_duration("workflow", started.elapsed().as_secs_f64());
+    Ok(Action::requeue(Duration::from_secs(600)))
+}
