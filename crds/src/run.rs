@@ -8,7 +8,7 @@ use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::schema::{any_json, free_object};
+use crate::schema::free_object;
 
 /// Desired state of a Run: which workflow, with which inputs, answers to its pending
 /// interrupts, and whether to cancel it.
@@ -90,68 +90,11 @@ pub struct RunSpec {
     pub provider_mocks: BTreeMap<String, ProviderMock>,
 }
 
-/// The scripted responses of one node: `responses` (the program of a node that asks no
-/// clarification) or `turns` (one program per clarification turn: each answered question
-/// starts a new worker, which plays the next turn's program).
-#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
-#[x_kube(
-    validation = Rule::new("has(self.responses) != has(self.turns)")
-        .message("set exactly one of responses (one program) or turns (one program per clarification turn)")
-)]
-pub struct ProviderMock {
-    /// One response per provider call, in order (same as a single entry in `turns`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 64))]
-    pub responses: Option<Vec<MockStep>>,
-    /// One program per clarification turn (turn 0 = before the first answer).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 16))]
-    pub turns: Option<Vec<MockTurn>>,
-}
-
-/// The program of one clarification turn.
-#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
-pub struct MockTurn {
-    /// One response per provider call, in order.
-    #[schemars(length(min = 1, max = 64))]
-    pub responses: Vec<MockStep>,
-}
-
-/// One scripted provider response.
-#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
-#[serde(rename_all = "camelCase")]
-pub struct MockStep {
-    /// The vendor stop reason, in any vendor's spelling: `stop`, `end_turn`, `max_tokens`,
-    /// `length`, `MAX_TOKENS`, `refusal`, `safety`, …
-    #[schemars(length(min = 1, max = 64))]
-    pub stop_reason: String,
-    /// The model output: a string (raw text, parsed leniently) or any JSON value (an
-    /// already-structured payload, as tool calls and JSON modes return it).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(schema_with = "any_json")]
-    pub content: Option<Value>,
-    /// Refusal text (with `stopReason: refusal`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = 4096))]
-    pub refusal_text: Option<String>,
-    /// Provider thinking returned beside the content (feeds the reasoning stream).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = 16384))]
-    pub thinking: Option<String>,
-    /// Reported output tokens.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0, max = 10000000))]
-    pub output_tokens: Option<u64>,
-    /// Reported input tokens.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0, max = 10000000))]
-    pub input_tokens: Option<u64>,
-    /// How long the call stays in flight before this response is returned (milliseconds),
-    /// e.g. to disrupt a run mid-call in a test.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0, max = 3600000))]
-    pub delay_ms: Option<u64>,
-}
+/// `spec.providerMocks` values: protocol's mock types (one definition for the CRD, the
+/// snapshot and the mock provider).
+pub use openwop_protocol::retry::mock::{
+    MockProgram as MockTurn, MockResponse as MockStep, ProviderMock,
+};
 
 /// Reference to the Workflow of a Run.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]

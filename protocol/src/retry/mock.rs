@@ -7,36 +7,69 @@
 //! `content` is a string (raw model text, parsed leniently) or any other JSON value (an
 //! already-structured payload, as a tool call or vendor JSON mode returns it).
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::response::{NormalizedResponse, Usage, normalize_any};
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+// The schema annotations (lengths, ranges, `x-kubernetes-*`) are what the Run CRD's
+// `spec.providerMocks` publishes: the CRD uses these types, so the mock the apiserver
+// admits is exactly the mock the worker plays.
+
+/// The program of one node (or of one clarification turn): one response per provider
+/// call, in order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct MockProgram {
+    /// One response per provider call, in order.
+    #[schemars(length(min = 1, max = 64))]
     pub responses: Vec<MockResponse>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// One scripted provider response.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct MockResponse {
+    /// The vendor stop reason, in any vendor's spelling: `stop`, `end_turn`, `max_tokens`,
+    /// `length`, `MAX_TOKENS`, `refusal`, `safety`, …
+    #[schemars(length(min = 1, max = 64))]
     pub stop_reason: String,
-    #[serde(default)]
-    pub content: Option<Value>,
-    #[serde(default)]
-    pub refusal_text: Option<String>,
-    /// Provider thinking returned beside the content (as a vendor's thinking block would be).
-    #[serde(default)]
-    pub thinking: Option<String>,
-    #[serde(default)]
-    pub output_tokens: u64,
-    #[serde(default)]
-    pub input_tokens: u64,
-    /// How long the call stays in flight before this response is returned (milliseconds,
-    /// at most [`MAX_DELAY_MS`]); ignored by `envelope simulate`.
+    /// The model output: a string (raw text, parsed leniently) or any JSON value (an
+    /// already-structured payload, as tool calls and JSON modes return it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "any_json")]
+    pub content: Option<Value>,
+    /// Refusal text (with `stopReason: refusal`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 4096))]
+    pub refusal_text: Option<String>,
+    /// Provider thinking returned beside the content (feeds the reasoning stream).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 16384))]
+    pub thinking: Option<String>,
+    /// Reported output tokens.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    #[schemars(range(min = 0, max = 10000000))]
+    pub output_tokens: u64,
+    /// Reported input tokens.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    #[schemars(range(min = 0, max = 10000000))]
+    pub input_tokens: u64,
+    /// How long the call stays in flight before this response is returned (milliseconds),
+    /// e.g. to disrupt a run mid-call in a test; ignored by `envelope simulate`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 3600000))]
     pub delay_ms: Option<u64>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// Any JSON value, kept as written by the apiserver (a structural schema would prune it).
+fn any_json(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({ "x-kubernetes-preserve-unknown-fields": true })
 }
 
 /// Longest a scripted call may stay in flight (one hour).
@@ -45,12 +78,20 @@ pub const MAX_DELAY_MS: u64 = 3_600_000;
 /// The scripted responses of one node (`Run.spec.providerMocks.<node>`): `responses` (one
 /// program) or `turns` (one program per clarification turn; each answer starts a new
 /// worker, which plays the next turn).
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "has(self.responses) != has(self.turns)",
+    "message": "set exactly one of responses (one program) or turns (one program per clarification turn)"
+}]))]
 pub struct ProviderMock {
+    /// One response per provider call, in order (same as a single entry in `turns`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 64))]
     pub responses: Option<Vec<MockResponse>>,
+    /// One program per clarification turn (turn 0 = before the first answer).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 16))]
     pub turns: Option<Vec<MockProgram>>,
 }
 
