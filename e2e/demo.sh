@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
-# make demo: from a fresh clone to a completed OpenWOP run on the local mini-cluster.
+# make demo: from a fresh clone to an AI workflow run on the local mini-cluster, no API key needed.
 #   1. build the operator, worker, CLI and node agent (cargo);
 #   2. bring up the mini-cluster (e2e/cluster/cluster.sh up; builds the control plane once);
-#   3. helm install charts/openwop (the operator runs as a pod through the node agent);
-#   4. apply examples/01-hello-workflow.yaml and a Run, tail its events live until it ends;
-#   5. print the Run's status.
+#   3. helm install charts/openwop (the operator runs as a pod through the node agent), allowing
+#      provider mocks in the demo namespace;
+#   4. apply examples/05-ai-triage.yaml: a Workflow of two LLM nodes (a structuredOutput node
+#      whose first answer is truncated and retried with a doubled budget, then a node that asks
+#      a clarification question) and a Run that scripts their provider calls (spec.providerMocks);
+#   5. wait until the run asks its question, show it (kubectl openwop describe), answer it
+#      (kubectl openwop resume), then follow the whole timeline to the end, reasoning in its lane;
+#   6. print the run's outputs and status.
 # Re-running is fine: the release is upgraded and the demo Run recreated.
 #
 # Environment: DEMO_NAMESPACE (default openwop-demo), RELEASE_NAMESPACE (openwop-system),
@@ -17,7 +22,8 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/openwop/target}"
 demo_ns="${DEMO_NAMESPACE:-openwop-demo}"
 release_ns="${RELEASE_NAMESPACE:-openwop-system}"
 release=openwop
-run=hello-run
+run=triage-run
+example=examples/05-ai-triage.yaml
 
 step() { printf '\n\033[1m==> %s\033[0m\n' "$*" >&2; }
 die() { echo "demo: ERROR: $*" >&2; exit 1; }
@@ -39,33 +45,59 @@ helm="$(bash "$here/cluster/build-binaries.sh")/helm"
 step "helm upgrade --install $release charts/openwop (namespace $release_ns, NATS $OPENWOP_NATS_URL)"
 "$helm" upgrade --install "$release" "$repo/charts/openwop" -n "$release_ns" --create-namespace \
   -f "$here/helm/mini-cluster-values.yaml" --set "nats.external.url=$OPENWOP_NATS_URL" \
+  --set "conformance.providerMockNamespaces={j-*,$demo_ns}" \
   --wait --timeout 3m
 kubectl -n "$release_ns" rollout status deployment -l app.kubernetes.io/component=operator --timeout=120s
 
-step "applying examples/01-hello-workflow.yaml in namespace $demo_ns"
+step "applying $example in namespace $demo_ns"
 kubectl create namespace "$demo_ns" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
-kubectl -n "$demo_ns" apply -f "$repo/examples/01-hello-workflow.yaml"
-kubectl -n "$demo_ns" wait --for=condition=Ready workflow/hello --timeout=60s \
-  || { kubectl -n "$demo_ns" get workflow hello -o yaml >&2; die "the Workflow did not become Ready"; }
-
-step "starting Run $run (a fresh one each time)"
+# A fresh Run each time: a Run re-created under the same name is a new run (new runId, new log).
 kubectl -n "$demo_ns" delete run "$run" --ignore-not-found --wait=true >/dev/null
-kubectl -n "$demo_ns" apply -f "$repo/examples/03-run-by-id.yaml"
+kubectl -n "$demo_ns" apply -f "$repo/$example"
+kubectl -n "$demo_ns" wait --for=condition=Ready workflow/ticket-triage --timeout=60s \
+  || { kubectl -n "$demo_ns" get workflow ticket-triage -o yaml >&2; die "the Workflow did not become Ready"; }
 
-step "tailing the run's events (kubectl openwop events $run -n $demo_ns -f)"
+# Polls the Run's phase until it is one of $@; dies on a terminal phase not asked for.
+wait_phase() {
+  local phase="" deadline=$((SECONDS + 180))
+  while ((SECONDS < deadline)); do
+    phase="$(kubectl -n "$demo_ns" get run "$run" -o jsonpath='{.status.phase}' 2>/dev/null || true)"
+    for want in "$@"; do [[ "$phase" == "$want" ]] && return 0; done
+    case "$phase" in
+      completed | failed | cancelled)
+        "$bin/kubectl-openwop" describe "$run" -n "$demo_ns" >&2 || true
+        die "the Run ended $phase while waiting for: $*" ;;
+    esac
+    sleep 0.5
+  done
+  kubectl -n "$demo_ns" get run "$run" -o yaml >&2
+  die "the Run did not reach $* within 180 s (phase: ${phase:-none})"
+}
+
+step "Run $run: extract (structured output) then plan (asks a question); waiting for the question"
+wait_phase waiting-input
+"$bin/kubectl-openwop" describe "$run" -n "$demo_ns"
+
+step "answering it: kubectl openwop resume $run -n $demo_ns --answer refund=now"
+"$bin/kubectl-openwop" resume "$run" -n "$demo_ns" --answer refund=now
+
+step "the run's timeline (kubectl openwop events $run -n $demo_ns -f; reasoning indented in its own lane)"
 timeout 180 "$bin/kubectl-openwop" events "$run" -n "$demo_ns" -f --nats-url "$OPENWOP_NATS_URL" \
   || die "the event stream did not reach the end of the run within 180 s"
 
-step "Run status"
-kubectl -n "$demo_ns" wait --for=jsonpath='{.status.phase}'=completed "run/$run" --timeout=60s \
-  || { kubectl -n "$demo_ns" get run "$run" -o yaml >&2; die "the Run did not complete"; }
-"$bin/kubectl-openwop" describe "$run" -n "$demo_ns"
+step "Run status and outputs"
+wait_phase completed
+kubectl -n "$demo_ns" get run "$run"
+if command -v jq >/dev/null; then
+  "$bin/kubectl-openwop" events "$run" -n "$demo_ns" --json --no-reasoning --nats-url "$OPENWOP_NATS_URL" \
+    | jq -c 'select(.message.type == "run.completed") | .message.payload.outputs | to_entries[] | {(.key): .value.output}'
+fi
 
 cat >&2 <<EOF
 
 Done. The cluster keeps running:
   export KUBECONFIG=$KUBECONFIG OPENWOP_NATS_URL=$OPENWOP_NATS_URL
   kubectl get workflows,runs -n $demo_ns
-  $bin/kubectl-openwop events $run -n $demo_ns
+  $bin/kubectl-openwop events $run -n $demo_ns              # the timeline again (--json for machines)
   make cluster-down      # stop everything
 EOF
