@@ -206,30 +206,10 @@ pub enum PortValueKind {
     Variable,
 }
 
-/// The per-node envelope permission set (RFC 0021 Envelope Contract).
-#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
-#[serde(rename_all = "camelCase")]
-pub struct EnvelopeContract {
-    /// Envelope kinds the node may emit besides the four universal kinds.
-    #[schemars(length(max = 64))]
-    pub accepts: Vec<String>,
-    /// What happens when the node emits a kind outside `accepts` (default `fail-node`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub refusal_mode: Option<RefusalMode>,
-    /// Payload JSON Schemas of vendor kinds (`vendor.<host>.<kind>`) this node accepts, by kind;
-    /// checked against the Tier-1 structured-output subset per the operator's posture.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(schema_with = "free_object")]
-    pub schemas: Option<Value>,
-}
-
-/// Envelope contract refusal behaviour.
-#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
-#[serde(rename_all = "kebab-case")]
-pub enum RefusalMode {
-    FailNode,
-    DiscardAndWarn,
-}
+/// The per-node envelope permission set (RFC 0021 Envelope Contract): protocol's type, so
+/// the CRD admits exactly what the operator validates and the worker enforces.
+pub use openwop_protocol::workflow::NodeEnvelopeContract as EnvelopeContract;
+pub use openwop_protocol::pipeline::RefusalMode;
 
 /// A directed edge.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]

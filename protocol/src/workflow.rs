@@ -122,17 +122,30 @@ pub struct AgentRef {
     pub role: Option<String>,
 }
 
-/// The node's envelope contract, with the payload schemas of the vendor kinds it accepts.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// The node's envelope contract (RFC 0021), with the payload schemas of the vendor kinds it
+/// accepts. The Workflow CRD uses this type too (hence the schema annotations): the contract
+/// is declared, validated and enforced as one definition.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeEnvelopeContract {
+    /// Envelope kinds the node may emit besides the four universal kinds; a contract without
+    /// `accepts` restricts nothing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64))]
     pub accepts: Option<Vec<String>>,
+    /// What happens when the node emits a kind outside `accepts` (default `fail-node`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub refusal_mode: Option<RefusalMode>,
-    /// Kind → payload JSON Schema.
+    /// Payload JSON Schemas of vendor kinds (`vendor.<host>.<kind>`) this node accepts, by kind;
+    /// checked against the Tier-1 structured-output subset per the operator's posture.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "free_object")]
     pub schemas: Option<Map<String, Value>>,
+}
+
+/// Any JSON object, kept as written by the apiserver (a structural schema would prune it).
+fn free_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({ "type": "object", "x-kubernetes-preserve-unknown-fields": true })
 }
 
 impl NodeEnvelopeContract {
