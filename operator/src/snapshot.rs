@@ -72,9 +72,9 @@ impl Refused {
     }
 }
 
-/// `spec.providerMocks` as protocol's mocks, checked against the namespace gate and the
-/// workflow's nodes, each playable (exactly one of `responses`/`turns`, bounded delays). The
-/// one place the CRD's mock types become the snapshot's.
+/// `spec.providerMocks` (protocol's mock types) for the snapshot, checked against the
+/// namespace gate and the workflow's nodes, each playable (exactly one of
+/// `responses`/`turns`, bounded delays).
 pub fn provider_mocks(
     run: &Run,
     workflow: &Workflow,
@@ -109,12 +109,10 @@ pub fn provider_mocks(
                 pointer,
                 reason,
             };
-            let mock: ProviderMock = serde_json::to_value(m)
-                .and_then(serde_json::from_value)
-                .map_err(|e| invalid(String::new(), e.to_string()))?;
-            mock.programs()
+            // The CRD's mock type is protocol's: only the playability check remains.
+            m.programs()
                 .map_err(|e| invalid(e.pointer.replace('/', "."), e.reason))?;
-            Ok((node.clone(), mock))
+            Ok((node.clone(), m.clone()))
         })
         .collect()
 }
