@@ -279,18 +279,38 @@ async fn wait_run(c: &Cluster, ns: &str, name: &str, want: &str, secs: u64) -> V
     }
 }
 
-/// The run's events as the CLI reads them from JetStream (`events --json --no-reasoning`).
+/// The run's events as the CLI reads them from JetStream (`events --json --no-reasoning`):
+/// the CLI reads the Run's `status.runId` and the subject `openwop.events.<ns>.<runId>`.
 fn events(c: &Cluster, ns: &str, run: &str) -> Vec<Value> {
-    let out = ok(
-        cli(c, &["events", run, "-n", ns, "--json", "--no-reasoning"]),
-        "kubectl openwop events",
-    );
+    try_events(c, ns, run).unwrap_or_else(|e| panic!("kubectl openwop events {ns}/{run}: {e}"))
+}
+
+/// [`events`], or the CLI's error (e.g. a Run the operator has not given a runId yet).
+fn try_events(c: &Cluster, ns: &str, run: &str) -> Result<Vec<Value>, String> {
+    let out = cli(c, &["events", run, "-n", ns, "--json", "--no-reasoning"]);
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+    }
+    Ok(json_lines(&String::from_utf8(out.stdout).unwrap())
+        .into_iter()
+        .map(|l| l["message"].clone())
+        .collect())
+}
+
+/// `--json` lines of `kubectl openwop events`: `{lane, subject, streamSequence, message}`.
+fn json_lines(out: &str) -> Vec<Value> {
     out.lines()
-        .map(|l| {
-            let v: Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"));
-            v["message"].clone()
-        })
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
         .collect()
+}
+
+/// Everything the stream holds for one runId, both lanes (`events --run-id UID --json`: no
+/// Run needed, so it also reads the subjects of a deleted Run).
+fn lines_of_run_id(c: &Cluster, ns: &str, run: &str, run_id: &str) -> Vec<Value> {
+    json_lines(&ok(
+        cli(c, &["events", run, "-n", ns, "--run-id", run_id, "--json"]),
+        "kubectl openwop events --run-id",
+    ))
 }
 
 fn types(evs: &[Value]) -> Vec<String> {
@@ -326,8 +346,12 @@ async fn worker_pods(c: &Cluster, ns: &str) -> Vec<Pod> {
 }
 
 fn hello_run(name: &str) -> String {
+    hello_run_with(name, "hi")
+}
+
+fn hello_run_with(name: &str, greeting: &str) -> String {
     format!(
-        "apiVersion: openwop.dev/v1alpha1\nkind: Run\nmetadata: {{name: {name}}}\nspec:\n  workflowRef: {{name: hello}}\n  inputs: {{greeting: hi}}\n"
+        "apiVersion: openwop.dev/v1alpha1\nkind: Run\nmetadata: {{name: {name}}}\nspec:\n  workflowRef: {{name: hello}}\n  inputs: {{greeting: {greeting}}}\n"
     )
 }
 
@@ -386,6 +410,95 @@ async fn run_for_a_missing_workflow_waits_then_runs() {
     apply_file(&c, &ns, "examples/01-hello-workflow.yaml");
     wait_run(&c, &ns, "early", "completed", 120).await;
     assert_eq!(types(&events(&c, &ns, "early")), HELLO_TYPES);
+    delete_namespace(&c.client, &ns).await;
+}
+
+/// Issue 13: a Run deleted and re-created under the same name is a new run — a new runId,
+/// its own log from sequence 0 on `openwop.events.<ns>.<runId>`, its own status counters —
+/// and the deleted run's events are purged from NATS by the Run's finalizer.
+#[tokio::test]
+async fn recreated_run_is_a_new_run_and_the_deleted_runs_events_are_purged() {
+    let (c, _g) = setup().await;
+    let ns = namespace(&c.client, "j-recreate").await;
+    apply_file(&c, &ns, "examples/01-hello-workflow.yaml");
+    wait_workflow(&c, &ns, "hello", "True").await;
+
+    ok(
+        apply(&c, &ns, &hello_run("hello-run")),
+        "apply the first run",
+    );
+    let first = wait_run(&c, &ns, "hello-run", "completed", 120).await;
+    let first_id = first["runId"].as_str().expect("status.runId").to_owned();
+    let evs = events(&c, &ns, "hello-run");
+    assert_eq!(types(&evs), HELLO_TYPES);
+    assert!(
+        evs.iter().all(|e| e["runId"] == first_id.as_str()),
+        "{evs:#?}"
+    );
+    let stored = lines_of_run_id(&c, &ns, "hello-run", &first_id);
+    assert_eq!(
+        stored.len(),
+        evs.len(),
+        "the first run's log, read by runId"
+    );
+    assert!(
+        stored
+            .iter()
+            .all(|l| l["subject"] == format!("openwop.events.{ns}.{first_id}")),
+        "{stored:#?}"
+    );
+
+    ok(
+        kubectl(
+            &c,
+            &[
+                "delete",
+                "run",
+                "hello-run",
+                "-n",
+                &ns,
+                "--wait=true",
+                "--timeout=90s",
+            ],
+            None,
+        ),
+        "kubectl delete run",
+    );
+    // The finalizer purges both subjects of the run before the Run is gone.
+    let left = lines_of_run_id(&c, &ns, "hello-run", &first_id);
+    assert!(
+        left.is_empty(),
+        "the deleted run's events are still in NATS: {left:#?}"
+    );
+
+    ok(
+        apply(&c, &ns, &hello_run_with("hello-run", "BYE-second-run")),
+        "apply the second run under the same name",
+    );
+    let second = wait_run(&c, &ns, "hello-run", "completed", 120).await;
+    let second_id = second["runId"].as_str().expect("status.runId").to_owned();
+    assert_ne!(second_id, first_id, "a re-created Run gets a new runId");
+    let evs = events(&c, &ns, "hello-run");
+    assert_eq!(types(&evs), HELLO_TYPES, "only the second run's events");
+    assert_gapless(&evs);
+    assert!(
+        evs.iter().all(|e| e["runId"] == second_id.as_str()),
+        "another run's events in the log: {evs:#?}"
+    );
+    assert_eq!(
+        evs[0]["payload"]["inputs"],
+        json!({"greeting": "BYE-second-run"})
+    );
+    let done = evs.last().unwrap();
+    assert!(
+        done["payload"]["outputs"]
+            .to_string()
+            .contains("BYE-second-run"),
+        "{done:#}"
+    );
+    // The status counts this run's events only (the operator routes events by runId).
+    assert_eq!(second["events"], 6, "{second:#}");
+    assert_eq!(second["lastSequence"], 5, "{second:#}");
     delete_namespace(&c.client, &ns).await;
 }
 
@@ -842,6 +955,142 @@ async fn provider_mocks_example_runs_and_the_namespace_gate_refuses_elsewhere() 
         "no worker for a refused run"
     );
     delete_namespace(&c.client, &other).await;
+    delete_namespace(&c.client, &ns).await;
+}
+
+/// Issue 13: `core.ai.structuredOutput` is a registered node type (the Workflow is Ready, not
+/// `Invalid: unknown typeId`); its output is validated against `config.outputSchema`: an
+/// answer that violates it is retried with a corrective fragment and the same budget.
+#[tokio::test]
+async fn structured_output_node_is_ready_and_its_output_validated() {
+    let (c, _g) = setup().await;
+    let ns = namespace(&c.client, "j-structured").await;
+    let node = json!({"id": "p", "typeId": "core.ai.structuredOutput",
+        "config": {"provider": "mock", "prompt": "classify the ticket", "maxTokens": 64,
+            "outputSchema": {"type": "object", "additionalProperties": false,
+                "required": ["category", "urgency"],
+                "properties": {"category": {"type": "string"},
+                               "urgency": {"type": "string", "enum": ["low", "high"]}}}}});
+    ok(
+        apply(&c, &ns, &prompt_workflow("classify", node)),
+        "apply workflow",
+    );
+    let ready = wait_workflow(&c, &ns, "classify", "True").await;
+    assert_eq!(ready["type"], "Ready", "{ready:#}");
+    let mocks = json!({"p": {"responses": [
+        {"stopReason": "stop", "content": {"category": "billing", "urgency": "urgent"}},
+        {"stopReason": "stop", "content": {"category": "billing", "urgency": "high"}},
+    ]}});
+    ok(
+        apply(&c, &ns, &mocked_run("classified", "classify", mocks)),
+        "apply run",
+    );
+    let st = wait_run(&c, &ns, "classified", "completed", 120).await;
+    assert!(st["error"].is_null(), "{st:#}");
+    let evs = events(&c, &ns, "classified");
+    assert_gapless(&evs);
+    let started = of_type(&evs, "node.started");
+    assert_eq!(
+        started[0]["payload"]["typeId"], "core.ai.structuredOutput",
+        "{started:#?}"
+    );
+    let rec = call_records(&evs);
+    assert_eq!(
+        rec.iter().map(|r| (r.0, r.1)).collect::<Vec<_>>(),
+        [(1, 64), (2, 64)],
+        "{rec:?}"
+    );
+    let retry = of_type(&evs, "envelope.retry.attempted");
+    assert_eq!(retry.len(), 1);
+    assert_eq!(retry[0]["payload"]["reason"], "schema-violation");
+    let done = evs.last().unwrap();
+    assert_eq!(done["type"], "run.completed");
+    assert_eq!(
+        done["payload"]["outputs"]["p"]["output"],
+        json!({"category": "billing", "urgency": "high"}),
+        "{done:#}"
+    );
+    delete_namespace(&c.client, &ns).await;
+}
+
+/// What `make demo` runs (examples/05-ai-triage.yaml): a structuredOutput node truncated then
+/// retried with a doubled budget, a node that waits for a clarification answered with
+/// `kubectl openwop resume`, and both nodes' reasoning on the run's reasoning subject.
+#[tokio::test]
+async fn ai_triage_example_truncation_clarification_and_reasoning() {
+    let (c, _g) = setup().await;
+    let ns = namespace(&c.client, "j-triage").await;
+    apply_file(&c, &ns, "examples/05-ai-triage.yaml");
+    wait_workflow(&c, &ns, "ticket-triage", "True").await;
+    let st = wait_run(&c, &ns, "triage-run", "waiting-input", 120).await;
+    let pi = &st["pendingInterrupt"];
+    assert_eq!(pi["kind"], "clarification", "{st:#}");
+    assert_eq!(pi["nodeId"], "plan");
+    assert_eq!(pi["questions"][0]["id"], "refund");
+    ok(
+        cli(
+            &c,
+            &["resume", "triage-run", "-n", &ns, "--answer", "refund=now"],
+        ),
+        "kubectl openwop resume --answer",
+    );
+    let st = wait_run(&c, &ns, "triage-run", "completed", 120).await;
+    let run_id = st["runId"].as_str().unwrap().to_owned();
+    let evs = events(&c, &ns, "triage-run");
+    assert_gapless(&evs);
+    let calls: Vec<(u64, u64)> = evs
+        .iter()
+        .filter(|e| e["type"] == "log.appended" && e["payload"]["nodeId"] == "extract")
+        .filter_map(|e| {
+            let f = &e["payload"]["fields"];
+            Some((f["attempt"].as_u64()?, f["maxTokens"].as_u64()?))
+        })
+        .collect();
+    assert_eq!(calls, [(1, 64), (2, 128)], "truncated, then 2x budget");
+    assert_eq!(of_type(&evs, "envelope.truncated").len(), 1);
+    let extracted = evs
+        .iter()
+        .find(|e| e["type"] == "node.completed" && e["nodeId"] == "extract")
+        .expect("extract completed");
+    assert_eq!(
+        extracted["payload"]["outputs"]["output"]["category"], "billing",
+        "{extracted:#}"
+    );
+    assert_eq!(extracted["payload"]["outputs"]["output"]["urgency"], "high");
+    let resolved = of_type(&evs, "clarification.resolved");
+    assert_eq!(resolved.len(), 1);
+    assert_eq!(resolved[0]["payload"]["answers"], json!({"refund": "now"}));
+    let done = evs.last().unwrap();
+    assert_eq!(done["type"], "run.completed");
+    assert_eq!(
+        done["payload"]["outputs"]["plan"]["envelopeType"], "vendor.acme.plan",
+        "{done:#}"
+    );
+    assert_eq!(
+        done["payload"]["outputs"]["plan"]["output"]["team"],
+        "billing"
+    );
+    // The reasoning lane: the provider's thinking (extract) and the envelope's reasoning (plan).
+    let reasoning: Vec<Value> = lines_of_run_id(&c, &ns, "triage-run", &run_id)
+        .into_iter()
+        .filter(|l| l["lane"] == "reasoning")
+        .collect();
+    assert!(
+        reasoning
+            .iter()
+            .all(|l| l["subject"] == format!("openwop.reasoning.{ns}.{run_id}")),
+        "{reasoning:#?}"
+    );
+    let said = |node: &str, text: &str| {
+        reasoning.iter().any(|l| {
+            l["message"]["nodeId"] == node
+                && l["message"]["payload"]["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains(text))
+        })
+    };
+    assert!(said("extract", "a billing problem"), "{reasoning:#?}");
+    assert!(said("plan", "immediate refund"), "{reasoning:#?}");
     delete_namespace(&c.client, &ns).await;
 }
 
@@ -1362,7 +1611,8 @@ async fn wait_call_started(c: &Cluster, ns: &str, run: &str, attempt: u64) -> Ve
         Duration::from_secs(120),
         &format!("{ns}/{run}: provider call {attempt} in flight"),
         || async move {
-            let evs = events(c, ns, run);
+            // Right after `apply` the Run may have no runId yet: the CLI refuses, try again.
+            let evs = try_events(c, ns, run).ok()?;
             evs.iter()
                 .any(|e| {
                     e["type"] == "log.appended"
