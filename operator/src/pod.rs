@@ -1,6 +1,7 @@
 //! The worker Pod of a Run: a pure function of the Run, its workflow's Kubernetes-side settings
 //! and the operator config.
 
+use openwop_protocol::run::env as run_env;
 use std::collections::BTreeMap;
 
 use k8s_openapi::ByteString;
@@ -34,9 +35,6 @@ pub const PROVIDERS_DIR: &str = "/var/run/openwop/providers";
 pub const NATS_CREDENTIALS_DIR: &str = "/var/run/openwop/nats";
 /// Component label of the NATS credentials copies.
 pub const NATS_CREDENTIALS_COMPONENT: &str = "nats-credentials";
-/// Env var with the stream retention in seconds (`events.retention`; 0 = kept until purged),
-/// so the worker's `openwop_nats::stream::ensure_stream` uses the operator's `StreamSpec`.
-pub const EVENTS_MAX_AGE_ENV: &str = "OPENWOP_EVENTS_MAX_AGE_SECONDS";
 
 /// The Kubernetes-side inputs of a worker pod taken from the Workflow.
 #[derive(Debug, Clone, Default)]
@@ -97,14 +95,6 @@ pub fn pod_name(run: &str, attempt: u32) -> String {
     let head: String = run.chars().take(room).collect();
     let head = head.trim_end_matches(['-', '.']);
     format!("{head}-{}{suffix}", &digest[..8])
-}
-
-/// Env var with the API root of provider `name` (the worker's contract: upper case, `-` → `_`).
-pub fn provider_base_url_env(name: &str) -> String {
-    format!(
-        "OPENWOP_PROVIDER_{}_BASE_URL",
-        name.to_ascii_uppercase().replace('-', "_")
-    )
 }
 
 /// Name of the snapshot ConfigMap of `run`.
@@ -184,22 +174,21 @@ pub fn worker_pod(run: &Run, inputs: &WorkerInputs<'_>, cfg: &OperatorConfig, at
         env_pair("OPENWOP_ATTEMPT", attempt.to_string()),
         env_pair("OPENWOP_SNAPSHOT", format!("{SNAPSHOT_DIR}/snapshot.json")),
         env_pair("OPENWOP_NATS_URL", cfg.worker.nats_url.clone()),
-        env_pair("OPENWOP_EVENTS_STREAM", stream.name.clone()),
+        env_pair(run_env::EVENTS_STREAM, stream.name.clone()),
+        // The retention in seconds (0 = kept until purged): the worker's ensure_stream uses
+        // the operator's StreamSpec.
         env_pair(
-            EVENTS_MAX_AGE_ENV,
+            run_env::EVENTS_MAX_AGE_SECONDS,
             stream.max_age.map_or(0, |a| a.as_secs()).to_string(),
         ),
         // Keyed by the runId: a Run re-created under the same name gets a new subject.
-        env_pair(
-            "OPENWOP_EVENTS_SUBJECT",
-            events_subject(&namespace, &run_id),
-        ),
+        env_pair(run_env::EVENTS_SUBJECT, events_subject(&namespace, &run_id)),
         env_pair("OPENWOP_PROVIDERS_DIR", PROVIDERS_DIR.into()),
     ];
     // The API root of each configured provider that has one (openai-compatible needs it).
     for p in &cfg.providers {
         if let Some(url) = &p.base_url {
-            env.push(env_pair(&provider_base_url_env(&p.name), url.clone()));
+            env.push(env_pair(&run_env::provider_base_url(&p.name), url.clone()));
         }
     }
     let mut volumes = vec![

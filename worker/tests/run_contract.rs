@@ -212,3 +212,53 @@ fn a_recreated_run_never_replays_the_previous_runs_log() {
         "third"
     );
 }
+
+#[test]
+fn every_registered_node_type_executes() {
+    use openwop_protocol::run::nodes::{BUILTIN_NODES, Executor, MOCK_AGENT_TYPE_ID};
+    let nats = NatsServer::start();
+    let answer = json!({"responses": [{"stopReason": "stop", "content": {"type": "vendor.acme.note", "payload": {"text": "ok"}}}]});
+    let mut nodes = vec![];
+    let mut mocks = serde_json::Map::new();
+    for (i, n) in BUILTIN_NODES.iter().enumerate() {
+        let id = format!("n{i}");
+        let config = match n.executor {
+            Executor::Prompt => {
+                mocks.insert(id.clone(), answer.clone());
+                json!({"prompt": "p", "envelopeType": "vendor.acme.note"})
+            }
+            Executor::MockAgent => json!({"mockConfidence": 0.95}),
+            Executor::Passthrough => json!({}),
+        };
+        nodes.push(json!({"id": id, "typeId": n.type_id, "config": config}));
+    }
+    assert!(
+        BUILTIN_NODES
+            .iter()
+            .any(|n| n.type_id == MOCK_AGENT_TYPE_ID)
+    );
+    let files = RunFiles::new(
+        "all-types",
+        "run-contract-all-types",
+        json!({"id": "conformance-all-types", "nodes": nodes}),
+        json!({}),
+        Value::Object(mocks),
+    );
+    let (code, stderr) = files.run(&nats.url());
+    assert_eq!(code, 0, "{stderr}");
+    let events = read_raw(&nats.url(), &files.subject());
+    let completed: Vec<&str> = events
+        .iter()
+        .filter(|e| e["type"] == "node.completed")
+        .map(|e| e["nodeId"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(
+        completed.len(),
+        BUILTIN_NODES.len(),
+        "{completed:?}: {stderr}"
+    );
+    assert_eq!(
+        types(&events).last().map(String::as_str),
+        Some("run.completed")
+    );
+}

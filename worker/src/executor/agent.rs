@@ -260,14 +260,7 @@ impl<P: Publisher> Executor<'_, P> {
             ));
         }
         let approved = answer.approved == Some(true);
-        self.log
-            .emit_value(
-                &format!("run.resumed/{interrupt_id}"),
-                None,
-                EventType::RunResumed,
-                json!({"interruptId": interrupt_id}),
-            )
-            .await?;
+        self.run_resumed(&interrupt_id).await?;
         let (t, p) = if approved {
             (
                 EventType::ApprovalGranted,

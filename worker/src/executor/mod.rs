@@ -288,6 +288,18 @@ impl<'a, P: Publisher> Executor<'a, P> {
         Ok(RunEnd::Completed)
     }
 
+    /// `run.resumed` for an answered interrupt (once per interrupt: its key is the id).
+    async fn run_resumed(&mut self, interrupt_id: &str) -> Result<(), LogError> {
+        self.log
+            .emit_value(
+                &format!("run.resumed/{interrupt_id}"),
+                None,
+                EventType::RunResumed,
+                json!({"interruptId": interrupt_id}),
+            )
+            .await
+    }
+
     async fn finish_failed(&mut self, e: ErrorInfo) -> Result<RunEnd, LogError> {
         self.log
             .emit_value(

@@ -115,14 +115,7 @@ impl<P: Publisher> Executor<'_, P> {
                     ));
                 };
                 let value = answer.value.clone().unwrap_or(Value::Null);
-                self.log
-                    .emit_value(
-                        &format!("run.resumed/{interrupt_id}"),
-                        None,
-                        EventType::RunResumed,
-                        json!({"interruptId": interrupt_id}),
-                    )
-                    .await?;
+                self.run_resumed(&interrupt_id).await?;
                 self.log
                     .emit_value(
                         &format!("{corr}/clarification.resolved"),
