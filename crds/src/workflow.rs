@@ -206,10 +206,10 @@ pub enum PortValueKind {
     Variable,
 }
 
+pub use openwop_protocol::pipeline::RefusalMode;
 /// The per-node envelope permission set (RFC 0021 Envelope Contract): protocol's type, so
 /// the CRD admits exactly what the operator validates and the worker enforces.
 pub use openwop_protocol::workflow::NodeEnvelopeContract as EnvelopeContract;
-pub use openwop_protocol::pipeline::RefusalMode;
 
 /// A directed edge.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]

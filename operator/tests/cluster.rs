@@ -5,6 +5,9 @@
 //!
 //! Each test uses a fresh namespace and its own operator process restricted to it
 //! (`watchNamespace`), so the tests run in parallel with each other and with other suites.
+//!
+//! Why one file of this size: these tests share one mini-cluster and their fixtures (operator
+//! launcher, namespaces, NATS helpers); one test binary keeps one cluster handle and one link.
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};

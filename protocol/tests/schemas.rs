@@ -1,5 +1,8 @@
 //! The embedded JSON Schemas: validity, identity, and positive/negative examples per document,
 //! per envelope kind and per run-event type; plus the no-instance-values rule for messages.
+//!
+//! Why one file of this size: a table of cases per schema this host ships; each case is a few
+//! lines and they are read side by side.
 
 use openwop_protocol::schema::{
     self, Document, MAX_DEPTH, MAX_ISSUES, SCHEMA_ID_BASE, SchemaCompileError, ValidationIssue,

@@ -1,4 +1,8 @@
 //! The kubelet part: one worker task per pod bound to this node.
+//!
+//! Why one file of this size: a pod's lifecycle (init containers, restarts, probes of
+//! termination, status patches) is one state machine whose steps share its state; split, the
+//! order of its transitions would be spread over files.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -1163,63 +1167,4 @@ fn pod_kubeconfig(server: &str, sa_dir: &Path, namespace: &str) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_finished_pod_ignores_restart_and_refresh_deadlines() {
-        let now = Instant::now();
-        let past = now - Duration::from_secs(5);
-        let wake = next_wake(
-            now,
-            true,
-            [past].into_iter(),
-            [Some(past), Some(past)],
-            [None, None],
-        );
-        assert!(
-            wake >= now + Duration::from_secs(3600),
-            "a finished pod must sleep"
-        );
-    }
-
-    #[test]
-    fn a_finished_pod_still_wakes_for_termination_and_status_retries() {
-        let now = Instant::now();
-        let soon = now + Duration::from_secs(2);
-        let later = now + Duration::from_secs(9);
-        let past = now - Duration::from_secs(5);
-        assert_eq!(
-            next_wake(
-                now,
-                true,
-                [past].into_iter(),
-                [Some(past), None],
-                [Some(later), Some(soon)]
-            ),
-            soon
-        );
-    }
-
-    #[test]
-    fn a_live_pod_wakes_at_its_earliest_deadline() {
-        let now = Instant::now();
-        let at = |s| now + Duration::from_secs(s);
-        let wake = next_wake(
-            now,
-            false,
-            [at(30), at(4)].into_iter(),
-            [Some(at(8)), Some(at(10))],
-            [None, Some(at(6))],
-        );
-        assert_eq!(wake, at(4));
-        let wake = next_wake(
-            now,
-            false,
-            std::iter::empty(),
-            [Some(at(8)), None],
-            [None, None],
-        );
-        assert_eq!(wake, at(8));
-    }
-}
+mod tests;

@@ -57,7 +57,9 @@ pub enum Strictness {
 }
 
 /// What to do with an envelope outside a contract.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum RefusalMode {
     /// `node.failed` with `envelope_contract_violation` (the spec default).

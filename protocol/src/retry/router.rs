@@ -20,6 +20,10 @@
 //! Every call is announced by `prompt.composed` (redacted system prompt, hash) and a
 //! `log.appended` debug record carrying `attempt`, `maxTokens` and the fragment kinds;
 //! every response by `provider.usage`.
+//!
+//! Why one file of this size: every RFC 0033 path (truncation, schema violation, parse error,
+//! refusal, recovery, exhaustion) is a branch of one state machine and they must be read
+//! together to check that each response is routed exactly once.
 
 use serde::Serialize;
 use serde_json::{Value, json};

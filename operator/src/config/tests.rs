@@ -1,0 +1,188 @@
+use super::*;
+
+#[test]
+fn defaults_are_valid_and_empty_file_gives_defaults() {
+    let cfg = OperatorConfig::from_yaml("{}").unwrap();
+    assert_eq!(cfg, OperatorConfig::default());
+    assert_eq!(cfg.runs.max_concurrent_per_namespace, 10);
+    assert_eq!(cfg.lease_namespace(), "openwop-system");
+}
+
+#[test]
+fn partial_file_overrides_only_given_fields() {
+    let cfg = OperatorConfig::from_yaml(
+        "runs:\n  maxConcurrentPerNamespace: 2\nconformance:\n  mockAgentNamespaces: [e2e]\n",
+    )
+    .unwrap();
+    assert_eq!(cfg.runs.max_concurrent_per_namespace, 2);
+    assert_eq!(cfg.runs.max_worker_retries, 3);
+    assert!(cfg.conformance.mock_agent_allowed_in("e2e"));
+    assert!(!cfg.conformance.mock_agent_allowed_in("default"));
+}
+
+#[test]
+fn provider_mock_namespaces_take_names_prefixes_and_star() {
+    let cfg =
+        OperatorConfig::from_yaml("conformance:\n  providerMockNamespaces: [ci, e2e-*]\n").unwrap();
+    let c = &cfg.conformance;
+    assert!(c.provider_mocks_allowed_in("ci"));
+    assert!(c.provider_mocks_allowed_in("e2e-7f3a"));
+    assert!(!c.provider_mocks_allowed_in("ci-2"));
+    assert!(!c.provider_mocks_allowed_in("prod"));
+    // Separate from the mock-agent opt-in.
+    assert!(!c.mock_agent_allowed_in("ci"));
+    assert!(
+        !OperatorConfig::default()
+            .conformance
+            .provider_mocks_allowed_in("default")
+    );
+    let all = OperatorConfig::from_yaml("conformance:\n  providerMockNamespaces: ['*']\n").unwrap();
+    assert!(all.conformance.provider_mocks_allowed_in("anything"));
+    let e =
+        OperatorConfig::from_yaml("conformance:\n  providerMockNamespaces: [Prod]\n").unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "config field conformance.providerMockNamespaces: \"Prod\" is not a namespace name, a `prefix*` pattern or `*`"
+    );
+    assert!(
+        OperatorConfig::from_yaml("conformance:\n  providerMockNamespaces: ['a*b']\n").is_err()
+    );
+}
+
+#[test]
+fn bad_values_name_the_field() {
+    let e = OperatorConfig::from_yaml("reliability:\n  maxRetryAttempts: 40\n").unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "config field reliability.maxRetryAttempts: must be 1..16"
+    );
+    let e = OperatorConfig::from_yaml("tierOneSubsetCompliance: loose\n").unwrap_err();
+    assert!(e.to_string().contains("tierOneSubsetCompliance"));
+    let e = OperatorConfig::from_yaml("workr: {}\n").unwrap_err();
+    assert!(e.to_string().contains("unknown field `workr`"), "{e}");
+    let e = OperatorConfig::from_yaml("worker:\n  runAsUser: 0\n").unwrap_err();
+    assert!(e.to_string().contains("never run as root"));
+    let e = OperatorConfig::from_yaml(
+        "natsCredentials:\n  dir: /var/run/openwop/nats\n  workerSecret: Nats_Creds\n",
+    )
+    .unwrap_err();
+    assert!(
+        e.to_string().starts_with(
+            "config field natsCredentials.workerSecret: \"Nats_Creds\" is not a Secret name"
+        ),
+        "{e}"
+    );
+}
+
+#[test]
+fn nats_credentials_load_from_the_configured_dir_only() {
+    let cfg = OperatorConfig::default();
+    assert!(cfg.nats_credentials.load().unwrap().is_none());
+    let d = tempfile::tempdir().unwrap();
+    std::fs::write(d.path().join("token"), "s3cr3t-token\n").unwrap();
+    let mut cfg = cfg;
+    cfg.nats_credentials.dir = d.path().display().to_string();
+    cfg.validate().unwrap();
+    assert_eq!(cfg.nats_credentials.load().unwrap().kind(), "token");
+}
+
+#[test]
+fn retention_takes_seconds_or_units_and_zero_keeps_until_purged() {
+    let d = |s: u64| Some(Duration::from_secs(s));
+    assert_eq!(parse_retention("168h"), Ok(d(7 * 86_400)));
+    assert_eq!(parse_retention("7d"), Ok(d(7 * 86_400)));
+    assert_eq!(
+        parse_retention("1d12h30m5s"),
+        Ok(d(86_400 + 12 * 3600 + 1800 + 5))
+    );
+    assert_eq!(parse_retention("3600"), Ok(d(3600)));
+    assert_eq!(parse_retention("0"), Ok(None));
+    assert_eq!(parse_retention("0h"), Ok(None));
+    for bad in ["", "7 days", "h", "12x", "5h3", "-1", "1.5h", "1w"] {
+        assert!(parse_retention(bad).is_err(), "{bad}");
+    }
+    assert!(
+        parse_retention("99999999999d")
+            .unwrap_err()
+            .contains("100 years")
+    );
+    let e = OperatorConfig::from_yaml("events:\n  retention: 7 days\n").unwrap_err();
+    assert!(
+        e.to_string()
+            .starts_with("config field events.retention: \"7 days\" is not a duration"),
+        "{e}"
+    );
+    let cfg = OperatorConfig::from_yaml("events:\n  retention: '0'\n").unwrap();
+    assert_eq!(cfg.stream_spec().max_age, None);
+    let spec = OperatorConfig::default().stream_spec();
+    assert_eq!(
+        (spec.name.as_str(), spec.max_age),
+        ("OPENWOP_EVENTS", d(7 * 86_400))
+    );
+}
+
+#[test]
+fn node_types_may_only_add_a_schema_to_a_built_in_type() {
+    let e = OperatorConfig::from_yaml("nodeTypes:\n- typeId: acme.thing\n").unwrap_err();
+    let msg = e.to_string();
+    assert!(
+        msg.starts_with("config field nodeTypes: typeId \"acme.thing\" is not a built-in node type; the worker executes only core.identity, core.flow.noop, core.ai.callPrompt, core.ai.structuredOutput, core.conformance.mock-agent"),
+        "{msg}"
+    );
+    let e = OperatorConfig::from_yaml(
+        "nodeTypes:\n- {typeId: core.conformance.mock-agent, configSchema: {type: object}}\n",
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("takes no configSchema"), "{e}");
+    let cfg = OperatorConfig::from_yaml(
+        "nodeTypes:\n- {typeId: core.ai.callPrompt, configSchema: {type: object, required: [provider]}}\n",
+    )
+    .unwrap();
+    let reg = cfg.node_registry().unwrap();
+    let ids: Vec<&str> = reg.type_ids().collect();
+    let mut builtin: Vec<&str> = BUILTIN_NODES.iter().map(|n| n.type_id).collect();
+    builtin.sort_unstable();
+    assert_eq!(ids, builtin, "a schema adds no type");
+    assert!(matches!(
+        reg.get("core.ai.callPrompt").unwrap().config,
+        openwop_protocol::workflow_check::ConfigRule::Schema(_)
+    ));
+    let e = OperatorConfig::from_yaml(
+        "nodeTypes:\n- {typeId: core.identity, configSchema: {type: 7}}\n",
+    )
+    .unwrap_err();
+    assert!(
+        e.to_string().contains("configSchema of \"core.identity\""),
+        "{e}"
+    );
+}
+
+#[test]
+fn the_host_profile_is_the_configuration() {
+    let cfg = OperatorConfig::from_yaml(
+        "limits: {clarificationRounds: 1, schemaRounds: 5}\nenvelopeStrictness: strict\ntierOneSubsetCompliance: 'off'\nreasoning: {promptDirective: mandatory}\nreliability: {truncationBudgetMultiplier: 4}\n",
+    )
+    .unwrap();
+    let h = cfg.host_profile().unwrap();
+    assert_eq!(
+        (h.limits.clarification_rounds, h.limits.schema_rounds),
+        (1, 5)
+    );
+    assert_eq!(h.limits.max_node_executions, Some(1000));
+    assert_eq!(h.strictness, Strictness::Strict);
+    assert_eq!(h.tier_one_subset_compliance, Tier1Posture::Off);
+    assert_eq!(h.reasoning_directive, ReasoningPosture::Mandatory);
+    assert_eq!(h.truncation_budget_multiplier, 4.0);
+    assert_eq!(
+        OperatorConfig::default().host_profile().unwrap(),
+        HostProfile::default()
+    );
+    let bad = OperatorConfig {
+        envelope_strictness: "loose".into(),
+        ..Default::default()
+    };
+    assert_eq!(
+        bad.host_profile().unwrap_err().to_string(),
+        "config field envelopeStrictness is \"loose\": use warn or strict"
+    );
+}
