@@ -198,14 +198,7 @@ fn vendor_error_message(body: &str) -> String {
                 .map(str::to_string)
         })
         .unwrap_or_else(|| body.to_string());
-    truncate_chars(&msg, MAX_ERROR_MESSAGE)
-}
-
-fn truncate_chars(s: &str, max: usize) -> String {
-    match s.char_indices().nth(max) {
-        Some((i, _)) => format!("{}…", &s[..i]),
-        None => s.to_string(),
-    }
+    openwop_protocol::text::truncate(&msg, MAX_ERROR_MESSAGE)
 }
 
 #[cfg(test)]

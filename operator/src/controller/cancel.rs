@@ -11,7 +11,7 @@ use kube::runtime::events::EventType;
 use openwop_crds::{Run, RunPhase, Workflow};
 use openwop_protocol::run::projection::Projection;
 
-use super::common::{Step, apply_projection, condition, delete_ignoring_missing, set_condition};
+use super::common::{Step, apply_projection, delete_ignoring_missing};
 use super::start::{build_worker_pod, create_pod};
 use super::{Context, Error};
 use crate::pod::{MANAGER, pod_name, snapshot_name};
@@ -70,7 +70,6 @@ pub(super) async fn cancel(
         )
         .await?;
     }
-    let old = step.status.conditions.clone();
     let cancelling = step.status.phase == Some(RunPhase::Cancelling);
     match step.status.worker_pod.clone() {
         // The run's own worker: stop it; the cancel worker starts once it is gone.
@@ -161,17 +160,13 @@ pub(super) async fn cancel(
             step.status.phase = Some(RunPhase::Cancelling);
             step.status.pending_interrupt = None;
             step.status.retry_after = None;
-            set_condition(
-                &mut step.status.conditions,
-                condition(
-                    "Scheduled",
-                    true,
-                    "CancelWorkerStarted",
-                    format!("cancel worker pod {p}"),
-                    generation,
-                    now,
-                    &old,
-                ),
+            step.set_condition(
+                "Scheduled",
+                true,
+                "CancelWorkerStarted",
+                format!("cancel worker pod {p}"),
+                generation,
+                now,
             );
             step.event(
                 EventType::Normal,

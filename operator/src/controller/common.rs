@@ -101,6 +101,28 @@ pub(super) struct Step {
 }
 
 impl Step {
+    /// Sets condition `type_`, keeping its transition time when its status is unchanged.
+    pub(super) fn set_condition(
+        &mut self,
+        type_: &str,
+        ok: bool,
+        reason: &str,
+        message: String,
+        generation: Option<i64>,
+        now: Timestamp,
+    ) {
+        let c = condition(
+            type_,
+            ok,
+            reason,
+            message,
+            generation,
+            now,
+            &self.status.conditions,
+        );
+        set_condition(&mut self.status.conditions, c);
+    }
+
     pub(super) fn event(&mut self, t: EventType, reason: &'static str, note: String) {
         self.events.push((t, reason, note));
     }

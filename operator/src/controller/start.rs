@@ -13,7 +13,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use openwop_crds::{Run, RunError, RunPhase, Workflow};
 
-use super::common::{Step, condition, set_condition, wait_until};
+use super::common::{Step, wait_until};
 use super::namespace::{ensure_nats_credentials, ensure_worker_service_account};
 use super::{Context, Error};
 use crate::pod::{
@@ -82,19 +82,7 @@ pub(super) async fn create_pod(pods: &Api<Pod>, pod: &Pod) -> Result<(), kube::E
 
 /// Sets `Ready=True Snapshotted` and records the matching Event.
 fn mark_snapshotted(step: &mut Step, msg: String, generation: Option<i64>, now: Timestamp) {
-    let old = step.status.conditions.clone();
-    set_condition(
-        &mut step.status.conditions,
-        condition(
-            "Ready",
-            true,
-            "Snapshotted",
-            msg.clone(),
-            generation,
-            now,
-            &old,
-        ),
-    );
+    step.set_condition("Ready", true, "Snapshotted", msg.clone(), generation, now);
     step.event(EventType::Normal, "Snapshotted", msg);
 }
 #[allow(clippy::too_many_arguments)]
@@ -166,18 +154,13 @@ pub(super) async fn progress(
                         let msg = refused.to_string();
                         step.status.workflow = Some(wf.name_any());
                         step.status.error = Some(RunError::new(refused.code(), &msg));
-                        let old = step.status.conditions.clone();
-                        set_condition(
-                            &mut step.status.conditions,
-                            condition(
-                                "Ready",
-                                false,
-                                refused.reason(),
-                                msg.clone(),
-                                generation,
-                                now,
-                                &old,
-                            ),
+                        step.set_condition(
+                            "Ready",
+                            false,
+                            refused.reason(),
+                            msg.clone(),
+                            generation,
+                            now,
                         );
                         step.finish(
                             RunPhase::Failed,
@@ -209,37 +192,13 @@ pub(super) async fn progress(
             }
             Resolved::Missing(msg) => {
                 step.status.phase = Some(RunPhase::Pending);
-                let old = step.status.conditions.clone();
-                set_condition(
-                    &mut step.status.conditions,
-                    condition(
-                        "Ready",
-                        false,
-                        "WorkflowNotFound",
-                        msg,
-                        generation,
-                        now,
-                        &old,
-                    ),
-                );
+                step.set_condition("Ready", false, "WorkflowNotFound", msg, generation, now);
                 return Ok(Action::requeue(Duration::from_secs(30)));
             }
             Resolved::NotReady(wf_name, msg) => {
                 step.status.phase = Some(RunPhase::Pending);
                 step.status.workflow = Some(wf_name);
-                let old = step.status.conditions.clone();
-                set_condition(
-                    &mut step.status.conditions,
-                    condition(
-                        "Ready",
-                        false,
-                        "WorkflowNotReady",
-                        msg,
-                        generation,
-                        now,
-                        &old,
-                    ),
-                );
+                step.set_condition("Ready", false, "WorkflowNotReady", msg, generation, now);
                 return Ok(Action::requeue(Duration::from_secs(30)));
             }
         },
@@ -290,14 +249,10 @@ pub(super) async fn progress(
     }
     let active = active_workers(ctx, pods, &ns).await?;
     let limit = cfg.runs.max_concurrent_per_namespace as usize;
-    let old = step.status.conditions.clone();
     if active >= limit {
         step.status.phase = Some(RunPhase::Pending);
         let msg = format!("{active} runs hold a worker in namespace {ns} (limit {limit}); queued");
-        set_condition(
-            &mut step.status.conditions,
-            condition("Scheduled", false, "Queued", msg, generation, now, &old),
-        );
+        step.set_condition("Scheduled", false, "Queued", msg, generation, now);
         return Ok(Action::requeue(Duration::from_secs(15)));
     }
     let attempt = step.status.attempts.unwrap_or(0) + 1;
@@ -309,23 +264,20 @@ pub(super) async fn progress(
         Err(kube::Error::Api(s)) if matches!(s.code, 403 | 422) => {
             step.status.phase = Some(RunPhase::Pending);
             let msg = format!("the worker pod was refused: {}", s.message);
-            set_condition(
-                &mut step.status.conditions,
-                condition(
-                    "Scheduled",
-                    false,
-                    "PodRejected",
-                    msg.clone(),
-                    generation,
-                    now,
-                    &old,
-                ),
+            // One Event per distinct refusal, not one per retry.
+            let repeated =
+                step.status.conditions.iter().any(|c| {
+                    c.type_ == "Scheduled" && c.reason == "PodRejected" && c.message == msg
+                });
+            step.set_condition(
+                "Scheduled",
+                false,
+                "PodRejected",
+                msg.clone(),
+                generation,
+                now,
             );
-            if old
-                .iter()
-                .find(|c| c.type_ == "Scheduled")
-                .is_none_or(|c| c.reason != "PodRejected" || c.message != msg)
-            {
+            if !repeated {
                 step.event(EventType::Warning, "PodRejected", msg);
             }
             return Ok(Action::requeue(Duration::from_secs(30)));
@@ -338,17 +290,13 @@ pub(super) async fn progress(
     step.status.retry_after = None;
     step.status.phase = Some(RunPhase::Running);
     step.status.start_time.get_or_insert(Time(now));
-    set_condition(
-        &mut step.status.conditions,
-        condition(
-            "Scheduled",
-            true,
-            "WorkerStarted",
-            format!("worker pod {pod_name}"),
-            generation,
-            now,
-            &old,
-        ),
+    step.set_condition(
+        "Scheduled",
+        true,
+        "WorkerStarted",
+        format!("worker pod {pod_name}"),
+        generation,
+        now,
     );
     let (reason, note) = if resume {
         (
