@@ -90,7 +90,7 @@ wait_phase completed
 kubectl -n "$demo_ns" get run "$run"
 if command -v jq >/dev/null; then
   "$bin/kubectl-openwop" events "$run" -n "$demo_ns" --json --no-reasoning --nats-url "$OPENWOP_NATS_URL" \
-    | jq -c 'select(.message.type == "run.completed") | .message.payload.outputs | to_entries[] | {(.key): .value.output}'
+    | jq 'select(.message.type == "run.completed") | .message.payload.outputs | map_values(.output)'
 fi
 
 cat >&2 <<EOF
