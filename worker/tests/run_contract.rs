@@ -94,7 +94,7 @@ fn clarifying_run(name: &str, limit: u32) -> RunFiles {
         name,
         &format!("run-contract-{name}"),
         json!({"id": "clarify", "nodes": [{"id": "q", "typeId": "core.ai.callPrompt",
-               "config": {"prompt": "plan", "envelopeType": "vendor.acme.plan", "clarificationRounds": 5}}]}),
+               "config": {"prompt": "plan", "envelopeType": "vendor.acme.plan", "clarificationRounds": 5, "model": "planner-9"}}]}),
         json!({}),
         json!({"q": [ask("region"), ask("size"),
                      {"responses": [{"stopReason": "stop", "content": {"type": "vendor.acme.plan", "payload": {"ok": true}}}]}]}),
@@ -127,6 +127,16 @@ fn the_host_profile_in_the_snapshot_is_what_the_worker_enforces() {
     let roomy = clarifying_run("roomy", 3);
     let (code, events) = run_answering(&roomy, &nats.url());
     assert_eq!(code, 0);
+    // The mock stands in for the node's model: its calls are reported under that name.
+    let usage: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "provider.usage")
+        .collect();
+    assert!(!usage.is_empty());
+    assert!(
+        usage.iter().all(|e| e["payload"]["model"] == "planner-9"),
+        "{usage:?}"
+    );
     assert_eq!(
         types(&events).last().map(String::as_str),
         Some("run.completed")

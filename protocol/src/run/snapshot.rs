@@ -121,18 +121,41 @@ pub enum SnapshotError {
 
 pub use crate::text::escape_pointer;
 
+/// The first mock of `text` that is not a valid [`ProviderMock`], as an error naming its node.
+fn bad_mock(text: &str) -> Option<SnapshotError> {
+    let doc: Value = serde_json::from_str(text).ok()?;
+    doc.get("providerMocks")?
+        .as_object()?
+        .iter()
+        .find_map(|(node, mock)| {
+            let e = serde_json::from_value::<ProviderMock>(mock.clone()).err()?;
+            Some(SnapshotError::Mocks {
+                node: escape_pointer(node),
+                error: MockError {
+                    pointer: String::new(),
+                    reason: e.to_string(),
+                },
+            })
+        })
+}
+
 /// Default escalation threshold (CP-1).
 pub const DEFAULT_ESCALATION_THRESHOLD: f64 = 0.7;
 
 impl RunSnapshot {
     /// Parses a snapshot document; errors name the place and never a value.
     pub fn from_json(text: &str, path: &str) -> Result<RunSnapshot, SnapshotError> {
-        serde_json::from_str(text).map_err(|e| SnapshotError::Parse {
-            path: path.to_owned(),
-            line: e.line(),
-            column: e.column(),
-            // serde's message names the field or the expected type, never the value.
-            reason: e.to_string(),
+        serde_json::from_str(text).map_err(|e| {
+            // A mock that does not parse is named by its node.
+            if let Some(bad) = bad_mock(text) {
+                return bad;
+            }
+            SnapshotError::Parse {
+                path: path.to_owned(),
+                line: e.line(),
+                column: e.column(),
+                reason: e.to_string(),
+            }
         })
     }
 

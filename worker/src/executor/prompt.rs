@@ -305,6 +305,11 @@ impl<P: Publisher> Executor<'_, P> {
                             )));
                         };
                         let response: NormalizedResponse = match result {
+                            // The mock plays the node's model: its events name that model.
+                            Ok(mut r) if std::ptr::addr_eq(provider, &self.mock) => {
+                                r.model = model.clone();
+                                r
+                            }
                             Ok(r) => r,
                             Err(e) => {
                                 let msg = self.redactor.redact_str(&e.to_string()).0.into_owned();
@@ -385,6 +390,8 @@ impl<P: Publisher> Executor<'_, P> {
             let Some(t) = &envelope_type else {
                 return Ok(NodeOutcome::Completed(json!({"output": accepted.payload})));
             };
+            // The envelope is stamped when it is accepted, not when the emission started.
+            let now = crate::eventlog::now_rfc3339();
             // The model's output is an envelope; the engine owns correlation, ids and trust.
             let env = emission::assemble(&accepted.payload, t, &corr, id, &now);
             let kind = env
