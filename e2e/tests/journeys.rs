@@ -12,6 +12,9 @@
 //!
 //! Provider calls are scripted with `Run.spec.providerMocks` (the chart values allow it in
 //! `j-*` namespaces) and observed through the run's events (`log.appended` call records).
+//!
+//! Why one file of this size: every journey shares one cluster, one installed release and a
+//! lock that runs them one at a time; one test binary keeps that (and one link) for all.
 
 mod common;
 
@@ -1432,6 +1435,35 @@ async fn discovery_through_the_service_helm_upgrade_and_uninstall() {
     );
     assert_eq!(code, 304);
 
+    // The host profile: a node that needs 5 provider calls (4 truncations, then the answer)
+    // exceeds the chart's limits.schemaRounds (3) before the upgrade and fits after it. The
+    // worker enforces the value frozen in the snapshot, which discovery advertises too.
+    let ns = namespace(&c.client, "j-upgrade").await;
+    let wf = prompt_workflow(
+        "rounds",
+        json!({"id": "extract", "typeId": "core.ai.structuredOutput",
+               "config": {"prompt": "extract", "maxTokens": 64, "schemaRounds": 16,
+                          "outputSchema": {"type": "object", "required": ["a"], "properties": {"a": {"type": "integer"}}}}}),
+    );
+    ok(apply(&c, &ns, &wf), "apply rounds workflow");
+    wait_workflow(&c, &ns, "rounds", "True").await;
+    let cut = json!({"stopReason": "max_tokens", "content": "{\"a\":", "outputTokens": 64});
+    let five_calls = json!({"extract": {"responses": [cut, cut, cut, cut,
+        {"stopReason": "stop", "content": {"a": 1}}]}});
+    ok(
+        apply(
+            &c,
+            &ns,
+            &mocked_run("rounds-before", "rounds", five_calls.clone()),
+        ),
+        "apply run",
+    );
+    let before = wait_run(&c, &ns, "rounds-before", "failed", 120).await;
+    assert!(
+        before["error"].to_string().contains("envelope_"),
+        "schemaRounds 3 stops the emission: {before:#}"
+    );
+
     // Upgrade with changed values. The port changes too: pods share the host network here, so
     // the surge pod of the rolling update could not bind the old pod's port.
     helm_install(&c, &["operator.port=18081", "limits.schemaRounds=5"]);
@@ -1453,8 +1485,47 @@ async fn discovery_through_the_service_helm_upgrade_and_uninstall() {
         "helm get values",
     );
     assert!(values.contains("18081"), "{values}");
+    // The next run gets the new limit (once the old operator pod, which may still lead, is gone).
+    ok(
+        kubectl(
+            &c,
+            &[
+                "-n",
+                release_ns(),
+                "rollout",
+                "status",
+                "deployment",
+                "-l",
+                "app.kubernetes.io/component=operator",
+                "--timeout=120s",
+            ],
+            None,
+        ),
+        "operator rollout",
+    );
+    ok(
+        apply(&c, &ns, &mocked_run("rounds-after", "rounds", five_calls)),
+        "apply run",
+    );
+    wait_run(&c, &ns, "rounds-after", "completed", 120).await;
+    let snap: k8s_openapi::api::core::v1::ConfigMap = Api::namespaced(c.client.clone(), &ns)
+        .get("rounds-after-snapshot")
+        .await
+        .expect("snapshot ConfigMap");
+    let snap: Value =
+        serde_json::from_str(&snap.data.unwrap()["snapshot.json"]).expect("snapshot JSON");
+    assert_eq!(
+        snap["host"]["limits"]["schemaRounds"], 5,
+        "{:#}",
+        snap["host"]
+    );
+    let calls = events(&c, &ns, "rounds-after")
+        .iter()
+        .filter(|e| e["type"] == "envelope.truncated")
+        .count();
+    assert_eq!(calls, 4, "four truncations, then the fifth call answered");
+
     // Runs still work after the upgrade.
-    let ns = namespace(&c.client, "j-upgrade").await;
     apply_file(&c, &ns, "examples/01-hello-workflow.yaml");
     wait_workflow(&c, &ns, "hello", "True").await;
     ok(apply(&c, &ns, &hello_run("after-upgrade")), "apply run");
