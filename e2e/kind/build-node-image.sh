@@ -241,15 +241,15 @@ EOF
   docker run -d --name "$id" --privileged --entrypoint sleep "$staged" infinity >/dev/null
   docker exec "$id" bash -c 'nohup containerd >/var/log/containerd-build.log 2>&1 &
     for i in $(seq 1 50); do [ -S /run/containerd/containerd.sock ] && ctr version >/dev/null 2>&1 && exit 0; sleep 0.2; done
-    cat /var/log/containerd-build.log; exit 1' || return 1
+    cat /var/log/containerd-build.log; exit 1' || { docker rm -f "$id" >/dev/null 2>&1; return 1; }
   # shellcheck disable=SC2046
   docker save $(preloaded_images) \
-    | docker exec -i "$id" ctr --namespace=k8s.io images import --all-platforms --no-unpack --digests - >/dev/null || return 1
+    | docker exec -i "$id" ctr --namespace=k8s.io images import --all-platforms --no-unpack --digests - >/dev/null || { docker rm -f "$id" >/dev/null 2>&1; return 1; }
   docker exec "$id" bash -c 'ctr --namespace=k8s.io images ls -q | grep -v -e "^sha256:" -e "^import-" | sort; pkill containerd; sleep 1; rm -f /var/log/containerd-build.log; rm -rf /run/containerd' >&2
   # The container keeps the staged image's STOPSIGNAL and ENV; only its sleep is undone.
   docker commit \
     --change 'ENTRYPOINT ["/usr/local/bin/entrypoint", "/sbin/init"]' --change 'CMD []' \
-    "$id" "$NODE_IMAGE" >/dev/null || return 1
+    "$id" "$NODE_IMAGE" >/dev/null || { docker rm -f "$id" >/dev/null 2>&1; return 1; }
   docker rm -f "$id" >/dev/null
   docker rmi "$staged" >/dev/null 2>&1 || true
 }
