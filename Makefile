@@ -67,8 +67,7 @@ demo:
 ## (dockerd started if needed, node image and images built here and cached in ~/.cache/openwop/kind);
 ## the cluster is deleted afterwards. See e2e/kind/README.md.
 kind-test:
-	OPENWOP_KIND_OFFLINE=1 bash e2e/kind/up.sh
-	bash e2e/kind/test.sh; rc=$$?; bash e2e/kind/down.sh; exit $$rc
+	OPENWOP_KIND_OFFLINE=1 bash e2e/kind/up.sh && bash e2e/kind/test.sh; rc=$$?; bash e2e/kind/down.sh; exit $$rc
 
 ## kind-up / kind-down: the same cluster kept for use (prints export KUBECONFIG=...).
 kind-up:

@@ -19,6 +19,11 @@ IMAGE_TAG="${OPENWOP_IMAGE_TAG:-kind}"
 # The chart's default repositories, with the tag of this build.
 OPERATOR_IMAGE="ghcr.io/openwop/openwop-operator:${IMAGE_TAG}"
 WORKER_IMAGE="ghcr.io/openwop/openwop-worker:${IMAGE_TAG}"
+# Offline: the mini-cluster's nats-server as the chart's NATS image (build-images.sh).
+NATS_IMAGE="kind.openwop.local/nats:$(source "$ROOT/e2e/cluster/versions.env" && echo "$NATS_SERVER_VERSION")"
+# Offline: the static release build of the images has a target directory of its own, so it can
+# run beside other cargo builds (CI runs it during `make test`).
+STATIC_TARGET_DIR="${OPENWOP_STATIC_TARGET_DIR:-$OPENWOP_CACHE/target-static}"
 # 1: build everything here and pull nothing (make kind-test, CI); 0: use registries.
 OFFLINE="${OPENWOP_KIND_OFFLINE:-0}"
 NATS_LOCAL_PORT="${OPENWOP_KIND_NATS_PORT:-24222}"

@@ -6,8 +6,8 @@
 #   registry access (default): kind, kubectl and helm from your PATH, the pinned kindest/node
 #     image, and docker/Dockerfile's own builder stage (Rust and distroless images pulled);
 #   OPENWOP_KIND_OFFLINE=1 (what `make kind-test` and CI use): nothing is pulled. kind, the node
-#     image and its control-plane images are built by build-node-image.sh, the binaries with
-#     cargo on this machine, the NATS image from the mini-cluster's nats-server.
+#     image and its control-plane images are built by build-node-image.sh, the operator, worker
+#     and NATS images by build-images.sh.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=e2e/kind/common.sh
@@ -61,40 +61,15 @@ fi
 export KUBECONFIG="$KIND_KUBECONFIG"
 
 step "building $OPERATOR_IMAGE and $WORKER_IMAGE"
-if [[ "$OFFLINE" == 1 ]]; then
-  # Static binaries (glibc, +crt-static) built here, copied into the image by the Dockerfile's
-  # `prebuilt` stage onto `runtime-local` (scratch + CA bundle + passwd from the node's Debian root).
-  target_dir="${CARGO_TARGET_DIR:-$HOME/.cache/openwop/target}"
-  (cd "$ROOT" && RUSTFLAGS="-C target-feature=+crt-static" nice -n 10 cargo build --release --locked \
-     --target x86_64-unknown-linux-gnu -p openwop-operator -p openwop-worker)
-  mkdir -p "$ROOT/docker/prebuilt"
-  cp "$target_dir/x86_64-unknown-linux-gnu/release/openwop-operator" \
-     "$target_dir/x86_64-unknown-linux-gnu/release/openwop-worker" "$ROOT/docker/prebuilt/"
-  # As the Dockerfile's builder does (CARGO_PROFILE_RELEASE_STRIP=symbols), without changing
-  # the profile of the shared target directory.
-  strip "$ROOT"/docker/prebuilt/openwop-{operator,worker}
-  rootfs_image="$(docker image ls --format '{{.Repository}}:{{.Tag}}' kind.openwop.local/rootfs | head -n 1)"
-  build_args=(--build-arg BINARIES=prebuilt --build-arg RUNTIME_IMAGE=runtime-local --build-arg "DEBIAN_IMAGE=$rootfs_image")
-else
-  build_args=()
-fi
-docker_build -f "$ROOT/docker/Dockerfile" "${build_args[@]}" --target operator -t "$OPERATOR_IMAGE" "$ROOT"
-docker_build -f "$ROOT/docker/Dockerfile" "${build_args[@]}" --target worker -t "$WORKER_IMAGE" "$ROOT"
-docker image ls --format '{{.Repository}}:{{.Tag}} {{.Size}}' | grep -E "^(${OPERATOR_IMAGE%:*}|${WORKER_IMAGE%:*}):$IMAGE_TAG " >&2 || true
-
 images=("$OPERATOR_IMAGE" "$WORKER_IMAGE")
 helm_args=()
 if [[ "$OFFLINE" == 1 ]]; then
-  # The chart's NATS image (nats:*-alpine) comes from Docker Hub: here it is the mini-cluster's
-  # nats-server (e2e/cluster/versions.env) on scratch, under a name that is never pulled.
-  nats_version="$(source "$ROOT/e2e/cluster/versions.env" && echo "$NATS_SERVER_VERSION")"
-  nats_image="kind.openwop.local/nats:$nats_version"
-  nctx="$STATE_DIR/nats-image"
-  rm -rf "$nctx" && mkdir -p "$nctx" && cp "$mc_bin/nats-server" "$nctx/"
-  printf 'FROM scratch\nENV PATH=/usr/local/bin\nCOPY nats-server /usr/local/bin/nats-server\nEXPOSE 4222 8222\nENTRYPOINT ["nats-server"]\n' \
-    | docker build -q -t "$nats_image" -f - "$nctx" >/dev/null
-  images+=("$nats_image")
-  helm_args+=(--set nats.image.repository="${nats_image%:*}" --set nats.image.tag="$nats_version")
+  bash "$here/build-images.sh"
+  images+=("$NATS_IMAGE")
+  helm_args+=(--set nats.image.repository="${NATS_IMAGE%:*}" --set nats.image.tag="${NATS_IMAGE##*:}")
+else
+  docker_build -f "$ROOT/docker/Dockerfile" --target operator -t "$OPERATOR_IMAGE" "$ROOT"
+  docker_build -f "$ROOT/docker/Dockerfile" --target worker -t "$WORKER_IMAGE" "$ROOT"
 fi
 
 step "loading the images into kind"
