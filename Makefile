@@ -3,7 +3,7 @@ SHELL := /bin/bash
 export CARGO_TARGET_DIR ?= $(HOME)/.cache/openwop/target
 CARGO ?= cargo
 
-.PHONY: all build test chart-check test-unit lint fmt fmt-check clippy crds crds-check bench demo cluster-up cluster-down
+.PHONY: all build test chart-check test-unit lint fmt fmt-check clippy crds crds-check bench demo cluster-up cluster-down kind-test kind-up kind-down
 
 all: build
 
@@ -62,3 +62,16 @@ cluster-down:
 
 demo:
 	@bash e2e/demo.sh
+
+## kind-test: the e2e journeys on a real kind cluster, built and run on this machine without a registry
+## (dockerd started if needed, node image and images built here and cached in ~/.cache/openwop/kind);
+## the cluster is deleted afterwards. See e2e/kind/README.md.
+kind-test:
+	OPENWOP_KIND_OFFLINE=1 bash e2e/kind/up.sh && bash e2e/kind/test.sh; rc=$$?; bash e2e/kind/down.sh; exit $$rc
+
+## kind-up / kind-down: the same cluster kept for use (prints export KUBECONFIG=...).
+kind-up:
+	@OPENWOP_KIND_OFFLINE=1 bash e2e/kind/up.sh
+
+kind-down:
+	@bash e2e/kind/down.sh

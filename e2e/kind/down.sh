@@ -4,6 +4,7 @@ set -euo pipefail
 # shellcheck source=e2e/kind/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
+[ -d "$STATE_DIR/bin" ] && export PATH="$STATE_DIR/bin:$PATH"
 need kind
 if cluster_exists; then
   log "deleting cluster $CLUSTER_NAME"

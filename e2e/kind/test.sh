@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Runs the portable e2e suite (e2e/tests/journeys.rs) against the kind cluster made by up.sh,
 # in attach mode: the journeys use the release up.sh installed and reach NATS through a
-# port-forward. Extra arguments go to the test binary (e.g. a journey name filter).
+# NodePort published on 127.0.0.1. Extra arguments go to the test binary (e.g. a journey name filter).
 set -euo pipefail
 # shellcheck source=e2e/kind/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
-need kind kubectl cargo
+# The offline path (up.sh with OPENWOP_KIND_OFFLINE=1) keeps kind, kubectl and helm here.
+[ -d "$STATE_DIR/bin" ] && export PATH="$STATE_DIR/bin:$PATH"
+need kind kubectl cargo jq
 cluster_exists || die "no kind cluster $CLUSTER_NAME: run e2e/kind/up.sh first"
 [ -f "$KIND_KUBECONFIG" ] || kind get kubeconfig --name "$CLUSTER_NAME" >"$KIND_KUBECONFIG"
 export KUBECONFIG="$KIND_KUBECONFIG"
@@ -16,28 +18,22 @@ nats_svc="$(kubectl -n "$NAMESPACE" get svc \
   -o jsonpath='{range .items[?(@.spec.clusterIP!="None")]}{.metadata.name}{end}')"
 [ -n "$nats_svc" ] || die "no NATS Service of release $RELEASE in $NAMESPACE (chart installed with nats.enabled?)"
 
-log "port-forwarding svc/$nats_svc to 127.0.0.1:$NATS_LOCAL_PORT"
-# Restarted when it exits: a journey restarts the NATS pod, which ends a port-forward.
-(
-  while true; do
-    kubectl -n "$NAMESPACE" port-forward "svc/$nats_svc" "$NATS_LOCAL_PORT:4222" >>"$STATE_DIR/port-forward.log" 2>&1 || true
-    sleep 1
-  done
-) &
-pf_loop=$!
-stop_port_forward() {
-  # The loop's subshell, then the kubectl it runs (its child).
-  local kids
-  kids="$(pgrep -P "$pf_loop" 2>/dev/null || true)"
-  kill "$pf_loop" 2>/dev/null || true
-  [ -z "$kids" ] || kill $kids 2>/dev/null || true
-}
-trap stop_port_forward EXIT
-for _ in $(seq 1 50); do
-  if (exec 3<>"/dev/tcp/127.0.0.1/$NATS_LOCAL_PORT") 2>/dev/null; then break; fi
-  kill -0 "$pf_loop" 2>/dev/null || die "port-forward loop exited: $(tail -n 5 "$STATE_DIR/port-forward.log")"
-  sleep 0.2
+# NATS from this machine: a NodePort Service in front of the release's NATS pod, published by
+# Docker on 127.0.0.1:$NATS_LOCAL_PORT (cluster.yaml's extraPortMappings). It follows the pod
+# through restarts (a journey deletes it), which a kubectl port-forward does not.
+log "NodePort 30422 for svc/$nats_svc (127.0.0.1:$NATS_LOCAL_PORT)"
+kubectl -n "$NAMESPACE" get svc "$nats_svc" -o json \
+  | jq --arg name "$nats_svc-e2e" '{apiVersion: "v1", kind: "Service",
+      metadata: {name: $name, namespace: .metadata.namespace, labels: {"app.kubernetes.io/part-of": "openwop-e2e"}},
+      spec: {type: "NodePort", selector: .spec.selector,
+             ports: [{name: "client", port: 4222, targetPort: "client", nodePort: 30422}]}}' \
+  | kubectl apply -f - >/dev/null
+for _ in $(seq 1 100); do
+  if [[ "$(timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$NATS_LOCAL_PORT && head -c 4 <&3" 2>/dev/null || true)" == INFO ]]; then break; fi
+  sleep 0.3
 done
+[[ "$(timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$NATS_LOCAL_PORT && head -c 4 <&3" 2>/dev/null || true)" == INFO ]] \
+  || die "NATS does not answer on 127.0.0.1:$NATS_LOCAL_PORT (cluster created without cluster.yaml's extraPortMappings? re-create it with down.sh + up.sh)"
 
 # The suite attaches to this cluster instead of starting the local mini-cluster.
 export OPENWOP_E2E_KUBECONFIG="$KIND_KUBECONFIG"
