@@ -114,6 +114,16 @@ pub fn owner_ref(run: &Run) -> OwnerReference {
     }
 }
 
+/// Whether `meta` is owned by this very Run object (its uid), not by a deleted Run of the
+/// same name whose objects the garbage collector has not removed yet.
+pub fn owned_by(meta: &ObjectMeta, run: &Run) -> bool {
+    let uid = run.uid();
+    meta.owner_references
+        .iter()
+        .flatten()
+        .any(|o| Some(&o.uid) == uid.as_ref())
+}
+
 /// Labels shared by every object created for `run`.
 pub fn run_labels(run: &Run) -> BTreeMap<String, String> {
     BTreeMap::from([
@@ -508,6 +518,18 @@ mod tests {
             json!({"password": "cHc=", "username": "b3Bz"}),
             "base64 of exactly the recognised keys"
         );
+    }
+
+    #[test]
+    fn objects_of_a_deleted_run_of_the_same_name_are_not_ours() {
+        let r = run();
+        let pod = worker_pod(&r, &WorkerInputs::default(), &OperatorConfig::default(), 1);
+        assert!(owned_by(&pod.metadata, &r));
+        // Same name, new object: a new uid.
+        let mut again = run();
+        again.metadata.uid = Some("another-uid".into());
+        assert!(!owned_by(&pod.metadata, &again));
+        assert!(!owned_by(&ObjectMeta::default(), &r));
     }
 
     #[test]

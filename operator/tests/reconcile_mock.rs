@@ -220,7 +220,9 @@ fn snapshot_cm(cancel: bool) -> Value {
         doc["cancel"] = json!(true);
     }
     json!({"apiVersion": "v1", "kind": "ConfigMap",
-           "metadata": {"name": "r1-snapshot", "namespace": "team-a"},
+           "metadata": {"name": "r1-snapshot", "namespace": "team-a",
+                        "ownerReferences": [{"apiVersion": "openwop.dev/v1alpha1", "kind": "Run",
+                                             "name": "r1", "uid": "ruid", "controller": true}]},
            "data": {"snapshot.json": doc.to_string()}})
 }
 

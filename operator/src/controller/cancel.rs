@@ -39,8 +39,8 @@ pub(super) async fn cancel(
         Err("worker.natsUrl is not configured, so no worker can record run.cancelled")
     } else {
         match cms.get_opt(&snap).await? {
-            Some(cm) => Ok(cm),
-            None => Err("the run never started (no snapshot), so there is no event stream"),
+            Some(cm) if crate::pod::owned_by(&cm.metadata, run) => Ok(cm),
+            _ => Err("the run never started (no snapshot), so there is no event stream"),
         }
     };
     let cm = match stored {
@@ -153,7 +153,9 @@ pub(super) async fn cancel(
             }
             let attempt = attempts + 1;
             let pod = build_worker_pod(run, ctx, wfs, None, step, attempt).await?;
-            create_pod(pods, &pod).await?;
+            if !create_pod(pods, &pod, run).await? {
+                return Ok(Action::requeue(Duration::from_secs(2)));
+            }
             let p = pod_name(&name, attempt);
             step.status.attempts = Some(attempt);
             step.status.worker_pod = Some(p.clone());

@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use openwop_crds::{Run, RunError, RunPhase, Workflow};
@@ -17,8 +17,8 @@ use super::common::{Step, wait_until};
 use super::namespace::{ensure_nats_credentials, ensure_worker_service_account};
 use super::{Context, Error};
 use crate::pod::{
-    LABEL_COMPONENT, LABEL_MANAGED_BY, MANAGER, WorkerInputs, needed_credentials, pod_name,
-    snapshot_name, worker_pod,
+    LABEL_COMPONENT, LABEL_MANAGED_BY, MANAGER, WorkerInputs, needed_credentials, owned_by,
+    pod_name, snapshot_name, worker_pod,
 };
 use crate::snapshot::{build_snapshot, read_snapshot, snapshot_configmap, with_current_answers};
 
@@ -68,14 +68,33 @@ async fn resolve_workflow(run: &Run, api: &Api<Workflow>, ns: &str) -> Result<Re
 
 /// Creates a worker pod as the operator's field manager; a pod that already exists (a
 /// reconcile retried after its status write was lost) counts as created.
-pub(super) async fn create_pod(pods: &Api<Pod>, pod: &Pod) -> Result<(), kube::Error> {
+///
+/// Returns `false` when the name is held by a leftover of a deleted Run of the same name (a
+/// re-created Run reuses pod names while the old pods still terminate): that pod is deleted
+/// and the caller retries shortly. Adopting it would report the old run's outcome as this
+/// run's.
+pub(super) async fn create_pod(pods: &Api<Pod>, pod: &Pod, run: &Run) -> Result<bool, kube::Error> {
     let params = PostParams {
         field_manager: Some(MANAGER.into()),
         ..Default::default()
     };
     match pods.create(&params, pod).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(s)) if s.code == 409 => {
+            let name = pod.metadata.name.clone().unwrap_or_default();
+            match pods.get_opt(&name).await? {
+                Some(existing) if owned_by(&existing.metadata, run) => Ok(true),
+                Some(_) => {
+                    tracing::info!(pod = %name, "a deleted Run's worker pod holds the name; deleting it");
+                    match pods.delete(&name, &DeleteParams::background()).await {
+                        Ok(_) => Ok(false),
+                        Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
+                        Err(e) => Err(e),
+                    }
+                }
+                None => Ok(false),
+            }
+        }
         Err(e) => Err(e),
     }
 }
@@ -112,6 +131,16 @@ pub(super) async fn progress(
         return super::observe::observe_worker(ctx, step, pods, generation, now).await;
     }
     let (snapshot_cm, workflow) = match cms.get_opt(&snap).await? {
+        // A deleted Run of the same name left its snapshot (the garbage collector removes it
+        // asynchronously): never run from it; remove it and snapshot this run afresh.
+        Some(cm) if !owned_by(&cm.metadata, run) => {
+            match cms.delete(&snap, &DeleteParams::background()).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) => return Err(e.into()),
+            }
+            return Ok(Action::requeue(Duration::from_secs(1)));
+        }
         Some(cm) => {
             // A retried reconcile (e.g. after a 409 on the status write) still names the
             // resolved Workflow, not the `id:` reference.
@@ -257,8 +286,24 @@ pub(super) async fn progress(
     }
     let attempt = step.status.attempts.unwrap_or(0) + 1;
     let pod = build_worker_pod(run, ctx, wfs, workflow.map(|w| w.spec), step, attempt).await?;
-    match create_pod(pods, &pod).await {
-        Ok(()) => {}
+    match create_pod(pods, &pod, run).await {
+        Ok(true) => {}
+        Ok(false) => {
+            step.status.phase = Some(RunPhase::Pending);
+            let msg = format!(
+                "worker pod name {} is still held by a deleted Run of the same name; retrying",
+                pod.metadata.name.as_deref().unwrap_or_default()
+            );
+            step.set_condition(
+                "Scheduled",
+                false,
+                "PreviousRunTerminating",
+                msg,
+                generation,
+                now,
+            );
+            return Ok(Action::requeue(Duration::from_secs(2)));
+        }
         // Admission refused the pod (quota, policy, missing service account...): say so on
         // the Run instead of failing silently in a retry loop.
         Err(kube::Error::Api(s)) if matches!(s.code, 403 | 422) => {
