@@ -50,14 +50,8 @@ pub(super) async fn cancel(
                 delete_ignoring_missing(pods, &p).await?;
             }
             let msg = format!("cancelled by spec.cancel; {why}: the operator set the phase");
-            step.finish(
-                RunPhase::Cancelled,
-                now,
-                generation,
-                "Cancelled",
-                msg.clone(),
-            );
-            step.event(EventType::Normal, "Cancelled", msg);
+            let ending = (EventType::Normal, "Cancelled");
+            step.finish(RunPhase::Cancelled, now, generation, ending, msg);
             return Ok(Action::await_change());
         }
     };
@@ -116,8 +110,8 @@ pub(super) async fn cancel(
                         .filter(|p| p.is_terminal())
                         .unwrap_or(RunPhase::Cancelled);
                     let msg = format!("the worker recorded the run as {phase}");
-                    step.finish(phase, now, generation, "Cancelled", msg.clone());
-                    step.event(EventType::Normal, "Cancelled", msg);
+                    let ending = (EventType::Normal, "Cancelled");
+                    step.finish(phase, now, generation, ending, msg);
                     Ok(Action::requeue(Duration::from_secs(
                         ctx.config.runs.pod_ttl_seconds_after_finished.max(1),
                     )))
@@ -132,14 +126,8 @@ pub(super) async fn cancel(
                     let msg = format!(
                         "cancel worker {p} {why}; the operator set the phase, run.cancelled may be missing from the event stream"
                     );
-                    step.finish(
-                        RunPhase::Cancelled,
-                        now,
-                        generation,
-                        "Cancelled",
-                        msg.clone(),
-                    );
-                    step.event(EventType::Warning, "Cancelled", msg);
+                    let ending = (EventType::Warning, "Cancelled");
+                    step.finish(RunPhase::Cancelled, now, generation, ending, msg);
                     Ok(Action::await_change())
                 }
             }

@@ -138,11 +138,26 @@ impl Step {
         message: String,
     ) {
         self.status.error = Some(RunError::new(code, &message));
-        self.finish(RunPhase::Failed, now, generation, reason, message.clone());
+        self.close(RunPhase::Failed, now, generation, reason, message.clone());
         self.event(EventType::Warning, event_reason, message);
     }
 
+    /// Ends the run in `phase` with condition reason `reason` and an Event of type `t` and
+    /// the same reason, both carrying `message` (every ending is reported both ways).
     pub(super) fn finish(
+        &mut self,
+        phase: RunPhase,
+        now: Timestamp,
+        generation: Option<i64>,
+        (t, reason): (EventType, &'static str),
+        message: String,
+    ) {
+        self.close(phase, now, generation, reason, message.clone());
+        self.event(t, reason, message);
+    }
+
+    /// The terminal status: phase, completion time, `Succeeded` condition.
+    fn close(
         &mut self,
         phase: RunPhase,
         now: Timestamp,

@@ -67,13 +67,12 @@ pub(super) async fn observe_worker(
                 ),
                 _ => ("Completed", "the run completed".to_string()),
             };
-            step.finish(final_phase, now, generation, reason, msg.clone());
             let t = if final_phase == RunPhase::Completed {
                 EventType::Normal
             } else {
                 EventType::Warning
             };
-            step.event(t, reason, msg);
+            step.finish(final_phase, now, generation, (t, reason), msg);
             step.status.failed_attempts = None;
             Ok(Action::requeue(Duration::from_secs(
                 cfg.runs.pod_ttl_seconds_after_finished.max(1),

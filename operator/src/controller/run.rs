@@ -130,13 +130,12 @@ async fn apply_run(run: Arc<Run>, ctx: Arc<Context>) -> Result<Action, Error> {
                 (RunPhase::Cancelled, _) => ("Cancelled", "the run was cancelled".to_string()),
                 _ => ("Completed", "the run completed".to_string()),
             };
-            step.finish(phase, now, generation, reason, msg.clone());
             let t = if phase == RunPhase::Completed {
                 EventType::Normal
             } else {
                 EventType::Warning
             };
-            step.event(t, reason, msg);
+            step.finish(phase, now, generation, (t, reason), msg);
         }
         action = finished(&run, &ctx, &mut step, &pods, now).await?;
     } else if run.spec.cancel == Some(true) {

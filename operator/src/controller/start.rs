@@ -191,14 +191,8 @@ pub(super) async fn progress(
                             generation,
                             now,
                         );
-                        step.finish(
-                            RunPhase::Failed,
-                            now,
-                            generation,
-                            refused.reason(),
-                            msg.clone(),
-                        );
-                        step.event(EventType::Warning, refused.reason(), msg);
+                        let ending = (EventType::Warning, refused.reason());
+                        step.finish(RunPhase::Failed, now, generation, ending, msg);
                         return Ok(Action::await_change());
                     }
                 };
