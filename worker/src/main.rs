@@ -134,15 +134,12 @@ async fn run(stop: StopSignal, otel: &Otel) -> anyhow::Result<i32> {
         .map(Duration::from_millis)
         .unwrap_or(DEFAULT_STOP_GRACE);
 
-    let graph = match Graph::parse(&snap.workflow) {
-        Ok(g) => Some(g),
-        Err(e) => {
-            // Recorded as run.failed below (the operator validated it; a hand-edited
-            // snapshot can still be wrong).
-            tracing::error!(error = %e, "workflow definition invalid");
-            None
-        }
-    };
+    // An invalid definition is recorded as run.failed below (the operator validated it; a
+    // hand-edited snapshot can still be wrong).
+    let graph = Graph::parse(&snap.workflow);
+    if let Err(e) = &graph {
+        tracing::error!(error = %e, "workflow definition invalid");
+    }
     let secrets = load_secrets(&snap);
     let cfg = ExecConfig {
         allow_mock_agent: env("OPENWOP_CONFORMANCE_MOCK_AGENT").as_deref() == Some("true"),
@@ -155,7 +152,7 @@ async fn run(stop: StopSignal, otel: &Otel) -> anyhow::Result<i32> {
         },
         // A cancelled run calls no provider: build none.
         providers: match (&graph, snap.cancel) {
-            (Some(g), false) => match ProviderSet::build(&snap, g, env) {
+            (Ok(g), false) => match ProviderSet::build(&snap, g, env) {
                 Ok(p) => p,
                 Err(e) => {
                     let red = Redactor::new(secrets.clone());
@@ -203,7 +200,7 @@ async fn run(stop: StopSignal, otel: &Otel) -> anyhow::Result<i32> {
     );
 
     let (end, events) = match &graph {
-        Some(graph) => {
+        Ok(graph) => {
             let mut exec = Executor::new(&snap, graph, &cfg, log, reasoning)
                 .with_run_span(run_span.borrowed());
             let outcome = {
@@ -239,15 +236,11 @@ async fn run(stop: StopSignal, otel: &Otel) -> anyhow::Result<i32> {
                 Err(e) => return Err(e.into()),
             }
         }
-        None => {
+        Err(e) => {
             let mut log = log;
-            let why = Graph::parse(&snap.workflow)
-                .err()
-                .map(|e| e.to_string())
-                .unwrap_or_default();
             let err = openwop_protocol::events::ErrorInfo {
                 code: "workflow_invalid".into(),
-                message: why,
+                message: e.to_string(),
                 details: None,
                 retryable: Some(false),
             };
