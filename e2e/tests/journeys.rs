@@ -134,11 +134,22 @@ fn helm(c: &Cluster, args: &[&str]) -> Output {
     run_cmd(c, &helm_bin(), args, None)
 }
 
-/// `helm upgrade --install` with the mini-cluster values plus `extra` `--set`s.
+/// The journeys' operator port: pods share the host network on the mini-cluster, so a second
+/// mini-cluster beside the first (`OPENWOP_PORT_OFFSET`) needs its own (`OPENWOP_E2E_OPERATOR_PORT`).
+fn operator_port() -> u16 {
+    std::env::var("OPENWOP_E2E_OPERATOR_PORT")
+        .ok()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(8080)
+}
+
+/// `helm upgrade --install` with the mini-cluster values plus `extra` `--set`s (a later
+/// `operator.port` in `extra` overrides the journeys' port).
 fn helm_install(c: &Cluster, extra: &[&str]) -> String {
     let chart = repo().join("charts/openwop");
     let values = repo().join("e2e/helm/mini-cluster-values.yaml");
     let nats = format!("nats.external.url={}", c.nats_url);
+    let port = format!("operator.port={}", operator_port());
     let mut args = vec![
         "upgrade",
         "--install",
@@ -151,6 +162,8 @@ fn helm_install(c: &Cluster, extra: &[&str]) -> String {
         values.to_str().unwrap(),
         "--set",
         &nats,
+        "--set",
+        &port,
         "--set",
         "providers[0].name=mock,providers[0].vendor=mock",
         "--wait",
@@ -1421,13 +1434,19 @@ async fn discovery_through_the_service_helm_upgrade_and_uninstall() {
         return;
     }
     // A previous run may have left the upgraded release: its pod serves until it is replaced.
-    let (ep, doc, etag) = wait_for(Duration::from_secs(120), "discovery on :8080", || {
-        let c = c.clone();
-        async move {
-            let (ep, doc, etag) = discovery_document(&c).await;
-            (ep.ends_with(":8080") && doc["limits"]["schemaRounds"] == 3).then_some((ep, doc, etag))
-        }
-    })
+    let port = format!(":{}", operator_port());
+    let (ep, doc, etag) = wait_for(
+        Duration::from_secs(120),
+        "discovery on the journeys' port",
+        || {
+            let (c, port) = (c.clone(), port.clone());
+            async move {
+                let (ep, doc, etag) = discovery_document(&c).await;
+                (ep.ends_with(&port) && doc["limits"]["schemaRounds"] == 3)
+                    .then_some((ep, doc, etag))
+            }
+        },
+    )
     .await;
     assert!(doc["protocolVersion"].is_string(), "{doc:#}");
     assert!(
@@ -1473,12 +1492,14 @@ async fn discovery_through_the_service_helm_upgrade_and_uninstall() {
 
     // Upgrade with changed values. The port changes too: pods share the host network here, so
     // the surge pod of the rolling update could not bind the old pod's port.
-    helm_install(&c, &["operator.port=18081", "limits.schemaRounds=5"]);
+    let upgraded = operator_port() + 10001;
+    let upgraded_port = format!("operator.port={upgraded}");
+    helm_install(&c, &[&upgraded_port, "limits.schemaRounds=5"]);
     let (ep, doc, new_etag) = wait_for(Duration::from_secs(120), "upgraded discovery", || {
         let c = c.clone();
         async move {
             let (ep, doc, etag) = discovery_document(&c).await;
-            (ep.ends_with(":18081") && doc["limits"]["schemaRounds"] == 5)
+            (ep.ends_with(&format!(":{upgraded}")) && doc["limits"]["schemaRounds"] == 5)
                 .then_some((ep, doc, etag))
         }
     })
@@ -1491,7 +1512,7 @@ async fn discovery_through_the_service_helm_upgrade_and_uninstall() {
         ),
         "helm get values",
     );
-    assert!(values.contains("18081"), "{values}");
+    assert!(values.contains(&upgraded.to_string()), "{values}");
     // The next run gets the new limit (once the old operator pod, which may still lead, is gone).
     ok(
         kubectl(
