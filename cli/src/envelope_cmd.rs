@@ -275,7 +275,7 @@ fn accept(args: &AcceptArgs) -> Result<ExitCode> {
 fn describe(o: &Outcome) -> String {
     let mut s = format!(
         "the request is not usable JSON: {}",
-        o.reason().unwrap_or("unreadable")
+        o.message().unwrap_or("unreadable")
     );
     if let Outcome::Invalid(i) = o {
         for d in &i.details {

@@ -80,7 +80,7 @@ fn breach(
     );
     let outcome = Outcome::Breached(Breached {
         code: Code::CapBreached,
-        reason: format!("{}: {message}", Code::CapBreached),
+        message,
         cap_kind: kind,
         limit,
         observed,
