@@ -267,6 +267,10 @@ pub struct Invalid {
     pub details: Vec<Detail>,
 }
 
+fn cap_breached() -> Code {
+    Code::CapBreached
+}
+
 /// The engine-limit families an envelope can breach (a subset of `CapKind`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -298,10 +302,15 @@ impl EnvelopeCapKind {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Breached {
-    /// Always `cap_breached`. On the wire: `reason`, the bare code.
-    #[serde(rename = "reason")]
+    /// Always `cap_breached` (implied on the wire by `status: breached`).
+    #[serde(skip, default = "cap_breached")]
     pub code: Code,
-    /// Names the limit and its value, e.g. `envelopesPerTurn limit 3 reached (observed 3)`.
+    /// Names the limit and its value, e.g. `envelopesPerTurn limit 3 reached (observed 3)`:
+    /// unlike the other refusals, the spec's conformance suite reads the limit from the
+    /// breached outcome's `reason` (aiEnvelope.capBreached "breached reason cites the limit
+    /// and cap value").
+    pub reason: String,
+    /// The sentence for people.
     pub message: String,
     pub cap_kind: EnvelopeCapKind,
     pub limit: u64,
@@ -333,7 +342,8 @@ mod tests {
 
         let b = Outcome::Breached(Breached {
             code: Code::CapBreached,
-            message: "r".into(),
+            reason: "schemaRounds limit 2 reached (observed 2)".into(),
+            message: "m".into(),
             cap_kind: EnvelopeCapKind::Schema,
             limit: 2,
             observed: 2,
@@ -342,8 +352,9 @@ mod tests {
         let v = serde_json::to_value(&b).unwrap();
         assert_eq!(
             v,
-            json!({"status": "breached", "reason": "cap_breached", "message": "r", "capKind": "schema", "limit": 2, "observed": 2})
+            json!({"status": "breached", "reason": "schemaRounds limit 2 reached (observed 2)", "message": "m", "capKind": "schema", "limit": 2, "observed": 2})
         );
+        assert_eq!(serde_json::from_value::<Outcome>(v).unwrap(), b);
     }
 
     #[test]

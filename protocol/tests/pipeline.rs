@@ -384,6 +384,12 @@ fn limits_breach_with_cap_kind_and_events() {
     };
     assert_eq!(b.cap_kind, EnvelopeCapKind::Envelopes);
     assert!(b.message.contains("envelopesPerTurn limit 3"));
+    // The suite reads the limit and its value from the breached outcome's reason.
+    let wire = serde_json::to_value(&p.outcome).unwrap();
+    assert_eq!(
+        wire["reason"],
+        "envelopesPerTurn limit 3 reached (observed 3)"
+    );
     let counters = Counters {
         schema_rounds: Some(Counter { current: 1, cap: 4 }),
         ..Counters::default()

@@ -63,7 +63,7 @@ fn refuse(
         gate,
         &env.kind,
         &accepted,
-        contract.refusal_mode,
+        ctx.refusal_mode.unwrap_or(contract.refusal_mode),
         &message,
     );
     let outcome = Outcome::Gated(Gated {

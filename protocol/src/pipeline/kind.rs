@@ -3,8 +3,8 @@
 //! `gated` / `unknown_envelope_kind` (gate `supported-envelopes`), projected
 //! exactly like a contract refusal (`contract::project`): `node.failed` with
 //! `envelope_contract_violation`, or a `log.appended` warning under
-//! `discard-and-warn` — the refusal mode of the node's contract, else the host
-//! contract's, else the spec default `fail-node`.
+//! `discard-and-warn` — the caller's override, else the refusal mode of the node's
+//! contract, else the host contract's, else the spec default `fail-node`.
 
 use crate::envelope::{AiEnvelope, ContentTrust, UNIVERSAL_KINDS, is_universal_kind};
 use crate::events::{EventFactory, RunEventDoc};
@@ -31,11 +31,12 @@ pub(crate) fn check(
         super::quote_kind(&env.kind),
         allowed.join(", ")
     );
-    let mode = ctx
-        .node_contract
-        .or(ctx.host.host_contract.as_ref())
-        .map(|c| c.refusal_mode)
-        .unwrap_or_default();
+    let mode = ctx.refusal_mode.unwrap_or_else(|| {
+        ctx.node_contract
+            .or(ctx.host.host_contract.as_ref())
+            .map(|c| c.refusal_mode)
+            .unwrap_or_default()
+    });
     let ev = super::contract::project(
         ctx,
         corr,

@@ -27,6 +27,7 @@ pub mod limits;
 pub mod parse;
 pub mod payload;
 pub mod redaction;
+pub mod request;
 pub mod shape;
 pub mod trust;
 
@@ -126,6 +127,8 @@ pub struct Context<'a> {
     pub counters: Counters,
     /// The envelope is being presented as the resolution of an approval gate.
     pub approval_gate_context: bool,
+    /// Overrides the contracts' refusal mode at every gate (the seam's `projectTo.refusalMode`).
+    pub refusal_mode: Option<RefusalMode>,
     /// RFC 3339 timestamp stamped on projected events (this crate reads no clock).
     pub timestamp: &'a str,
 }
@@ -145,6 +148,7 @@ impl<'a> Context<'a> {
             run_trust_boundary: None,
             counters: Counters::default(),
             approval_gate_context: false,
+            refusal_mode: None,
             timestamp,
         }
     }
@@ -385,7 +389,10 @@ fn finish_outcome(
                 fix(&mut d.message);
             }
         }
-        Outcome::Breached(b) => fix(&mut b.message),
+        Outcome::Breached(b) => {
+            fix(&mut b.reason);
+            fix(&mut b.message);
+        }
     }
     Processed {
         outcome,
