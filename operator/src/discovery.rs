@@ -80,7 +80,10 @@ pub fn capabilities_config(
         strictness: host.strictness,
         tier_one_subset_compliance: host.tier_one_subset_compliance,
         envelope_contracts: true,
-        mock_agent: mock_registered && !cfg.conformance.mock_agent_namespaces.is_empty(),
+        // Reachable when some namespace may use it, or when the conformance fixtures (whose
+        // `conformance-*` ids always may) are installed.
+        mock_agent: mock_registered
+            && (!cfg.conformance.mock_agent_namespaces.is_empty() || cfg.conformance.seams.enabled),
         agents_supported: mock_registered,
         // BYOK secrets are Kubernetes Secrets in the Run's namespace, and a tenant is a
         // namespace.
@@ -345,11 +348,16 @@ mod tests {
                     .contains(&json!(k))
             );
         }
+        let mock_agent = |cfg: &OperatorConfig| {
+            capabilities(cfg, &NodeRegistry::builtin()).unwrap()["conformance"]["mockAgent"].clone()
+        };
+        assert_eq!(mock_agent(&cfg), false);
+        // The conformance fixtures use the mock agent: with the seams on it is reachable.
+        let mut seams = cfg.clone();
+        seams.conformance.seams.enabled = true;
+        assert_eq!(mock_agent(&seams), true);
         cfg.conformance.mock_agent_namespaces.push("e2e".into());
-        assert_eq!(
-            capabilities(&cfg, &NodeRegistry::builtin()).unwrap()["conformance"]["mockAgent"],
-            true
-        );
+        assert_eq!(mock_agent(&cfg), true);
     }
 
     #[test]
