@@ -3,42 +3,45 @@
 
 use std::collections::BTreeMap;
 use std::io::Read;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context as _, Result, bail};
 use clap::{Args, Subcommand};
-use openwop_protocol::envelope::ContentTrust;
 use openwop_protocol::events::EventFactory;
 use openwop_protocol::outcome::Outcome;
-use openwop_protocol::pipeline::{
-    self, Context, Counters, DedupEntry, DedupStore, EnvelopeContract, HostPolicy, InputLimits,
-    RefusalMode, Strictness,
-};
+use openwop_protocol::pipeline::request::{self, AcceptRequest};
+use openwop_protocol::pipeline::{self, Context, DedupEntry, DedupStore, HostPolicy, InputLimits};
 use openwop_protocol::redact::Redactor;
-use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::json;
 
 #[derive(Subcommand)]
 pub enum EnvelopeCommand {
     /// Run one envelope through the accept pipeline and print the outcome.
     ///
-    /// INPUT is a JSON request (same fields as the spec's envelope-accept test seam):
+    /// INPUT is the request of the spec's envelope-accept test seam
+    /// (POST /v1/host/sample/envelope/accept; the operator serves the same request when
+    /// its conformance seams are on, through the same code):
     ///
     ///   {"envelope": {...}, "hostSupportedEnvelopes": ["vendor.acme.prd.create"],
     ///    "nodeAllowedKinds": [...], "runTrustBoundary": "untrusted",
     ///    "counters": {"clarificationRounds": {"current": 1, "cap": 3}},
     ///    "schemaVersionFloor": {"vendor.acme.prd.create": 1}, "envelopeStrictness": "warn",
-    ///    "priorCorrelations": {"<correlationId>": {"envelopeType": "...", "outcome": {...}}},
-    ///    "persistedDedup": {...same shape...},
+    ///    "priorCorrelations": [{"correlationId": "...", "envelopeType": "...", "outcome": {...}}],
+    ///    "persistedDedup": {"runId": "run-1"},
     ///    "byokCanaries": [{"secretId": "openai", "value": "sk-..."}],
     ///    "approvalGateContext": false,
-    ///    "projectTo": {"runId": "run-1", "nodeId": "node-1", "timestamp": "2026-05-18T10:00:00Z", "firstSequence": 0}}
+    ///    "projectTo": {"runId": "run-1", "nodeId": "node-1", "refusalMode": "fail-node"}}
+    ///
+    /// persistedDedup needs --dedup-store FILE: the decision for the envelope's
+    /// correlationId is read from it and, when new, written to it.
     ///
     /// With --raw, INPUT is the envelope itself or raw model text (markdown fences and
     /// surrounding prose are recovered leniently).
     ///
-    /// Prints {"status", "code", "reason", "details", "envelopeId", "allowedKinds", "capKind",
-    /// "normalizedMeta", "redactedPayload", "redactionCount", "recordedEventIds", ..., "events": [...]}.
+    /// Prints {"status", "reason" (the bare code; a breached outcome names the limit),
+    /// "message", "details", "envelopeId", "allowedKinds", "capKind", "normalizedMeta",
+    /// "redactedPayload", "redactionCount", "recordedEventIds", ..., "events": [...]}.
     ///
     /// Exit status: 0 accepted; 1 refused (gated, invalid, breached); 2 usage error or unreadable input.
     #[command(verbatim_doc_comment)]
@@ -58,6 +61,16 @@ pub struct AcceptArgs {
     /// INPUT is the envelope (or raw model text), not a request object.
     #[arg(long)]
     raw: bool,
+    /// JSON file holding persisted dedup decisions per run (created when missing);
+    /// required by a request with persistedDedup.
+    #[arg(long, value_name = "FILE")]
+    dedup_store: Option<PathBuf>,
+    /// Timestamp of projected events when the envelope's meta.ts is not a valid ISO 8601 time.
+    #[arg(long, default_value = "1970-01-01T00:00:00Z", value_name = "RFC3339")]
+    timestamp: String,
+    /// Sequence of the first projected event.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    first_sequence: u64,
     /// Largest accepted input in bytes.
     #[arg(long, default_value_t = InputLimits::default().max_bytes, value_name = "BYTES")]
     max_bytes: usize,
@@ -72,46 +85,29 @@ pub struct AcceptArgs {
     compact: bool,
 }
 
-/// The request document (the seam's body). Unknown fields are refused so typos surface.
-#[derive(Deserialize, Default)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct Request {
-    envelope: Option<Value>,
-    host_supported_envelopes: Option<Vec<String>>,
-    host_allowed_kinds: Option<Vec<String>>,
-    node_allowed_kinds: Option<Vec<String>>,
-    refusal_mode: Option<RefusalMode>,
-    run_trust_boundary: Option<ContentTrust>,
-    #[serde(default)]
-    counters: Counters,
-    #[serde(default)]
-    schema_version_floor: BTreeMap<String, u32>,
-    envelope_strictness: Option<Strictness>,
-    #[serde(default)]
-    prior_correlations: BTreeMap<String, DedupEntry>,
-    #[serde(default)]
-    persisted_dedup: BTreeMap<String, DedupEntry>,
-    #[serde(default)]
-    byok_canaries: Vec<Canary>,
-    project_to: Option<ProjectTo>,
-    #[serde(default)]
-    approval_gate_context: bool,
+/// The `--dedup-store` file: runId → correlationId → decision.
+type DedupFile = BTreeMap<String, BTreeMap<String, DedupEntry>>;
+
+fn load_store(path: &Path) -> Result<DedupFile> {
+    match std::fs::read(path) {
+        Ok(bytes) => serde_json::from_slice(&bytes).with_context(|| {
+            format!(
+                "{} is not a dedup store ({{runId: {{correlationId: {{envelopeType, outcome}}}}}}); pass another --dedup-store file",
+                path.display()
+            )
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(DedupFile::new()),
+        Err(e) => Err(e).with_context(|| format!("cannot read {}", path.display())),
+    }
 }
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct Canary {
-    secret_id: String,
-    value: String,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct ProjectTo {
-    run_id: Option<String>,
-    node_id: Option<String>,
-    timestamp: Option<String>,
-    first_sequence: Option<u64>,
+fn save_store(path: &Path, store: &DedupFile) -> Result<()> {
+    // Written beside the target and renamed over it, so an interrupted write never
+    // leaves a truncated store.
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, serde_json::to_vec_pretty(store)?)
+        .with_context(|| format!("cannot write {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("cannot replace {}", path.display()))
 }
 
 pub fn run(cmd: EnvelopeCommand) -> ExitCode {
@@ -154,8 +150,15 @@ fn accept(args: &AcceptArgs) -> Result<ExitCode> {
         max_string_len: args.max_string_len,
     };
     let bytes = read_input(&args.input, args.max_bytes)?;
-    let (request, envelope_text) = if args.raw {
-        (Request::default(), Some(bytes))
+    let processed = if args.raw {
+        let host = HostPolicy {
+            input_limits: limits,
+            ..HostPolicy::default()
+        };
+        let redactor = Redactor::new(Vec::new());
+        let ctx = Context::new(&host, &redactor, "node", &args.timestamp);
+        let mut events = EventFactory::new("run-local", args.first_sequence);
+        pipeline::accept_bytes(&bytes, &ctx, &mut DedupStore::new(), &mut events)
     } else {
         if bytes.len() > limits.max_bytes {
             bail!(
@@ -166,91 +169,43 @@ fn accept(args: &AcceptArgs) -> Result<ExitCode> {
         let text = std::str::from_utf8(&bytes).context("the request is not valid UTF-8 JSON")?;
         let value =
             pipeline::parse_json(text, &limits).map_err(|o| anyhow::anyhow!(describe(&o)))?;
-        let request: Request = serde_json::from_value(value).context(
-            "the request does not have the expected fields (see --help); to check an envelope on its own, use --raw",
-        )?;
-        if request.envelope.is_none() {
+        if value.get("envelope").is_none() {
             bail!(
                 "the request has no \"envelope\" field; to check an envelope on its own, use --raw"
             );
         }
-        (request, None)
-    };
-
-    let host = HostPolicy {
-        supported_envelopes: request.host_supported_envelopes.clone(),
-        schema_versions: request.schema_version_floor.clone(),
-        strictness: request.envelope_strictness.unwrap_or_default(),
-        host_contract: request
-            .host_allowed_kinds
-            .clone()
-            .map(|accepts| EnvelopeContract {
-                accepts,
-                refusal_mode: request.refusal_mode.unwrap_or_default(),
-            }),
-        input_limits: limits,
-        ..HostPolicy::default()
-    };
-    let redactor = Redactor::new(
-        request
-            .byok_canaries
-            .iter()
-            .map(|c| (c.secret_id.clone(), c.value.clone())),
-    );
-    let node_contract = request
-        .node_allowed_kinds
-        .clone()
-        .map(|accepts| EnvelopeContract {
-            accepts,
-            refusal_mode: request.refusal_mode.unwrap_or_default(),
-        });
-    let project = request.project_to.as_ref();
-    let envelope_node = request
-        .envelope
-        .as_ref()
-        .and_then(|e| e.get("nodeId"))
-        .and_then(Value::as_str);
-    let node_id = project
-        .and_then(|p| p.node_id.as_deref())
-        .or(envelope_node)
-        .unwrap_or("node")
-        .to_owned();
-    let timestamp = project
-        .and_then(|p| p.timestamp.clone())
-        .unwrap_or_else(|| {
-            let ts = request
-                .envelope
-                .as_ref()
-                .and_then(|e| e.pointer("/meta/ts"))
-                .and_then(Value::as_str);
-            ts.filter(|t| pipeline::shape::is_iso8601(t))
-                .unwrap_or("1970-01-01T00:00:00Z")
-                .to_owned()
-        });
-    let run_id = project
-        .and_then(|p| p.run_id.clone())
-        .unwrap_or_else(|| "run-local".to_owned());
-    let mut events = EventFactory::new(run_id, project.and_then(|p| p.first_sequence).unwrap_or(0));
-
-    let mut ctx = Context::new(&host, &redactor, &node_id, &timestamp);
-    ctx.node_contract = node_contract.as_ref();
-    ctx.run_trust_boundary = request.run_trust_boundary;
-    ctx.counters = request.counters;
-    ctx.approval_gate_context = request.approval_gate_context;
-
-    let mut store = DedupStore::new();
-    for (corr, entry) in request
-        .persisted_dedup
-        .iter()
-        .chain(&request.prior_correlations)
-    {
-        store.record(corr, &entry.envelope_type, &entry.outcome);
-    }
-
-    let processed = match (envelope_text, request.envelope) {
-        (Some(bytes), _) => pipeline::accept_bytes(&bytes, &ctx, &mut store, &mut events),
-        (None, Some(value)) => pipeline::accept_value(value, None, &ctx, &mut store, &mut events),
-        (None, None) => bail!("nothing to check"),
+        let req: AcceptRequest = serde_json::from_value(value).context(
+            "the request does not have the expected fields (see --help); to check an envelope on its own, use --raw",
+        )?;
+        req.validate()?;
+        // persistedDedup: the record lives in the --dedup-store file.
+        let mut file = None;
+        let persisted = match (&req.persisted_dedup, req.dedup_key()) {
+            (Some(_), _) if args.dedup_store.is_none() => bail!(
+                "the request has persistedDedup: pass --dedup-store FILE to keep its decisions between calls"
+            ),
+            (Some(p), Some(key)) => {
+                let path = args.dedup_store.as_deref().unwrap_or(Path::new(""));
+                let store = load_store(path)?;
+                let found = store.get(&p.run_id).and_then(|m| m.get(&key)).cloned();
+                file = Some((path, store, p.run_id.clone(), key));
+                found
+            }
+            _ => None,
+        };
+        let evaluated = request::evaluate(
+            &req,
+            persisted,
+            limits,
+            "run-local",
+            args.first_sequence,
+            &args.timestamp,
+        )?;
+        if let (Some((path, mut store, run_id, key)), Some(record)) = (file, &evaluated.record) {
+            store.entry(run_id).or_default().insert(key, record.clone());
+            save_store(path, &store)?;
+        }
+        evaluated.processed
     };
 
     let mut out = serde_json::to_value(&processed.outcome).context("cannot render the outcome")?;
@@ -275,7 +230,7 @@ fn accept(args: &AcceptArgs) -> Result<ExitCode> {
 fn describe(o: &Outcome) -> String {
     let mut s = format!(
         "the request is not usable JSON: {}",
-        o.reason().unwrap_or("unreadable")
+        o.message().unwrap_or("unreadable")
     );
     if let Outcome::Invalid(i) = o {
         for d in &i.details {

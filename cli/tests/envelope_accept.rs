@@ -27,7 +27,7 @@ fn clar() -> Value {
 #[test]
 fn accepted_request_prints_outcome_and_events() {
     let req = json!({"envelope": clar(), "byokCanaries": [{"secretId": "k", "value": "sk-test-ABCDEFGH1234"}],
-        "projectTo": {"runId": "run-9", "nodeId": "n1", "timestamp": "2026-05-18T10:00:01Z"}});
+        "projectTo": {"runId": "run-9", "nodeId": "n1"}});
     let out = run(&["envelope", "accept", "-"], req.to_string().as_bytes());
     assert_eq!(
         out.status.code(),
@@ -44,6 +44,79 @@ fn accepted_request_prints_outcome_and_events() {
     assert_eq!(v["events"][0]["runId"], "run-9");
     assert_eq!(v["events"][1]["payload"]["kind"], "clarification");
     assert_eq!(v["recordedEventIds"].as_array().unwrap().len(), 2);
+    // The envelope's own meta.ts stamps the events.
+    assert_eq!(v["events"][0]["timestamp"], "2026-05-18T10:00:00Z");
+}
+
+/// The spec's request shape: priorCorrelations as an array, persistedDedup {runId}
+/// backed by the --dedup-store file, projectTo.refusalMode.
+#[test]
+fn the_spec_request_shape_replays_prior_and_persisted_decisions() {
+    let dir = std::env::temp_dir().join(format!("openwop-dedup-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let store = dir.join("dedup.json");
+    let _ = std::fs::remove_file(&store);
+    let store_arg = store.to_str().unwrap();
+    let req = json!({"envelope": clar(), "persistedDedup": {"runId": "run-p"}});
+
+    // Without a store the request is refused with the fix.
+    let out = run(&["envelope", "accept"], req.to_string().as_bytes());
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--dedup-store"));
+
+    let first = run(
+        &["envelope", "accept", "--dedup-store", store_arg],
+        req.to_string().as_bytes(),
+    );
+    assert_eq!(
+        first.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    let first: Value = serde_json::from_slice(&first.stdout).unwrap();
+    assert!(first.get("replayed").is_none());
+    let saved: Value = serde_json::from_slice(&std::fs::read(&store).unwrap()).unwrap();
+    assert_eq!(
+        saved["run-p"]["r:n:0:a"]["envelopeType"],
+        "clarification.request"
+    );
+
+    // A second process replays the stored decision: same envelopeId, no new events.
+    let second = run(
+        &["envelope", "accept", "--dedup-store", store_arg],
+        req.to_string().as_bytes(),
+    );
+    let second: Value = serde_json::from_slice(&second.stdout).unwrap();
+    assert_eq!(second["replayed"], true);
+    assert_eq!(second["envelopeId"], first["envelopeId"]);
+    assert_eq!(second["events"], json!([]));
+
+    // priorCorrelations is an array of {correlationId, outcome, envelopeType}.
+    let mut conflicting = clar();
+    conflicting["type"] = json!("schema.request");
+    conflicting["payload"] = json!({"envelopeType": "vendor.acme.x"});
+    let prior = json!({"envelope": conflicting, "priorCorrelations": [
+        {"correlationId": "r:n:0:a", "envelopeType": "clarification.request", "outcome": first}]});
+    let mut prior = prior;
+    prior["priorCorrelations"][0]["outcome"]
+        .as_object_mut()
+        .unwrap()
+        .remove("events");
+    let out = run(&["envelope", "accept"], prior.to_string().as_bytes());
+    assert_eq!(out.status.code(), Some(1));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["reason"], "envelope_correlation_conflict");
+
+    // projectTo.refusalMode decides what the host gate projects.
+    let env = json!({"type": "vendor.acme.other", "correlationId": "c", "payload": {},
+        "meta": {"source": "ai-generation", "ts": "2026-05-18T10:00:00Z"}});
+    let req = json!({"envelope": env, "hostSupportedEnvelopes": ["vendor.acme.prd.create"],
+        "projectTo": {"runId": "r", "nodeId": "n", "refusalMode": "discard-and-warn"}});
+    let out = run(&["envelope", "accept"], req.to_string().as_bytes());
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["events"][0]["type"], "log.appended");
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -58,6 +131,11 @@ fn refusals_exit_one() {
     assert_eq!(out.status.code(), Some(1));
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["status"], "gated");
+    assert_eq!(v["reason"], "unknown_envelope_kind");
+    assert_eq!(
+        v["events"][0]["payload"]["error"]["code"],
+        "envelope_contract_violation"
+    );
     assert!(
         v["allowedKinds"]
             .as_array()
@@ -77,7 +155,7 @@ fn raw_mode_recovers_fenced_model_text_and_refuses_garbage() {
     let out = run(&["envelope", "accept", "--raw"], b"\xff\xfe\x00garbage");
     assert_eq!(out.status.code(), Some(1));
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(v["code"], "invalid_envelope_shape");
+    assert_eq!(v["reason"], "invalid_envelope_shape");
 
     let deep = "[".repeat(100_000);
     let out = run(

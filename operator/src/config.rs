@@ -270,6 +270,17 @@ pub struct Conformance {
     /// Namespaces whose Runs may set `spec.providerMocks` (exact names, `prefix-*`, or `*` =
     /// all). Empty = none: a Run with mocks elsewhere fails with `ProviderMocksNotAllowed`.
     pub provider_mock_namespaces: Vec<String>,
+    /// The conformance test seams and fixture workflows (chart `conformance.seams`).
+    pub seams: Seams,
+}
+
+/// `conformance.seams`: conformance-only, never in production.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+pub struct Seams {
+    /// The chart installs the conformance fixture workflows (their ids are in `fixtures`),
+    /// and the mock agent they use is advertised (`conformance.mockAgent`).
+    pub enabled: bool,
 }
 
 impl Conformance {

@@ -13,7 +13,8 @@ use axum::response::{IntoResponse, Response};
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use openwop_protocol::capabilities::{
-    self, CapabilitiesConfig, CapabilitiesError, Implementation, ReasoningConfig, ReliabilityConfig,
+    self, CapabilitiesConfig, CapabilitiesError, EventStream, Implementation, ReasoningConfig,
+    ReliabilityConfig, SecretScope, Transport,
 };
 use openwop_protocol::schema;
 use openwop_protocol::workflow_check::{MOCK_AGENT_TYPE_ID, NodeRegistry};
@@ -79,12 +80,22 @@ pub fn capabilities_config(
         strictness: host.strictness,
         tier_one_subset_compliance: host.tier_one_subset_compliance,
         envelope_contracts: true,
-        mock_agent: mock_registered && !cfg.conformance.mock_agent_namespaces.is_empty(),
+        // Reachable when some namespace may use it, or when the conformance fixtures (whose
+        // `conformance-*` ids always may) are installed.
+        mock_agent: mock_registered
+            && (!cfg.conformance.mock_agent_namespaces.is_empty() || cfg.conformance.seams.enabled),
         agents_supported: mock_registered,
-        // BYOK secrets are Kubernetes Secrets in the Run's namespace.
-        secret_scopes: vec!["namespace".to_owned()],
+        // BYOK secrets are Kubernetes Secrets in the Run's namespace, and a tenant is a
+        // namespace.
+        secret_scopes: vec![SecretScope::Tenant],
         fixtures: cfg.fixtures.clone(),
-        transports: vec!["nats".to_owned()],
+        // Discovery and the OpenWOP REST API are HTTP; NATS is not an OpenWOP transport
+        // and is described in the host extension instead.
+        transports: vec![Transport::Rest],
+        event_stream: Some(EventStream {
+            transport: "nats-jetstream".to_owned(),
+            subject: openwop_protocol::run::subjects::events_subject("<namespace>", "<runId>"),
+        }),
         implementation: Implementation {
             name: "openwop-operator".to_owned(),
             version: env!("CARGO_PKG_VERSION").to_owned(),
@@ -337,11 +348,16 @@ mod tests {
                     .contains(&json!(k))
             );
         }
+        let mock_agent = |cfg: &OperatorConfig| {
+            capabilities(cfg, &NodeRegistry::builtin()).unwrap()["conformance"]["mockAgent"].clone()
+        };
+        assert_eq!(mock_agent(&cfg), false);
+        // The conformance fixtures use the mock agent: with the seams on it is reachable.
+        let mut seams = cfg.clone();
+        seams.conformance.seams.enabled = true;
+        assert_eq!(mock_agent(&seams), true);
         cfg.conformance.mock_agent_namespaces.push("e2e".into());
-        assert_eq!(
-            capabilities(&cfg, &NodeRegistry::builtin()).unwrap()["conformance"]["mockAgent"],
-            true
-        );
+        assert_eq!(mock_agent(&cfg), true);
     }
 
     #[test]
@@ -397,8 +413,14 @@ mod tests {
         assert_eq!(rel["completion"]["truncationBudgetMultiplier"], 4.0);
         assert_eq!(doc["limits"]["maxRunDurationMs"], 60_000);
         assert_eq!(doc["fixtures"], json!(["conformance-basic"]));
-        assert_eq!(doc["supportedTransports"], json!(["nats"]));
-        assert_eq!(doc["secrets"]["scopes"], json!(["namespace"]));
+        // The spec's closed sets: REST (NATS is described in the host extension) and the
+        // tenant scope (a tenant is a namespace).
+        assert_eq!(doc["supportedTransports"], json!(["rest"]));
+        assert_eq!(doc["secrets"]["scopes"], json!(["tenant"]));
+        assert_eq!(
+            doc["x-host-openwop-operator-event-stream"],
+            json!({"transport": "nats-jetstream", "subject": "openwop.events.<namespace>.<runId>"})
+        );
         assert_eq!(doc["implementation"]["name"], "openwop-operator");
         let types: Vec<&str> = reg.type_ids().collect();
         assert_eq!(doc["nodeTypes"], json!(types));

@@ -41,7 +41,10 @@ async fn well_known_has_cache_headers_and_honours_if_none_match() {
     let etag = r.headers()["etag"].to_str().unwrap().to_owned();
     assert!(etag.starts_with('"') && etag.ends_with('"'));
     let doc: Value = r.json().await.unwrap();
-    assert_eq!(doc["protocolVersion"], "1.1.x");
+    assert_eq!(
+        doc["protocolVersion"],
+        openwop_protocol::capabilities::PROTOCOL_VERSION
+    );
     let again = http
         .get(format!("{base}/.well-known/openwop"))
         .header("If-None-Match", &etag)

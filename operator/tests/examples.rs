@@ -77,3 +77,45 @@ fn invalid_examples_fail_as_documented() {
     let e = validate_cel(&run).unwrap_err().to_string();
     assert!(e.contains("set exactly one of workflowRef.name"), "{e}");
 }
+
+/// The chart's conformance fixture workflows (rendered only with conformance.seams.enabled)
+/// pass admission and the operator's checks, and their ids are the ones discovery advertises
+/// (the `openwop.conformanceFixtures` helper).
+#[test]
+fn chart_conformance_fixtures_are_valid_and_advertised() {
+    let chart = format!("{}/../charts/openwop/templates", env!("CARGO_MANIFEST_DIR"));
+    let template = std::fs::read_to_string(format!("{chart}/conformance-fixtures.yaml")).unwrap();
+    // Render the template's static body: drop the comment block and directive lines.
+    let body = template
+        .split_once("*/}}")
+        .map_or(template.as_str(), |(_, rest)| rest)
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("{{"))
+        .collect::<Vec<_>>()
+        .join("\n")
+        .replace("{{ .Release.Namespace }}", "default");
+    let mut ids = Vec::new();
+    for d in serde_yaml::Deserializer::from_str(&body) {
+        let v = Value::deserialize(d).unwrap();
+        let wf: Workflow = serde_json::from_value(v).unwrap();
+        validate_cel(&wf).unwrap_or_else(|e| panic!("{e}"));
+        let r = check(&wf);
+        assert!(r.is_valid(), "{:?}: {:?}", wf.spec.id, r.errors);
+        ids.push(wf.spec.id.clone());
+    }
+    let helpers = std::fs::read_to_string(format!("{chart}/_helpers.tpl")).unwrap();
+    let advertised = helpers
+        .split("define \"openwop.conformanceFixtures\"")
+        .nth(1)
+        .and_then(|s| s.lines().find(|l| l.starts_with("conformance-")))
+        .unwrap()
+        .trim();
+    assert_eq!(advertised, ids.join(","));
+    assert_eq!(
+        ids,
+        [
+            "conformance-agent-reasoning",
+            "conformance-agent-low-confidence"
+        ]
+    );
+}

@@ -24,8 +24,14 @@ use crate::pipeline::Strictness;
 use crate::retry::reasoning::ReasoningPosture;
 use crate::{schema, tier1};
 
-/// The protocol version this crate implements.
-pub const PROTOCOL_VERSION: &str = "1.1.x";
+/// The protocol version this crate implements: a concrete `1.<minor>.<patch>`
+/// (the official schema takes any non-empty string; clients compare it as a version).
+pub const PROTOCOL_VERSION: &str = "1.1.1";
+
+/// Host-extension key (`x-host-<host>-<key>`, `host-extensions.md`) describing the
+/// live event stream: NATS JetStream is not an OpenWOP transport, so it is not listed
+/// in `supportedTransports`.
+pub const EVENT_STREAM_EXTENSION: &str = "x-host-openwop-operator-event-stream";
 
 /// Reliability events (RFC 0032 / 0033) the engine emits, advertised when supported.
 pub const RELIABILITY_EVENTS: [&str; 6] = [
@@ -80,12 +86,50 @@ pub struct CapabilityFamilies {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fixtures: Option<Vec<String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub supported_transports: Option<Vec<String>>,
+    pub supported_transports: Option<Vec<Transport>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub implementation: Option<Implementation>,
     /// Host extension (the schema is open): the registered node typeIds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_types: Option<Vec<String>>,
+    /// Host extension [`EVENT_STREAM_EXTENSION`]: where live run events stream besides REST.
+    #[serde(
+        rename = "x-host-openwop-operator-event-stream",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub event_stream: Option<EventStream>,
+}
+
+/// `supportedTransports` — the official schema's closed set. REST is served whether or
+/// not it is listed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Transport {
+    Rest,
+    Mcp,
+    A2a,
+    Grpc,
+}
+
+/// `secrets.scopes` — the official schema's closed set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SecretScope {
+    Tenant,
+    User,
+    Run,
+    Workspace,
+}
+
+/// The [`EVENT_STREAM_EXTENSION`] block.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EventStream {
+    /// Always `nats-jetstream`.
+    pub transport: String,
+    /// Subject of one run's events, with `<namespace>` and `<runId>` placeholders.
+    pub subject: String,
 }
 
 /// Engine-enforced limits; a breach emits `cap.breached`.
@@ -189,7 +233,7 @@ pub enum ReasoningVerbosity {
 pub struct Secrets {
     pub supported: bool,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub scopes: Vec<String>,
+    pub scopes: Vec<SecretScope>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -291,9 +335,11 @@ pub struct CapabilitiesConfig {
     /// `agent.*` events are emitted.
     pub agents_supported: bool,
     /// Scopes BYOK secrets may be bound at; empty = secrets not supported.
-    pub secret_scopes: Vec<String>,
+    pub secret_scopes: Vec<SecretScope>,
     pub fixtures: Vec<String>,
-    pub transports: Vec<String>,
+    pub transports: Vec<Transport>,
+    /// Advertised as [`EVENT_STREAM_EXTENSION`] when set.
+    pub event_stream: Option<EventStream>,
     pub implementation: Implementation,
 }
 
@@ -317,6 +363,7 @@ impl Default for CapabilitiesConfig {
             secret_scopes: Vec::new(),
             fixtures: Vec::new(),
             transports: Vec::new(),
+            event_stream: None,
             implementation: Implementation {
                 name: "openwop-operator".to_owned(),
                 version: env!("CARGO_PKG_VERSION").to_owned(),
@@ -337,9 +384,19 @@ pub enum CapabilitiesError {
     )]
     TruncationBudgetMultiplier(f64),
     #[error(
-        "protocolVersion '{0}' is not an OpenWOP v1 version: use the form 1.<minor>.<patch> or 1.<minor>.x, e.g. 1.1.x"
+        "protocolVersion '{0}' is not a concrete OpenWOP v1 version: use the form 1.<minor>.<patch>, e.g. {PROTOCOL_VERSION}"
     )]
     ProtocolVersion(String),
+    #[error(
+        "limits.maxNodeExecutions is 0: use at least 1 (the official capabilities schema's minimum), or leave it unset"
+    )]
+    MaxNodeExecutions,
+    #[error(
+        "limits.maxRunDurationMs is {0}: use at least 1000 (the official capabilities schema's minimum), or leave it unset"
+    )]
+    MaxRunDurationMs(u64),
+    #[error("{field} lists '{value}' twice: each entry must be unique")]
+    Duplicate { field: &'static str, value: String },
     #[error(
         "envelope kind at index {index} is {len} characters long: kinds must be 1..256 characters"
     )]
@@ -369,6 +426,20 @@ impl CapabilitiesConfig {
             return Err(CapabilitiesError::ProtocolVersion(
                 self.protocol_version.clone(),
             ));
+        }
+        if self.limits.max_node_executions == Some(0) {
+            return Err(CapabilitiesError::MaxNodeExecutions);
+        }
+        if let Some(ms) = self.limits.max_run_duration_ms.filter(|ms| *ms < 1000) {
+            return Err(CapabilitiesError::MaxRunDurationMs(ms));
+        }
+        for (field, list) in [
+            ("aiProviders.supported", &self.providers),
+            ("fixtures", &self.fixtures),
+        ] {
+            if let Some(value) = first_duplicate(list) {
+                return Err(CapabilitiesError::Duplicate { field, value });
+            }
         }
         for (index, k) in self.envelope_kinds.iter().enumerate() {
             let len = k.chars().count();
@@ -441,8 +512,15 @@ fn is_protocol_version(v: &str) -> bool {
     let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
     matches!(
         (parts.next(), parts.next(), parts.next(), parts.next()),
-        (Some("1"), Some(minor), Some(patch), None) if digits(minor) && (patch == "x" || digits(patch))
+        (Some("1"), Some(minor), Some(patch), None) if digits(minor) && digits(patch)
     )
+}
+
+fn first_duplicate(list: &[String]) -> Option<String> {
+    list.iter()
+        .enumerate()
+        .find(|(i, v)| list[..*i].contains(v))
+        .map(|(_, v)| v.clone())
 }
 
 /// Builds the discovery document from the host's configuration.
@@ -499,21 +577,33 @@ pub fn build(cfg: &CapabilitiesConfig) -> Result<CapabilitiesDocument, Capabilit
         }),
         secrets: Some(Secrets {
             supported: !cfg.secret_scopes.is_empty(),
-            scopes: cfg.secret_scopes.clone(),
+            scopes: dedup(&cfg.secret_scopes),
         }),
         ai_providers: Some(AiProviders {
             supported: cfg.providers.clone(),
             max_inline_media_bytes: cfg.max_inline_media_bytes,
         }),
         fixtures: Some(cfg.fixtures.clone()),
-        supported_transports: Some(cfg.transports.clone()),
+        supported_transports: Some(dedup(&cfg.transports)),
         implementation: Some(cfg.implementation.clone()),
         node_types: (!cfg.node_types.is_empty()).then(|| cfg.node_types.clone()),
+        event_stream: cfg.event_stream.clone(),
     };
     Ok(CapabilitiesDocument {
         capabilities: families.clone(),
         families,
     })
+}
+
+/// The list without repeats, first occurrence kept (the schema says `uniqueItems`).
+fn dedup<T: PartialEq + Copy>(list: &[T]) -> Vec<T> {
+    let mut out = Vec::with_capacity(list.len());
+    for v in list {
+        if !out.contains(v) {
+            out.push(*v);
+        }
+    }
+    out
 }
 
 impl CapabilitiesDocument {

@@ -127,13 +127,13 @@ impl Outcome {
         }
     }
 
-    /// The human sentence (starts with the code) of a refusal.
-    pub fn reason(&self) -> Option<&str> {
+    /// The sentence for people explaining a refusal (the code is [`Outcome::code`]).
+    pub fn message(&self) -> Option<&str> {
         match self {
             Outcome::Accepted(_) => None,
-            Outcome::Gated(g) => Some(&g.reason),
-            Outcome::Invalid(i) => Some(&i.reason),
-            Outcome::Breached(b) => Some(&b.reason),
+            Outcome::Gated(g) => Some(&g.message),
+            Outcome::Invalid(i) => Some(&i.message),
+            Outcome::Breached(b) => Some(&b.message),
         }
     }
 
@@ -144,7 +144,7 @@ impl Outcome {
     ) -> Outcome {
         Outcome::Invalid(Invalid {
             code,
-            reason: format!("{code}: {sentence}"),
+            message: sentence.to_string(),
             details,
         })
     }
@@ -243,8 +243,11 @@ pub enum Gate {
 #[serde(rename_all = "camelCase")]
 pub struct Gated {
     /// `unknown_envelope_kind` (supportedEnvelopes) or `envelope_contract_violation` (contracts).
+    /// On the wire: `reason`, the bare code.
+    #[serde(rename = "reason")]
     pub code: Code,
-    pub reason: String,
+    /// The sentence for people: what was refused and what to emit instead.
+    pub message: String,
     pub gate: Gate,
     pub refused_type: String,
     /// Universal kinds plus the kinds the refusing gate allows.
@@ -256,9 +259,16 @@ pub struct Gated {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Invalid {
+    /// On the wire: `reason`, the bare code.
+    #[serde(rename = "reason")]
     pub code: Code,
-    pub reason: String,
+    /// The sentence for people; `details` locates each problem.
+    pub message: String,
     pub details: Vec<Detail>,
+}
+
+fn cap_breached() -> Code {
+    Code::CapBreached
 }
 
 /// The engine-limit families an envelope can breach (a subset of `CapKind`).
@@ -292,10 +302,16 @@ impl EnvelopeCapKind {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Breached {
-    /// Always `cap_breached`.
+    /// Always `cap_breached` (implied on the wire by `status: breached`).
+    #[serde(skip, default = "cap_breached")]
     pub code: Code,
-    /// Names the limit and its value, e.g. `cap_breached: envelopesPerTurn limit 3 reached (observed 3)`.
+    /// Names the limit and its value, e.g. `envelopesPerTurn limit 3 reached (observed 3)`:
+    /// unlike the other refusals, the spec's conformance suite reads the limit from the
+    /// breached outcome's `reason` (aiEnvelope.capBreached "breached reason cites the limit
+    /// and cap value").
     pub reason: String,
+    /// The sentence for people.
+    pub message: String,
     pub cap_kind: EnvelopeCapKind,
     pub limit: u64,
     pub observed: u64,
@@ -317,19 +333,17 @@ mod tests {
         );
         let v = serde_json::to_value(&o).unwrap();
         assert_eq!(v["status"], "invalid");
-        assert_eq!(v["code"], "invalid_envelope_shape");
-        assert!(
-            v["reason"]
-                .as_str()
-                .unwrap()
-                .starts_with("invalid_envelope_shape: ")
-        );
+        // The spec's outcome: `reason` is the bare code; the words are in `message`.
+        assert_eq!(v["reason"], "invalid_envelope_shape");
+        assert_eq!(v["message"], "meta.ts must be ISO 8601");
+        assert!(v.get("code").is_none(), "{v}");
         assert_eq!(v["details"][0]["instancePath"], "/meta/ts");
         assert_eq!(serde_json::from_value::<Outcome>(v).unwrap(), o);
 
         let b = Outcome::Breached(Breached {
             code: Code::CapBreached,
-            reason: "r".into(),
+            reason: "schemaRounds limit 2 reached (observed 2)".into(),
+            message: "m".into(),
             cap_kind: EnvelopeCapKind::Schema,
             limit: 2,
             observed: 2,
@@ -338,8 +352,9 @@ mod tests {
         let v = serde_json::to_value(&b).unwrap();
         assert_eq!(
             v,
-            json!({"status": "breached", "code": "cap_breached", "reason": "r", "capKind": "schema", "limit": 2, "observed": 2})
+            json!({"status": "breached", "reason": "schemaRounds limit 2 reached (observed 2)", "message": "m", "capKind": "schema", "limit": 2, "observed": 2})
         );
+        assert_eq!(serde_json::from_value::<Outcome>(v).unwrap(), b);
     }
 
     #[test]

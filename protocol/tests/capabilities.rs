@@ -4,17 +4,91 @@
 use std::collections::BTreeMap;
 
 use openwop_protocol::capabilities::{
-    CapabilitiesConfig, CapabilitiesError, Implementation, Limits, RELIABILITY_EVENTS,
-    ReasoningVerbosity, ServedKindSchema, TierOneSubsetCompliance, build,
+    CapabilitiesConfig, CapabilitiesError, EventStream, Implementation, Limits, PROTOCOL_VERSION,
+    RELIABILITY_EVENTS, ReasoningVerbosity, SecretScope, ServedKindSchema, TierOneSubsetCompliance,
+    Transport, build,
 };
 use openwop_protocol::pipeline::Strictness;
 use openwop_protocol::retry::reasoning::ReasoningPosture;
 use openwop_protocol::schema::{self, Document};
 use serde_json::{Value, json};
 
+/// The official schema (an excerpt vendored from the OpenWOP repository; see
+/// `schemas/official/README.md`).
+const OFFICIAL: &str = include_str!("../../schemas/official/capabilities.schema.json");
+
 fn valid(doc: &Value) {
     if let Err(issues) = schema::validate(Document::Capabilities, doc) {
         panic!("capabilities document does not validate: {issues:?}\n{doc:#}");
+    }
+    valid_officially(doc);
+}
+
+/// The document, and its `capabilities` mirror on its own, validate against the spec's schema.
+fn valid_officially(doc: &Value) {
+    let official = schema::compile(&serde_json::from_str(OFFICIAL).unwrap()).unwrap();
+    for (what, v) in [("root", doc), ("capabilities mirror", &doc["capabilities"])] {
+        if let Err(issues) = official.validate(v) {
+            panic!("{what} is refused by the official capabilities schema: {issues:?}\n{v:#}");
+        }
+    }
+}
+
+/// Ours must refuse whatever the official schema refuses, field by field we emit.
+#[test]
+fn our_schema_refuses_what_the_official_schema_refuses() {
+    let official = schema::compile(&serde_json::from_str(OFFICIAL).unwrap()).unwrap();
+    let base = build(&varied()).unwrap().to_value();
+    valid(&base);
+    let cases: Vec<(&str, Value)> = vec![
+        ("/secrets/scopes/0", json!("namespace")),
+        ("/supportedTransports/0", json!("nats")),
+        ("/supportedTransports/1", json!("sse")),
+        ("/limits/maxNodeExecutions", json!(0)),
+        ("/limits/maxRunDurationMs", json!(999)),
+        ("/limits/maxLoopyIterations", json!(1)),
+        ("/envelopes/reliability/events/0", json!("envelope.custom")),
+        ("/envelopes/reliability/maxRetryAttempts", json!(17)),
+        ("/envelopes/reasoning/extra", json!(true)),
+        ("/aiProviders/unknown", json!(1)),
+        ("/aiProviders/supported/1", json!("openai")),
+        ("/implementation/build", json!("x")),
+        ("/conformance/other", json!(true)),
+        ("/agents/reasoning/depth", json!(1)),
+        ("/fixtures/1", json!("conformance-basic")),
+        ("/envelopeContracts/extra", json!(1)),
+    ];
+    for (pointer, value) in cases {
+        let mut v = base.clone();
+        set(&mut v, pointer, value.clone());
+        assert!(
+            official.validate(&v).is_err(),
+            "the official schema accepts {pointer} = {value}: drop this case"
+        );
+        assert!(
+            schema::validate(Document::Capabilities, &v).is_err(),
+            "our schema accepts {pointer} = {value}, which the official one refuses"
+        );
+    }
+}
+
+/// Sets the member at a JSON Pointer, creating the last member (an array index past the
+/// end appends).
+fn set(v: &mut Value, pointer: &str, value: Value) {
+    let (parent, last) = pointer.rsplit_once('/').unwrap();
+    match v.pointer_mut(parent).unwrap() {
+        Value::Object(m) => {
+            m.insert(last.to_owned(), value);
+        }
+        Value::Array(a) => {
+            let i: usize = last.parse().unwrap();
+            if i < a.len() {
+                a[i] = value;
+            } else {
+                a.push(value);
+            }
+        }
+        other => panic!("{parent} is {other}"),
     }
 }
 
@@ -39,9 +113,13 @@ fn varied() -> CapabilitiesConfig {
         tier_one_subset_compliance: TierOneSubsetCompliance::Off,
         mock_agent: true,
         agents_supported: true,
-        secret_scopes: vec!["namespace".into()],
+        secret_scopes: vec![SecretScope::Tenant],
         fixtures: vec!["conformance-basic".into()],
-        transports: vec!["rest".into(), "sse".into(), "nats".into()],
+        transports: vec![Transport::Rest],
+        event_stream: Some(EventStream {
+            transport: "nats-jetstream".into(),
+            subject: "openwop.events.<namespace>.<runId>".into(),
+        }),
         implementation: Implementation {
             name: "test-host".into(),
             version: "9.9.9".into(),
@@ -69,7 +147,8 @@ fn default_config_validates_and_advertises_universal_kinds() {
     let doc = build(&CapabilitiesConfig::default()).unwrap();
     let v = doc.to_value();
     valid(&v);
-    assert_eq!(v["protocolVersion"], "1.1.x");
+    assert_eq!(v["protocolVersion"], PROTOCOL_VERSION);
+    assert_eq!(v["protocolVersion"], "1.1.1");
     assert_eq!(
         v["supportedEnvelopes"],
         json!([
@@ -140,13 +219,17 @@ fn varied_config_validates_and_says_what_was_configured() {
     assert_eq!(v["conformance"], json!({"mockAgent": true}));
     assert_eq!(
         v["secrets"],
-        json!({"supported": true, "scopes": ["namespace"]})
+        json!({"supported": true, "scopes": ["tenant"]})
     );
     assert_eq!(
         v["aiProviders"],
         json!({"supported": ["openai", "mock"], "maxInlineMediaBytes": 1048576})
     );
-    assert_eq!(v["supportedTransports"], json!(["rest", "sse", "nats"]));
+    assert_eq!(v["supportedTransports"], json!(["rest"]));
+    assert_eq!(
+        v["x-host-openwop-operator-event-stream"],
+        json!({"transport": "nats-jetstream", "subject": "openwop.events.<namespace>.<runId>"})
+    );
     assert_eq!(
         v["implementation"],
         json!({"name": "test-host", "version": "9.9.9"})
@@ -317,11 +400,11 @@ fn out_of_range_settings_are_refused_with_the_bound() {
         cfg.reliability.truncation_budget_multiplier = m;
         valid(&build(&cfg).unwrap().to_value());
     }
-    for bad in ["2.0.0", "1.1", "1.x.0", "1.1.x.1", "", "v1.1.0"] {
+    for bad in ["2.0.0", "1.1", "1.x.0", "1.1.x.1", "", "v1.1.0", "1.1.x"] {
         let e = with(&|c| c.protocol_version = bad.into());
         assert_eq!(e, CapabilitiesError::ProtocolVersion(bad.into()));
     }
-    for good in ["1.0.0", "1.12.x", "1.1.3"] {
+    for good in ["1.0.0", "1.12.0", "1.1.3"] {
         let cfg = CapabilitiesConfig {
             protocol_version: good.into(),
             ..CapabilitiesConfig::default()
@@ -373,4 +456,36 @@ fn strict_is_advertised_when_nothing_served_fails() {
     assert_eq!(asked(vec!["error".into()]), "warn");
     // With no kind served there is nothing outside the subset.
     assert_eq!(asked(Vec::new()), "strict");
+}
+
+#[test]
+fn config_values_the_official_schema_would_refuse_are_refused_with_a_fix() {
+    let with = |f: &dyn Fn(&mut CapabilitiesConfig)| {
+        let mut cfg = CapabilitiesConfig::default();
+        f(&mut cfg);
+        build(&cfg).unwrap_err()
+    };
+    let e = with(&|c| c.limits.max_node_executions = Some(0));
+    assert_eq!(e, CapabilitiesError::MaxNodeExecutions);
+    assert!(e.to_string().contains("at least 1"), "{e}");
+    let e = with(&|c| c.limits.max_run_duration_ms = Some(500));
+    assert_eq!(e, CapabilitiesError::MaxRunDurationMs(500));
+    let e = with(&|c| c.providers = vec!["openai".into(), "mock".into(), "openai".into()]);
+    assert_eq!(
+        e,
+        CapabilitiesError::Duplicate {
+            field: "aiProviders.supported",
+            value: "openai".into()
+        }
+    );
+    // Enumerated values cannot repeat on the wire either.
+    let cfg = CapabilitiesConfig {
+        secret_scopes: vec![SecretScope::Tenant, SecretScope::Tenant],
+        transports: vec![Transport::Rest, Transport::Rest],
+        ..CapabilitiesConfig::default()
+    };
+    let v = build(&cfg).unwrap().to_value();
+    valid(&v);
+    assert_eq!(v["secrets"]["scopes"], json!(["tenant"]));
+    assert_eq!(v["supportedTransports"], json!(["rest"]));
 }

@@ -132,7 +132,7 @@ fn parse_step_codes() {
     let ctx = Context::new(&h.host, &h.redactor, "n", TS);
     let p = accept_bytes(b"{\"type\": \"\xff\"}", &ctx, &mut h.store, &mut h.events);
     assert_eq!(code(&p), Some(Code::InvalidEnvelopeShape));
-    assert!(p.outcome.reason().unwrap().contains("UTF-8"));
+    assert!(p.outcome.message().unwrap().contains("UTF-8"));
     let p = accept_text("the model said hello", &ctx, &mut h.store, &mut h.events);
     assert_eq!(code(&p), Some(Code::InvalidEnvelopeShape));
     let p = accept_text(
@@ -203,9 +203,40 @@ fn kind_gate_lists_allowed_kinds() {
         g.allowed_kinds
             .contains(&"vendor.acme.prd.create".to_owned())
     );
-    assert!(p.events.is_empty());
+    // The host-level gate projects exactly like the node gate: node.failed
+    // with envelope_contract_violation, refusedType and acceptedTypes.
+    assert_eq!(p.events.len(), 1, "{:?}", p.events);
+    let e = &p.events[0];
+    assert_eq!(e.event_type, EventType::NodeFailed);
+    assert_eq!(e.payload["error"]["code"], "envelope_contract_violation");
+    assert_eq!(
+        e.payload["error"]["details"]["refusedType"],
+        "vendor.acme.unknown"
+    );
+    assert_eq!(e.payload["error"]["details"]["gate"], "supported-envelopes");
+    assert!(
+        e.payload["error"]["details"]["acceptedTypes"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("vendor.acme.prd.create"))
+    );
+    assert_eq!(e.causation_id.as_deref(), Some("c"));
     // Universal kinds always pass.
     assert!(h.run(&clar("c2")).outcome.is_accepted());
+}
+
+#[test]
+fn kind_gate_follows_the_contract_refusal_mode() {
+    let mut h = H::new();
+    h.host.supported_envelopes = Some(vec!["vendor.acme.prd.create".into()]);
+    h.node_contract = Some(EnvelopeContract {
+        accepts: vec!["vendor.acme.unknown".into()],
+        refusal_mode: RefusalMode::DiscardAndWarn,
+    });
+    let p = h.run(&vendor("vendor.acme.unknown", "c"));
+    assert_eq!(code(&p), Some(Code::UnknownEnvelopeKind));
+    let types: Vec<_> = p.events.iter().map(|e| e.event_type).collect();
+    assert_eq!(types, [EventType::LogAppended]);
 }
 
 #[test]
@@ -330,9 +361,9 @@ fn limits_breach_with_cap_kind_and_events() {
     };
     assert_eq!(b.cap_kind, EnvelopeCapKind::Clarification);
     assert!(
-        b.reason.contains("clarificationRounds limit 2"),
+        b.message.contains("clarificationRounds limit 2"),
         "{}",
-        b.reason
+        b.message
     );
     let types: Vec<_> = p.events.iter().map(|e| e.event_type).collect();
     assert_eq!(types, [EventType::CapBreached, EventType::NodeFailed]);
@@ -352,7 +383,13 @@ fn limits_breach_with_cap_kind_and_events() {
         panic!()
     };
     assert_eq!(b.cap_kind, EnvelopeCapKind::Envelopes);
-    assert!(b.reason.contains("envelopesPerTurn limit 3"));
+    assert!(b.message.contains("envelopesPerTurn limit 3"));
+    // The suite reads the limit and its value from the breached outcome's reason.
+    let wire = serde_json::to_value(&p.outcome).unwrap();
+    assert_eq!(
+        wire["reason"],
+        "envelopesPerTurn limit 3 reached (observed 3)"
+    );
     let counters = Counters {
         schema_rounds: Some(Counter { current: 1, cap: 4 }),
         ..Counters::default()
@@ -391,11 +428,33 @@ fn trust_envelope_wins_and_untrusted_blocks_approval() {
     v["meta"]["contentTrust"] = json!("untrusted");
     let p = h.run_with(&v, |c| c.approval_gate_context = true);
     assert_eq!(code(&p), Some(Code::UntrustedContentBlocksApproval));
+    // On the wire `reason` is the bare code; the sentence is in `message`.
+    let wire = serde_json::to_value(&p.outcome).unwrap();
+    assert_eq!(wire["reason"], "untrusted_content_blocks_approval");
     assert!(
-        p.outcome
-            .reason()
+        wire["message"]
+            .as_str()
             .unwrap()
-            .starts_with("untrusted_content_blocks_approval")
+            .contains("cannot advance an approval gate"),
+        "{wire}"
+    );
+}
+
+#[test]
+fn a_bad_meta_ts_is_refused_with_the_bare_code_and_names_iso_8601() {
+    let mut h = H::new();
+    let mut v = clar("c-ts");
+    v["meta"]["ts"] = json!("yesterday");
+    let wire = serde_json::to_value(&h.run(&v).outcome).unwrap();
+    assert_eq!(wire["status"], "invalid");
+    assert_eq!(wire["reason"], "invalid_envelope_shape");
+    assert_eq!(wire["details"][0]["instancePath"], "/meta/ts");
+    assert!(
+        wire["details"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("ISO 8601"),
+        "{wire}"
     );
 }
 

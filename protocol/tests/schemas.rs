@@ -900,14 +900,14 @@ fn capabilities() -> Value {
         },
         "conformance": {"mockAgent": false},
         "agents": {"supported": true, "reasoning": {"verbosity": "summary", "streaming": true}},
-        "secrets": {"supported": true, "scopes": ["namespace"]},
+        "secrets": {"supported": true, "scopes": ["tenant"]},
         "aiProviders": {"supported": ["openai", "anthropic", "gemini"], "maxInlineMediaBytes": 262144},
         "fixtures": [],
-        "supportedTransports": ["rest", "sse"],
+        "supportedTransports": ["rest"],
         "implementation": {"name": "openwop-operator", "version": "0.1.0"}
     });
     let mut doc = json!({
-        "protocolVersion": "1.1.x",
+        "protocolVersion": "1.1.1",
         "supportedEnvelopes": schema::known_kinds(),
         "schemaVersions": {"clarification.request": 1, "schema.request": 1, "schema.response": 1, "error": 1},
         "limits": {"clarificationRounds": 3, "schemaRounds": 3, "envelopesPerTurn": 32, "maxNodeExecutions": 1000}

@@ -120,6 +120,7 @@ schema = {
             "mockAgentNamespaces": {"type": "array", "items": {"type": "string", "minLength": 1}},
             "providerMockNamespaces": {"type": "array", "items": {
                 "type": "string", "pattern": "^(\\*|[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?|[a-z0-9][-a-z0-9]{0,61}\\*)$"}},
+            "seams": obj({"enabled": {"type": "boolean"}}),
         }),
         "nodeTypes": {"type": "array", "items": obj({
             "typeId": {"type": "string", "minLength": 1},

@@ -121,3 +121,13 @@ jetstream {
 {{- end }}
 {{- end }}
 {{- end }}
+
+{{/*
+Ids of the conformance fixture workflows templates/conformance-fixtures.yaml installs (comma
+separated; empty unless conformance.seams.enabled): discovery advertises them in `fixtures`.
+*/}}
+{{- define "openwop.conformanceFixtures" -}}
+{{- if .Values.conformance.seams.enabled -}}
+conformance-agent-reasoning,conformance-agent-low-confidence
+{{- end -}}
+{{- end }}

@@ -56,8 +56,44 @@ fn refuse(
         "envelope kind '{kind}' is not accepted by {whose}; accepted kinds: {}",
         accepted.join(", ")
     );
-    let details = json!({"refusedType": env.kind, "acceptedTypes": accepted, "gate": gate});
-    let ev = match contract.refusal_mode {
+    let ev = project(
+        ctx,
+        corr,
+        events,
+        gate,
+        &env.kind,
+        &accepted,
+        ctx.refusal_mode.unwrap_or(contract.refusal_mode),
+        &message,
+    );
+    let outcome = Outcome::Gated(Gated {
+        code: Code::EnvelopeContractViolation,
+        message,
+        gate,
+        refused_type: env.kind.clone(),
+        allowed_kinds: accepted,
+        replayed: false,
+    });
+    (outcome, vec![super::stamp(ev, ctx, corr, trust)])
+}
+
+/// The event a gate refusal projects, the same for every gate (host
+/// `supportedEnvelopes`, host contract, node contract): `node.failed` with
+/// `envelope_contract_violation` (fail-node) or a `log.appended` warning
+/// (discard-and-warn); `details` name the refused and accepted kinds and the gate.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn project(
+    ctx: &Context<'_>,
+    corr: &str,
+    events: &mut EventFactory,
+    gate: Gate,
+    refused: &str,
+    accepted: &[String],
+    mode: RefusalMode,
+    message: &str,
+) -> RunEventDoc {
+    let details = json!({"refusedType": refused, "acceptedTypes": accepted, "gate": gate});
+    match mode {
         RefusalMode::FailNode => events.emit(
             &format!("{corr}/contract/node.failed"),
             ctx.timestamp,
@@ -65,7 +101,7 @@ fn refuse(
                 node_id: ctx.node_id.to_owned(),
                 error: ErrorInfo {
                     code: Code::EnvelopeContractViolation.as_str().to_owned(),
-                    message: message.clone(),
+                    message: message.to_owned(),
                     details: Some(details),
                     retryable: Some(false),
                 },
@@ -85,14 +121,5 @@ fn refuse(
                 fields: Some(details),
             },
         ),
-    };
-    let outcome = Outcome::Gated(Gated {
-        code: Code::EnvelopeContractViolation,
-        reason: format!("{}: {message}", Code::EnvelopeContractViolation),
-        gate,
-        refused_type: env.kind.clone(),
-        allowed_kinds: accepted,
-        replayed: false,
-    });
-    (outcome, vec![super::stamp(ev, ctx, corr, trust)])
+    }
 }

@@ -49,9 +49,8 @@ fn breach(
     observed: u64,
 ) -> (Outcome, Vec<RunEventDoc>) {
     let name = kind.limit_name();
-    let message = format!(
-        "{name} limit {limit} reached (observed {observed}); no further envelopes of this family are accepted"
-    );
+    let reason = format!("{name} limit {limit} reached (observed {observed})");
+    let message = format!("{reason}; no further envelopes of this family are accepted");
     let breached = events.emit(
         &format!("{corr}/limits/cap.breached"),
         ctx.timestamp,
@@ -80,7 +79,8 @@ fn breach(
     );
     let outcome = Outcome::Breached(Breached {
         code: Code::CapBreached,
-        reason: format!("{}: {message}", Code::CapBreached),
+        reason,
+        message,
         cap_kind: kind,
         limit,
         observed,

@@ -3,7 +3,7 @@
 //!
 //! 1. [`parse`] — bytes/text → JSON, bounded by [`InputLimits`]; lenient recovery on syntax errors
 //! 2. [`shape`] — closed top level and `meta` (`invalid_envelope_shape`)
-//! 3. [`kind`] — host `supportedEnvelopes` (`gated` / `unknown_envelope_kind`)
+//! 3. [`kind`] — host `supportedEnvelopes` (`gated` / `unknown_envelope_kind`, projected like a contract refusal)
 //! 4. [`payload`] — per-kind schema + schema-version drift (`envelope_invalid`, `unknown_schema_version`)
 //! 5. [`contract`] — host then node envelope contract (`gated` / `envelope_contract_violation`)
 //! 6. [`limits`] — `envelopesPerTurn`, `schemaRounds`, `clarificationRounds` (`breached` / `cap_breached`)
@@ -27,6 +27,7 @@ pub mod limits;
 pub mod parse;
 pub mod payload;
 pub mod redaction;
+pub mod request;
 pub mod shape;
 pub mod trust;
 
@@ -126,6 +127,8 @@ pub struct Context<'a> {
     pub counters: Counters,
     /// The envelope is being presented as the resolution of an approval gate.
     pub approval_gate_context: bool,
+    /// Overrides the contracts' refusal mode at every gate (the seam's `projectTo.refusalMode`).
+    pub refusal_mode: Option<RefusalMode>,
     /// RFC 3339 timestamp stamped on projected events (this crate reads no clock).
     pub timestamp: &'a str,
 }
@@ -145,6 +148,7 @@ impl<'a> Context<'a> {
             run_trust_boundary: None,
             counters: Counters::default(),
             approval_gate_context: false,
+            refusal_mode: None,
             timestamp,
         }
     }
@@ -266,8 +270,10 @@ fn run(
     ctx.redactor.redact_in_place(&mut corr);
     let trust = trust::resolve(&env, ctx);
 
-    if let Err(o) = kind::check(&env, ctx.host) {
-        return finish(o, Vec::new(), recovery, Some(env.kind), ctx);
+    // Not recorded for replay (see `dedup`): the refusal is about the host's
+    // advertisement, not a decision about this envelope's content.
+    if let Err((o, evs)) = kind::check(&env, ctx, &corr, trust, events) {
+        return finish(o, evs, recovery, Some(env.kind), ctx);
     }
     let warnings = match payload::check(&env, ctx.host) {
         Ok(w) => w,
@@ -373,17 +379,20 @@ fn finish_outcome(
     match &mut outcome {
         Outcome::Accepted(a) => a.warnings.iter_mut().for_each(|d| fix(&mut d.message)),
         Outcome::Gated(g) => {
-            fix(&mut g.reason);
+            fix(&mut g.message);
             fix(&mut g.refused_type);
         }
         Outcome::Invalid(i) => {
-            fix(&mut i.reason);
+            fix(&mut i.message);
             for d in &mut i.details {
                 fix(&mut d.instance_path);
                 fix(&mut d.message);
             }
         }
-        Outcome::Breached(b) => fix(&mut b.reason),
+        Outcome::Breached(b) => {
+            fix(&mut b.reason);
+            fix(&mut b.message);
+        }
     }
     Processed {
         outcome,

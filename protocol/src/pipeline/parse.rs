@@ -656,7 +656,7 @@ mod tests {
         assert!(parse_direct(r#"{"a":{"b":1}}"#, &limits).is_ok());
         let o = refused(r#"{"a":[{"b":[1]}]}"#, &limits);
         assert_eq!(detail(&o).instance_path, "/a/0/b");
-        assert!(o.reason().unwrap().contains("3 levels"));
+        assert!(o.message().unwrap().contains("3 levels"));
     }
 
     #[test]

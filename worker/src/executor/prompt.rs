@@ -433,7 +433,7 @@ impl<P: Publisher> Executor<'_, P> {
             } else if let Some(code) = processed.outcome.code() {
                 env_span.fail(
                     code.as_str(),
-                    processed.outcome.reason().unwrap_or_default(),
+                    processed.outcome.message().unwrap_or_default(),
                 );
             }
             drop(env_span);
@@ -478,12 +478,24 @@ impl<P: Publisher> Executor<'_, P> {
                     ));
                 }
                 other => {
+                    // A refusal the pipeline already projected as node.failed (a gate or
+                    // a cap) fails the node with that same error, so node.failed and
+                    // run.failed agree.
+                    if let Some(err) = processed
+                        .events
+                        .iter()
+                        .find(|e| e.event_type == EventType::NodeFailed)
+                        .and_then(|e| e.payload.get("error").cloned())
+                        .and_then(|v| serde_json::from_value::<ErrorInfo>(v).ok())
+                    {
+                        return Ok(NodeOutcome::Failed(err));
+                    }
                     let code = other
                         .code()
                         .map(|c| c.as_str().to_owned())
                         .unwrap_or_else(|| "envelope_invalid".into());
                     let message = other
-                        .reason()
+                        .message()
                         .unwrap_or("the envelope was refused")
                         .to_owned();
                     return Ok(NodeOutcome::Failed(ErrorInfo {
