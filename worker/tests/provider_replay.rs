@@ -100,3 +100,47 @@ fn a_killed_worker_never_requests_a_recorded_provider_response_again() {
     let events = read_raw(&nats.url(), &f.subject());
     assert_eq!(essences(&events), essences(&reference));
 }
+
+/// Killed inside the clarification's event batch (after `clarification.requested`, before
+/// `interrupt.requested`): the restart re-drives the turn from the journal, with no provider
+/// call, and publishes the rest instead of skipping to `node.suspended`.
+#[test]
+fn a_kill_inside_the_clarification_batch_loses_no_event() {
+    let run = |name: &str, pause: Option<u64>| {
+        let nats = NatsServer::start();
+        let llm = ScriptedLlm::start(BTreeMap::from([(
+            "fake-q".to_string(),
+            vec![Step::ok(
+                "stop",
+                json!({"type": "clarification.request", "payload": {"questions": [{"id": "region", "question": "Which region?"}]}}),
+            )],
+        )]));
+        let workflow = json!({"id": "ask", "nodes": [{"id": "q", "typeId": "core.ai.callPrompt",
+            "config": {"provider": "openai-compatible", "model": "fake-q", "prompt": "plan",
+                       "envelopeType": "vendor.acme.plan"}}]});
+        let f = RunFiles::new(name, RUN_ID, workflow, json!({}), json!({}));
+        f.set_snapshot_field(
+            "providers",
+            json!([{"provider": "openai-compatible", "mountAs": "env", "envName": "OPENWOP_TEST_NO_KEY"}]),
+        );
+        if let Some(p) = pause {
+            assert_eq!(run_until_paused(&f, &nats.url(), p, base(&llm)), None);
+        }
+        let (code, stderr) = f.run_with(&nats.url(), base(&llm));
+        assert_eq!(code, 3, "{stderr}");
+        (llm.requests(), read_raw(&nats.url(), &f.subject()))
+    };
+    let (requests, reference) = run("ask-ref", None);
+    assert_eq!(requests, 1);
+    let at = reference
+        .iter()
+        .position(|e| e["type"] == "interrupt.requested")
+        .unwrap();
+    assert_eq!(reference[at - 1]["type"], "clarification.requested");
+    let (requests, events) = run("ask-killed", Some(at as u64));
+    assert_eq!(
+        requests, 1,
+        "the recorded clarification was requested again"
+    );
+    assert_eq!(essences(&events), essences(&reference));
+}

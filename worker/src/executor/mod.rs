@@ -169,9 +169,12 @@ impl<'a, P: Publisher> Executor<'a, P> {
             .map(|e| &e.payload)
     }
 
+    /// Whether the clarification turn's events are all durable: `interrupt.requested` is the
+    /// last of the pipeline's batch, so a kill inside the batch re-drives the turn (its
+    /// provider response comes from the journal) and publishes the rest.
     fn recorded_interrupt(&self, interrupt_id: &str) -> bool {
         self.log.events().iter().any(|e| {
-            e.event_type == EventType::ClarificationRequested
+            e.event_type == EventType::InterruptRequested
                 && e.payload.get("interruptId").and_then(Value::as_str) == Some(interrupt_id)
         })
     }
