@@ -50,6 +50,7 @@ chart-check:
 ## with release builds of the operator and worker (what users run; OPENWOP_E2E_PROFILE=debug for the debug builds).
 bench: build
 	$(CARGO) bench --workspace
+	$(CARGO) test --release -p openwop-worker --test fault_bench -- --ignored --nocapture
 	$(CARGO) build --release -p openwop-operator -p openwop-worker --bins
 	bash e2e/cluster/cluster.sh up
 	OPENWOP_E2E_PROFILE=release $(CARGO) test -p openwop-e2e --test scale -- --ignored --nocapture --test-threads=1

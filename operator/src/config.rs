@@ -193,6 +193,8 @@ pub struct Limits {
     pub envelopes_per_turn: u32,
     pub max_node_executions: Option<u32>,
     pub max_run_duration_ms: Option<u64>,
+    /// The worker's bound on one provider response body (host profile, not advertised).
+    pub max_provider_response_bytes: u64,
 }
 
 impl Default for Limits {
@@ -203,6 +205,8 @@ impl Default for Limits {
             envelopes_per_turn: 32,
             max_node_executions: Some(1000),
             max_run_duration_ms: None,
+            max_provider_response_bytes:
+                openwop_protocol::run::host::DEFAULT_MAX_PROVIDER_RESPONSE_BYTES,
         }
     }
 }
@@ -743,6 +747,7 @@ impl OperatorConfig {
             tier_one_subset_compliance: tier1,
             reasoning_directive: directive,
             truncation_budget_multiplier: f64::from(self.reliability.truncation_budget_multiplier),
+            max_provider_response_bytes: l.max_provider_response_bytes,
         })
     }
 

@@ -90,6 +90,10 @@ pub enum ProviderError {
     Decode { provider: String, message: String },
     #[error("schema cannot be lowered for provider '{provider}': {message}")]
     Lowering { provider: String, message: String },
+    #[error(
+        "provider '{provider}' sent a response body larger than {limit} bytes (the host's maxProviderResponseBytes); it was not read. Raise the chart value limits.maxProviderResponseBytes for new runs if the answers are legitimately this large"
+    )]
+    ResponseTooLarge { provider: String, limit: u64 },
     #[error("invalid provider configuration: {0}")]
     Config(String),
     #[error("mock provider: {0}")]

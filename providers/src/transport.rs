@@ -24,6 +24,9 @@ pub struct TransportPolicy {
     pub max_backoff: Duration,
     /// Longest `Retry-After` we honour; a longer one is clamped to this.
     pub max_retry_after: Duration,
+    /// Largest response body read (the host profile's `maxProviderResponseBytes`); a larger
+    /// one fails the call without being read whole.
+    pub max_body_bytes: u64,
 }
 
 impl Default for TransportPolicy {
@@ -34,6 +37,7 @@ impl Default for TransportPolicy {
             base_backoff: Duration::from_millis(500),
             max_backoff: Duration::from_secs(20),
             max_retry_after: Duration::from_secs(60),
+            max_body_bytes: openwop_protocol::run::host::DEFAULT_MAX_PROVIDER_RESPONSE_BYTES,
         }
     }
 }
@@ -106,10 +110,21 @@ impl Transport {
                 Ok(resp) => {
                     let status = resp.status();
                     if status.is_success() {
-                        let bytes = resp.bytes().await.map_err(|e| ProviderError::Transport {
-                            provider: self.provider.clone(),
-                            message: scrub(without_url(&e)),
-                        })?;
+                        let bytes = match self.read_bounded(resp).await {
+                            Ok(b) => b,
+                            Err(Bounded::TooLarge) => {
+                                return Err(ProviderError::ResponseTooLarge {
+                                    provider: self.provider.clone(),
+                                    limit: self.policy.max_body_bytes,
+                                });
+                            }
+                            Err(Bounded::Read(e)) => {
+                                return Err(ProviderError::Transport {
+                                    provider: self.provider.clone(),
+                                    message: scrub(without_url(&e)),
+                                });
+                            }
+                        };
                         return serde_json::from_slice(&bytes).map_err(|e| ProviderError::Decode {
                             provider: self.provider.clone(),
                             message: format!("response body is not JSON: {e}"),
@@ -122,7 +137,14 @@ impl Transport {
                     } else {
                         self.policy.backoff(retry)
                     };
-                    let text = resp.text().await.unwrap_or_default();
+                    // An error body is only quoted (truncated): read at most the same bound.
+                    let text = match self.read_bounded(resp).await {
+                        Ok(b) => String::from_utf8_lossy(&b).into_owned(),
+                        Err(Bounded::TooLarge) => {
+                            "error body larger than the response limit".into()
+                        }
+                        Err(Bounded::Read(_)) => String::new(),
+                    };
                     let message = scrub(vendor_error_message(&text));
                     if !transient {
                         return Err(ProviderError::Http {
@@ -161,6 +183,31 @@ impl Transport {
             );
             tokio::time::sleep(delay).await;
         }
+    }
+}
+
+/// Why a body was not read whole.
+enum Bounded {
+    TooLarge,
+    Read(reqwest::Error),
+}
+
+impl Transport {
+    /// The body, read chunk by chunk and abandoned as soon as it exceeds the policy's
+    /// `max_body_bytes` (a `Content-Length` above it is refused before reading anything).
+    async fn read_bounded(&self, mut resp: reqwest::Response) -> Result<Vec<u8>, Bounded> {
+        let limit = self.policy.max_body_bytes;
+        if resp.content_length().is_some_and(|n| n > limit) {
+            return Err(Bounded::TooLarge);
+        }
+        let mut body = Vec::new();
+        while let Some(chunk) = resp.chunk().await.map_err(Bounded::Read)? {
+            if (body.len() + chunk.len()) as u64 > limit {
+                return Err(Bounded::TooLarge);
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(body)
     }
 }
 

@@ -146,6 +146,7 @@ fn fast() -> TransportPolicy {
         base_backoff: Duration::from_millis(10),
         max_backoff: Duration::from_millis(40),
         max_retry_after: Duration::from_secs(1),
+        ..TransportPolicy::default()
     }
 }
 

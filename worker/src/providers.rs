@@ -80,6 +80,7 @@ impl ProviderSet {
             };
             let mut cfg = ProviderConfig::new(kind, model);
             cfg.base_url = base_url(&env::provider_base_url(provider));
+            cfg.transport.max_body_bytes = snap.host.max_provider_response_bytes;
             cfg = match &mount.key {
                 KeyMount::File { path } => cfg.with_key_file(path),
                 KeyMount::Env { env_name } => {

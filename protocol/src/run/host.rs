@@ -14,6 +14,10 @@ use crate::workflow_check::Tier1Posture;
 pub const MAX_MULTIPLIER: f64 = 8.0;
 /// Most provider calls of one emission whatever a node asks for.
 pub const MAX_SCHEMA_ROUNDS: u32 = 16;
+/// Default bound of one provider HTTP response body (8 MiB): far above any answer a model
+/// gives within an output budget, small enough that a broken or hostile endpoint cannot
+/// exhaust the worker's memory.
+pub const DEFAULT_MAX_PROVIDER_RESPONSE_BYTES: u64 = 8 * 1024 * 1024;
 
 /// What the host enforces on every run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -30,6 +34,9 @@ pub struct HostProfile {
     pub reasoning_directive: ReasoningPosture,
     /// Truncation budget multiplier (1..=8), the default of every prompt node.
     pub truncation_budget_multiplier: f64,
+    /// `maxProviderResponseBytes` (chart `limits.maxProviderResponseBytes`): the largest
+    /// provider HTTP response body the worker reads; a larger one fails the call.
+    pub max_provider_response_bytes: u64,
 }
 
 impl Default for HostProfile {
@@ -40,6 +47,7 @@ impl Default for HostProfile {
             tier_one_subset_compliance: Tier1Posture::Warn,
             reasoning_directive: ReasoningPosture::Advisory,
             truncation_budget_multiplier: 2.0,
+            max_provider_response_bytes: DEFAULT_MAX_PROVIDER_RESPONSE_BYTES,
         }
     }
 }
@@ -110,6 +118,7 @@ mod tests {
         assert_eq!(v["tierOneSubsetCompliance"], "off");
         assert_eq!(v["reasoningDirective"], "mandatory");
         assert_eq!(v["limits"]["clarificationRounds"], 3);
+        assert_eq!(v["maxProviderResponseBytes"], 8 * 1024 * 1024);
         assert_eq!(serde_json::from_value::<HostProfile>(v).unwrap(), h);
         let empty: HostProfile = serde_json::from_str("{}").unwrap();
         assert_eq!(empty, HostProfile::default());

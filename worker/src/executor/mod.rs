@@ -5,10 +5,13 @@
 //!
 //! Replay: the executor always starts from the top. A node whose `node.completed` /
 //! `node.failed` is recorded is not executed again (its outputs come from the record); a
-//! clarification turn whose `clarification.requested` is recorded makes no provider call;
-//! everything else is re-executed and its deterministic events that are already recorded are
-//! dropped by the log. So a replayed run repeats no provider call for a finished envelope and
-//! publishes no duplicate event.
+//! clarification turn whose `clarification.requested` is recorded makes no provider call; a
+//! node resumes at the node attempt its recorded retries reached; within an emission, every
+//! provider response is journaled in the log before it is routed and a re-executed call
+//! whose response is recorded is answered from the record (`protocol::retry::journal`).
+//! Everything else is re-executed and its deterministic events that are already recorded are
+//! dropped by the log. So a replayed run repeats only a provider call that was in flight (no
+//! recorded response) and publishes no duplicate event.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -166,9 +169,12 @@ impl<'a, P: Publisher> Executor<'a, P> {
             .map(|e| &e.payload)
     }
 
+    /// Whether the clarification turn's events are all durable: `interrupt.requested` is the
+    /// last of the pipeline's batch, so a kill inside the batch re-drives the turn (its
+    /// provider response comes from the journal) and publishes the rest.
     fn recorded_interrupt(&self, interrupt_id: &str) -> bool {
         self.log.events().iter().any(|e| {
-            e.event_type == EventType::ClarificationRequested
+            e.event_type == EventType::InterruptRequested
                 && e.payload.get("interruptId").and_then(Value::as_str) == Some(interrupt_id)
         })
     }
@@ -394,7 +400,15 @@ impl<'a, P: Publisher> Executor<'a, P> {
             Err(e) => return self.fail_node(id, *e, None).await.map(Ok),
         };
         let max_retries = node.max_retries.unwrap_or(self.graph.default_max_retries);
+        // A restarted worker resumes at the node attempt the log reached: the failures of the
+        // earlier attempts are recorded (`{id}/retry/{n}`), replaying them would call again.
         let mut attempt = 0u32;
+        while self.log.contains(&openwop_protocol::events::event_id_for(
+            self.log.run_id(),
+            &format!("{id}/retry/{}", attempt + 1),
+        )) {
+            attempt += 1;
+        }
         let span = self.run_span.child("openwop.node");
         span.set_str("openwop.run_id", self.log.run_id());
         span.set_str("openwop.node_id", id);
