@@ -31,6 +31,7 @@
 
 pub mod auth;
 pub mod error;
+pub mod runs;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -67,6 +68,8 @@ pub struct RestState {
     pub workflows: Store<Workflow>,
     /// Requests in flight beyond which the API answers 429.
     load: Arc<Semaphore>,
+    /// JetStream, connected on first use (every replica reads run events itself).
+    jetstream: Arc<tokio::sync::OnceCell<async_nats::jetstream::Context>>,
 }
 
 impl FromRef<RestState> for Arc<Authenticator> {
@@ -93,7 +96,42 @@ impl RestState {
             config,
             runs,
             workflows,
+            jetstream: Default::default(),
         }
+    }
+
+    /// JetStream for reading run events (503 when NATS is not configured or unreachable).
+    pub async fn jetstream(&self) -> Result<async_nats::jetstream::Context, ApiError> {
+        let Some(url) = self.config.events.nats_url.clone() else {
+            return Err(ApiError::unavailable(
+                "this operator has no events.natsUrl: run events are not available",
+                Duration::from_secs(60),
+            ));
+        };
+        let cfg = self.config.clone();
+        self.jetstream
+            .get_or_try_init(|| async move {
+                let auth = cfg.nats_credentials.load().map_err(|e| e.to_string())?;
+                let nats = openwop_nats::connect_options(
+                    concat!("openwop-operator-rest/", env!("CARGO_PKG_VERSION")),
+                    &auth,
+                )
+                .map_err(|e| e.to_string())?
+                .connection_timeout(Duration::from_secs(5))
+                .connect(&url)
+                .await
+                .map_err(|e| format!("cannot connect to {url}: {e}"))?;
+                Ok::<_, String>(async_nats::jetstream::new(nats))
+            })
+            .await
+            .cloned()
+            .map_err(|e| {
+                tracing::warn!(error = %e, "REST API: NATS connection");
+                ApiError::unavailable(
+                    "the event stream is unavailable; retry shortly",
+                    Duration::from_secs(2),
+                )
+            })
     }
 
     fn rest(&self) -> &RestConfig {
@@ -209,6 +247,12 @@ pub fn router(state: RestState, extra: OpenApiRouter<RestState>) -> axum::Router
     let max_body = state.rest().max_body_bytes;
     let (api, doc) = OpenApiRouter::with_openapi(ApiDoc::openapi())
         .routes(routes!(get_workflow))
+        .routes(routes!(runs::create_run))
+        .routes(routes!(runs::get_run))
+        .routes(routes!(runs::run_events))
+        .routes(routes!(runs::poll_events))
+        .routes(routes!(runs::cancel_run))
+        .routes(routes!(runs::resolve_interrupt))
         .merge(extra)
         .split_for_parts();
     let doc = Arc::new(doc_value(&doc));
@@ -235,6 +279,12 @@ fn doc_value(doc: &utoipa::openapi::OpenApi) -> Value {
 pub fn openapi() -> Value {
     let (_, doc) = OpenApiRouter::<RestState>::with_openapi(ApiDoc::openapi())
         .routes(routes!(get_workflow))
+        .routes(routes!(runs::create_run))
+        .routes(routes!(runs::get_run))
+        .routes(routes!(runs::run_events))
+        .routes(routes!(runs::poll_events))
+        .routes(routes!(runs::cancel_run))
+        .routes(routes!(runs::resolve_interrupt))
         .split_for_parts();
     doc_value(&doc)
 }
@@ -321,6 +371,92 @@ async fn get_workflow(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every `$ref` of `v`, recursively.
+    fn refs(v: &Value, out: &mut Vec<String>) {
+        match v {
+            Value::Object(m) => {
+                if let Some(Value::String(r)) = m.get("$ref") {
+                    out.push(r.clone());
+                }
+                m.values().for_each(|x| refs(x, out));
+            }
+            Value::Array(a) => a.iter().for_each(|x| refs(x, out)),
+            _ => {}
+        }
+    }
+
+    #[test]
+    fn the_openapi_document_is_complete_and_consistent() {
+        let doc = openapi();
+        assert_eq!(doc["openapi"], "3.1.0");
+        let paths = doc["paths"].as_object().unwrap();
+        for p in [
+            "/v1/runs",
+            "/v1/runs/{runId}",
+            "/v1/runs/{runId}/events",
+            "/v1/runs/{runId}/events/poll",
+            "/v1/runs/{runId}/cancel",
+            "/v1/runs/{runId}/interrupts/{nodeId}",
+            "/v1/workflows/{workflowId}",
+        ] {
+            assert!(paths.contains_key(p), "{p} missing from {:?}", paths.keys());
+        }
+        for (path, item) in paths {
+            for (method, op) in item.as_object().unwrap() {
+                let responses = op["responses"].as_object().unwrap();
+                assert!(!responses.is_empty(), "{method} {path}: no responses");
+                // Every path template parameter is declared as a path parameter.
+                for seg in path.split('/').filter(|s| s.starts_with('{')) {
+                    let name = seg.trim_matches(['{', '}']);
+                    let declared =
+                        op["parameters"].as_array().into_iter().flatten().any(|p| {
+                            p["name"] == name && p["in"] == "path" && p["required"] == true
+                        });
+                    assert!(
+                        declared,
+                        "{method} {path}: path parameter {name} not declared"
+                    );
+                }
+                if path != "/v1/openapi.json" {
+                    assert_eq!(
+                        op["security"],
+                        serde_json::json!([{"bearer": []}]),
+                        "{method} {path}"
+                    );
+                }
+            }
+        }
+        // Every reference resolves.
+        let mut all = Vec::new();
+        refs(&doc, &mut all);
+        assert!(!all.is_empty());
+        for r in all {
+            let ptr = r
+                .strip_prefix('#')
+                .unwrap_or_else(|| panic!("external ref {r}"));
+            assert!(doc.pointer(ptr).is_some(), "unresolved {r}");
+        }
+        assert_eq!(
+            doc["components"]["securitySchemes"]["bearer"]["scheme"],
+            "bearer"
+        );
+        for schema in [
+            "ErrorBody",
+            "RunSnapshotDoc",
+            "CreateRunRequest",
+            "EventsResponse",
+        ] {
+            assert!(
+                doc["components"]["schemas"].get(schema).is_some(),
+                "{schema}"
+            );
+        }
+        assert_eq!(
+            doc["components"]["schemas"]["CreateRunRequest"]["required"],
+            serde_json::json!(["workflowId"])
+        );
+    }
 
     #[test]
     fn tenant_names_are_namespaces() {
