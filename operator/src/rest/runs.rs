@@ -195,23 +195,35 @@ fn phase(run: &Run) -> RunPhase {
         .unwrap_or_default()
 }
 
-/// The RunSnapshot of a Run: its status through protocol's one mapping.
-pub fn snapshot_of(run: &Run) -> RunSnapshotDoc {
+/// The RunSnapshot of a Run: its status through protocol's one mapping, with the OpenWOP
+/// workflow id (from the Workflow in the cache when the Run names it by Kubernetes name).
+pub fn snapshot_of(s: &RestState, run: &Run) -> RunSnapshotDoc {
     let st = run.status.clone().unwrap_or_default();
     let ts = |t: &Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>| {
         t.as_ref().map(|t| t.0.to_string())
     };
+    let tenant = run.namespace().unwrap_or_default();
+    let by_name =
+        st.workflow
+            .as_deref()
+            .or(run.spec.workflow_ref.name.as_deref())
+            .and_then(|n| {
+                s.workflows.state().into_iter().find(|w| {
+                    w.namespace().as_deref() == Some(tenant.as_str()) && w.name_any() == n
+                })
+            })
+            .map(|w| w.spec.id.clone());
     let workflow_id = run
         .spec
         .workflow_ref
         .id
         .clone()
+        .or(by_name)
         .or_else(|| st.workflow.clone())
         .or_else(|| run.spec.workflow_ref.name.clone())
         .unwrap_or_default();
     let run_id = run.meta().uid.clone().unwrap_or_default();
-    let tenant = run.namespace().unwrap_or_default();
-    RunSnapshotDoc::from_projection(
+    let mut doc = RunSnapshotDoc::from_projection(
         &st.projection(),
         RunFacts {
             run_id: &run_id,
@@ -226,7 +238,20 @@ pub fn snapshot_of(run: &Run) -> RunSnapshotDoc {
             completed_at: ts(&st.completion_time),
             attempts: st.attempts,
         },
-    )
+    );
+    let ann = run.annotations();
+    doc.tags = ann
+        .get(ANNOTATION_TAGS)
+        .and_then(|t| serde_json::from_str(t).ok());
+    doc.metadata = ann
+        .get(ANNOTATION_METADATA)
+        .and_then(|t| serde_json::from_str(t).ok());
+    doc.configurable = run
+        .spec
+        .configurable
+        .as_ref()
+        .and_then(|c| serde_json::to_value(c).ok());
+    doc
 }
 
 /// Create a run.
@@ -428,7 +453,7 @@ pub async fn get_run(
     Path(run_id): Path<String>,
 ) -> Result<Json<RunSnapshotDoc>, ApiError> {
     let run = visible_run(&s, &caller, &run_id).await?;
-    Ok(Json(snapshot_of(&run)))
+    Ok(Json(snapshot_of(&s, &run)))
 }
 
 /// Cancel a run.

@@ -36,6 +36,17 @@ pub struct RunSnapshotDoc {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
     pub pending_interrupt: Option<super::status::PendingInterrupt>,
+    /// Caller-supplied `RunOptions.tags`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tags: Option<Vec<String>>,
+    /// Caller-supplied `RunOptions.metadata`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
+    pub metadata: Option<Value>,
+    /// The run's `RunOptions.configurable`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
+    pub configurable: Option<Value>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -105,6 +116,9 @@ impl RunSnapshotDoc {
                 attempts: f.attempts,
             },
             pending_interrupt: p.pending_interrupt.clone().filter(|_| status.is_waiting()),
+            tags: None,
+            metadata: None,
+            configurable: None,
         }
     }
 }
