@@ -26,7 +26,8 @@ pub struct ErrorBody {
 #[derive(Debug, Clone, PartialEq)]
 pub struct ApiError {
     pub status: StatusCode,
-    pub body: ErrorBody,
+    /// Boxed: handlers return `Result<_, ApiError>` everywhere; a small error keeps them cheap.
+    pub body: Box<ErrorBody>,
     pub retry_after: Option<Duration>,
 }
 
@@ -34,11 +35,11 @@ impl ApiError {
     pub fn new(status: StatusCode, code: &str, message: impl Into<String>) -> Self {
         ApiError {
             status,
-            body: ErrorBody {
+            body: Box::new(ErrorBody {
                 error: code.to_owned(),
                 message: message.into(),
                 details: None,
-            },
+            }),
             retry_after: None,
         }
     }
@@ -88,8 +89,8 @@ impl ApiError {
         e
     }
 
-    /// 500. The message must already be free of secrets (callers pass their own wording,
-    /// never a raw upstream body).
+    /// Internal error (500); the message must already be free of secrets: callers pass
+    /// their own wording, never a raw upstream body.
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal_error", message)
     }
@@ -111,7 +112,7 @@ impl std::error::Error for ApiError {}
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let mut resp = (self.status, axum::Json(self.body)).into_response();
+        let mut resp = (self.status, axum::Json(*self.body)).into_response();
         if let Some(d) = self.retry_after
             && let Ok(v) = HeaderValue::from_str(&d.as_secs().max(1).to_string())
         {
