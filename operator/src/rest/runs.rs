@@ -530,22 +530,67 @@ pub async fn resolve_interrupt(
     body: Body,
 ) -> Result<Response, ApiError> {
     let req: ResolveInterruptRequest = json_body(body, s.config.rest.max_body_bytes).await?;
-    let run = visible_run(&s, &caller, &run_id).await?;
-    let ns = run.namespace().unwrap_or_default();
+    let cached = visible_run(&s, &caller, &run_id).await?;
+    let ns = cached.namespace().unwrap_or_default();
     s.auth
         .authorize(&caller, Verb::Patch, Resource::Runs, &ns)
         .await?;
+    let api: Api<Run> = Api::namespaced(s.client.clone(), &ns);
+    let mut run = (*cached).clone();
+    // The patch is conditional on the version read, so a concurrent answer is never
+    // overwritten; when this replica's cache lagged (the operator just wrote the status),
+    // the Run is read again from the API server and the answer re-checked against it.
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let answers = answers_with(&run, &run_id, &node_id, req.clone())?;
+        match api
+            .patch(
+                &run.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(json!({
+                    "metadata": {"resourceVersion": run.resource_version()},
+                    "spec": {"answers": answers},
+                })),
+            )
+            .await
+        {
+            Ok(_) => break,
+            Err(kube::Error::Api(e)) if e.code == 409 && attempt < 4 => {
+                run = api.get(&run.name_any()).await.map_err(kube_error)?;
+            }
+            Err(e) => return Err(kube_error(e)),
+        }
+    }
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(RunStatusResponse {
+            run_id,
+            node_id: Some(node_id),
+            status: phase(&run),
+        }),
+    )
+        .into_response())
+}
+
+/// The Run's answers with the answer to its interrupt at `node_id` appended, or why not.
+fn answers_with(
+    run: &Run,
+    run_id: &str,
+    node_id: &str,
+    req: ResolveInterruptRequest,
+) -> Result<Vec<InterruptAnswer>, ApiError> {
     let pending = run
         .status
         .as_ref()
         .and_then(|st| st.pending_interrupt.clone())
-        .filter(|_| phase(&run).is_waiting());
+        .filter(|_| phase(run).is_waiting());
     let Some(pending) = pending.filter(|p| p.node_id == node_id) else {
         return Err(ApiError::conflict(
             "interrupt_not_pending",
             format!("run {run_id} has no interrupt waiting at node {node_id:?}"),
         )
-        .with_details(json!({"runStatus": phase(&run).as_str()})));
+        .with_details(json!({"runStatus": phase(run).as_str()})));
     };
     let answer = build_answer(&pending, req)?;
     if run
@@ -561,27 +606,7 @@ pub async fn resolve_interrupt(
     }
     let mut answers = run.spec.answers.clone();
     answers.push(answer);
-    let api: Api<Run> = Api::namespaced(s.client.clone(), &ns);
-    // Conditional on the version read: a concurrent answer is never overwritten.
-    api.patch(
-        &run.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(json!({
-            "metadata": {"resourceVersion": run.resource_version()},
-            "spec": {"answers": answers},
-        })),
-    )
-    .await
-    .map_err(kube_error)?;
-    Ok((
-        StatusCode::ACCEPTED,
-        Json(RunStatusResponse {
-            run_id,
-            node_id: Some(node_id),
-            status: phase(&run),
-        }),
-    )
-        .into_response())
+    Ok(answers)
 }
 
 /// The answer to append for `pending`, or 400 naming what is wrong.
