@@ -97,8 +97,6 @@ pub struct RestConfig {
     pub max_in_flight: usize,
     /// Interval of SSE `:keepalive` comments (the spec requires at most 30 s).
     pub keepalive_seconds: u64,
-    /// How long `Idempotency-Key`s of `POST /v1/runs` are remembered.
-    pub idempotency_ttl_seconds: u64,
 }
 
 impl Default for RestConfig {
@@ -109,7 +107,6 @@ impl Default for RestConfig {
             max_body_bytes: 1024 * 1024,
             max_in_flight: 1024,
             keepalive_seconds: 15,
-            idempotency_ttl_seconds: 24 * 3600,
         }
     }
 }
