@@ -159,6 +159,11 @@ pub struct InterruptAnswer {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 4096))]
     pub comment: Option<String>,
+    /// Trust of the answer's content: `untrusted` when a relay forwards content it did not
+    /// author (e.g. the REST API on a caller's say-so). An untrusted answer never approves.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^(trusted|untrusted)$"))]
+    pub content_trust: Option<String>,
 }
 
 pub use openwop_protocol::run::status::RunPhase;
@@ -222,3 +227,17 @@ pub struct RunStatus {
 }
 
 pub use openwop_protocol::run::status::{PendingInterrupt, PendingQuestion, RunError};
+
+impl RunStatus {
+    /// The event-derived part of this status, as protocol's projection folded it.
+    pub fn projection(&self) -> openwop_protocol::run::projection::Projection {
+        openwop_protocol::run::projection::Projection {
+            phase: self.phase,
+            current_node: self.current_node.clone(),
+            events: self.events.unwrap_or(0),
+            last_sequence: self.last_sequence,
+            pending_interrupt: self.pending_interrupt.clone(),
+            error: self.error.clone(),
+        }
+    }
+}

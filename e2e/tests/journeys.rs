@@ -2074,3 +2074,153 @@ async fn nats_restarted_mid_run_loses_nothing() {
     assert_eq!(events(&c, &ns, "reference"), reference);
     delete_namespace(&c.client, &ns).await;
 }
+
+/// Role a team gets to use the REST API in its namespace (the README's example).
+fn rest_role(name: &str) -> String {
+    format!(
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {{name: {name}}}\nrules:\n  - apiGroups: [openwop.dev]\n    resources: [runs]\n    verbs: [get, list, create, patch]\n  - apiGroups: [openwop.dev]\n    resources: [workflows]\n    verbs: [get, list]\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {{name: {name}}}\nroleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: {name}}}\nsubjects:\n  - {{kind: ServiceAccount, name: {name}}}\n"
+    )
+}
+
+/// A ServiceAccount token (`kubectl create token`).
+fn sa_token(c: &Cluster, ns: &str, sa: &str) -> String {
+    ok(
+        kubectl(c, &["create", "serviceaccount", sa, "-n", ns], None),
+        "create serviceaccount",
+    );
+    ok(
+        kubectl(
+            c,
+            &["create", "token", sa, "-n", ns, "--duration", "1h"],
+            None,
+        ),
+        "kubectl create token",
+    )
+    .trim()
+    .to_owned()
+}
+
+/// The OpenWOP REST API driven by the real PyPI `openwop-client` (e2e/rest/client_journey.py):
+/// discovery, create, get, SSE follow with Last-Event-ID resume, poll, idempotent create,
+/// unknown workflow and invalid inputs, approval and clarification answers through the
+/// interrupts endpoint, cancel; ServiceAccount tokens checked by TokenReview and RBAC (401,
+/// 403, another namespace's run 404). Every run the API created is a Run kubectl sees.
+#[tokio::test]
+async fn rest_api_with_the_python_client_and_kubernetes_auth() {
+    let (c, _g) = setup().await;
+    if c.skip_unless_local(
+        "rest_api_with_the_python_client_and_kubernetes_auth",
+        "the operator's HTTP port reachable on 127.0.0.1 (pods share the host network)",
+    ) {
+        return;
+    }
+    let out = Command::new("bash")
+        .arg(repo().join("e2e/rest/venv.sh"))
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("e2e/rest/venv.sh");
+    assert!(
+        out.status.success(),
+        "cannot create the openwop-client venv"
+    );
+    let python = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+    let ns = namespace(&c.client, "j-rest").await;
+    let other = namespace(&c.client, "j-rest-other").await;
+    ok(
+        apply(
+            &c,
+            &ns,
+            &std::fs::read_to_string(repo().join("examples/01-hello-workflow.yaml")).unwrap(),
+        ),
+        "apply hello",
+    );
+    let typed = json!({"apiVersion": "openwop.dev/v1alpha1", "kind": "Workflow",
+        "metadata": {"name": "typed"},
+        "spec": {"id": "typed", "name": "typed", "version": "1",
+            "variables": [{"name": "count", "type": "number", "required": true}],
+            "nodes": [{"id": "start", "typeId": "core.identity"}]}});
+    ok(apply(&c, &ns, &typed.to_string()), "apply typed");
+    let agent = json!({"apiVersion": "openwop.dev/v1alpha1", "kind": "Workflow",
+        "metadata": {"name": "conformance-mock-agent"},
+        "spec": {"id": "conformance-mock-agent", "name": "Mock agent", "version": "1",
+            "nodes": [{"id": "agent", "typeId": "core.conformance.mock-agent", "config": {
+                "agentId": "agent-triage",
+                "mockReasoning": {"summary": "billing"},
+                "mockDecision": {"decision": "route-to-billing", "confidence": 0.4}}}]}});
+    ok(apply(&c, &ns, &agent.to_string()), "apply mock agent");
+    let node = json!({"id": "q", "typeId": "core.ai.callPrompt",
+        "config": {"provider": "mock", "prompt": "plan", "envelopeType": "vendor.acme.plan"}});
+    ok(
+        apply(&c, &ns, &prompt_workflow("planner", node)),
+        "apply planner",
+    );
+    for wf in ["hello", "typed", "conformance-mock-agent", "planner"] {
+        wait_workflow(&c, &ns, wf, "True").await;
+    }
+    let mocks = json!({"q": {"turns": [
+        {"responses": [{"stopReason": "stop", "content": {"type": "clarification.request",
+            "payload": {"questions": [{"id": "region", "question": "Which region?"}]}}}]},
+        {"responses": [{"stopReason": "stop", "content": {"type": "vendor.acme.plan", "payload": {"region": "eu"}}}]},
+    ]}});
+    ok(
+        apply(&c, &ns, &mocked_run("trip", "planner", mocks)),
+        "apply trip",
+    );
+    let st = wait_run(&c, &ns, "trip", "waiting-input", 120).await;
+    let clarify_id = st["runId"].as_str().unwrap().to_owned();
+
+    ok(apply(&c, &ns, &rest_role("team")), "team Role");
+    ok(
+        apply(&c, &other, &rest_role("team")),
+        "other namespace's Role",
+    );
+    let token = sa_token(&c, &ns, "team");
+    let norbac = sa_token(&c, &ns, "nobody");
+    let other_token = sa_token(&c, &other, "team");
+
+    let url = format!("http://127.0.0.1:{}", operator_port());
+    let out = Command::new(&python)
+        .arg(repo().join("e2e/rest/client_journey.py"))
+        .env("OPENWOP_URL", &url)
+        .env("NS", &ns)
+        .env("TOKEN", &token)
+        .env("TOKEN_NORBAC", &norbac)
+        .env("TOKEN_OTHER", &other_token)
+        .env("CLARIFY_RUN_ID", &clarify_id)
+        .output()
+        .expect("python client journey");
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "client_journey.py failed:\n{}\n{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    let created: Vec<String> = report["created"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(created.len(), 4, "{report}");
+    // Every REST-created run is a Run kubectl sees, created by the caller's ServiceAccount.
+    let listed: Value = serde_json::from_str(&ok(
+        kubectl(&c, &["get", "runs", "-n", &ns, "-o", "json"], None),
+        "kubectl get runs",
+    ))
+    .unwrap();
+    for id in &created {
+        let run = listed["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["metadata"]["uid"] == id.as_str())
+            .unwrap_or_else(|| panic!("run {id} not visible to kubectl"));
+        assert_eq!(
+            run["metadata"]["annotations"]["openwop.dev/created-by"],
+            format!("system:serviceaccount:{ns}:team")
+        );
+    }
+    delete_namespace(&c.client, &other).await;
+    delete_namespace(&c.client, &ns).await;
+}

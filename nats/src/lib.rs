@@ -19,6 +19,7 @@ use std::path::{Path, PathBuf};
 
 use async_nats::ConnectOptions;
 
+pub mod reader;
 pub mod stream;
 #[cfg(feature = "testing")]
 pub mod testing;

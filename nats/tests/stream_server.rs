@@ -59,3 +59,74 @@ async fn the_stream_is_created_then_its_retention_updated_and_one_run_purged() {
         "{e}"
     );
 }
+
+/// The run-log reader behind `kubectl openwop events` and the REST event endpoints: only the
+/// run's own subject, in order, with pending counts that tell a non-following reader where
+/// the log ends, from the start or from a stream sequence; a follower sees later messages.
+#[tokio::test]
+async fn the_run_log_reader_reads_one_run_in_order_and_follows() {
+    use futures::StreamExt;
+    use openwop_nats::reader::{From, RunLog};
+    let nats = NatsServer::start();
+    let js = jetstream::new(async_nats::connect(nats.url()).await.unwrap());
+    ensure_stream(&js, &StreamSpec::new("EV", None))
+        .await
+        .unwrap();
+    let mine = events_subject("ns", "uid-1");
+    for (subject, body) in [
+        (mine.clone(), "a"),
+        (events_subject("ns", "uid-2"), "other"),
+        (mine.clone(), "b"),
+        (mine.clone(), "c"),
+    ] {
+        js.publish(subject, body.into())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    }
+    let log = RunLog::open(&js, "EV", vec![mine.clone()], From::Start)
+        .await
+        .unwrap();
+    assert_eq!(log.pending_at_start, 3);
+    let mut msgs = Box::pin(log.messages());
+    let mut got = Vec::new();
+    loop {
+        let m = msgs.next().await.unwrap().unwrap();
+        got.push((
+            String::from_utf8(m.payload.to_vec()).unwrap(),
+            m.stream_sequence,
+            m.pending,
+        ));
+        if m.pending == 0 {
+            break;
+        }
+    }
+    assert_eq!(
+        got,
+        vec![("a".into(), 1, 2), ("b".into(), 3, 1), ("c".into(), 4, 0)]
+    );
+    // Following: a message published later arrives on the same reader.
+    js.publish(mine.clone(), "d".into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    let m = tokio::time::timeout(Duration::from_secs(5), msgs.next())
+        .await
+        .expect("a follower sees new messages")
+        .unwrap()
+        .unwrap();
+    assert_eq!((&m.payload[..], m.stream_sequence), (&b"d"[..], 5));
+    // From a stream sequence: earlier messages are skipped.
+    let log = RunLog::open(&js, "EV", vec![mine], From::StreamSequence(4))
+        .await
+        .unwrap();
+    assert_eq!(log.pending_at_start, 2);
+    // An unknown stream is named in the error.
+    let e = RunLog::open(&js, "NOPE", vec!["x".into()], From::Start)
+        .await
+        .err()
+        .unwrap();
+    assert!(e.to_string().contains("NOPE"), "{e}");
+}

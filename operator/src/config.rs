@@ -75,8 +75,40 @@ pub struct OperatorConfig {
     /// `instanceID`): a non-empty id handles only objects labelled `openwop.dev/instance=<id>`;
     /// the empty default handles only objects without that label.
     pub instance_id: String,
-    /// Address of the HTTP server (metrics, probes, discovery).
+    /// Address of the HTTP server (metrics, probes, discovery, REST API).
     pub listen: String,
+    /// The OpenWOP REST API.
+    pub rest: RestConfig,
+}
+
+/// The OpenWOP REST API (`/v1/...`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+pub struct RestConfig {
+    /// Serve the API (discovery is served either way).
+    pub enabled: bool,
+    /// How long a TokenReview or SubjectAccessReview result is reused (0: never). A revoked
+    /// token or removed RoleBinding takes effect after at most this long.
+    pub review_cache_seconds: u64,
+    /// Largest request body accepted (413 beyond).
+    pub max_body_bytes: usize,
+    /// Requests served at once by one replica (including open event streams); beyond, 429
+    /// with `Retry-After`.
+    pub max_in_flight: usize,
+    /// Interval of SSE `:keepalive` comments (the spec requires at most 30 s).
+    pub keepalive_seconds: u64,
+}
+
+impl Default for RestConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            review_cache_seconds: 10,
+            max_body_bytes: 1024 * 1024,
+            max_in_flight: 1024,
+            keepalive_seconds: 15,
+        }
+    }
 }
 
 /// Label that assigns a Workflow or Run to one operator instance (`instanceId`).
@@ -138,6 +170,7 @@ impl Default for OperatorConfig {
             watch_namespace: String::new(),
             instance_id: String::new(),
             listen: "0.0.0.0:8080".into(),
+            rest: RestConfig::default(),
         }
     }
 }
@@ -580,6 +613,18 @@ impl OperatorConfig {
             return invalid(
                 "runs.backoffBaseSeconds",
                 "must be > 0 and not above runs.backoffMaxSeconds".into(),
+            );
+        }
+        if !(1..=30).contains(&self.rest.keepalive_seconds) {
+            return invalid(
+                "rest.keepaliveSeconds",
+                "must be 1..30 (the spec requires a keepalive at least every 30 s)".into(),
+            );
+        }
+        if self.rest.max_body_bytes < 1024 || self.rest.max_in_flight == 0 {
+            return invalid(
+                "rest.maxBodyBytes",
+                "maxBodyBytes must be at least 1024 and maxInFlight at least 1".into(),
             );
         }
         if self.worker.run_as_user == 0 {

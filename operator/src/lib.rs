@@ -9,4 +9,5 @@ pub mod leader;
 pub mod metrics;
 pub mod pod;
 pub mod projection;
+pub mod rest;
 pub mod snapshot;

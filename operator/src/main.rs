@@ -29,6 +29,7 @@ use openwop_operator::events::JetStreamSlot;
 use openwop_operator::leader::{Elector, Round};
 use openwop_operator::metrics::Metrics;
 use openwop_operator::pod::{LABEL_MANAGED_BY, MANAGER};
+use openwop_operator::rest;
 use openwop_protocol::workflow_check::NodeRegistry;
 
 #[derive(Parser, Debug)]
@@ -76,11 +77,26 @@ async fn main() -> anyhow::Result<()> {
     let discovery_state = DiscoveryState::new(&cfg.discovery.cache_control);
     let ready = Arc::new(AtomicBool::new(false));
 
+    // The REST API reads this replica's own caches: every replica serves it, leader or not.
+    let (api, api_caches) = if cfg.rest.enabled {
+        let (runs, workflows, caches) = rest::caches(&client, &cfg);
+        let state = rest::RestState::new(client.clone(), cfg.clone(), runs, workflows);
+        (
+            Some(rest::router(state, Default::default())),
+            futures::future::Either::Left(caches),
+        )
+    } else {
+        (
+            None,
+            futures::future::Either::Right(std::future::pending::<()>()),
+        )
+    };
     let http = serve_http(
         cfg.listen.clone(),
         metrics.clone(),
         discovery_state.clone(),
         ready.clone(),
+        api,
     );
     let watch_discovery =
         watch_discovery_configmap(client.clone(), cfg.clone(), discovery_state, ready.clone());
@@ -106,6 +122,7 @@ async fn main() -> anyhow::Result<()> {
     let lead = lead_then_run(client, cfg, registry, identity, ctx, pod_writer);
     tokio::select! {
         r = http => r.context("HTTP server")?,
+        _ = api_caches => anyhow::bail!("the REST API's watches ended"),
         r = watch_discovery => r.context("discovery ConfigMap watch")?,
         r = lead => r?,
         s = shutdown_signal() => {
@@ -137,8 +154,10 @@ async fn serve_http(
     metrics: Metrics,
     discovery_state: DiscoveryState,
     ready: Arc<AtomicBool>,
+    api: Option<axum::Router>,
 ) -> anyhow::Result<()> {
     let app = discovery::router(discovery_state)
+        .merge(api.unwrap_or_default())
         .route(
             "/metrics",
             axum::routing::get(move || {

@@ -178,7 +178,7 @@ pub fn answers(run: &Run) -> Vec<Answer> {
             value: a.value.clone(),
             approved: a.approved,
             comment: a.comment.clone(),
-            content_trust: None,
+            content_trust: a.content_trust.clone(),
         })
         .collect()
 }
@@ -329,6 +329,7 @@ mod tests {
             value: None,
             approved: Some(true),
             comment: None,
+            content_trust: None,
         });
         // The workflow was edited meanwhile; the snapshot must not follow.
         let s = with_current_answers(&stored, &later);

@@ -1,21 +1,23 @@
 //! `kubectl-openwop events RUN [-f] [--json] [--since-seq N]`: reads the Run's `status.runId`
 //! (its uid: a Run re-created under the same name is a new run with its own log), then the
 //! run's JetStream subjects (`openwop.events.<ns>.<runId>` and
-//! `openwop.reasoning.<ns>.<runId>`, [`openwop_protocol::run::subjects`]) with an ordered
-//! consumer, and prints a timeline, the reasoning in its own lane.
+//! `openwop.reasoning.<ns>.<runId>`, [`openwop_protocol::run::subjects`]) with the reader the
+//! REST API's event endpoints share ([`openwop_nats::reader`]), and prints a timeline, the
+//! reasoning in its own lane.
 
 use std::io::Write as _;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail};
-use async_nats::jetstream::{self, consumer};
+use async_nats::jetstream;
 use clap::Args;
 use futures::StreamExt;
 use kube::ResourceExt;
 use kube::api::Api;
 use openwop_crds::Run;
 use openwop_nats::NatsAuth;
+use openwop_nats::reader::{From, RunLog};
 use openwop_protocol::run::subjects::{DEFAULT_STREAM, events_subject, reasoning_subject};
 use serde_json::{Value, json};
 
@@ -366,48 +368,31 @@ pub async fn run(mut args: EventsArgs) -> Result<()> {
         ),
     })?;
     let js = jetstream::new(client);
-    let stream = js.get_stream(&args.stream).await.with_context(|| {
-        format!(
-            "JetStream stream {} not found on {} (no run has published yet, or --stream is wrong)",
-            args.stream, args.nats_url
-        )
-    })?;
     let mut filters = vec![events.clone()];
     if !args.no_reasoning {
         filters.push(reasoning.clone());
     }
-    let mut consumer = stream
-        .create_consumer(consumer::pull::OrderedConfig {
-            filter_subjects: filters,
-            deliver_policy: consumer::DeliverPolicy::All,
-            ..Default::default()
-        })
+    let log = RunLog::open(&js, &args.stream, filters, From::Start)
         .await
-        .context("cannot create an ordered consumer on the run's subjects")?;
-    let pending = consumer
-        .info()
-        .await
-        .context("cannot read the consumer's state")?
-        .num_pending;
-    if pending == 0 && !args.follow {
+        .with_context(|| {
+            format!(
+                "cannot read run {namespace}/{} from {}",
+                args.run, args.nats_url
+            )
+        })?;
+    if log.pending_at_start == 0 && !args.follow {
         eprintln!(
             "no events yet for run {}/{} (subject {events}); use -f to wait for them",
             namespace, args.run
         );
         return Ok(());
     }
-    let mut messages = consumer
-        .messages()
-        .await
-        .context("cannot start reading the run's subjects")?;
+    let mut messages = std::pin::pin!(log.messages());
     let mut out = std::io::stdout().lock();
     while let Some(msg) = messages.next().await {
         let msg = msg.context("reading from JetStream")?;
-        let info = msg
-            .info()
-            .map_err(|e| anyhow::anyhow!("bad JetStream metadata: {e}"))?;
-        let (stream_seq, left) = (info.stream_sequence, info.pending);
-        let lane = if msg.subject.as_str() == reasoning {
+        let (stream_seq, left) = (msg.stream_sequence, msg.pending);
+        let lane = if msg.subject == reasoning {
             Lane::Reasoning
         } else {
             Lane::Events
@@ -436,7 +421,7 @@ pub async fn run(mut args: EventsArgs) -> Result<()> {
             );
         if !skip {
             let line = if args.json {
-                json_line(lane, msg.subject.as_str(), stream_seq, body)
+                json_line(lane, &msg.subject, stream_seq, body)
             } else if lane == Lane::Reasoning {
                 render_reasoning(&body, style)
             } else {

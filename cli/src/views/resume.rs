@@ -95,6 +95,7 @@ pub fn build_answer(run: &Run, args: &ResumeArgs) -> Result<InterruptAnswer> {
             value: None,
             approved: Some(args.approve),
             comment,
+            content_trust: None,
         });
     }
     let mut value = Map::new();
@@ -135,6 +136,7 @@ pub fn build_answer(run: &Run, args: &ResumeArgs) -> Result<InterruptAnswer> {
         value: Some(Value::Object(value)),
         approved: None,
         comment,
+        content_trust: None,
     })
 }
 
@@ -333,6 +335,7 @@ mod tests {
             value: None,
             approved: Some(true),
             comment: None,
+            content_trust: None,
         });
         let a = build_answer(&run, &args(&["r1", "--approve"])).unwrap();
         let p = answers_patch(&run, &a).unwrap();

@@ -15,6 +15,7 @@
 //! Run deleted and re-created under the same name is a new run with its own subject, its own
 //! event ids and its own log.
 
+pub mod api;
 pub mod env;
 pub mod exit;
 pub mod host;

@@ -1,0 +1,141 @@
+"""The REST journey, driven by the real PyPI `openwop-client` (e2e/tests/journeys.rs runs it).
+
+Environment: OPENWOP_URL, NS, TOKEN (a ServiceAccount of NS with the team Role), TOKEN_NORBAC
+(a ServiceAccount of NS without RBAC), TOKEN_OTHER (a ServiceAccount of another namespace with
+the same Role there), CLARIFY_RUN_ID (runId of a Run waiting for a clarification).
+Prints one JSON line: the runIds created, for the caller to find with kubectl.
+"""
+
+import json
+import os
+import sys
+import time
+import urllib.error
+import urllib.request
+
+from openwop_client import OpenwopClient
+from openwop_client.errors import WopError
+from openwop_client.types import CreateRunRequest, ResolveInterruptRequest
+
+URL = os.environ["OPENWOP_URL"]
+NS = os.environ["NS"]
+client = OpenwopClient(URL, os.environ["TOKEN"])
+created = []
+
+
+def check(cond, what):
+    if not cond:
+        raise AssertionError(what)
+
+
+def expect_error(fn, status, code):
+    try:
+        fn()
+    except WopError as e:
+        check(e.status == status, f"expected {status}, got {e.status}: {e.raw_text}")
+        check(e.envelope is not None and e.envelope.error == code, f"expected {code}: {e.raw_text}")
+        body = json.loads(e.raw_text)
+        check(set(body) <= {"error", "message", "details"}, f"extra keys: {body}")
+        return body
+    raise AssertionError(f"expected HTTP {status} {code}, got success")
+
+
+def wait_status(run_id, want, secs=120):
+    deadline = time.time() + secs
+    snap = None
+    while time.time() < deadline:
+        snap = client.runs_get(run_id)
+        if snap.status == want:
+            return snap
+        time.sleep(0.5)
+    raise AssertionError(f"run {run_id} did not reach {want}: {snap}")
+
+
+def events_of(run_id, last_event_id=None):
+    return list(client.runs_events(run_id, last_event_id=last_event_id, timeout_seconds=120))
+
+
+# Discovery and the OpenAPI document need no token.
+caps = client.discovery_capabilities()
+check(caps.protocolVersion, "capabilities have a protocolVersion")
+doc = client.discovery_openapi()
+check("/v1/runs/{runId}/events" in doc["paths"], "openapi lists the events endpoint")
+
+wf = client.workflows_get("hello_world")
+check(wf["id"] == "hello_world" and len(wf["nodes"]) == 2, f"workflow: {wf}")
+
+# Create, get, follow over SSE until the server closes the stream after run.completed.
+resp = client.runs_create(CreateRunRequest(workflowId="hello_world", inputs={"greeting": "hi"}, tags=["journey"], metadata={"ticket": 7}))
+created.append(resp.runId)
+check(resp.eventsUrl == f"/v1/runs/{resp.runId}/events", resp.eventsUrl)
+evs = events_of(resp.runId)
+types = [e.type for e in evs]
+check(types[0] == "run.started" and types[-1] == "run.completed", f"events: {types}")
+check([e.sequence for e in evs] == list(range(len(evs))), "gapless sequences")
+snap = wait_status(resp.runId, "completed", 30)
+check(snap.workflowId == "hello_world" and snap.completedAt, f"snapshot: {snap}")
+check(snap.tags == ["journey"] and snap.metadata == {"ticket": 7}, f"tags and metadata: {snap}")
+# Last-Event-ID resumes after that event.
+tail = events_of(resp.runId, last_event_id=str(evs[2].sequence))
+check([e.sequence for e in tail] == [e.sequence for e in evs[3:]], "Last-Event-ID resume")
+polled = client.runs_poll_events(resp.runId, last_sequence=len(evs) - 2, timeout_seconds=1)
+check([e.type for e in polled.events] == ["run.completed"] and polled.isComplete, f"poll: {polled}")
+
+# Idempotent create: same key and body → same run; same key, other body → 409.
+key = f"journey-{time.time()}"
+a = client.runs_create(CreateRunRequest(workflowId="hello_world", inputs={"greeting": "x"}), idempotency_key=key)
+b = client.runs_create(CreateRunRequest(workflowId="hello_world", inputs={"greeting": "x"}), idempotency_key=key)
+created.append(a.runId)
+check(a.runId == b.runId, "same key and body give the same run")
+expect_error(lambda: client.runs_create(CreateRunRequest(workflowId="hello_world", inputs={"greeting": "y"}), idempotency_key=key), 409, "idempotency_key_reused")
+
+# Unknown workflow → 404; inputs not matching the declared variables → 400 with details.
+expect_error(lambda: client.runs_create(CreateRunRequest(workflowId="no_such_workflow")), 404, "not_found")
+body = expect_error(lambda: client.runs_create(CreateRunRequest(workflowId="typed", inputs={"count": "two"})), 400, "validation_error")
+check(body["details"]["fields"][0]["field"] == "/inputs/count", f"details: {body}")
+
+# Approval through the interrupts endpoint (mock agent at low confidence).
+appr = client.runs_create(CreateRunRequest(workflowId="conformance-mock-agent", configurable={"escalationThreshold": 0.7}))
+created.append(appr.runId)
+snap = wait_status(appr.runId, "waiting-approval")
+check(snap.currentNodeId == "agent", f"suspended at the agent: {snap}")
+r = client.interrupts_resolve_by_run(appr.runId, "agent", ResolveInterruptRequest(resumeValue={"approved": True}))
+check(r.runId == appr.runId and r.nodeId == "agent", f"resolve: {r}")
+wait_status(appr.runId, "completed")
+check("approval.granted" in [e.type for e in events_of(appr.runId)], "approval.granted recorded")
+
+# Cancel a waiting run.
+c = client.runs_create(CreateRunRequest(workflowId="conformance-mock-agent"))
+created.append(c.runId)
+wait_status(c.runId, "waiting-approval")
+check(client.runs_cancel(c.runId).status == "cancelling", "cancel accepted")
+wait_status(c.runId, "cancelled")
+check(events_of(c.runId)[-1].type == "run.cancelled", "SSE closes after run.cancelled")
+
+# A clarification (the run was applied with kubectl; scripted provider) answered over REST.
+cid = os.environ["CLARIFY_RUN_ID"]
+snap = wait_status(cid, "waiting-input")
+pending = [e for e in client.runs_poll_events(cid, last_sequence=None, timeout_seconds=1).events if e.type == "clarification.requested"]
+check(pending and pending[-1].payload["questions"][0]["id"] == "region", f"question: {pending}")
+client.interrupts_resolve_by_run(cid, snap.currentNodeId, ResolveInterruptRequest(resumeValue={"region": "eu"}))
+wait_status(cid, "completed")
+
+# Auth: no token → 401; a ServiceAccount without RBAC → 403 on create, 404 on a run;
+# another namespace's caller → 404, the same as a run that does not exist.
+req = urllib.request.Request(f"{URL}/v1/runs/{resp.runId}")
+try:
+    urllib.request.urlopen(req, timeout=10)
+    raise AssertionError("no token was accepted")
+except urllib.error.HTTPError as e:
+    check(e.code == 401 and json.loads(e.read())["error"] == "unauthenticated", f"no token: {e.code}")
+norbac = OpenwopClient(URL, os.environ["TOKEN_NORBAC"])
+expect_error(lambda: norbac.runs_create(CreateRunRequest(workflowId="hello_world")), 403, "forbidden")
+expect_error(lambda: norbac.runs_get(resp.runId), 404, "not_found")
+other = OpenwopClient(URL, os.environ["TOKEN_OTHER"])
+hidden = expect_error(lambda: other.runs_get(resp.runId), 404, "not_found")
+absent = expect_error(lambda: other.runs_get("00000000-0000-0000-0000-000000000000"), 404, "not_found")
+check(hidden["message"].replace(resp.runId, "X") == absent["message"].replace("00000000-0000-0000-0000-000000000000", "X"), "404s are indistinguishable")
+expect_error(lambda: other.runs_cancel(resp.runId), 404, "not_found")
+expect_error(lambda: OpenwopClient(URL, "not-a-token").runs_get(resp.runId), 401, "unauthenticated")
+
+print(json.dumps({"created": created}))

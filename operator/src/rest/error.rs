@@ -1,0 +1,123 @@
+//! The REST error body (`schemas/error-envelope.schema.json`): exactly `{error, message,
+//! details}`, with the spec's codes (`spec/v1/rest-endpoints.md` §Error response shape).
+
+use std::time::Duration;
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use serde_json::Value;
+
+/// The wire body of every error response.
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub struct ErrorBody {
+    /// Machine-readable code (`unauthenticated`, `forbidden`, `not_found`,
+    /// `validation_error`, `conflict`, `rate_limited`, `internal_error`, ...).
+    pub error: String,
+    /// What went wrong and what to do, for a person.
+    pub message: String,
+    /// Error-specific context (field paths, retry hints).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub details: Option<Value>,
+}
+
+/// An error response: status, body and (for 429/503) `Retry-After`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApiError {
+    pub status: StatusCode,
+    /// Boxed: handlers return `Result<_, ApiError>` everywhere; a small error keeps them cheap.
+    pub body: Box<ErrorBody>,
+    pub retry_after: Option<Duration>,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, code: &str, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            body: Box::new(ErrorBody {
+                error: code.to_owned(),
+                message: message.into(),
+                details: None,
+            }),
+            retry_after: None,
+        }
+    }
+
+    pub fn with_details(mut self, details: Value) -> Self {
+        self.body.details = Some(details);
+        self
+    }
+
+    /// 401: no usable credentials.
+    pub fn unauthenticated(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::UNAUTHORIZED, "unauthenticated", message)
+    }
+
+    /// 403: authenticated, but RBAC does not allow the action.
+    pub fn forbidden(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::FORBIDDEN, "forbidden", message)
+    }
+
+    /// 404: the resource does not exist *or the caller cannot see it* (never leaks which).
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, "not_found", message)
+    }
+
+    /// 400: the request is malformed; `details` names the fields.
+    pub fn validation(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "validation_error", message)
+    }
+
+    /// 409.
+    pub fn conflict(code: &str, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::CONFLICT, code, message)
+    }
+
+    /// 429 with `Retry-After`.
+    pub fn rate_limited(message: impl Into<String>, retry_after: Duration) -> Self {
+        let mut e = Self::new(StatusCode::TOO_MANY_REQUESTS, "rate_limited", message)
+            .with_details(serde_json::json!({ "retryAfter": retry_after.as_secs().max(1) }));
+        e.retry_after = Some(retry_after);
+        e
+    }
+
+    /// 503 with `Retry-After`: a dependency (the Kubernetes API, JetStream) is unavailable.
+    pub fn unavailable(message: impl Into<String>, retry_after: Duration) -> Self {
+        let mut e = Self::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", message);
+        e.retry_after = Some(retry_after);
+        e
+    }
+
+    /// Internal error (500); the message must already be free of secrets: callers pass
+    /// their own wording, never a raw upstream body.
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal_error", message)
+    }
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} {}: {}",
+            self.status.as_u16(),
+            self.body.error,
+            self.body.message
+        )
+    }
+}
+
+impl std::error::Error for ApiError {}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut resp = (self.status, axum::Json(*self.body)).into_response();
+        if let Some(d) = self.retry_after
+            && let Ok(v) = HeaderValue::from_str(&d.as_secs().max(1).to_string())
+        {
+            resp.headers_mut().insert(header::RETRY_AFTER, v);
+        }
+        resp
+    }
+}

@@ -1,0 +1,468 @@
+//! The OpenWOP v1 REST API (`spec/v1/rest-endpoints.md`), served by every operator replica
+//! beside discovery on the operator's HTTP server.
+//!
+//! Reads come from this replica's own informer caches of Runs and Workflows ([`caches`]) and
+//! from JetStream; writes are ordinary Kubernetes writes (create a `Run`, patch its spec), so
+//! the leader's controllers do the rest and `kubectl` sees everything the API does.
+//!
+//! Auth is Kubernetes' ([`auth`]): a bearer token checked by `TokenReview` gives the
+//! [`Caller`] extractor; every action is checked by a `SubjectAccessReview` through
+//! [`Authenticator::authorize`] in the namespace concerned (tenant = namespace).
+//!
+//! # Mounting another Router
+//!
+//! Build an [`OpenApiRouter<RestState>`] (or a plain `axum::Router<RestState>` turned into
+//! one with `OpenApiRouter::from(router)` — its routes then serve but stay out of
+//! `/v1/openapi.json`) and pass it to [`router`] as `extra`. Handlers authenticate by taking
+//! a [`Caller`] argument (401 without a valid token) and authorize each action with
+//! `state.auth.authorize(&caller, Verb::Create, Resource::Runs, namespace).await?` (403), or
+//! [`Authenticator::allowed`] where a refusal must read as 404. Error bodies are
+//! [`ApiError`]. Everything mounted this way shares the body limit and the 429 load shedding.
+//!
+//! ```ignore
+//! async fn reset(State(s): State<RestState>, caller: Caller) -> Result<StatusCode, ApiError> {
+//!     let ns = s.tenant(&caller, None)?;
+//!     s.auth.authorize(&caller, Verb::Patch, Resource::Runs, &ns).await?;
+//!     Ok(StatusCode::NO_CONTENT)
+//! }
+//! let extra = OpenApiRouter::new().route("/v1/host/sample/test/reset", post(reset));
+//! let app = rest::router(state, extra);
+//! ```
+
+pub mod auth;
+pub mod error;
+pub mod runs;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::{DefaultBodyLimit, FromRef, Path, Query, Request, State};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use kube::runtime::reflector::{self, Store, reflector};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, ResourceExt};
+use openwop_crds::{Run, Workflow};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tokio::sync::Semaphore;
+use utoipa::OpenApi;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+pub use auth::{Authenticator, Caller, Resource, Verb};
+pub use error::{ApiError, ErrorBody};
+
+use crate::config::{OperatorConfig, RestConfig};
+
+/// Everything a handler needs; cheap to clone.
+#[derive(Clone)]
+pub struct RestState {
+    pub auth: Arc<Authenticator>,
+    pub client: Client,
+    pub config: Arc<OperatorConfig>,
+    /// This replica's cache of the Runs the operator instance handles.
+    pub runs: Store<Run>,
+    /// This replica's cache of the Workflows the operator instance handles.
+    pub workflows: Store<Workflow>,
+    /// Requests in flight beyond which the API answers 429.
+    load: Arc<Semaphore>,
+    /// JetStream, connected on first use (every replica reads run events itself).
+    jetstream: Arc<tokio::sync::OnceCell<async_nats::jetstream::Context>>,
+}
+
+impl FromRef<RestState> for Arc<Authenticator> {
+    fn from_ref(s: &RestState) -> Self {
+        s.auth.clone()
+    }
+}
+
+impl RestState {
+    pub fn new(
+        client: Client,
+        config: Arc<OperatorConfig>,
+        runs: Store<Run>,
+        workflows: Store<Workflow>,
+    ) -> Self {
+        let rest = &config.rest;
+        RestState {
+            auth: Arc::new(Authenticator::new(
+                client.clone(),
+                Duration::from_secs(rest.review_cache_seconds),
+            )),
+            load: Arc::new(Semaphore::new(rest.max_in_flight.max(1))),
+            client,
+            config,
+            runs,
+            workflows,
+            jetstream: Default::default(),
+        }
+    }
+
+    /// JetStream for reading run events (503 when NATS is not configured or unreachable).
+    pub async fn jetstream(&self) -> Result<async_nats::jetstream::Context, ApiError> {
+        let Some(url) = self.config.events.nats_url.clone() else {
+            return Err(ApiError::unavailable(
+                "this operator has no events.natsUrl: run events are not available",
+                Duration::from_secs(60),
+            ));
+        };
+        let cfg = self.config.clone();
+        self.jetstream
+            .get_or_try_init(|| async move {
+                let auth = cfg.nats_credentials.load().map_err(|e| e.to_string())?;
+                let nats = openwop_nats::connect_options(
+                    concat!("openwop-operator-rest/", env!("CARGO_PKG_VERSION")),
+                    &auth,
+                )
+                .map_err(|e| e.to_string())?
+                .connection_timeout(Duration::from_secs(5))
+                .connect(&url)
+                .await
+                .map_err(|e| format!("cannot connect to {url}: {e}"))?;
+                Ok::<_, String>(async_nats::jetstream::new(nats))
+            })
+            .await
+            .cloned()
+            .map_err(|e| {
+                tracing::warn!(error = %e, "REST API: NATS connection");
+                ApiError::unavailable(
+                    "the event stream is unavailable; retry shortly",
+                    Duration::from_secs(2),
+                )
+            })
+    }
+
+    fn rest(&self) -> &RestConfig {
+        &self.config.rest
+    }
+
+    /// The namespace (tenant) of a request: `tenantId` when given, else the caller's
+    /// ServiceAccount namespace. Other callers (users, OIDC) must name the tenant.
+    pub fn tenant(&self, caller: &Caller, tenant_id: Option<&str>) -> Result<String, ApiError> {
+        let ns = match tenant_id.filter(|t| !t.is_empty()) {
+            Some(t) => t.to_owned(),
+            None => caller.service_account_namespace.clone().ok_or_else(|| {
+                ApiError::validation(
+                    "tenantId is required: it is the Kubernetes namespace of the run, and only \
+                     ServiceAccount callers have a default (their own namespace)",
+                )
+                .with_details(serde_json::json!({"field": "tenantId"}))
+            })?,
+        };
+        if !is_dns_label(&ns) {
+            return Err(ApiError::validation(format!(
+                "tenantId {ns:?} is not a Kubernetes namespace name (a DNS label: lowercase \
+                 letters, digits and '-', at most 63 characters)"
+            ))
+            .with_details(serde_json::json!({"field": "tenantId"})));
+        }
+        if !self.config.watch_namespace.is_empty() && ns != self.config.watch_namespace {
+            return Err(ApiError::validation(format!(
+                "this operator serves namespace {} only; tenantId {ns} is not served here",
+                self.config.watch_namespace
+            ))
+            .with_details(serde_json::json!({"field": "tenantId"})));
+        }
+        Ok(ns)
+    }
+}
+
+fn is_dns_label(s: &str) -> bool {
+    let edge = |c: Option<char>| c.is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
+    !s.is_empty()
+        && s.len() <= 63
+        && s.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && edge(s.chars().next())
+        && edge(s.chars().last())
+}
+
+/// The informer caches behind the API, and the future that keeps them current (run it for
+/// the life of the process, on every replica).
+pub fn caches(
+    client: &Client,
+    config: &OperatorConfig,
+) -> (
+    Store<Run>,
+    Store<Workflow>,
+    impl std::future::Future<Output = ()> + Send + 'static,
+) {
+    let (runs, run_writer) = reflector::store::<Run>();
+    let (workflows, wf_writer) = reflector::store::<Workflow>();
+    let mine = watcher::Config::default().labels(&config.instance_selector());
+    let (run_api, wf_api): (Api<Run>, Api<Workflow>) = if config.watch_namespace.is_empty() {
+        (Api::all(client.clone()), Api::all(client.clone()))
+    } else {
+        (
+            Api::namespaced(client.clone(), &config.watch_namespace),
+            Api::namespaced(client.clone(), &config.watch_namespace),
+        )
+    };
+    let run_watch = reflector(run_writer, watcher(run_api, mine.clone()))
+        .default_backoff()
+        .touched_objects()
+        .for_each(|_| async {});
+    let wf_watch = reflector(wf_writer, watcher(wf_api, mine))
+        .default_backoff()
+        .touched_objects()
+        .for_each(|_| async {});
+    use futures::StreamExt as _;
+    let fut = async move {
+        futures::join!(run_watch, wf_watch);
+    };
+    (runs, workflows, fut)
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "OpenWOP v1 on Kubernetes (openwop-operator)",
+        description = "OpenWOP v1 REST API. Authenticate with `Authorization: Bearer <token>` \
+                       (any token the cluster accepts, e.g. `kubectl create token`); access is \
+                       Kubernetes RBAC on runs.openwop.dev / workflows.openwop.dev in the run's \
+                       namespace (tenantId)."
+    ),
+    components(schemas(ErrorBody)),
+    modifiers(&BearerAuth)
+)]
+struct ApiDoc;
+
+struct BearerAuth;
+
+impl utoipa::Modify for BearerAuth {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+        );
+    }
+}
+
+/// The API routes (with `extra` merged in) and `GET /v1/openapi.json` describing them.
+pub fn router(state: RestState, extra: OpenApiRouter<RestState>) -> axum::Router {
+    let max_body = state.rest().max_body_bytes;
+    let (api, doc) = OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .routes(routes!(get_workflow))
+        .routes(routes!(runs::create_run))
+        .routes(routes!(runs::get_run))
+        .routes(routes!(runs::run_events))
+        .routes(routes!(runs::poll_events))
+        .routes(routes!(runs::cancel_run))
+        .routes(routes!(runs::resolve_interrupt))
+        .merge(extra)
+        .split_for_parts();
+    let doc = Arc::new(doc_value(&doc));
+    api.route_layer(middleware::from_fn_with_state(state.clone(), shed_load))
+        .layer(DefaultBodyLimit::max(max_body))
+        .route(
+            "/v1/openapi.json",
+            axum::routing::get(move || {
+                let d = doc.clone();
+                async move { Json((*d).clone()) }
+            }),
+        )
+        .with_state(state)
+}
+
+fn doc_value(doc: &utoipa::openapi::OpenApi) -> Value {
+    let mut v = serde_json::to_value(doc).unwrap_or_default();
+    // Every operation except discovery needs the bearer token.
+    v["security"] = serde_json::json!([{"bearer": []}]);
+    v
+}
+
+/// The OpenAPI document of the API as mounted with no extra routes (tests, docs).
+pub fn openapi() -> Value {
+    let (_, doc) = OpenApiRouter::<RestState>::with_openapi(ApiDoc::openapi())
+        .routes(routes!(get_workflow))
+        .routes(routes!(runs::create_run))
+        .routes(routes!(runs::get_run))
+        .routes(routes!(runs::run_events))
+        .routes(routes!(runs::poll_events))
+        .routes(routes!(runs::cancel_run))
+        .routes(routes!(runs::resolve_interrupt))
+        .split_for_parts();
+    doc_value(&doc)
+}
+
+/// 429 with `Retry-After` once `rest.maxInFlight` requests are being served.
+async fn shed_load(State(s): State<RestState>, req: Request, next: Next) -> Response {
+    match s.load.clone().try_acquire_owned() {
+        Ok(permit) => {
+            let resp = next.run(req).await;
+            drop(permit);
+            resp
+        }
+        Err(_) => ApiError::rate_limited(
+            "the API is at its concurrent request limit; retry after the indicated delay",
+            Duration::from_secs(1),
+        )
+        .into_response(),
+    }
+}
+
+/// Query of endpoints that address a namespace-scoped object by OpenWOP id.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[serde(rename_all = "camelCase")]
+pub struct TenantQuery {
+    /// Namespace to look in; defaults to the caller's ServiceAccount namespace.
+    pub tenant_id: Option<String>,
+}
+
+/// `GET /v1/workflows/{workflowId}` body: the OpenWOP workflow definition document.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[serde(transparent)]
+#[schema(value_type = Object)]
+pub struct WorkflowDefinition(pub Value);
+
+/// Finds a Workflow by OpenWOP id (or Kubernetes name) in one namespace of the cache.
+pub fn find_workflow(state: &RestState, namespace: &str, id: &str) -> Option<Arc<Workflow>> {
+    state
+        .workflows
+        .state()
+        .into_iter()
+        .filter(|w| w.namespace().as_deref() == Some(namespace))
+        .find(|w| w.spec.id == id)
+        .or_else(|| {
+            state
+                .workflows
+                .state()
+                .into_iter()
+                .find(|w| w.namespace().as_deref() == Some(namespace) && w.name_any() == id)
+        })
+}
+
+/// Read a workflow definition.
+#[utoipa::path(
+    get,
+    path = "/v1/workflows/{workflowId}",
+    params(("workflowId" = String, Path, description = "OpenWOP workflow id"), TenantQuery),
+    responses(
+        (status = 200, body = WorkflowDefinition),
+        (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)
+    ),
+    security(("bearer" = []))
+)]
+async fn get_workflow(
+    State(s): State<RestState>,
+    caller: Caller,
+    Path(workflow_id): Path<String>,
+    Query(q): Query<TenantQuery>,
+) -> Result<Json<WorkflowDefinition>, ApiError> {
+    let ns = s.tenant(&caller, q.tenant_id.as_deref())?;
+    let missing =
+        || ApiError::not_found(format!("workflow {workflow_id:?} not found in tenant {ns}"));
+    // A caller who may not read workflows there learns nothing about what exists.
+    if !s
+        .auth
+        .allowed(&caller, Verb::Get, Resource::Workflows, &ns)
+        .await?
+    {
+        return Err(missing());
+    }
+    let wf = find_workflow(&s, &ns, &workflow_id).ok_or_else(missing)?;
+    Ok(Json(WorkflowDefinition(wf.spec.definition())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every `$ref` of `v`, recursively.
+    fn refs(v: &Value, out: &mut Vec<String>) {
+        match v {
+            Value::Object(m) => {
+                if let Some(Value::String(r)) = m.get("$ref") {
+                    out.push(r.clone());
+                }
+                m.values().for_each(|x| refs(x, out));
+            }
+            Value::Array(a) => a.iter().for_each(|x| refs(x, out)),
+            _ => {}
+        }
+    }
+
+    #[test]
+    fn the_openapi_document_is_complete_and_consistent() {
+        let doc = openapi();
+        assert_eq!(doc["openapi"], "3.1.0");
+        let paths = doc["paths"].as_object().unwrap();
+        for p in [
+            "/v1/runs",
+            "/v1/runs/{runId}",
+            "/v1/runs/{runId}/events",
+            "/v1/runs/{runId}/events/poll",
+            "/v1/runs/{runId}/cancel",
+            "/v1/runs/{runId}/interrupts/{nodeId}",
+            "/v1/workflows/{workflowId}",
+        ] {
+            assert!(paths.contains_key(p), "{p} missing from {:?}", paths.keys());
+        }
+        for (path, item) in paths {
+            for (method, op) in item.as_object().unwrap() {
+                let responses = op["responses"].as_object().unwrap();
+                assert!(!responses.is_empty(), "{method} {path}: no responses");
+                // Every path template parameter is declared as a path parameter.
+                for seg in path.split('/').filter(|s| s.starts_with('{')) {
+                    let name = seg.trim_matches(['{', '}']);
+                    let declared =
+                        op["parameters"].as_array().into_iter().flatten().any(|p| {
+                            p["name"] == name && p["in"] == "path" && p["required"] == true
+                        });
+                    assert!(
+                        declared,
+                        "{method} {path}: path parameter {name} not declared"
+                    );
+                }
+                if path != "/v1/openapi.json" {
+                    assert_eq!(
+                        op["security"],
+                        serde_json::json!([{"bearer": []}]),
+                        "{method} {path}"
+                    );
+                }
+            }
+        }
+        // Every reference resolves.
+        let mut all = Vec::new();
+        refs(&doc, &mut all);
+        assert!(!all.is_empty());
+        for r in all {
+            let ptr = r
+                .strip_prefix('#')
+                .unwrap_or_else(|| panic!("external ref {r}"));
+            assert!(doc.pointer(ptr).is_some(), "unresolved {r}");
+        }
+        assert_eq!(
+            doc["components"]["securitySchemes"]["bearer"]["scheme"],
+            "bearer"
+        );
+        for schema in [
+            "ErrorBody",
+            "RunSnapshotDoc",
+            "CreateRunRequest",
+            "EventsResponse",
+        ] {
+            assert!(
+                doc["components"]["schemas"].get(schema).is_some(),
+                "{schema}"
+            );
+        }
+        assert_eq!(
+            doc["components"]["schemas"]["CreateRunRequest"]["required"],
+            serde_json::json!(["workflowId"])
+        );
+    }
+
+    #[test]
+    fn tenant_names_are_namespaces() {
+        assert!(is_dns_label("team-a"));
+        for bad in ["", "Team", "a_b", "-a", "a-", &"a".repeat(64)] {
+            assert!(!is_dns_label(bad), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,272 @@
+//! A run as the OpenWOP REST API shows it (`GET /v1/runs/{runId}`, the spec's
+//! `run-snapshot.schema.json`): one mapping from the status [`Projection`] — the same fold
+//! that writes `Run.status` — so `kubectl get run` and the API never disagree. Also the check
+//! of a run's inputs against the workflow's declared variables, for callers that start runs.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use super::projection::Projection;
+use super::status::RunPhase;
+use crate::workflow::{VariableKind, WorkflowVariable};
+
+/// The REST RunSnapshot.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct RunSnapshotDoc {
+    pub run_id: String,
+    pub workflow_id: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = String, example = "running"))]
+    pub status: RunPhase,
+    /// The node executing or holding the interrupt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_node_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completed_at: Option<String>,
+    /// Set on terminal `failed`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<RunSnapshotError>,
+    /// The tenant (Kubernetes namespace) owning the run.
+    pub owner: RunOwner,
+    pub metrics: RunMetrics,
+    /// The interrupt waiting for an answer (answer it at `/v1/runs/{runId}/interrupts/{nodeId}`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
+    pub pending_interrupt: Option<super::status::PendingInterrupt>,
+    /// Caller-supplied `RunOptions.tags`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tags: Option<Vec<String>>,
+    /// Caller-supplied `RunOptions.metadata`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
+    pub metadata: Option<Value>,
+    /// The run's `RunOptions.configurable`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
+    pub configurable: Option<Value>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct RunSnapshotError {
+    pub code: String,
+    pub message: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct RunOwner {
+    pub tenant: String,
+}
+
+/// Counters of the run (absent fields are unknown, not zero).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct RunMetrics {
+    /// Run events seen so far.
+    pub events: u64,
+    /// Sequence of the last run event seen.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_sequence: Option<u64>,
+    /// Worker pods started (first start, retries and resumes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempts: Option<u32>,
+}
+
+/// Identity and times of a run that the projection does not carry.
+#[derive(Debug, Clone, Default)]
+pub struct RunFacts<'a> {
+    pub run_id: &'a str,
+    pub workflow_id: &'a str,
+    pub tenant: &'a str,
+    pub started_at: Option<String>,
+    pub completed_at: Option<String>,
+    pub attempts: Option<u32>,
+}
+
+impl RunSnapshotDoc {
+    /// The RunSnapshot of a run whose status is `p`.
+    pub fn from_projection(p: &Projection, f: RunFacts<'_>) -> Self {
+        let status = p.phase.unwrap_or_default();
+        RunSnapshotDoc {
+            run_id: f.run_id.to_owned(),
+            workflow_id: f.workflow_id.to_owned(),
+            status,
+            current_node_id: p.current_node.clone(),
+            started_at: f.started_at,
+            completed_at: f.completed_at.filter(|_| status.is_terminal()),
+            error: p
+                .error
+                .as_ref()
+                .filter(|_| status == RunPhase::Failed)
+                .map(|e| RunSnapshotError {
+                    code: e.code.clone(),
+                    message: e.message.clone(),
+                }),
+            owner: RunOwner {
+                tenant: f.tenant.to_owned(),
+            },
+            metrics: RunMetrics {
+                events: p.events,
+                last_sequence: p.last_sequence,
+                attempts: f.attempts,
+            },
+            pending_interrupt: p.pending_interrupt.clone().filter(|_| status.is_waiting()),
+            tags: None,
+            metadata: None,
+            configurable: None,
+        }
+    }
+}
+
+/// One problem with a run's inputs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct InputProblem {
+    /// JSON pointer of the input (`/inputs/<name>`).
+    pub field: String,
+    pub problem: String,
+}
+
+/// Checks `inputs` against the declared `variables`: every required variable without a
+/// default is present, and every declared variable present has its declared type. Inputs
+/// that declare no variable are passed through (the spec lets a workflow read any input).
+pub fn check_inputs(
+    variables: &[WorkflowVariable],
+    inputs: &Map<String, Value>,
+) -> Vec<InputProblem> {
+    let mut out = Vec::new();
+    for v in variables {
+        let field = format!("/inputs/{}", v.name.replace('~', "~0").replace('/', "~1"));
+        match inputs.get(&v.name) {
+            None if v.required == Some(true) && v.default_value.is_none() => {
+                out.push(InputProblem {
+                    field,
+                    problem: format!("required variable `{}` is missing", v.name),
+                })
+            }
+            Some(val) if !matches_kind(v.kind, val) => out.push(InputProblem {
+                field,
+                problem: format!(
+                    "variable `{}` must be {}, got {}",
+                    v.name,
+                    kind_name(v.kind),
+                    json_type(val)
+                ),
+            }),
+            _ => {}
+        }
+    }
+    out
+}
+
+fn matches_kind(k: VariableKind, v: &Value) -> bool {
+    match k {
+        VariableKind::String => v.is_string(),
+        VariableKind::Number => v.is_number(),
+        VariableKind::Boolean => v.is_boolean(),
+        VariableKind::Object => v.is_object(),
+        VariableKind::Array => v.is_array(),
+    }
+}
+
+fn kind_name(k: VariableKind) -> &'static str {
+    match k {
+        VariableKind::String => "a string",
+        VariableKind::Number => "a number",
+        VariableKind::Boolean => "a boolean",
+        VariableKind::Object => "an object",
+        VariableKind::Array => "an array",
+    }
+}
+
+fn json_type(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_snapshot_is_the_projection_with_its_identity() {
+        let mut p = Projection::default();
+        p.apply(&json!({"type": "run.started", "sequence": 0, "payload": {}}));
+        p.apply(&json!({"type": "node.failed", "sequence": 1, "nodeId": "a",
+            "payload": {"nodeId": "a", "error": {"code": "envelope_invalid", "message": "bad"}}}));
+        p.apply(&json!({"type": "run.failed", "sequence": 2,
+            "payload": {"error": {"code": "envelope_invalid", "message": "bad"}}}));
+        let doc = RunSnapshotDoc::from_projection(
+            &p,
+            RunFacts {
+                run_id: "u-1",
+                workflow_id: "wf",
+                tenant: "team-a",
+                completed_at: Some("2026-01-01T00:00:00Z".into()),
+                ..Default::default()
+            },
+        );
+        let v = serde_json::to_value(&doc).unwrap();
+        assert_eq!(v["status"], "failed");
+        assert_eq!(
+            v["error"],
+            json!({"code": "envelope_invalid", "message": "bad"})
+        );
+        assert_eq!(v["metrics"]["events"], 3);
+        assert_eq!(v["metrics"]["lastSequence"], 2);
+        assert_eq!(v["owner"]["tenant"], "team-a");
+        assert_eq!(v["completedAt"], "2026-01-01T00:00:00Z");
+        let running = RunSnapshotDoc::from_projection(
+            &Projection::default(),
+            RunFacts {
+                run_id: "u",
+                workflow_id: "w",
+                completed_at: Some("x".into()),
+                ..Default::default()
+            },
+        );
+        assert_eq!(running.status, RunPhase::Pending);
+        assert_eq!(
+            running.completed_at, None,
+            "no completion time before a terminal status"
+        );
+    }
+
+    #[test]
+    fn inputs_are_checked_against_declared_variables() {
+        let vars: Vec<WorkflowVariable> = serde_json::from_value(json!([
+            {"name": "greeting", "type": "string", "required": true},
+            {"name": "count", "type": "number"},
+            {"name": "lang", "type": "string", "required": true, "defaultValue": "en"}
+        ]))
+        .unwrap();
+        let ok = json!({"greeting": "hi", "count": 2, "other": true});
+        assert!(check_inputs(&vars, ok.as_object().unwrap()).is_empty());
+        let bad = json!({"count": "two"});
+        let problems = check_inputs(&vars, bad.as_object().unwrap());
+        assert_eq!(
+            problems,
+            vec![
+                InputProblem {
+                    field: "/inputs/greeting".into(),
+                    problem: "required variable `greeting` is missing".into()
+                },
+                InputProblem {
+                    field: "/inputs/count".into(),
+                    problem: "variable `count` must be a number, got a string".into()
+                },
+            ]
+        );
+    }
+}
