@@ -2373,6 +2373,17 @@ async fn restart_figures_operator_nats_and_apiserver() {
         b.missing_terminal_events,
         b.gaps_or_duplicate_events
     );
+    // The node agent does not re-assert pod readiness after the node-lifecycle controller
+    // marked its pods NotReady during the apiserver restart (a kubelet would): replace the
+    // operator pod so later journeys find a Ready release (helm --wait).
+    for p in pods.list(&lp).await.unwrap().items {
+        let name = p.metadata.name.unwrap_or_default();
+        ok(
+            kubectl(&c, &["delete", "pod", &name, "-n", release_ns()], None),
+            "replace the operator pod",
+        );
+    }
+    wait_operator_ready(&c).await;
     for (what, f) in [("operator kills", &a), ("nats/apiserver restarts", &b)] {
         assert_eq!(f.completed, f.runs, "{what}: {f:?}");
         assert_eq!(
