@@ -46,7 +46,9 @@ chart-check:
 	bash e2e/cluster/cluster.sh up
 	eval "$$(bash e2e/cluster/cluster.sh env)" && bash charts/openwop/ci/check.sh
 
-## bench: criterion benches (pipeline, redaction, worker publish + RSS), then 200 Runs vs 200 bare pods on the mini-cluster
+## bench: criterion benches (pipeline, redaction, worker publish + RSS), then 200 Runs vs 200 bare pods on the mini-cluster,
+## then the restart figures (debug builds from `build`: operator SIGKILLed 5 times over 50 Runs; nats-server and
+## kube-apiserver restarted mid-batch; prints FIGURES lines)
 ## with release builds of the operator and worker (what users run; OPENWOP_E2E_PROFILE=debug for the debug builds).
 bench: build
 	$(CARGO) bench --workspace
@@ -54,6 +56,7 @@ bench: build
 	$(CARGO) build --release -p openwop-operator -p openwop-worker --bins
 	bash e2e/cluster/cluster.sh up
 	OPENWOP_E2E_PROFILE=release $(CARGO) test -p openwop-e2e --test scale -- --ignored --nocapture --test-threads=1
+	$(CARGO) test -p openwop-e2e --test journeys -- --ignored --nocapture restart_figures_operator_nats_and_apiserver
 
 cluster-up:
 	@bash e2e/cluster/cluster.sh up

@@ -1,8 +1,8 @@
 //! The run-events stream on a JetStream server, as the operator and the worker both create
 //! or update it: one mapping from protocol's [`StreamSpec`] to the server's stream
 //! configuration, [`ensure_stream`] (create, or bring an existing stream's retention and
-//! dedup window to the spec) and [`purge_run`] (drop one run's subjects, when its Run is
-//! deleted).
+//! dedup window to the spec), [`read_subject`] (a subject's messages in stream order) and
+//! [`purge_run`] (drop one run's subjects, when its Run is deleted).
 //!
 //! ```no_run
 //! # async fn f(js: async_nats::jetstream::Context) -> Result<(), openwop_nats::stream::StreamError> {
@@ -101,6 +101,59 @@ pub async fn ensure_stream(
     js.get_stream(name)
         .await
         .map_err(|e| server(name, "read it after the update", e))
+}
+
+/// Reads every message stored on `subject`, in stream order, with an ordered consumer (one
+/// attempt: each read message must arrive within `timeout`). Used to read a run's log back,
+/// e.g. to fill a hole in the events a durable consumer delivered.
+pub async fn read_subject(
+    stream: &stream::Stream,
+    subject: &str,
+    timeout: Duration,
+) -> Result<Vec<async_nats::Message>, StreamError> {
+    use futures::StreamExt as _;
+    let name = stream.cached_info().config.name.clone();
+    let consumer = stream
+        .create_consumer(jetstream::consumer::pull::OrderedConfig {
+            filter_subject: subject.to_owned(),
+            deliver_policy: jetstream::consumer::DeliverPolicy::All,
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| server(&name, "read a subject", e))?;
+    let total = consumer.cached_info().num_pending as usize;
+    let mut out = Vec::with_capacity(total);
+    if total == 0 {
+        return Ok(out);
+    }
+    let mut messages = consumer
+        .messages()
+        .await
+        .map_err(|e| server(&name, "read a subject", e))?;
+    while out.len() < total {
+        match tokio::time::timeout(timeout, messages.next()).await {
+            Err(_) => {
+                return Err(server(
+                    &name,
+                    "read a subject",
+                    format!(
+                        "{subject}: timed out after {} of {total} messages",
+                        out.len()
+                    ),
+                ));
+            }
+            Ok(Some(Ok(m))) => out.push(m.message),
+            Ok(Some(Err(e))) => return Err(server(&name, "read a subject", e)),
+            Ok(None) => {
+                return Err(server(
+                    &name,
+                    "read a subject",
+                    format!("{subject}: consumer closed early"),
+                ));
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// Purges both subjects of one run (its events and its reasoning) from `stream_name`.

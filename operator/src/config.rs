@@ -521,7 +521,12 @@ pub struct LeaderElectionConfig {
     pub lease_name: String,
     /// Defaults to `discovery.namespace` when empty.
     pub lease_namespace: String,
+    /// How long the lease stays valid after a renewal; another replica may take it then.
     pub lease_duration_seconds: u32,
+    /// A leader that could not renew for this long stops its controllers and event consumer
+    /// and exits (a restart re-elects): below `lease_duration_seconds`, so it has stopped
+    /// before another replica can take the lease.
+    pub renew_deadline_seconds: u32,
     pub renew_interval_seconds: u32,
 }
 
@@ -532,7 +537,8 @@ impl Default for LeaderElectionConfig {
             lease_name: "openwop-operator".into(),
             lease_namespace: String::new(),
             lease_duration_seconds: 15,
-            renew_interval_seconds: 5,
+            renew_deadline_seconds: 10,
+            renew_interval_seconds: 2,
         }
     }
 }
@@ -662,13 +668,24 @@ impl OperatorConfig {
                 );
             }
         }
-        if self.leader_election.renew_interval_seconds == 0
-            || self.leader_election.renew_interval_seconds
-                >= self.leader_election.lease_duration_seconds
+        let le = &self.leader_election;
+        if le.renew_interval_seconds == 0 || le.renew_interval_seconds >= le.renew_deadline_seconds
         {
             return invalid(
                 "leaderElection.renewIntervalSeconds",
-                "must be > 0 and below leaseDurationSeconds".into(),
+                format!(
+                    "{} must be > 0 and below renewDeadlineSeconds ({}), so a leader tries to renew more than once before it gives up",
+                    le.renew_interval_seconds, le.renew_deadline_seconds
+                ),
+            );
+        }
+        if le.renew_deadline_seconds >= le.lease_duration_seconds {
+            return invalid(
+                "leaderElection.renewDeadlineSeconds",
+                format!(
+                    "{} must be below leaseDurationSeconds ({}): a leader that cannot renew must stop before another replica may take the lease",
+                    le.renew_deadline_seconds, le.lease_duration_seconds
+                ),
             );
         }
         if self.events.consumer.is_empty()

@@ -11,9 +11,14 @@
 //! under the reconciler's field manager and a resourceVersion precondition, so neither writer
 //! can overwrite the other with stale data.
 //!
-//! Idempotent and monotonic: an event at or below the Run's `status.lastSequence` changes
-//! nothing, so redeliveries after a restart (the durable consumer resumes from its ack floor)
-//! or after a failover never move a status backwards. A terminal phase is never revived.
+//! Exact and in order: a run's events are applied strictly in `sequence` order, continuing at
+//! `status.lastSequence + 1` ([`openwop_protocol::run::sequence`]). An event at or below it
+//! changes nothing, so redeliveries after a restart (the durable consumer resumes from its
+//! ack floor) or after a failover never move a status backwards. Events delivered after a
+//! hole (a batch NAK'd because its status write failed comes back after later ones) are
+//! never applied past it: the run's log is read back from the stream and folded in order;
+//! a hole the stream cannot fill yet keeps the later events unacknowledged (redelivered)
+//! until it is filled. A terminal phase is never revived.
 //! Malformed subjects or payloads, and events whose own `runId` is not their subject's, are
 //! logged (bounded) and acknowledged as terminated (never retried, never fatal). Events of a
 //! runId no Run has (a deleted Run) are acknowledged and dropped.
@@ -29,8 +34,9 @@ use kube::runtime::reflector::Store;
 use kube::{Client, ResourceExt};
 use openwop_crds::{Run, RunPhase, RunStatus};
 use openwop_protocol::run::projection::Projection;
+use openwop_protocol::run::sequence;
 use openwop_protocol::run::subjects::{
-    RunSubject, SubjectError, events_filter, parse_events_subject,
+    RunSubject, SubjectError, events_filter, events_subject, parse_events_subject,
 };
 use openwop_protocol::text::truncate;
 use serde_json::{Value, json};
@@ -70,6 +76,15 @@ pub enum EventError {
     Credentials(#[from] openwop_nats::AuthError),
     #[error("{0}")]
     Stream(#[from] openwop_nats::stream::StreamError),
+    #[error(
+        "run {namespace}/{run_id}: events {from}..{to} are missing from the stream; later events are held (redelivered) until they arrive"
+    )]
+    Gap {
+        namespace: String,
+        run_id: String,
+        from: u64,
+        to: u64,
+    },
 }
 
 /// A JetStream context the reconcilers can use (the finalizer purges a deleted Run's
@@ -216,70 +231,229 @@ pub async fn find_run_name(
     Ok(route(&list.items, namespace, run_id).map(|r| r.name_any()))
 }
 
-/// Applies a run's new events to its status. Returns whether the status changed. A runId
-/// that no existing Run has (deleted, or re-created under the same name with a new uid) is
-/// not an error: its events are dropped.
-pub async fn apply_to_run(
-    client: &Client,
-    cfg: &OperatorConfig,
-    runs: Option<&Store<Run>>,
-    namespace: &str,
-    run_id: &str,
-    events: &[Value],
-) -> Result<bool, EventError> {
-    let Some(name) = find_run_name(client, cfg, runs, namespace, run_id).await? else {
-        tracing::debug!(
-            namespace,
-            run_id,
-            events = events.len(),
-            "events of a run that no Run has (deleted?); dropped"
-        );
-        return Ok(false);
-    };
-    let api: Api<Run> = Api::namespaced(client.clone(), namespace);
-    for _ in 0..MAX_CONFLICT_RETRIES {
+/// A Run's status as read for one update.
+#[derive(Debug, Clone)]
+pub struct Current {
+    /// The Run's name (events name its uid).
+    pub name: String,
+    pub status: RunStatus,
+    /// The write precondition: a write against another version is a [`Stored::Conflict`].
+    pub resource_version: Option<String>,
+}
+
+/// Outcome of one status write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stored {
+    Written,
+    /// The Run changed since it was read: read again and fold again.
+    Conflict,
+    /// The Run is gone (or is another run now): its events are dropped.
+    Gone,
+}
+
+/// Where run statuses are read and written: the apiserver ([`KubeStatuses`]); a map in tests.
+pub trait RunStatuses {
+    /// The status of the Run whose uid is `run_id` in `namespace`, `None` when no Run this
+    /// operator handles has it (deleted, re-created under a new uid, another instance's).
+    fn read(
+        &self,
+        namespace: &str,
+        run_id: &str,
+    ) -> impl Future<Output = Result<Option<Current>, EventError>> + Send;
+    /// Writes `next` over `current` unless the Run changed meanwhile.
+    fn write(
+        &self,
+        namespace: &str,
+        run_id: &str,
+        current: &Current,
+        next: &RunStatus,
+    ) -> impl Future<Output = Result<Stored, EventError>> + Send;
+}
+
+/// Run statuses on the apiserver: found by uid (the Run controller's cache, else a LIST),
+/// written with server-side apply under the reconciler's field manager and a
+/// resourceVersion precondition, so neither writer overwrites the other with stale data.
+pub struct KubeStatuses<'a> {
+    pub client: &'a Client,
+    pub cfg: &'a OperatorConfig,
+    pub runs: Option<&'a Store<Run>>,
+}
+
+impl RunStatuses for KubeStatuses<'_> {
+    async fn read(&self, namespace: &str, run_id: &str) -> Result<Option<Current>, EventError> {
+        let Some(name) = find_run_name(self.client, self.cfg, self.runs, namespace, run_id).await?
+        else {
+            tracing::debug!(
+                namespace,
+                run_id,
+                "events of a run that no Run has (deleted?); dropped"
+            );
+            return Ok(None);
+        };
+        let api: Api<Run> = Api::namespaced(self.client.clone(), namespace);
         let Some(run) = api.get_opt(&name).await? else {
             tracing::debug!(namespace, run = %name, run_id, "the Run of these events is gone; dropped");
-            return Ok(false);
+            return Ok(None);
         };
         // Same name, another run (deleted and re-created meanwhile).
         if run.uid().as_deref() != Some(run_id) {
             tracing::debug!(namespace, run = %name, run_id, "the Run was re-created under the same name; events of the old run dropped");
-            return Ok(false);
+            return Ok(None);
         }
         // Another operator instance (`instanceId`) owns this Run's status.
-        if !cfg.handles(run.labels()) {
-            return Ok(false);
+        if !self.cfg.handles(run.labels()) {
+            return Ok(None);
         }
-        let current = run.status.clone().unwrap_or_default();
-        let Some(next) = fold(&current, events) else {
-            return Ok(false);
-        };
+        Ok(Some(Current {
+            name,
+            resource_version: run.resource_version(),
+            status: run.status.unwrap_or_default(),
+        }))
+    }
+
+    async fn write(
+        &self,
+        namespace: &str,
+        _run_id: &str,
+        current: &Current,
+        next: &RunStatus,
+    ) -> Result<Stored, EventError> {
+        let api: Api<Run> = Api::namespaced(self.client.clone(), namespace);
         let patch = json!({
             "apiVersion": "openwop.dev/v1alpha1", "kind": "Run",
             // Precondition: a concurrent write by the reconciler makes this a 409, and we fold
             // again from the fresh status instead of overwriting it (a Run re-created between
             // the GET and the PATCH has another resourceVersion too).
-            "metadata": {"resourceVersion": run.resource_version()},
+            "metadata": {"resourceVersion": current.resource_version},
             "status": next,
         });
         match api
             .patch_status(
-                &name,
+                &current.name,
                 &PatchParams::apply(MANAGER).force(),
                 &Patch::Apply(&patch),
             )
             .await
         {
-            Ok(_) => return Ok(true),
-            Err(kube::Error::Api(s)) if s.code == 409 => continue,
-            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(false),
-            Err(e) => return Err(e.into()),
+            Ok(_) => Ok(Stored::Written),
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(Stored::Conflict),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(Stored::Gone),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+/// A run's whole log as stored: read back when the delivered events have a hole.
+pub trait RunLog {
+    fn read_run(
+        &self,
+        namespace: &str,
+        run_id: &str,
+    ) -> impl Future<Output = Result<Vec<Value>, EventError>> + Send;
+}
+
+/// Reads a run's events subject from the stream with an ordered consumer.
+pub struct StreamLog<'a>(pub &'a jetstream::stream::Stream);
+
+/// Longest wait for the next message while reading a run's log back.
+const READ_BACK_TIMEOUT: Duration = Duration::from_secs(10);
+
+impl RunLog for StreamLog<'_> {
+    async fn read_run(&self, namespace: &str, run_id: &str) -> Result<Vec<Value>, EventError> {
+        let subject = events_subject(namespace, run_id);
+        let messages =
+            openwop_nats::stream::read_subject(self.0, &subject, READ_BACK_TIMEOUT).await?;
+        // Malformed messages were refused when delivered; here they are simply not events.
+        Ok(messages
+            .iter()
+            .filter_map(|m| decode_message(m.subject.as_str(), &m.payload).ok())
+            .map(|(_, v)| v)
+            .collect())
+    }
+}
+
+/// What applying a run's delivered events did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Applied {
+    /// The status now includes them (and any hole before them, read back from the log).
+    Changed,
+    /// Nothing new (replays), or no Run for them: acknowledge.
+    Unchanged,
+}
+
+/// Applies a run's delivered events to its status, strictly in `sequence` order
+/// ([`openwop_protocol::run::sequence`]): duplicates change nothing; when the events after
+/// the last applied sequence have a hole (an earlier batch was NAK'd and will come back
+/// later), the run's log is read back from the stream and folded in order instead, so no
+/// transition is ever skipped. A hole the stored log cannot fill either is an error (the
+/// events are redelivered and tried again later), never skipped.
+pub async fn apply_events<S: RunStatuses, L: RunLog>(
+    statuses: &S,
+    log: &L,
+    namespace: &str,
+    run_id: &str,
+    events: &[Value],
+) -> Result<Applied, EventError> {
+    let mut read_back: Option<Vec<Value>> = None;
+    for _ in 0..MAX_CONFLICT_RETRIES {
+        let Some(current) = statuses.read(namespace, run_id).await? else {
+            return Ok(Applied::Unchanged);
+        };
+        let last = current.status.last_sequence;
+        let with_seq = |es: &[Value]| -> Vec<(u64, Value)> {
+            es.iter()
+                .filter_map(|e| Some((e.get("sequence")?.as_u64()?, e.clone())))
+                .collect()
+        };
+        let mut ordered = sequence::order(last, with_seq(events));
+        if let Some(hole) = ordered.missing.clone() {
+            if read_back.is_none() {
+                tracing::info!(
+                    namespace,
+                    run_id,
+                    missing_from = hole.start,
+                    missing_to = hole.end,
+                    "run events arrived with a hole; reading the run's log back from the stream"
+                );
+                read_back = Some(log.read_run(namespace, run_id).await?);
+            }
+            let all = read_back.as_deref().unwrap_or_default();
+            ordered = sequence::order(last, with_seq(events).into_iter().chain(with_seq(all)));
+            if let Some(hole) = ordered.missing {
+                return Err(EventError::Gap {
+                    namespace: namespace.to_owned(),
+                    run_id: run_id.to_owned(),
+                    from: hole.start,
+                    to: hole.end,
+                });
+            }
+        }
+        let Some(next) = fold(&current.status, &ordered.ready) else {
+            return Ok(Applied::Unchanged);
+        };
+        match statuses.write(namespace, run_id, &current, &next).await? {
+            Stored::Written => return Ok(Applied::Changed),
+            Stored::Gone => return Ok(Applied::Unchanged),
+            Stored::Conflict => continue,
         }
     }
     Err(EventError::Nats(format!(
-        "Run {namespace}/{name}: status kept changing during {MAX_CONFLICT_RETRIES} attempts; events will be redelivered"
+        "Run of run {namespace}/{run_id}: status kept changing during {MAX_CONFLICT_RETRIES} attempts; events will be redelivered"
     )))
+}
+
+/// Applies a run's new events to its status on the apiserver; see [`apply_events`].
+pub async fn apply_to_run(
+    client: &Client,
+    cfg: &OperatorConfig,
+    runs: Option<&Store<Run>>,
+    log: &impl RunLog,
+    namespace: &str,
+    run_id: &str,
+    events: &[Value],
+) -> Result<bool, EventError> {
+    let statuses = KubeStatuses { client, cfg, runs };
+    Ok(apply_events(&statuses, log, namespace, run_id, events).await? == Applied::Changed)
 }
 
 /// Filter subject of the consumer: every namespace, or the one the operator watches.
@@ -351,12 +525,26 @@ async fn consume(
             cfg.instance_id.replace('.', "_")
         )
     };
-    let consumer = stream
+    let consumer = events_consumer(&stream, &durable, filter_subject(cfg)).await?;
+    tracing::info!(stream = %stream_name, consumer = %durable, max_age_seconds = spec.max_age.map_or(0, |a| a.as_secs()), "reading run events");
+    let flush = Duration::from_millis(cfg.events.flush_interval_ms);
+    let statuses = KubeStatuses { client, cfg, runs };
+    consume_loop(&consumer, &statuses, &StreamLog(&stream), flush, NAK_DELAY).await
+}
+
+/// The durable pull consumer `durable` of `stream` on `filter`: from the start of the
+/// stream, explicit acks (a run's events are acknowledged once its status includes them).
+pub async fn events_consumer(
+    stream: &jetstream::stream::Stream,
+    durable: &str,
+    filter: String,
+) -> Result<jetstream::consumer::Consumer<pull::Config>, EventError> {
+    stream
         .get_or_create_consumer(
-            &durable,
+            durable,
             pull::Config {
-                durable_name: Some(durable.clone()),
-                filter_subject: filter_subject(cfg),
+                durable_name: Some(durable.to_owned()),
+                filter_subject: filter,
                 ack_policy: jetstream::consumer::AckPolicy::Explicit,
                 deliver_policy: jetstream::consumer::DeliverPolicy::All,
                 ack_wait: Duration::from_secs(30),
@@ -365,9 +553,22 @@ async fn consume(
             },
         )
         .await
-        .map_err(|e| EventError::Nats(format!("consumer {durable}: {e}")))?;
-    tracing::info!(stream = %stream_name, consumer = %durable, max_age_seconds = spec.max_age.map_or(0, |a| a.as_secs()), "reading run events");
-    let flush = Duration::from_millis(cfg.events.flush_interval_ms);
+        .map_err(|e| EventError::Nats(format!("consumer {durable}: {e}")))
+}
+
+/// Redelivery delay of the events of a run whose status could not be written.
+pub const NAK_DELAY: Duration = Duration::from_secs(5);
+
+/// Fetches batches from `consumer` until an error, applies each run's events
+/// ([`apply_events`]) and acknowledges them; a run whose events could not be applied has its
+/// messages NAK'd (redelivered after `nak_delay`).
+pub async fn consume_loop<S: RunStatuses, L: RunLog>(
+    consumer: &jetstream::consumer::Consumer<pull::Config>,
+    statuses: &S,
+    log: &L,
+    flush: Duration,
+    nak_delay: Duration,
+) -> Result<(), EventError> {
     loop {
         let mut batch = consumer
             .fetch()
@@ -383,7 +584,7 @@ async fn consume(
         if messages.is_empty() {
             continue;
         }
-        // Group per run, keeping stream order within each run.
+        // Group per run (order within a run is restored by sequence when applying).
         let mut groups: BTreeMap<(String, String), (Vec<Value>, Vec<usize>)> = BTreeMap::new();
         let mut refused = 0usize;
         for (i, m) in messages.iter().enumerate() {
@@ -409,16 +610,16 @@ async fn consume(
             );
         }
         for ((ns, run_id), (events, idx)) in groups {
-            let kind = match apply_to_run(client, cfg, runs, &ns, &run_id, &events).await {
-                Ok(changed) => {
-                    if changed {
+            let kind = match apply_events(statuses, log, &ns, &run_id, &events).await {
+                Ok(applied) => {
+                    if applied == Applied::Changed {
                         tracing::debug!(namespace = %ns, run_id = %run_id, events = events.len(), "run status updated from events");
                     }
                     AckKind::Ack
                 }
                 Err(e) => {
                     tracing::warn!(namespace = %ns, run_id = %run_id, error = %e, "could not apply run events; redelivering");
-                    AckKind::Nak(Some(Duration::from_secs(5)))
+                    AckKind::Nak(Some(nak_delay))
                 }
             };
             for i in idx {

@@ -1,11 +1,20 @@
 //! Leader election through a `coordination.k8s.io/v1` Lease: only the holder runs the
 //! controllers, so two replicas are safe. Writes use the Lease's resourceVersion, so two
 //! candidates can never both win the same term.
+//!
+//! Fencing: a leader that cannot renew must stop acting before another replica may take the
+//! lease. [`Elector::keep`] renews every `renewIntervalSeconds` and returns as soon as the
+//! last successful renewal is `renewDeadlineSeconds` old (each round is cut off at that
+//! deadline too, so a hung apiserver connection cannot hold it up); the deadline is below
+//! `leaseDurationSeconds`, measured from the moment before the renewing request was sent,
+//! so the leader has stopped before the lease it wrote can expire for the others.
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::{Api, PostParams};
+use std::time::Duration;
+use tokio::time::Instant;
 
 /// Outcome of one election round.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -14,6 +23,32 @@ pub enum Round {
     Leading,
     /// Someone else holds a valid lease.
     Following { holder: String },
+}
+
+/// Why a leader stops leading.
+#[derive(Debug, thiserror::Error)]
+pub enum LeaseLost {
+    #[error("lost the leader lease to {holder}")]
+    Taken { holder: String },
+    #[error(
+        "the leader lease was not renewed for {deadline_seconds}s (leaderElection.renewDeadlineSeconds; \
+         the lease lasts {lease_seconds}s); last error: {last_error}"
+    )]
+    NotRenewed {
+        deadline_seconds: u64,
+        lease_seconds: u32,
+        last_error: String,
+    },
+}
+
+/// How a leader keeps its lease.
+#[derive(Debug, Clone, Copy)]
+pub struct Timing {
+    /// Between two renewals.
+    pub renew_interval: Duration,
+    /// Longest time without a successful renewal before the leader stops acting; below the
+    /// lease duration.
+    pub renew_deadline: Duration,
 }
 
 /// A candidate for the lease `name` in `namespace`.
@@ -98,6 +133,47 @@ impl Elector {
                 holder: "unknown".into(),
             }),
             Err(e) => Err(e),
+        }
+    }
+
+    /// Keeps the lease we hold since the round that started at `renewed`; returns when we
+    /// must stop acting: the lease was taken, or not renewed within the deadline.
+    pub async fn keep(&self, timing: Timing, mut renewed: Instant) -> LeaseLost {
+        let mut last_error = String::from("none");
+        loop {
+            let deadline = renewed + timing.renew_deadline;
+            let wake = (Instant::now() + timing.renew_interval).min(deadline);
+            tokio::time::sleep_until(wake).await;
+            let started = Instant::now();
+            if started >= deadline {
+                return self.not_renewed(timing, last_error);
+            }
+            // Taken before the request: the lease we write says "renewed now", so our
+            // deadline is never later than what the other replicas see.
+            let now = Timestamp::now();
+            match tokio::time::timeout_at(deadline, self.round(now)).await {
+                Ok(Ok(Round::Leading)) => renewed = started,
+                Ok(Ok(Round::Following { holder })) => return LeaseLost::Taken { holder },
+                Ok(Err(e)) => {
+                    last_error = e.to_string();
+                    tracing::warn!(
+                        error = %last_error,
+                        stop_in_ms = deadline.saturating_duration_since(Instant::now()).as_millis() as u64,
+                        "lease renewal failed"
+                    );
+                }
+                Err(_) => {
+                    last_error = "the renewal request did not finish before the deadline".into()
+                }
+            }
+        }
+    }
+
+    fn not_renewed(&self, timing: Timing, last_error: String) -> LeaseLost {
+        LeaseLost::NotRenewed {
+            deadline_seconds: timing.renew_deadline.as_secs(),
+            lease_seconds: u32::try_from(self.duration_seconds).unwrap_or(0),
+            last_error,
         }
     }
 

@@ -26,7 +26,7 @@ use openwop_operator::controller::{
 };
 use openwop_operator::discovery::{self, DiscoveryContent, DiscoveryState};
 use openwop_operator::events::JetStreamSlot;
-use openwop_operator::leader::{Elector, Round};
+use openwop_operator::leader::{Elector, LeaseLost, Round, Timing};
 use openwop_operator::metrics::Metrics;
 use openwop_operator::pod::{LABEL_MANAGED_BY, MANAGER};
 use openwop_operator::rest;
@@ -269,8 +269,11 @@ async fn lead_then_run(
             cfg.leader_election.lease_duration_seconds,
         )
     });
+    // When the round that made us leader started: the fencing deadline counts from it.
+    let mut renewed = tokio::time::Instant::now();
     if let Some(e) = &elector {
         loop {
+            renewed = tokio::time::Instant::now();
             match e.round(k8s_openapi::jiff::Timestamp::now()).await {
                 Ok(Round::Leading) => break,
                 Ok(Round::Following { holder }) => {
@@ -282,7 +285,6 @@ async fn lead_then_run(
         }
     }
     tracing::info!(%identity, "leading: starting controllers");
-    publish_discovery(&client, &cfg, &registry).await?;
     // The Run controller's cache also routes run events (by uid) to their Run.
     let run_controller = Controller::new(
         scoped::<Run>(&client, &cfg),
@@ -291,29 +293,32 @@ async fn lead_then_run(
     let runs = run_controller.store();
     let slot = ctx.jetstream.clone().unwrap_or_default();
     let controllers = async {
+        publish_discovery(&client, &cfg, &registry).await?;
         tokio::join!(
             run_controllers(client.clone(), ctx, pod_writer, run_controller),
             openwop_operator::events::run_consumer(client.clone(), cfg.clone(), Some(runs), slot),
         );
+        anyhow::Ok(())
+    };
+    let timing = Timing {
+        renew_interval: renew,
+        renew_deadline: Duration::from_secs(u64::from(cfg.leader_election.renew_deadline_seconds)),
     };
     let keep = async {
         let Some(e) = &elector else {
-            return std::future::pending::<anyhow::Result<()>>().await;
+            return std::future::pending::<LeaseLost>().await;
         };
-        loop {
-            tokio::time::sleep(renew).await;
-            match e.round(k8s_openapi::jiff::Timestamp::now()).await {
-                Ok(Round::Leading) => {}
-                Ok(Round::Following { holder }) => anyhow::bail!(
-                    "lost the leader lease to {holder}; exiting so a restart re-elects"
-                ),
-                Err(err) => tracing::warn!(error = %err, "lease renewal failed"),
-            }
-        }
+        e.keep(timing, renewed).await
     };
+    // Fencing: when `keep` returns, the controllers and the event consumer are dropped here
+    // (cancelled at their next await), before the lease can expire for the other replicas;
+    // the process then exits and Kubernetes restarts it as a candidate.
     tokio::select! {
-        _ = controllers => Ok(()),
-        r = keep => r,
+        r = controllers => r,
+        lost = keep => {
+            tracing::error!(%identity, error = %lost, "stopped leading: controllers and event consumer stopped; exiting so a restart re-elects");
+            Err(anyhow::Error::new(lost).context("leader election"))
+        }
     }
 }
 

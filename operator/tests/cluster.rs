@@ -12,6 +12,8 @@
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
@@ -150,6 +152,10 @@ struct Operator {
 
 impl Operator {
     fn start(c: &openwop_e2e::Cluster, ns: &str, identity: &str, extra: &str) -> Self {
+        Self::start_with_kubeconfig(&c.kubeconfig, ns, identity, extra)
+    }
+
+    fn start_with_kubeconfig(kubeconfig: &Path, ns: &str, identity: &str, extra: &str) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let port = free_port();
         let cfg = dir.path().join("config.yaml");
@@ -158,7 +164,7 @@ impl Operator {
         let text = format!(
             "watchNamespace: {ns}\nlisten: 127.0.0.1:{port}\ndiscovery: {{namespace: {ns}}}\n\
              worker: {{image: 'openwop.test/unmapped-worker:1'}}\n\
-             leaderElection: {{leaseDurationSeconds: 4, renewIntervalSeconds: 1}}\n{extra}"
+             leaderElection: {{leaseDurationSeconds: 4, renewDeadlineSeconds: 3, renewIntervalSeconds: 1}}\n{extra}"
         );
         std::fs::write(&cfg, text).unwrap();
         let log = dir.path().join(format!("{identity}.log"));
@@ -168,7 +174,7 @@ impl Operator {
             .arg(&cfg)
             .arg("--identity")
             .arg(identity)
-            .env("KUBECONFIG", &c.kubeconfig)
+            .env("KUBECONFIG", kubeconfig)
             .env("RUST_LOG", "info,kube=warn,openwop_operator=debug")
             .stdout(out.try_clone().unwrap())
             .stderr(out)
@@ -654,6 +660,193 @@ async fn two_replicas_elect_one_leader_and_the_other_takes_over() {
         "True",
         "new leader {new_holder} reconciles"
     );
+}
+
+/// A TCP proxy to the apiserver that the test can cut (open connections reset, new ones
+/// refused) and restore: the apiserver as seen by one operator replica.
+struct Proxy {
+    port: u16,
+    cut: Arc<AtomicBool>,
+    conns: Arc<Mutex<Vec<tokio::task::AbortHandle>>>,
+    accept: tokio::task::JoinHandle<()>,
+}
+
+impl Proxy {
+    async fn start(target: std::net::SocketAddr) -> Proxy {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let cut = Arc::new(AtomicBool::new(false));
+        let conns: Arc<Mutex<Vec<tokio::task::AbortHandle>>> = Arc::default();
+        let (c, cs) = (cut.clone(), conns.clone());
+        let accept = tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                if c.load(Ordering::SeqCst) {
+                    continue; // dropped: the connection is closed at once
+                }
+                let h = tokio::spawn(async move {
+                    if let Ok(mut out) = tokio::net::TcpStream::connect(target).await {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut out).await;
+                    }
+                });
+                cs.lock().unwrap().push(h.abort_handle());
+            }
+        });
+        Proxy {
+            port,
+            cut,
+            conns,
+            accept,
+        }
+    }
+
+    fn cut(&self) {
+        self.cut.store(true, Ordering::SeqCst);
+        for h in self.conns.lock().unwrap().drain(..) {
+            h.abort();
+        }
+    }
+
+    /// A copy of `kubeconfig` whose apiserver is this proxy, and the apiserver's address.
+    fn kubeconfig(kubeconfig: &Path, dir: &Path) -> (PathBuf, std::net::SocketAddr, String) {
+        let text = std::fs::read_to_string(kubeconfig).unwrap();
+        let server = text
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("server: https://"))
+            .expect("kubeconfig has an https server")
+            .trim()
+            .to_owned();
+        let addr: std::net::SocketAddr = server.parse().expect("server is IP:port");
+        (dir.join("kubeconfig-proxied"), addr, text)
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.cut();
+        self.accept.abort();
+    }
+}
+
+/// The `timestamp` of the first log line whose message starts with `message`.
+fn logged_at(log: &str, message: &str) -> Option<k8s_openapi::jiff::Timestamp> {
+    log.lines().find_map(|l| {
+        let v: Value = serde_json::from_str(l).ok()?;
+        v["fields"]["message"]
+            .as_str()?
+            .starts_with(message)
+            .then_some(())?;
+        v["timestamp"].as_str()?.parse().ok()
+    })
+}
+
+/// Fencing: the leader reaches the apiserver through a proxy; the proxy is cut. The old
+/// leader must stop its controllers and event consumer, and exit, before its lease can
+/// expire — i.e. before the other replica acquires the lease and starts leading.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_cut_off_from_the_apiserver_stops_before_the_other_replica_leads() {
+    let Some(c) =
+        cluster("a_leader_cut_off_from_the_apiserver_stops_before_the_other_replica_leads").await
+    else {
+        return;
+    };
+    ensure_crds(&c.client).await;
+    let ns = Namespace::new(&c, "opi-fence").await;
+    let dir = tempfile::tempdir().unwrap();
+    let (path, apiserver, text) = Proxy::kubeconfig(&c.kubeconfig, dir.path());
+    let proxy = Proxy::start(apiserver).await;
+    std::fs::write(
+        &path,
+        text.replace(
+            &format!("server: https://{apiserver}"),
+            &format!("server: https://127.0.0.1:{}", proxy.port),
+        ),
+    )
+    .unwrap();
+    let leases: Api<Lease> = Api::namespaced(c.client.clone(), &ns.name);
+    let holder = || async { leases.get_opt("openwop-operator").await.ok()??.spec };
+    // A leads (through the proxy); B, direct, stands by.
+    let mut a = Operator::start_with_kubeconfig(&path, &ns.name, "replica-a", "");
+    wait_for(30, "replica-a to lead", || async {
+        (holder().await?.holder_identity? == "replica-a"
+            && a.log_text().contains("leading: starting controllers"))
+        .then_some(())
+    })
+    .await;
+    let b = Operator::start(&c, &ns.name, "replica-b", "");
+    wait_for(20, "replica-b to stand by", || async {
+        b.log_text()
+            .contains("standing by: another replica leads")
+            .then_some(())
+    })
+    .await;
+    // A acts: it validates a Workflow.
+    let wfs: Api<Workflow> = Api::namespaced(c.client.clone(), &ns.name);
+    create(
+        &wfs,
+        workflow("w", "w", json!([{"id": "a", "typeId": "core.identity"}])),
+    )
+    .await;
+    assert_eq!(wait_ready(&wfs, "w").await.0, "True");
+
+    let cut_at = k8s_openapi::jiff::Timestamp::now();
+    proxy.cut();
+    // A stops (and exits) on its own; B takes the lease once it expired.
+    let status = {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(s) = a.child.try_wait().unwrap() {
+                break s;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "replica-a did not stop leading and exit within 30s of the cut:\n{}",
+                a.log_text()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    assert!(
+        !status.success(),
+        "exits non-zero so it is restarted: {status}"
+    );
+    let a_log = a.log_text();
+    let stopped = logged_at(&a_log, "stopped leading").unwrap_or_else(|| panic!("{a_log}"));
+    assert!(
+        a_log.contains("was not renewed for 3s (leaderElection.renewDeadlineSeconds"),
+        "{a_log}"
+    );
+    let taken = wait_for(30, "replica-b to take the lease", || async {
+        let spec = holder().await?;
+        (spec.holder_identity.as_deref() == Some("replica-b")).then_some(spec)
+    })
+    .await;
+    wait_for(10, "replica-b to start its controllers", || async {
+        b.log_text()
+            .contains("leading: starting controllers")
+            .then_some(())
+    })
+    .await;
+    let b_leads = logged_at(&b.log_text(), "leading: starting controllers").unwrap();
+    let acquired = taken.acquire_time.unwrap().0;
+    assert!(
+        stopped < acquired && stopped < b_leads,
+        "old leader stopped at {stopped}, new leader acquired at {acquired} and started at {b_leads}"
+    );
+    // Within the renew deadline (3 s) of its last renewal, so before the 4 s lease ran out.
+    let after_cut = stopped.duration_since(cut_at).as_secs_f64();
+    assert!(after_cut < 3.5, "stopped {after_cut:.2}s after the cut");
+    eprintln!(
+        "fencing: cut at {cut_at}; old leader stopped {after_cut:.2}s later at {stopped}; new leader acquired {:.2}s after the cut",
+        acquired.duration_since(cut_at).as_secs_f64()
+    );
+    // The new leader acts.
+    create(
+        &wfs,
+        workflow("w2", "w2", json!([{"id": "a", "typeId": "core.identity"}])),
+    )
+    .await;
+    assert_eq!(wait_ready(&wfs, "w2").await.0, "True");
+    drop(a);
 }
 
 // ---------------------------------------------------------------- discovery

@@ -670,7 +670,14 @@ fn event(run_id: &str, seq: u64, ty: &str) -> Value {
 /// new Run of the same name; the new run's events do.
 #[tokio::test]
 async fn events_are_routed_by_uid_across_delete_and_recreate() {
-    use openwop_operator::events::apply_to_run;
+    use openwop_operator::events::{EventError, RunLog, apply_to_run};
+    /// Every event here continues its run's status: nothing is read back.
+    struct NoReadBack;
+    impl RunLog for NoReadBack {
+        async fn read_run(&self, _: &str, _: &str) -> Result<Vec<Value>, EventError> {
+            panic!("no hole in these events: the log must not be read back")
+        }
+    }
     let (svc, mut handle) = mock::pair::<Request<Body>, Response<Body>>();
     let client = Client::new(svc, "default");
     let cfg = OperatorConfig::default();
@@ -715,7 +722,7 @@ async fn events_are_routed_by_uid_across_delete_and_recreate() {
     });
     let old = [event("uid-old", 5, "run.failed")];
     assert!(
-        !apply_to_run(&client, &cfg, None, "team-a", "uid-old", &old)
+        !apply_to_run(&client, &cfg, None, &NoReadBack, "team-a", "uid-old", &old)
             .await
             .unwrap(),
         "dropped"
@@ -725,18 +732,34 @@ async fn events_are_routed_by_uid_across_delete_and_recreate() {
     writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(new_run));
     let new = [event("uid-new", 1, "run.completed")];
     assert!(
-        apply_to_run(&client, &cfg, Some(&store), "team-a", "uid-new", &new)
-            .await
-            .unwrap()
+        apply_to_run(
+            &client,
+            &cfg,
+            Some(&store),
+            &NoReadBack,
+            "team-a",
+            "uid-new",
+            &new
+        )
+        .await
+        .unwrap()
     );
     // A stale cache that still maps the old uid to r1 does not misroute either.
     let (stale, mut w) = kube::runtime::reflector::store::<Run>();
     let old_run: Run = serde_json::from_value(run_with_uid("uid-old", Some(3))).unwrap();
     w.apply_watcher_event(&kube::runtime::watcher::Event::Apply(old_run));
     assert!(
-        !apply_to_run(&client, &cfg, Some(&stale), "team-a", "uid-old", &old)
-            .await
-            .unwrap()
+        !apply_to_run(
+            &client,
+            &cfg,
+            Some(&stale),
+            &NoReadBack,
+            "team-a",
+            "uid-old",
+            &old
+        )
+        .await
+        .unwrap()
     );
     server.await.unwrap();
 }

@@ -8,9 +8,8 @@
 
 use std::time::{Duration, Instant};
 
-use async_nats::jetstream::{self, consumer::pull, message::PublishMessage, stream};
+use async_nats::jetstream::{self, message::PublishMessage, stream};
 use bytes::Bytes;
-use futures::StreamExt;
 use openwop_nats::NatsAuth;
 use openwop_protocol::events::RunEventDoc;
 use openwop_protocol::run::subjects::StreamSpec;
@@ -136,38 +135,18 @@ impl Publisher for JetStreamPublisher {
     }
 }
 
-/// Reads every message on `subject`, in stream order, with an ordered consumer.
+/// Reads every message on `subject`, in stream order (`openwop_nats::stream::read_subject`, the
+/// one read-back shared with the operator), retried under the worker's policy.
 pub async fn read_subject(
     stream: &stream::Stream,
     subject: &str,
     policy: &RetryPolicy,
 ) -> Result<Vec<Bytes>, LogError> {
     retry(policy, subject, || async {
-        let consumer = stream
-            .create_consumer(pull::OrderedConfig {
-                filter_subject: subject.to_owned(),
-                deliver_policy: jetstream::consumer::DeliverPolicy::All,
-                ..Default::default()
-            })
+        openwop_nats::stream::read_subject(stream, subject, policy.ack_timeout * 5)
             .await
-            .map_err(|e| e.to_string())?;
-        let total = consumer.cached_info().num_pending as usize;
-        let mut out = Vec::with_capacity(total);
-        if total == 0 {
-            return Ok(out);
-        }
-        let mut messages = consumer.messages().await.map_err(|e| e.to_string())?;
-        while out.len() < total {
-            let next = tokio::time::timeout(policy.ack_timeout * 5, messages.next())
-                .await
-                .map_err(|_| format!("timed out after {} of {total} messages", out.len()))?;
-            match next {
-                Some(Ok(m)) => out.push(m.payload.clone()),
-                Some(Err(e)) => return Err(e.to_string()),
-                None => return Err("consumer closed early".into()),
-            }
-        }
-        Ok(out)
+            .map(|messages| messages.into_iter().map(|m| m.payload).collect())
+            .map_err(|e| e.to_string())
     })
     .await
 }

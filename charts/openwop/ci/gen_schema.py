@@ -81,6 +81,7 @@ schema = {
                 "enabled": BOOL,
                 "leaseName": {"type": "string", "minLength": 1, "maxLength": 253},
                 "leaseDurationSeconds": int_range(2),
+                "renewDeadlineSeconds": int_range(2),
                 "renewIntervalSeconds": int_range(1),
             }),
         }),

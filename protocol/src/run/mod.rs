@@ -8,6 +8,8 @@
 //! * [`status`] — the status values a Run shows (phase, pending interrupt, error);
 //! * [`projection`] — the event → status projection (the operator's live status and the
 //!   worker's termination summary are the same fold);
+//! * [`sequence`] — applying a run's events strictly in sequence order (holes are read back,
+//!   never skipped);
 //! * [`exit`] — the worker's exit codes;
 //! * [`nodes`] — the node-type registry: validation, dispatch and discovery read one list.
 //!
@@ -21,6 +23,7 @@ pub mod exit;
 pub mod host;
 pub mod nodes;
 pub mod projection;
+pub mod sequence;
 pub mod snapshot;
 pub mod status;
 pub mod subjects;
