@@ -2549,3 +2549,89 @@ async fn restart_figures_operator_nats_and_apiserver() {
     }
     delete_namespace(&c.client, &ns).await;
 }
+
+/// Issue 14: the per-namespace concurrency limit is exact. 50 Runs applied at once with
+/// `runs.maxConcurrentPerNamespace=5`: never more than 5 unfinished worker pods in the
+/// namespace (sampled continuously), and all 50 complete.
+#[tokio::test]
+async fn fifty_runs_at_once_never_exceed_the_namespace_limit() {
+    let (c, _g) = setup().await;
+    if c.skip_unless_local(
+        "fifty_runs_at_once_never_exceed_the_namespace_limit",
+        "a release the journeys own (they upgrade it)",
+    ) {
+        return;
+    }
+    // A new port too: pods share the host network, so the surge pod of the rolling update
+    // could not bind the old pod's port.
+    let port = format!("operator.port={}", operator_port() + 2);
+    helm_install(&c, &[&port, "runs.maxConcurrentPerNamespace=5"]);
+    let rollout = || {
+        ok(
+            kubectl(
+                &c,
+                &[
+                    "-n",
+                    release_ns(),
+                    "rollout",
+                    "status",
+                    "deployment",
+                    "-l",
+                    "app.kubernetes.io/component=operator",
+                    "--timeout=120s",
+                ],
+                None,
+            ),
+            "operator rollout",
+        )
+    };
+    rollout();
+    wait_operator_ready(&c).await;
+
+    let ns = namespace(&c.client, "j-limit").await;
+    chain_workflow(&c, &ns);
+    wait_workflow(&c, &ns, "chain", "True").await;
+    let names = apply_batch(&c, &ns, "l", 50, 200);
+    let runs = api(&c, &ns, "Run");
+    let deadline = std::time::Instant::now() + Duration::from_secs(600);
+    let (mut peak, mut samples) = (0, 0);
+    loop {
+        let live = worker_pods(&c, &ns).await.len();
+        peak = peak.max(live);
+        samples += 1;
+        assert!(live <= 5, "{live} unfinished worker pods in {ns} (limit 5)");
+        let list = runs.list(&ListParams::default()).await.unwrap();
+        let done = list
+            .items
+            .iter()
+            .filter(|r| status(r)["phase"] == "completed")
+            .count();
+        let failed: Vec<_> = list
+            .items
+            .iter()
+            .filter(|r| {
+                ["failed", "cancelled"].contains(&status(r)["phase"].as_str().unwrap_or(""))
+            })
+            .map(|r| (r.metadata.name.clone(), status(r)["error"].clone()))
+            .collect();
+        assert!(
+            failed.is_empty(),
+            "runs ended without completing: {failed:?}"
+        );
+        if done == names.len() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{done} of 50 runs completed after 600s (peak {peak} worker pods)"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    eprintln!("50 runs, limit 5: peak {peak} unfinished worker pods over {samples} samples");
+    assert_eq!(peak, 5, "the limit is reached, never exceeded");
+    delete_namespace(&c.client, &ns).await;
+    // Back to the journeys' release values.
+    helm_install(&c, &[]);
+    rollout();
+    wait_operator_ready(&c).await;
+}
