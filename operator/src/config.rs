@@ -306,6 +306,9 @@ pub struct NodeTypeConfig {
 pub struct RunPolicy {
     /// Runs holding a worker pod at once per namespace; others wait as `pending` (`Queued`).
     pub max_concurrent_per_namespace: u32,
+    /// Nodes of one run executing at once when its workflow sets no `maxConcurrency`
+    /// (frozen in the snapshot's host profile).
+    pub node_concurrency: u32,
     /// Worker pods that may die before finishing before the run fails (`worker_crashed`).
     pub max_worker_retries: u32,
     /// First retry delay; doubles per failed attempt up to `backoffMaxSeconds`.
@@ -321,6 +324,7 @@ impl Default for RunPolicy {
     fn default() -> Self {
         Self {
             max_concurrent_per_namespace: 10,
+            node_concurrency: openwop_protocol::schedule::DEFAULT_NODE_CONCURRENCY,
             max_worker_retries: 3,
             backoff_base_seconds: 10,
             backoff_max_seconds: 300,
@@ -559,6 +563,17 @@ impl OperatorConfig {
                 "must be at least 1".into(),
             );
         }
+        if !(1..=openwop_protocol::schedule::MAX_NODE_CONCURRENCY)
+            .contains(&self.runs.node_concurrency)
+        {
+            return invalid(
+                "runs.nodeConcurrency",
+                format!(
+                    "must be 1..{}",
+                    openwop_protocol::schedule::MAX_NODE_CONCURRENCY
+                ),
+            );
+        }
         if self.runs.backoff_base_seconds == 0
             || self.runs.backoff_max_seconds < self.runs.backoff_base_seconds
         {
@@ -732,6 +747,7 @@ impl OperatorConfig {
             tier_one_subset_compliance: tier1,
             reasoning_directive: directive,
             truncation_budget_multiplier: f64::from(self.reliability.truncation_budget_multiplier),
+            node_concurrency: self.runs.node_concurrency,
         })
     }
 

@@ -30,6 +30,8 @@ pub struct HostProfile {
     pub reasoning_directive: ReasoningPosture,
     /// Truncation budget multiplier (1..=8), the default of every prompt node.
     pub truncation_budget_multiplier: f64,
+    /// Nodes of one run executing at once when its workflow sets no `maxConcurrency`.
+    pub node_concurrency: u32,
 }
 
 impl Default for HostProfile {
@@ -40,6 +42,7 @@ impl Default for HostProfile {
             tier_one_subset_compliance: Tier1Posture::Warn,
             reasoning_directive: ReasoningPosture::Advisory,
             truncation_budget_multiplier: 2.0,
+            node_concurrency: crate::schedule::DEFAULT_NODE_CONCURRENCY,
         }
     }
 }
