@@ -214,7 +214,7 @@ async fn run(stop: StopSignal, otel: &Otel) -> anyhow::Result<i32> {
                 }
             };
             match outcome {
-                Ok(Some(end)) => (end, exec.log.events().to_vec()),
+                Ok(Some(end)) => (end, exec.log_mut().events().to_vec()),
                 Err(LogError::Stopped) => {
                     // The operator may have asked to cancel: the kubelet refreshes the
                     // mounted snapshot, so read it again.
@@ -224,9 +224,9 @@ async fn run(stop: StopSignal, otel: &Otel) -> anyhow::Result<i32> {
                         let _ = client.flush().await;
                         return Ok(STOPPED);
                     }
-                    exec.log.set_stop(None);
-                    let end = cancel_run(&mut exec.log, "cancelled by spec.cancel").await?;
-                    (end, exec.log.events().to_vec())
+                    exec.log_mut().set_stop(None);
+                    let end = cancel_run(exec.log_mut(), "cancelled by spec.cancel").await?;
+                    (end, exec.log_mut().events().to_vec())
                 }
                 Ok(None) => {
                     tracing::warn!(run = %name, grace_ms = grace.as_millis() as u64, "no safe point within the stop grace; the in-flight step was dropped");
@@ -290,8 +290,9 @@ fn main() {
         .with_writer(std::io::stderr)
         .json()
         .init();
-    // One thread: the worker is sequential (each publish waits for its ack), so worker
-    // threads would only add stacks and wake-ups.
+    // One thread: concurrent branches are futures of one task (they wait on providers and
+    // on the run's one writer, not on the CPU), so worker threads would only add stacks
+    // and wake-ups.
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
