@@ -265,7 +265,11 @@ fn finish(
     span: &SpanHandle,
 ) -> i32 {
     // The same projection the operator applies to the stream.
-    let summary = Projection::of_docs(events);
+    let mut summary = Projection::of_docs(events);
+    if let RunEnd::Suspended(_) = end {
+        // Nothing else can run: the run waits on its pending interrupts.
+        summary.suspend();
+    }
     if let Some(phase) = summary.phase {
         span.set_str("openwop.run_outcome", phase.as_str());
     }
@@ -276,7 +280,7 @@ fn finish(
     write_termination(&summary.to_termination_message());
     tracing::info!(run = %name, events = events.len(), end = ?std::mem::discriminant(end), "worker done");
     match end {
-        RunEnd::Suspended { .. } => SUSPENDED,
+        RunEnd::Suspended(_) => SUSPENDED,
         RunEnd::Completed | RunEnd::Failed(_) | RunEnd::Cancelled => TERMINAL,
     }
 }
