@@ -765,3 +765,113 @@ fn misuse_is_reported_not_panicked() {
         Err(RouterError::Finished(_))
     ));
 }
+
+/// Drives one emission with the journal as the worker does: each response is recorded
+/// before it is routed, and a call whose response is in `journal` is not made. Returns the
+/// events (journal records included) and the responses actually requested from `provider`.
+fn drive_journaled(
+    responses: &[NormalizedResponse],
+    log: &[RunEventDoc],
+    redactor: Redactor,
+    stop_after_calls: Option<usize>,
+) -> (Vec<RunEventDoc>, usize, Option<Action>) {
+    let mut r = Router::new(config(4), schema(), redactor).unwrap();
+    let mut journal = r.restore(log);
+    let mut f = EventFactory::new("run-1", 0);
+    let mut step = r.start(&mut f, TS).unwrap();
+    let mut events = std::mem::take(&mut step.events);
+    let mut requested = 0;
+    loop {
+        let call = match step.action {
+            Action::Call(c) => c,
+            other => return (events, requested, Some(other)),
+        };
+        let response = match journal.take(call.attempt, call.max_tokens) {
+            Some(recorded) => recorded,
+            None => {
+                if stop_after_calls == Some(requested) {
+                    return (events, requested, None);
+                }
+                requested += 1;
+                responses[call.attempt as usize - 1].clone()
+            }
+        };
+        let (record, routed) = r.record(&response, &mut f, TS);
+        events.push(record);
+        step = r.on_response(&routed, &mut f, TS).unwrap();
+        events.append(&mut step.events);
+    }
+}
+
+fn ids(events: &[RunEventDoc]) -> Vec<(String, Value)> {
+    events
+        .iter()
+        .map(|e| (e.event_id.clone(), e.payload.clone()))
+        .collect()
+}
+
+#[test]
+fn a_restored_emission_never_requests_a_recorded_response_and_ends_with_the_same_events() {
+    let responses = [
+        resp("max_tokens", CUT, 1000),
+        resp("stop", INVALID, 10),
+        resp("stop", VALID, 10),
+    ];
+    let (full, requested, end) = drive_journaled(&responses, &[], Redactor::new([]), None);
+    assert_eq!(requested, 3);
+    assert!(matches!(end, Some(Action::Accept(_))));
+    // Killed after each number of answered calls: the restart requests only the rest.
+    for answered in 0..3 {
+        let (prefix, made, _) = drive_journaled(&responses, &[], Redactor::new([]), Some(answered));
+        assert_eq!(made, answered);
+        let (rest, again, end) = drive_journaled(&responses, &prefix, Redactor::new([]), None);
+        assert_eq!(again, 3 - answered, "after {answered} recorded responses");
+        assert!(matches!(end, Some(Action::Accept(_))));
+        assert_eq!(
+            ids(&rest),
+            ids(&full),
+            "after {answered} recorded responses"
+        );
+    }
+}
+
+#[test]
+fn response_records_are_redacted_bounded_and_only_answer_the_same_request() {
+    let secret = "sk-live-0123456789abcdef";
+    let mut leaky = resp("stop", &format!(r#"{{"answer": "{secret}"}}"#), 10);
+    leaky.thinking = Some(format!("the key is {secret}"));
+    let (events, _, _) = drive_journaled(
+        std::slice::from_ref(&leaky),
+        &[],
+        Redactor::new([("openai".to_string(), secret.to_string())]),
+        None,
+    );
+    let text = serde_json::to_string(&events).unwrap();
+    assert!(!text.contains(secret), "a secret reached a record: {text}");
+    let record = events
+        .iter()
+        .find_map(openwop_protocol::retry::ResponseRecord::of_event)
+        .expect("a response record");
+    assert_eq!((record.attempt, record.max_tokens), (1, 1000));
+    assert!(record.response.is_some());
+    // A record for another budget does not answer the call.
+    let mut j = openwop_protocol::retry::Journal::restore(&events, "n1", "run-1:n1:0");
+    assert_eq!(j.len(), 1);
+    assert!(j.take(1, 2000).is_none());
+    // Too large: recorded without content, so it is requested again.
+    let huge = resp(
+        "stop",
+        &"x".repeat(openwop_protocol::retry::journal::MAX_RECORDED_RESPONSE_BYTES + 1),
+        10,
+    );
+    let (events, _, _) =
+        drive_journaled(std::slice::from_ref(&huge), &[], Redactor::new([]), Some(1));
+    let record = events
+        .iter()
+        .find_map(openwop_protocol::retry::ResponseRecord::of_event)
+        .unwrap();
+    assert!(record.response.is_none());
+    assert!(record.bytes > openwop_protocol::retry::journal::MAX_RECORDED_RESPONSE_BYTES as u64);
+    let mut j = openwop_protocol::retry::Journal::restore(&events, "n1", "run-1:n1:0");
+    assert!(j.take(1, 1000).is_none());
+}

@@ -61,6 +61,16 @@ impl MockProvider {
         self.cursors.lock().is_ok_and(|c| c.contains_key(key))
     }
 
+    /// Moves `key`'s program past one step without a call: a worker that restores a
+    /// recorded response plays the rest of the program from where the recorded run was.
+    pub fn skip(&self, key: &str) {
+        if let Ok(mut cursors) = self.cursors.lock()
+            && let Some(c) = cursors.get_mut(key)
+        {
+            c.next += 1;
+        }
+    }
+
     /// Every call received so far, in order.
     pub fn calls(&self) -> Vec<MockCall> {
         self.calls.lock().map(|c| c.clone()).unwrap_or_default()

@@ -79,6 +79,8 @@ pub struct RunLog<P: Publisher> {
     published: u64,
     divergences: Vec<Divergence>,
     stop: Option<StopSignal>,
+    /// `env::FAULT_PAUSE_AT_SEQUENCE`: never set in production.
+    fault_pause: Option<u64>,
 }
 
 impl<P: Publisher> std::fmt::Debug for RunLog<P> {
@@ -117,6 +119,7 @@ impl<P: Publisher> RunLog<P> {
             published: 0,
             divergences: Vec::new(),
             stop: None,
+            fault_pause: None,
         }
     }
 
@@ -132,6 +135,12 @@ impl<P: Publisher> RunLog<P> {
             Some(s) if s.is_requested() => Err(LogError::Stopped),
             _ => Ok(()),
         }
+    }
+
+    /// Fault injection (`env::FAULT_PAUSE_AT_SEQUENCE`): wait forever instead of publishing
+    /// the event of `sequence`, so a test kills the worker at an exact point.
+    pub fn set_fault_pause(&mut self, sequence: Option<u64>) {
+        self.fault_pause = sequence;
     }
 
     pub fn stop_signal(&self) -> Option<StopSignal> {
@@ -243,6 +252,14 @@ impl<P: Publisher> RunLog<P> {
             }
             self.check_stop()?;
             doc.sequence = self.recorded.len() as u64;
+            if self.fault_pause == Some(doc.sequence) {
+                tracing::warn!(
+                    sequence = doc.sequence,
+                    event_type = doc.event_type.as_str(),
+                    "fault pause: waiting to be killed"
+                );
+                std::future::pending::<()>().await;
+            }
             let body = serde_json::to_vec(&doc).map_err(|e| LogError::Read(e.to_string()))?;
             self.publisher
                 .publish(&self.subject, &doc.event_id, Bytes::from(body))

@@ -194,6 +194,7 @@ async fn run(stop: StopSignal, otel: &Otel) -> anyhow::Result<i32> {
         return Ok(finish(&name, &end, &events, &run_span));
     }
     log.set_stop(Some(stop.clone()));
+    log.set_fault_pause(env(run_env::FAULT_PAUSE_AT_SEQUENCE).and_then(|v| v.parse().ok()));
     let reasoning = ReasoningStream::new(
         subjects::reasoning_subject(&namespace, &run_id),
         max_reasoning,

@@ -2,11 +2,13 @@
 //! state machine, corrective fragments, and RFC 0030 reasoning directives.
 
 pub mod fragment;
+pub mod journal;
 pub mod mock;
 pub mod reasoning;
 pub mod response;
 pub mod router;
 
+pub use journal::{Journal, ResponseRecord};
 pub use mock::{MockCursor, MockExhausted, MockProgram, MockResponse};
 pub use reasoning::ReasoningPosture;
 pub use response::{NormalizedResponse, StopReason, Usage};

@@ -30,6 +30,7 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 use super::fragment::{issues_summary, parse_error_fragment, schema_violation_fragment};
+use super::journal::{Journal, ResponseRecord};
 use super::reasoning::ReasoningPosture;
 use super::response::{NormalizedResponse, StopReason, Usage};
 use crate::events::{
@@ -391,6 +392,34 @@ impl<V: PayloadValidator> Router<V> {
             action: Action::Call(call),
             events,
         })
+    }
+
+    /// The journal record of `response` to the call in flight (a `log.appended` event to
+    /// publish before routing) and the response to route: the recorded, redacted form, so a
+    /// live emission and one restored from the log route the same bytes.
+    pub fn record(
+        &self,
+        response: &NormalizedResponse,
+        factory: &mut EventFactory,
+        timestamp: &str,
+    ) -> (RunEventDoc, NormalizedResponse) {
+        let (record, routed) = ResponseRecord::new(
+            &self.cfg.step_key,
+            self.calls,
+            self.budget,
+            response,
+            &self.redactor,
+        );
+        let mut em = self.emitter(factory, timestamp);
+        em.prefix = format!("{}/a{}", self.cfg.step_key, self.calls);
+        em.push("response", &record.to_payload(&self.cfg.node_id));
+        let doc = em.events.pop().expect("one event was pushed");
+        (doc, routed)
+    }
+
+    /// The responses of this emission already recorded in `events` (the run's log).
+    pub fn restore(&self, events: &[RunEventDoc]) -> Journal {
+        Journal::restore(events, &self.cfg.node_id, &self.cfg.step_key)
     }
 
     fn finished_or_running(&self) -> RouterError {

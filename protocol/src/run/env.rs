@@ -7,6 +7,11 @@ pub const EVENTS_STREAM: &str = "OPENWOP_EVENTS_STREAM";
 /// The stream's retention in seconds (`0` or unset: kept until purged).
 pub const EVENTS_MAX_AGE_SECONDS: &str = "OPENWOP_EVENTS_MAX_AGE_SECONDS";
 
+/// Fault injection for kill tests and the fault bench, never set by the operator: the
+/// worker stops just before it publishes the event of this per-run sequence (logging
+/// `fault pause`) and waits to be killed, so a test can SIGKILL it at an exact point.
+pub const FAULT_PAUSE_AT_SEQUENCE: &str = "OPENWOP_FAULT_PAUSE_AT_SEQUENCE";
+
 /// `OPENWOP_PROVIDER_<NAME>_BASE_URL`: the API root of a configured provider (`-` → `_`).
 pub fn provider_base_url(provider: &str) -> String {
     format!(

@@ -9,10 +9,13 @@
 //!
 //! Replay: the executor always starts from the root nodes. A node whose `node.completed` /
 //! `node.failed` is recorded is not executed again (its outputs come from the record); a
-//! clarification turn whose `clarification.requested` is recorded makes no provider call;
-//! everything else is re-executed and its deterministic events that are already recorded are
-//! dropped by the log. So a replayed run repeats no provider call for a finished envelope and
-//! publishes no duplicate event.
+//! clarification turn whose `clarification.requested` is recorded makes no provider call; a
+//! node resumes at the node attempt its recorded retries reached; within an emission, every
+//! provider response is journaled in the log before it is routed and a re-executed call
+//! whose response is recorded is answered from the record (`protocol::retry::journal`).
+//! Everything else is re-executed and its deterministic events that are already recorded are
+//! dropped by the log. So a replayed run repeats only a provider call that was in flight (no
+//! recorded response) and publishes no duplicate event.
 
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
@@ -268,6 +271,10 @@ impl<'a, P: Publisher> Executor<'a, P> {
             .rev()
             .find(|e| e.event_type == t && e.node_id.as_deref() == Some(node))
             .map(|e| e.payload.clone())
+    }
+
+    async fn recorded_id(&self, event_id: &str) -> bool {
+        self.writer.lock().await.log.contains(event_id)
     }
 
     async fn recorded_interrupt(&self, interrupt_id: &str) -> bool {
@@ -558,7 +565,18 @@ impl<'a, P: Publisher> Executor<'a, P> {
             Err(e) => return self.failed(id, *e, None).await,
         };
         let max_retries = node.max_retries.unwrap_or(self.graph.default_max_retries);
+        // A restarted worker resumes at the node attempt the log reached: the failures of the
+        // earlier attempts are recorded (`{id}/retry/{n}`), replaying them would call again.
         let mut attempt = 0u32;
+        while self
+            .recorded_id(&openwop_protocol::events::event_id_for(
+                self.run_id(),
+                &format!("{id}/retry/{}", attempt + 1),
+            ))
+            .await
+        {
+            attempt += 1;
+        }
         let span = self.run_span.child("openwop.node");
         span.set_str("openwop.run_id", self.run_id());
         span.set_str("openwop.node_id", id);

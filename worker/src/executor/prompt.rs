@@ -241,6 +241,7 @@ impl<P: Publisher> Executor<'_, P> {
                 Ok(s) => s,
                 Err(e) => return Ok(NodeOutcome::Failed(error("internal", e.to_string(), false))),
             };
+            let mut journal = router.restore(self.writer.lock().await.log.events());
             let accepted = loop {
                 let events = std::mem::take(&mut step.events);
                 self.append(events).await?;
@@ -257,79 +258,102 @@ impl<P: Publisher> Executor<'_, P> {
                                 .unwrap_or_else(|| "output".into())
                                 .replace('.', "_"),
                         };
-                        let call_span = node_span.child("openwop.provider.call");
-                        call_span.set_str("openwop.run_id", &run_id);
-                        call_span.set_str("openwop.node_id", id);
-                        call_span.set_str("openwop.provider", provider.name());
-                        call_span.set_str("openwop.model", &model);
-                        call_span.set_i64("openwop.call_attempt", i64::from(req.attempt));
-                        call_span.set_i64("openwop.max_tokens", i64::from(req.max_tokens));
-                        if mocked.is_some() || provider_name == "mock" {
-                            // The record a test reads from the worker's log (events carry the same
-                            // call as `log.appended`, but a replay never republishes those).
-                            tracing::info!(key = %program_key, attempt = req.attempt, max_tokens = req.max_tokens, "mock provider call");
-                        }
-                        let call = provider.complete(&request);
-                        let timed = async {
-                            match deadline {
-                                Some(d) => tokio::time::timeout(
-                                    d.saturating_duration_since(Instant::now()),
-                                    call,
-                                )
-                                .await
-                                .ok(),
-                                None => Some(call.await),
+                        // A response recorded by an earlier worker is never requested again.
+                        let restored = journal.take(req.attempt, req.max_tokens);
+                        let response = if let Some(r) = restored {
+                            if std::ptr::addr_eq(provider, &self.mock) {
+                                // The mock plays the provider: the recorded call used its step.
+                                self.mock.skip(&program_key);
                             }
-                        };
-                        // A stop abandons the call: nothing of it is recorded, a later
-                        // worker makes it again.
-                        let result = tokio::select! {
-                            r = timed => r,
-                            _ = crate::stop::wait(self.stop.clone()) => return Err(LogError::Stopped),
-                            why = self.abandoned() => {
-                                call_span.fail("cancelled", "the run stopped its in-flight branches");
-                                return why.map(NodeOutcome::Failed);
+                            tracing::info!(key = %program_key, attempt = req.attempt, "provider response restored from the run's log; no provider call");
+                            r
+                        } else {
+                            let call_span = node_span.child("openwop.provider.call");
+                            call_span.set_str("openwop.run_id", &run_id);
+                            call_span.set_str("openwop.node_id", id);
+                            call_span.set_str("openwop.provider", provider.name());
+                            call_span.set_str("openwop.model", &model);
+                            call_span.set_i64("openwop.call_attempt", i64::from(req.attempt));
+                            call_span.set_i64("openwop.max_tokens", i64::from(req.max_tokens));
+                            if mocked.is_some() || provider_name == "mock" {
+                                // The record a test reads from the worker's log (events carry the same
+                                // call as `log.appended`, but a replay never republishes those).
+                                tracing::info!(key = %program_key, attempt = req.attempt, max_tokens = req.max_tokens, "mock provider call");
                             }
-                        };
-                        let Some(result) = result else {
-                            call_span.fail(
-                                "node_timeout",
-                                "the provider call exceeded settings.timeout",
-                            );
-                            return Ok(NodeOutcome::Failed(error(
-                                "node_timeout",
-                                format!(
-                                    "node {id} exceeded settings.timeout waiting for provider {}",
-                                    provider.name()
-                                ),
-                                true,
-                            )));
-                        };
-                        let response: NormalizedResponse = match result {
-                            // The mock plays the node's model: its events name that model.
-                            Ok(mut r) if std::ptr::addr_eq(provider, &self.mock) => {
-                                r.model = model.clone();
-                                r
-                            }
-                            Ok(r) => r,
-                            Err(e) => {
-                                let msg = self.redactor.redact_str(&e.to_string()).0.into_owned();
-                                call_span.fail("provider_error", &msg);
+                            let call = provider.complete(&request);
+                            let timed = async {
+                                match deadline {
+                                    Some(d) => tokio::time::timeout(
+                                        d.saturating_duration_since(Instant::now()),
+                                        call,
+                                    )
+                                    .await
+                                    .ok(),
+                                    None => Some(call.await),
+                                }
+                            };
+                            // A stop abandons the call: nothing of it is recorded, a later
+                            // worker makes it again.
+                            let result = tokio::select! {
+                                r = timed => r,
+                                _ = crate::stop::wait(self.stop.clone()) => return Err(LogError::Stopped),
+                                why = self.abandoned() => {
+                                    call_span.fail("cancelled", "the run stopped its in-flight branches");
+                                    return why.map(NodeOutcome::Failed);
+                                }
+                            };
+                            let Some(result) = result else {
+                                call_span.fail(
+                                    "node_timeout",
+                                    "the provider call exceeded settings.timeout",
+                                );
                                 return Ok(NodeOutcome::Failed(error(
-                                    "provider_error",
-                                    msg,
-                                    !e.is_permanent(),
+                                    "node_timeout",
+                                    format!(
+                                        "node {id} exceeded settings.timeout waiting for provider {}",
+                                        provider.name()
+                                    ),
+                                    true,
                                 )));
-                            }
+                            };
+                            let response: NormalizedResponse = match result {
+                                // The mock plays the node's model: its events name that model.
+                                Ok(mut r) if std::ptr::addr_eq(provider, &self.mock) => {
+                                    r.model = model.clone();
+                                    r
+                                }
+                                Ok(r) => r,
+                                Err(e) => {
+                                    let msg =
+                                        self.redactor.redact_str(&e.to_string()).0.into_owned();
+                                    call_span.fail("provider_error", &msg);
+                                    return Ok(NodeOutcome::Failed(error(
+                                        "provider_error",
+                                        msg,
+                                        !e.is_permanent(),
+                                    )));
+                                }
+                            };
+                            call_span.set_str("openwop.response_model", &response.model);
+                            call_span.set_i64(
+                                "openwop.input_tokens",
+                                response.usage.input_tokens as i64,
+                            );
+                            call_span.set_i64(
+                                "openwop.output_tokens",
+                                response.usage.output_tokens as i64,
+                            );
+                            call_span.set_str("openwop.stop_reason", stop_label(&response.stop));
+                            call_span.set_bool("openwop.thinking", response.thinking.is_some());
+                            drop(call_span);
+                            response
                         };
-                        call_span.set_str("openwop.response_model", &response.model);
-                        call_span
-                            .set_i64("openwop.input_tokens", response.usage.input_tokens as i64);
-                        call_span
-                            .set_i64("openwop.output_tokens", response.usage.output_tokens as i64);
-                        call_span.set_str("openwop.stop_reason", stop_label(&response.stop));
-                        call_span.set_bool("openwop.thinking", response.thinking.is_some());
-                        drop(call_span);
+                        // Recorded before anything else of the response; the router routes
+                        // the recorded (redacted) form, live or restored alike.
+                        let now = crate::eventlog::now_rfc3339();
+                        let (record, response) =
+                            router.record(&response, self.writer.lock().await.log.factory(), &now);
+                        self.append(vec![record]).await?;
                         if let Some(thinking) = response.thinking.as_deref() {
                             // Provider thinking: one block per call, correlated to the
                             // emission; redacted and rate-limited by the stream.

@@ -293,3 +293,213 @@ impl FakeLlm {
         self.requests.load(std::sync::atomic::Ordering::SeqCst)
     }
 }
+
+/// One logical call of a [`ScriptedLlm`] model: the transient failures its HTTP requests get
+/// first (each status answers one request; the transport retries), then its completion.
+#[derive(Debug, Clone)]
+pub struct Step {
+    pub transient: Vec<u16>,
+    pub reply: Reply,
+}
+
+/// What a [`ScriptedLlm`] sends once a call's transient failures are used up.
+#[derive(Debug, Clone)]
+pub enum Reply {
+    /// An OpenAI chat completion with this `finish_reason` and message content.
+    Completion { finish: String, content: String },
+    /// A 200 whose JSON body is padded to `bytes`, with a `Content-Length` or, when
+    /// `chunked`, streamed in chunks without one.
+    Oversized { bytes: usize, chunked: bool },
+}
+
+impl Step {
+    pub fn ok(finish: &str, content: impl ToString) -> Step {
+        Step {
+            transient: vec![],
+            reply: Reply::Completion {
+                finish: finish.into(),
+                content: content.to_string(),
+            },
+        }
+    }
+
+    pub fn after(mut self, transient: &[u16]) -> Step {
+        self.transient = transient.to_vec();
+        self
+    }
+}
+
+/// What a [`ScriptedLlm`] saw, by model: logical calls are told apart by their request body
+/// (a retry changes the budget or the system prompt; a transport retry sends the same body).
+#[derive(Debug, Default)]
+pub struct LlmLog {
+    /// Every HTTP request, in order: (model, call ordinal).
+    pub requests: Vec<(String, usize)>,
+    /// Every completion delivered, in order: (model, call ordinal).
+    pub deliveries: Vec<(String, usize)>,
+    ordinals: std::collections::HashMap<String, Vec<String>>,
+    transient_used: std::collections::HashMap<(String, usize), usize>,
+}
+
+/// A fake OpenAI-compatible server that plays a script per model and counts, itself, every
+/// request it gets and every completion it delivers. The same request body always gets the
+/// same answer (a deterministic model), so a re-made call is counted, not hidden.
+pub struct ScriptedLlm {
+    pub base: String,
+    pub log: std::sync::Arc<std::sync::Mutex<LlmLog>>,
+    _rt: tokio::runtime::Runtime,
+}
+
+impl ScriptedLlm {
+    pub fn start(script: std::collections::BTreeMap<String, Vec<Step>>) -> ScriptedLlm {
+        use std::sync::{Arc, Mutex};
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let listener = rt
+            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+            .unwrap();
+        let base = format!("http://{}/v1", listener.local_addr().unwrap());
+        let log: Arc<Mutex<LlmLog>> = Default::default();
+        let (l, script) = (log.clone(), Arc::new(script));
+        let app = axum::Router::new().route(
+            "/v1/chat/completions",
+            axum::routing::post(move |axum::Json(body): axum::Json<Value>| {
+                let (l, script) = (l.clone(), script.clone());
+                async move { Self::answer(&l, &script, body) }
+            }),
+        );
+        rt.spawn(async move { axum::serve(listener, app).await.unwrap() });
+        ScriptedLlm { base, log, _rt: rt }
+    }
+
+    fn answer(
+        log: &std::sync::Mutex<LlmLog>,
+        script: &std::collections::BTreeMap<String, Vec<Step>>,
+        body: Value,
+    ) -> axum::response::Response {
+        use axum::response::IntoResponse;
+        let model = body["model"].as_str().unwrap_or_default().to_owned();
+        let mut log = log.lock().unwrap();
+        let known = log.ordinals.entry(model.clone()).or_default();
+        let text = body.to_string();
+        let ordinal = match known.iter().position(|b| *b == text) {
+            Some(i) => i,
+            None => {
+                known.push(text);
+                known.len() - 1
+            }
+        };
+        log.requests.push((model.clone(), ordinal));
+        let Some(step) = script.get(&model).and_then(|s| s.get(ordinal)) else {
+            let msg = format!("script of model {model} has no call {}", ordinal + 1);
+            return (
+                axum::http::StatusCode::BAD_REQUEST,
+                axum::Json(serde_json::json!({"error": {"message": msg}})),
+            )
+                .into_response();
+        };
+        let used = log
+            .transient_used
+            .entry((model.clone(), ordinal))
+            .or_default();
+        if let Some(&status) = step.transient.get(*used) {
+            *used += 1;
+            let status = axum::http::StatusCode::from_u16(status).unwrap();
+            return (
+                status,
+                [("retry-after", "0")],
+                axum::Json(serde_json::json!({"error": {"message": "scripted transient failure"}})),
+            )
+                .into_response();
+        }
+        log.deliveries.push((model.clone(), ordinal));
+        match &step.reply {
+            Reply::Completion { finish, content } => axum::Json(serde_json::json!({
+                "model": model,
+                "choices": [{"index": 0, "finish_reason": finish,
+                    "message": {"role": "assistant", "content": content}}],
+                "usage": {"prompt_tokens": 3, "completion_tokens": 5}
+            }))
+            .into_response(),
+            Reply::Oversized { bytes, chunked } => {
+                let head = br#"{"model":"x","choices":[{"index":0,"finish_reason":"stop","message":{"role":"assistant","content":""#;
+                let tail = br#""}}]}"#;
+                let mut full = head.to_vec();
+                full.resize(bytes.saturating_sub(tail.len()).max(head.len()), b'x');
+                full.extend_from_slice(tail);
+                if *chunked {
+                    let chunks: Vec<Result<bytes::Bytes, std::io::Error>> = full
+                        .chunks(64 * 1024)
+                        .map(|c| Ok(bytes::Bytes::copy_from_slice(c)))
+                        .collect();
+                    let body = axum::body::Body::from_stream(futures::stream::iter(chunks));
+                    ([("content-type", "application/json")], body).into_response()
+                } else {
+                    ([("content-type", "application/json")], full).into_response()
+                }
+            }
+        }
+    }
+
+    /// HTTP requests received so far.
+    pub fn requests(&self) -> usize {
+        self.log.lock().unwrap().requests.len()
+    }
+
+    /// Completions delivered so far.
+    pub fn deliveries(&self) -> Vec<(String, usize)> {
+        self.log.lock().unwrap().deliveries.clone()
+    }
+}
+
+/// A worker started with `OPENWOP_FAULT_PAUSE_AT_SEQUENCE=pause` and SIGKILLed as soon as it
+/// pauses there; `None` when it ended by itself first (exit code).
+pub fn run_until_paused(
+    files: &RunFiles,
+    url: &str,
+    pause: u64,
+    adjust: impl FnOnce(&mut Command),
+) -> Option<i32> {
+    use std::io::BufRead;
+    let mut c = files.command(url);
+    c.env(
+        openwop_protocol::run::env::FAULT_PAUSE_AT_SEQUENCE,
+        pause.to_string(),
+    );
+    adjust(&mut c);
+    let mut child = c.spawn().unwrap();
+    let pipe = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        let mut all = String::new();
+        for line in std::io::BufReader::new(pipe).lines().map_while(Result::ok) {
+            if line.contains("fault pause") {
+                let _ = tx.send(());
+            }
+            all.push_str(&line);
+            all.push('\n');
+        }
+        all
+    });
+    let paused = loop {
+        if rx.recv_timeout(Duration::from_millis(20)).is_ok() {
+            break true;
+        }
+        if child.try_wait().unwrap().is_some() {
+            break rx.try_recv().is_ok();
+        }
+    };
+    let code = if paused {
+        child.kill().unwrap(); // SIGKILL
+        child.wait().unwrap();
+        None
+    } else {
+        child.wait().unwrap().code()
+    };
+    let stderr = reader.join().unwrap();
+    files.record_calls(&stderr);
+    code
+}

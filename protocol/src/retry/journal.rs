@@ -1,0 +1,151 @@
+//! The provider-call journal: the run's durable invocation log (OpenWOP `replay.md`
+//! caveat 1, `idempotency.md` Layer 2), kept in the run's own event stream.
+//!
+//! Each provider response is recorded, redacted and bounded, in a `log.appended` debug event
+//! (the spec's event types are closed and `provider.usage` must not carry response text;
+//! `log.appended.fields` is the open object the spec allows) before the router routes it.
+//! A restarted worker re-executes the emission from its first call, as the spec's resume
+//! discipline requires: the router is deterministic, so every call it asks for again has the
+//! same ordinal (`attempt`) and step key, and [`Journal::take`] hands back the recorded
+//! response instead of calling the provider. Only a call whose response was never recorded
+//! (in flight at the kill, or larger than [`MAX_RECORDED_RESPONSE_BYTES`]) is made again.
+//!
+//! The router always routes the *recorded* form of a response (redacted), live or restored,
+//! so a restored emission yields exactly the events of an uninterrupted one.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use super::response::NormalizedResponse;
+use crate::events::{EventType, LogAppended, LogLevel, RunEventDoc};
+use crate::redact::Redactor;
+
+/// The key under `log.appended.fields` that marks a provider-response record.
+pub const RESPONSE_RECORD_FIELD: &str = "providerResponse";
+
+/// Largest recorded response (its serialized JSON, bytes). A larger one is recorded without
+/// its content and is requested again after a restart; the bound keeps every event well
+/// under NATS' default 1 MiB message size.
+pub const MAX_RECORDED_RESPONSE_BYTES: usize = 512 * 1024;
+
+/// One recorded call, as it rides in `fields.providerResponse`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ResponseRecord {
+    /// The emission's step key (`RouterConfig::step_key`).
+    pub step_key: String,
+    /// The call's ordinal within the emission (1-based, the router's `attempt`).
+    pub attempt: u32,
+    /// The budget the call was made with: a record only answers the same request.
+    pub max_tokens: u32,
+    /// The redacted response; `None` when it exceeded [`MAX_RECORDED_RESPONSE_BYTES`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response: Option<NormalizedResponse>,
+    /// Serialized size of the response, recorded or not.
+    pub bytes: u64,
+}
+
+impl ResponseRecord {
+    /// The record of `response` to call `attempt` (budget `max_tokens`) of emission
+    /// `step_key`, and the response to route: the redacted one.
+    pub fn new(
+        step_key: &str,
+        attempt: u32,
+        max_tokens: u32,
+        response: &NormalizedResponse,
+        redactor: &Redactor,
+    ) -> (ResponseRecord, NormalizedResponse) {
+        let redacted = redact(response, redactor);
+        let bytes = serde_json::to_vec(&redacted).map_or(0, |v| v.len());
+        let record = ResponseRecord {
+            step_key: step_key.to_owned(),
+            attempt,
+            max_tokens,
+            response: (bytes <= MAX_RECORDED_RESPONSE_BYTES).then(|| redacted.clone()),
+            bytes: bytes as u64,
+        };
+        (record, redacted)
+    }
+
+    /// The `log.appended` payload.
+    pub fn to_payload(&self, node_id: &str) -> LogAppended {
+        let what = if self.response.is_some() {
+            "recorded"
+        } else {
+            "too large to record (made again after a restart)"
+        };
+        LogAppended {
+            level: LogLevel::Debug,
+            message: format!(
+                "provider response to call {} ({} bytes) {what}",
+                self.attempt, self.bytes
+            ),
+            node_id: Some(node_id.to_owned()),
+            fields: Some(json!({ RESPONSE_RECORD_FIELD: self })),
+        }
+    }
+
+    /// The record an event carries, if it is one.
+    pub fn of_event(e: &RunEventDoc) -> Option<ResponseRecord> {
+        if e.event_type != EventType::LogAppended {
+            return None;
+        }
+        let v = e.payload.get("fields")?.get(RESPONSE_RECORD_FIELD)?;
+        serde_json::from_value(v.clone()).ok()
+    }
+}
+
+fn redact(r: &NormalizedResponse, redactor: &Redactor) -> NormalizedResponse {
+    let mut r = r.clone();
+    for s in [&mut r.text, &mut r.refusal_text, &mut r.thinking]
+        .into_iter()
+        .flatten()
+    {
+        redactor.redact_in_place(s);
+    }
+    if let Some(v) = &mut r.structured {
+        redactor.redact_value(v);
+    }
+    r
+}
+
+/// The recorded responses of one emission, by call ordinal.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Journal {
+    calls: BTreeMap<u32, ResponseRecord>,
+}
+
+impl Journal {
+    /// The records of emission `step_key` of node `node_id` in `events` (a run's log).
+    pub fn restore(events: &[RunEventDoc], node_id: &str, step_key: &str) -> Journal {
+        let calls = events
+            .iter()
+            .filter(|e| e.node_id.as_deref() == Some(node_id))
+            .filter_map(ResponseRecord::of_event)
+            .filter(|r| r.step_key == step_key)
+            .map(|r| (r.attempt, r))
+            .collect();
+        Journal { calls }
+    }
+
+    /// Calls recorded (with or without content).
+    pub fn len(&self) -> usize {
+        self.calls.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.calls.is_empty()
+    }
+
+    /// The recorded response to call `attempt` made with `max_tokens`, if there is one with
+    /// content; the provider is then not called.
+    pub fn take(&mut self, attempt: u32, max_tokens: u32) -> Option<NormalizedResponse> {
+        let r = self.calls.remove(&attempt)?;
+        if r.max_tokens != max_tokens {
+            return None;
+        }
+        r.response
+    }
+}
