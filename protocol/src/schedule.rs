@@ -225,10 +225,17 @@ mod tests {
         x.iter().map(|(a, b)| ((*a).to_owned(), *b)).collect()
     }
 
+    /// (trigger rule of the fan-in, node states, expected decisions).
+    type Row = (
+        &'static str,
+        Vec<(&'static str, NodeState)>,
+        Vec<(&'static str, &'static str)>,
+    );
+
     #[test]
     fn fan_out_and_fan_in_under_every_rule() {
         use NodeState::*;
-        let table: Vec<(&str, Vec<(&str, NodeState)>, Vec<(&str, &str)>)> = vec![
+        let table: Vec<Row> = vec![
             // Nothing decided: only the root runs.
             ("all_success", vec![], vec![("a", "run")]),
             // The root finished: all three branches are ready at once.

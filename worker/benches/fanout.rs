@@ -3,8 +3,9 @@
 //! included). Printed beside, measured in the same session with the same worker:
 //! * the sequential bound: the same workflow with `settings.maxConcurrency: 1` (10 × 500 ms
 //!   plus overhead);
-//! * the parallel bound: one such node and the fan-in (500 ms plus the same overhead);
-//! and the worker's peak RSS (VmHWM) for the fan-out beside the one-node run. Goal: the
+//! * the parallel bound: one such node and the fan-in (500 ms plus the same overhead).
+//!
+//! And the worker's peak RSS (VmHWM) for the fan-out beside the one-node run. Goal: the
 //! fan-out within 1.3 × the parallel bound.
 
 use std::process::{Command, Stdio};
