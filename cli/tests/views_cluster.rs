@@ -117,16 +117,16 @@ async fn runs_describe_and_resume_on_a_real_apiserver() {
         &api,
         "ask",
         json!({"phase": "waiting-input", "workflow": "wf", "currentNode": "ask-node",
-        "pendingInterrupt": {"interruptId": "i1", "nodeId": "ask-node", "kind": "clarification",
-            "questions": [{"id": "region", "question": "Which region?"}]}}),
+        "pendingInterrupts": [{"interruptId": "i1", "nodeId": "ask-node", "kind": "clarification",
+            "questions": [{"id": "region", "question": "Which region?"}]}]}),
     )
     .await;
     make_run(
         &api,
         "gate",
         json!({"phase": "waiting-approval", "workflow": "wf", "currentNode": "decide",
-        "pendingInterrupt": {"interruptId": "i7", "nodeId": "decide", "kind": "approval",
-            "reason": "low-confidence", "agentId": "agent-1", "threshold": 0.7, "observed": 0.4}}),
+        "pendingInterrupts": [{"interruptId": "i7", "nodeId": "decide", "kind": "approval",
+            "reason": "low-confidence", "agentId": "agent-1", "threshold": 0.7, "observed": 0.4}]}),
     )
     .await;
     let kc = c.kubeconfig.as_path();

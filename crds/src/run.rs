@@ -1,6 +1,6 @@
 //! The `Run` custom resource: one execution of a Workflow.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -144,7 +144,7 @@ pub struct Configurable {
         .message("an answer needs value (clarification answers) or approved (approval decision)")
 )]
 pub struct InterruptAnswer {
-    /// The interrupt answered (`status.pendingInterrupt.interruptId`).
+    /// The interrupt answered (an id in `status.pendingInterrupts`).
     #[schemars(length(min = 1, max = 128))]
     pub interrupt_id: String,
     /// Clarification answers: an object keyed by question id (values are any JSON).
@@ -199,9 +199,15 @@ pub struct RunStatus {
     /// Sequence of the last run event seen.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_sequence: Option<u64>,
-    /// The interrupt waiting for an answer.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pending_interrupt: Option<PendingInterrupt>,
+    /// Every interrupt waiting for an answer (several branches of a run may wait at once),
+    /// oldest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub pending_interrupts: Vec<PendingInterrupt>,
+    /// Nodes executing now (concurrent branches).
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    #[schemars(length(max = 64))]
+    pub running_nodes: BTreeSet<String>,
     /// Interrupts answered so far (ids), so an answer is consumed once.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 64))]
@@ -236,7 +242,8 @@ impl RunStatus {
             current_node: self.current_node.clone(),
             events: self.events.unwrap_or(0),
             last_sequence: self.last_sequence,
-            pending_interrupt: self.pending_interrupt.clone(),
+            running_nodes: self.running_nodes.iter().cloned().collect(),
+            pending_interrupts: self.pending_interrupts.clone(),
             error: self.error.clone(),
         }
     }

@@ -570,7 +570,7 @@ async fn mock_agent_low_confidence_waits_for_approval_and_gate_applies_elsewhere
     apply_file(&c, &ns, "examples/02-conformance-mock-agent.yaml");
     wait_workflow(&c, &ns, "conformance-mock-agent", "True").await;
     let st = wait_run(&c, &ns, "mock-agent-run", "waiting-approval", 120).await;
-    let pi = &st["pendingInterrupt"];
+    let pi = &st["pendingInterrupts"][0];
     assert_eq!(pi["kind"], "approval");
     assert_eq!(pi["nodeId"], "agent");
     assert_eq!(pi["reason"], "low-confidence");
@@ -680,7 +680,7 @@ async fn clarification_answered_by_patch_and_by_resume() {
 
     // First question: answered with kubectl patch.
     let st = wait_run(&c, &ns, "trip", "waiting-input", 120).await;
-    let pi = st["pendingInterrupt"].clone();
+    let pi = st["pendingInterrupts"][0].clone();
     assert_eq!(pi["kind"], "clarification");
     assert_eq!(pi["questions"][0]["id"], "region");
     wait_for(
@@ -720,18 +720,19 @@ async fn clarification_answered_by_patch_and_by_resume() {
         let first_id = first_id.clone();
         async move {
             let st = status(&runs.get("trip").await.ok()?);
-            (st["phase"] == "waiting-input" && st["pendingInterrupt"]["interruptId"] != first_id)
+            (st["phase"] == "waiting-input"
+                && st["pendingInterrupts"][0]["interruptId"] != first_id)
                 .then_some(st)
         }
     })
     .await;
-    assert_eq!(st["pendingInterrupt"]["questions"][0]["id"], "tier");
+    assert_eq!(st["pendingInterrupts"][0]["questions"][0]["id"], "tier");
     ok(
         cli(&c, &["resume", "trip", "-n", &ns, "--answer", "tier=gold"]),
         "kubectl openwop resume --answer",
     );
     let st = wait_run(&c, &ns, "trip", "completed", 120).await;
-    assert!(st["pendingInterrupt"].is_null(), "{st:#}");
+    assert!(st["pendingInterrupts"].is_null(), "{st:#}");
     let evs = events(&c, &ns, "trip");
     assert_gapless(&evs);
     let t = types(&evs);
@@ -1046,7 +1047,7 @@ async fn ai_triage_example_truncation_clarification_and_reasoning() {
     apply_file(&c, &ns, "examples/05-ai-triage.yaml");
     wait_workflow(&c, &ns, "ticket-triage", "True").await;
     let st = wait_run(&c, &ns, "triage-run", "waiting-input", 120).await;
-    let pi = &st["pendingInterrupt"];
+    let pi = &st["pendingInterrupts"][0];
     assert_eq!(pi["kind"], "clarification", "{st:#}");
     assert_eq!(pi["nodeId"], "plan");
     assert_eq!(pi["questions"][0]["id"], "refund");
@@ -2374,7 +2375,11 @@ async fn settle_batch(
             "phase": st["phase"], "events": st["events"],
             "lastSequence": st["lastSequence"], "currentNode": st["currentNode"],
         });
-        if got != want || st.get("pendingInterrupt").is_some_and(|v| !v.is_null()) {
+        if got != want
+            || st["pendingInterrupts"]
+                .as_array()
+                .is_some_and(|a| !a.is_empty())
+        {
             eprintln!("{name}: status {got} != projection of the stream {want}");
             f.lost_status_transitions += 1;
         }
@@ -2634,4 +2639,215 @@ async fn fifty_runs_at_once_never_exceed_the_namespace_limit() {
     helm_install(&c, &[]);
     rollout();
     wait_operator_ready(&c).await;
+}
+
+/// The instant of an event's `timestamp`.
+fn timestamp_of(e: &Value) -> k8s_openapi::jiff::Timestamp {
+    let t = e["timestamp"].as_str().unwrap_or_default();
+    t.parse()
+        .unwrap_or_else(|err| panic!("timestamp {t:?} of {e}: {err}"))
+}
+
+/// Issue 17 (examples/06-fan-out.yaml): three reviewers, each holding its provider call
+/// 1.5 s, run at once; the fan-in waits for all three. The overlap is read from the event
+/// timestamps: every reviewer started before any of them completed.
+#[tokio::test]
+async fn fan_out_example_runs_its_branches_at_once() {
+    let (c, _g) = setup().await;
+    let ns = namespace(&c.client, "j-fanout").await;
+    apply_file(&c, &ns, "examples/06-fan-out.yaml");
+    wait_workflow(&c, &ns, "ticket-review", "True").await;
+    let st = wait_run(&c, &ns, "fan-out-run", "completed", 120).await;
+    assert!(st["error"].is_null(), "{st:#}");
+    let evs = events(&c, &ns, "fan-out-run");
+    assert_gapless(&evs);
+    let node_event = |t: &str, n: &str| {
+        let found: Vec<&Value> = evs
+            .iter()
+            .filter(|e| e["type"] == t && e["nodeId"] == n)
+            .collect();
+        assert_eq!(found.len(), 1, "one {t} of {n}: {:?}", types(&evs));
+        found[0].clone()
+    };
+    let reviewers = ["tone", "urgency", "policy"];
+    let started: Vec<_> = reviewers
+        .iter()
+        .map(|n| timestamp_of(&node_event("node.started", n)))
+        .collect();
+    let completed: Vec<_> = reviewers
+        .iter()
+        .map(|n| timestamp_of(&node_event("node.completed", n)))
+        .collect();
+    let last_start = *started.iter().max().unwrap();
+    let first_done = *completed.iter().min().unwrap();
+    assert!(
+        last_start < first_done,
+        "the reviewers did not overlap: started {started:?}, completed {completed:?}"
+    );
+    // Each call was held 1.5 s: the three together took well under the 4.5 s of one at a time.
+    let span = completed
+        .iter()
+        .max()
+        .unwrap()
+        .duration_since(*started.iter().min().unwrap());
+    assert!(span.as_millis() < 3000, "the branches took {span:?} in all");
+    let join_start = timestamp_of(&node_event("node.started", "verdicts"));
+    assert!(join_start >= *completed.iter().max().unwrap());
+    let done = evs.last().unwrap();
+    assert_eq!(done["type"], "run.completed");
+    assert_eq!(
+        done["payload"]["outputs"]["verdicts"]["policy"]["verdict"], "refund-eligible",
+        "{done:#}"
+    );
+    delete_namespace(&c.client, &ns).await;
+}
+
+/// Issue 17: two branches ask a clarification question in the same run while a third
+/// finishes. `Run.status.pendingInterrupts` lists both, `kubectl openwop describe` shows
+/// both, `resume` without `--node` refuses and names the waiting nodes, and each answer given
+/// with `--node` resumes its branch; the fan-in runs once both are answered.
+#[tokio::test]
+async fn two_pending_interrupts_are_answered_each_with_resume_node() {
+    let (c, _g) = setup().await;
+    let ns = namespace(&c.client, "j-two-asks").await;
+    let prompt = |id: &str| {
+        json!({"id": id, "typeId": "core.ai.callPrompt",
+            "config": {"provider": "mock", "prompt": format!("plan {id}"), "envelopeType": "vendor.acme.plan"}})
+    };
+    let wf = json!({
+        "apiVersion": "openwop.dev/v1alpha1", "kind": "Workflow",
+        "metadata": {"name": "two-asks"},
+        "spec": {"id": "two_asks", "name": "two asks", "version": "1.0.0",
+            "nodes": [prompt("ask_a"), prompt("ask_b"), prompt("free"),
+                      {"id": "join", "typeId": "core.flow.noop"}],
+            "edges": [
+                {"id": "a", "sourceNodeId": "ask_a", "targetNodeId": "join", "targetInput": "a"},
+                {"id": "b", "sourceNodeId": "ask_b", "targetNodeId": "join", "targetInput": "b"},
+                {"id": "f", "sourceNodeId": "free", "targetNodeId": "join", "targetInput": "f"}]}});
+    ok(apply(&c, &ns, &wf.to_string()), "apply workflow");
+    wait_workflow(&c, &ns, "two-asks", "True").await;
+    let asks = |q: &str, answer: &str| {
+        json!({"turns": [
+            {"responses": [{"stopReason": "stop", "content": {"type": "clarification.request",
+                "payload": {"questions": [{"id": q, "question": format!("{q}?")}]}}}]},
+            {"responses": [{"stopReason": "stop", "content": {"type": "vendor.acme.plan", "payload": {"answer": answer}}}]}]})
+    };
+    let mocks = json!({
+        "ask_a": asks("region", "a-done"),
+        "ask_b": asks("tier", "b-done"),
+        "free": {"responses": [{"stopReason": "stop", "delayMs": 300,
+            "content": {"type": "vendor.acme.plan", "payload": {"answer": "free-done"}}}]}});
+    ok(
+        apply(&c, &ns, &mocked_run("asks", "two-asks", mocks)),
+        "apply run",
+    );
+    let st = wait_run(&c, &ns, "asks", "waiting-input", 120).await;
+    let pending = st["pendingInterrupts"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let nodes: Vec<&str> = pending
+        .iter()
+        .filter_map(|p| p["nodeId"].as_str())
+        .collect();
+    assert_eq!(nodes, ["ask_a", "ask_b"], "{st:#}");
+    assert_eq!(pending[0]["questions"][0]["id"], "region");
+    assert_eq!(pending[1]["questions"][0]["id"], "tier");
+    // The independent branch finished while both others wait.
+    let evs = events(&c, &ns, "asks");
+    assert!(
+        evs.iter()
+            .any(|e| e["type"] == "node.completed" && e["nodeId"] == "free"),
+        "{:?}",
+        types(&evs)
+    );
+    let d = ok(
+        cli(&c, &["describe", "asks", "-n", &ns]),
+        "kubectl openwop describe",
+    );
+    assert!(
+        d.contains("kubectl openwop resume asks --node ask_a")
+            && d.contains("kubectl openwop resume asks --node ask_b"),
+        "{d}"
+    );
+    // Without --node: refused, the waiting nodes named.
+    let out = cli(&c, &["resume", "asks", "-n", &ns, "--answer", "tier=gold"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("waits on 2 interrupts")
+            && err.contains("--node NODE")
+            && err.contains("ask_a (clarification)")
+            && err.contains("ask_b (clarification)"),
+        "{err}"
+    );
+    // Answer ask_b: its branch finishes, ask_a still waits.
+    ok(
+        cli(
+            &c,
+            &[
+                "resume",
+                "asks",
+                "-n",
+                &ns,
+                "--node",
+                "ask_b",
+                "--answer",
+                "tier=gold",
+            ],
+        ),
+        "kubectl openwop resume --node ask_b",
+    );
+    let runs = api(&c, &ns, "Run");
+    let st = wait_for(Duration::from_secs(120), "only ask_a waits", || {
+        let runs = runs.clone();
+        async move {
+            let st = status(&runs.get("asks").await.ok()?);
+            let p = st["pendingInterrupts"].as_array()?;
+            (st["phase"] == "waiting-input" && p.len() == 1 && st["workerPod"].is_null())
+                .then_some(st)
+        }
+    })
+    .await;
+    assert_eq!(st["pendingInterrupts"][0]["nodeId"], "ask_a", "{st:#}");
+    ok(
+        cli(
+            &c,
+            &[
+                "resume",
+                "asks",
+                "-n",
+                &ns,
+                "--node",
+                "ask_a",
+                "--answer",
+                "region=eu",
+            ],
+        ),
+        "kubectl openwop resume --node ask_a",
+    );
+    let st = wait_run(&c, &ns, "asks", "completed", 120).await;
+    assert!(st["pendingInterrupts"].is_null(), "{st:#}");
+    let evs = events(&c, &ns, "asks");
+    assert_gapless(&evs);
+    let t = types(&evs);
+    assert_eq!(t.iter().filter(|t| *t == "run.started").count(), 1, "{t:?}");
+    assert_eq!(
+        t.iter().filter(|t| *t == "clarification.resolved").count(),
+        2,
+        "{t:?}"
+    );
+    let done = evs.last().unwrap();
+    assert_eq!(done["type"], "run.completed");
+    let out = &done["payload"]["outputs"]["join"];
+    assert_eq!(
+        (
+            &out["a"]["answer"],
+            &out["b"]["answer"],
+            &out["f"]["answer"]
+        ),
+        (&json!("a-done"), &json!("b-done"), &json!("free-done")),
+        "{done:#}"
+    );
+    delete_namespace(&c.client, &ns).await;
 }

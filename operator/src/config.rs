@@ -354,6 +354,9 @@ pub struct NodeTypeConfig {
 pub struct RunPolicy {
     /// Runs holding a worker pod at once per namespace; others wait as `pending` (`Queued`).
     pub max_concurrent_per_namespace: u32,
+    /// Nodes of one run executing at once when its workflow sets no `maxConcurrency`
+    /// (frozen in the snapshot's host profile).
+    pub node_concurrency: u32,
     /// Worker pods that may die before finishing before the run fails (`worker_crashed`).
     pub max_worker_retries: u32,
     /// First retry delay; doubles per failed attempt up to `backoffMaxSeconds`.
@@ -369,6 +372,7 @@ impl Default for RunPolicy {
     fn default() -> Self {
         Self {
             max_concurrent_per_namespace: 10,
+            node_concurrency: openwop_protocol::schedule::DEFAULT_NODE_CONCURRENCY,
             max_worker_retries: 3,
             backoff_base_seconds: 10,
             backoff_max_seconds: 300,
@@ -613,6 +617,17 @@ impl OperatorConfig {
                 "must be at least 1".into(),
             );
         }
+        if !(1..=openwop_protocol::schedule::MAX_NODE_CONCURRENCY)
+            .contains(&self.runs.node_concurrency)
+        {
+            return invalid(
+                "runs.nodeConcurrency",
+                format!(
+                    "must be 1..{}",
+                    openwop_protocol::schedule::MAX_NODE_CONCURRENCY
+                ),
+            );
+        }
         if self.runs.backoff_base_seconds == 0
             || self.runs.backoff_max_seconds < self.runs.backoff_base_seconds
         {
@@ -810,6 +825,7 @@ impl OperatorConfig {
             reasoning_directive: directive,
             truncation_budget_multiplier: f64::from(self.reliability.truncation_budget_multiplier),
             max_provider_response_bytes: l.max_provider_response_bytes,
+            node_concurrency: self.runs.node_concurrency,
         })
     }
 

@@ -181,7 +181,8 @@ pub fn fold(status: &RunStatus, events: &[Value]) -> Option<RunStatus> {
         current_node: status.current_node.clone(),
         events: status.events.unwrap_or(0),
         last_sequence: status.last_sequence,
-        pending_interrupt: status.pending_interrupt.clone(),
+        running_nodes: status.running_nodes.clone(),
+        pending_interrupts: status.pending_interrupts.clone(),
         error: status.error.clone(),
     };
     let mut applied = false;
@@ -199,7 +200,8 @@ pub fn fold(status: &RunStatus, events: &[Value]) -> Option<RunStatus> {
         status.phase == Some(RunPhase::Cancelling) && !p.phase.is_some_and(|ph| ph.is_terminal());
     if !was_terminal && !cancelling {
         next.phase = p.phase;
-        next.pending_interrupt = p.pending_interrupt;
+        next.pending_interrupts = p.pending_interrupts;
+        next.running_nodes = p.running_nodes;
         next.error = p.error;
     }
     next.current_node = p.current_node;
@@ -783,7 +785,7 @@ mod tests {
             Some(1),
             "fields outside the projection are kept"
         );
-        let pi = next.pending_interrupt.clone().unwrap();
+        let pi = next.pending_interrupts[0].clone();
         assert_eq!(
             (pi.interrupt_id.as_str(), pi.questions[0].id.as_str()),
             ("i1", "q1")

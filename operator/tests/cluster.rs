@@ -1058,7 +1058,11 @@ async fn run_status_follows_the_event_stream_and_resumes_after_a_restart() {
             .then_some(st)
     })
     .await;
-    let pi = st.pending_interrupt.expect("pending interrupt");
+    let pi = st
+        .pending_interrupts
+        .first()
+        .cloned()
+        .expect("pending interrupt");
     assert_eq!(
         (pi.interrupt_id.as_str(), pi.kind.as_str()),
         ("i1", "clarification")
@@ -1100,7 +1104,7 @@ async fn run_status_follows_the_event_stream_and_resumes_after_a_restart() {
     })
     .await;
     assert_eq!((st.events, st.last_sequence), (Some(7), Some(6)));
-    assert!(st.pending_interrupt.is_none());
+    assert!(st.pending_interrupts.is_empty());
 
     // A replayed (older) event never moves the status backwards.
     publish(

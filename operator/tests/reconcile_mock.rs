@@ -291,7 +291,7 @@ async fn cancel_of_a_waiting_run_starts_a_cancel_worker() {
     let mut r = run(Some(
         json!({"phase": "waiting-approval", "attempts": 1, "runId": "ruid",
                                 "workflow": "triage", "observedGeneration": 1,
-                                "pendingInterrupt": {"interruptId": "i1", "kind": "approval", "nodeId": "approve"}}),
+                                "pendingInterrupts": [{"interruptId": "i1", "kind": "approval", "nodeId": "approve"}]}),
     ));
     r.spec.cancel = Some(true);
     let server = tokio::spawn(async move {
@@ -347,7 +347,7 @@ async fn cancel_of_a_waiting_run_starts_a_cancel_worker() {
         assert_eq!(body["status"]["phase"], "cancelling");
         assert_eq!(body["status"]["workerPod"], "r1-w2");
         assert_eq!(body["status"]["attempts"], 2);
-        assert!(body["status"].get("pendingInterrupt").is_none());
+        assert!(body["status"].get("pendingInterrupts").is_none());
         respond(send, 200, run_echo());
         let (m, _, body, send) = next(&mut handle).await;
         assert_eq!(m, Method::POST);

@@ -56,6 +56,8 @@ pub struct Graph {
     pub variables: Vec<Variable>,
     pub run_timeout_ms: Option<u64>,
     pub default_max_retries: u32,
+    /// `settings.maxConcurrency` (see [`crate::schedule::concurrency_limit`]).
+    pub max_concurrency: Option<u32>,
 }
 
 /// Retries per node are capped here whatever the definition says.
@@ -116,6 +118,9 @@ impl Graph {
             variables,
             run_timeout_ms: settings.and_then(|s| s.timeout),
             default_max_retries: retries(settings.and_then(|s| s.max_retries)).unwrap_or(0),
+            max_concurrency: settings
+                .and_then(|s| s.max_concurrency)
+                .map(|c| c.min(u64::from(u32::MAX)) as u32),
         })
     }
 

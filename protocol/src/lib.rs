@@ -13,6 +13,7 @@ pub mod recovery;
 pub mod redact;
 pub mod retry;
 pub mod run;
+pub mod schedule;
 pub mod schema;
 pub mod text;
 pub mod tier1;

@@ -344,6 +344,9 @@ pub struct WorkflowSettings {
     pub log_level: Option<LogLevel>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_loopback_iterations: Option<u64>,
+    /// Most nodes of one run executing at once (else the host's default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_concurrency: Option<u64>,
 }
 
 /// A present member is `Some`, even when it is `null`.

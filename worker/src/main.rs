@@ -215,7 +215,7 @@ async fn run(stop: StopSignal, otel: &Otel) -> anyhow::Result<i32> {
                 }
             };
             match outcome {
-                Ok(Some(end)) => (end, exec.log.events().to_vec()),
+                Ok(Some(end)) => (end, exec.log_mut().events().to_vec()),
                 Err(LogError::Stopped) => {
                     // The operator may have asked to cancel: the kubelet refreshes the
                     // mounted snapshot, so read it again.
@@ -225,9 +225,9 @@ async fn run(stop: StopSignal, otel: &Otel) -> anyhow::Result<i32> {
                         let _ = client.flush().await;
                         return Ok(STOPPED);
                     }
-                    exec.log.set_stop(None);
-                    let end = cancel_run(&mut exec.log, "cancelled by spec.cancel").await?;
-                    (end, exec.log.events().to_vec())
+                    exec.log_mut().set_stop(None);
+                    let end = cancel_run(exec.log_mut(), "cancelled by spec.cancel").await?;
+                    (end, exec.log_mut().events().to_vec())
                 }
                 Ok(None) => {
                     tracing::warn!(run = %name, grace_ms = grace.as_millis() as u64, "no safe point within the stop grace; the in-flight step was dropped");
@@ -266,7 +266,11 @@ fn finish(
     span: &SpanHandle,
 ) -> i32 {
     // The same projection the operator applies to the stream.
-    let summary = Projection::of_docs(events);
+    let mut summary = Projection::of_docs(events);
+    if let RunEnd::Suspended(_) = end {
+        // Nothing else can run: the run waits on its pending interrupts.
+        summary.suspend();
+    }
     if let Some(phase) = summary.phase {
         span.set_str("openwop.run_outcome", phase.as_str());
     }
@@ -277,7 +281,7 @@ fn finish(
     write_termination(&summary.to_termination_message());
     tracing::info!(run = %name, events = events.len(), end = ?std::mem::discriminant(end), "worker done");
     match end {
-        RunEnd::Suspended { .. } => SUSPENDED,
+        RunEnd::Suspended(_) => SUSPENDED,
         RunEnd::Completed | RunEnd::Failed(_) | RunEnd::Cancelled => TERMINAL,
     }
 }
@@ -291,8 +295,9 @@ fn main() {
         .with_writer(std::io::stderr)
         .json()
         .init();
-    // One thread: the worker is sequential (each publish waits for its ack), so worker
-    // threads would only add stacks and wake-ups.
+    // One thread: concurrent branches are futures of one task (they wait on providers and
+    // on the run's one writer, not on the CPU), so worker threads would only add stacks
+    // and wake-ups.
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -106,7 +106,7 @@ fn drive(
             Some(0) => return (kills, starts),
             Some(3) => {
                 let t = files.termination();
-                let pi = &t["pendingInterrupt"];
+                let pi = &t["pendingInterrupts"][0];
                 let id = pi["interruptId"].as_str().unwrap().to_owned();
                 if answers.iter().any(|a| a["interruptId"] == id.as_str()) {
                     continue; // a killed attempt left the same suspension behind
@@ -137,8 +137,8 @@ fn sequence_interrupts_and_dedup_against_real_jetstream() {
     assert_eq!(code, 3);
     let t = files.termination();
     assert_eq!(t["phase"], "waiting-approval");
-    assert_eq!(t["pendingInterrupt"]["reason"], "low-confidence");
-    assert_eq!(t["pendingInterrupt"]["agentId"], "agent-m");
+    assert_eq!(t["pendingInterrupts"][0]["reason"], "low-confidence");
+    assert_eq!(t["pendingInterrupts"][0]["agentId"], "agent-m");
     let first = read_raw(&nats.url(), &files.subject());
     let tys = types(&first);
     let agent: Vec<&str> = tys
@@ -171,7 +171,7 @@ fn sequence_interrupts_and_dedup_against_real_jetstream() {
     assert_eq!(files.run(&nats.url()).0, 3);
     assert_eq!(read_raw(&nats.url(), &files.subject()).len(), first.len());
     // An untrusted answer cannot approve.
-    let id = t["pendingInterrupt"]["interruptId"]
+    let id = t["pendingInterrupts"][0]["interruptId"]
         .as_str()
         .unwrap()
         .to_owned();
@@ -191,8 +191,8 @@ fn sequence_interrupts_and_dedup_against_real_jetstream() {
     assert_eq!(files.run(&nats.url()).0, 3);
     let t = files.termination();
     assert_eq!(t["phase"], "waiting-input");
-    assert_eq!(t["pendingInterrupt"]["questions"][0]["id"], "region");
-    let qid = t["pendingInterrupt"]["interruptId"]
+    assert_eq!(t["pendingInterrupts"][0]["questions"][0]["id"], "region");
+    let qid = t["pendingInterrupts"][0]["interruptId"]
         .as_str()
         .unwrap()
         .to_owned();

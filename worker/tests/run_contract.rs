@@ -112,7 +112,7 @@ fn run_answering(files: &RunFiles, url: &str) -> (i32, Vec<Value>) {
         if code != openwop_worker::exit::SUSPENDED {
             return (code, events);
         }
-        let pending = files.termination()["pendingInterrupt"]["interruptId"].clone();
+        let pending = files.termination()["pendingInterrupts"][0]["interruptId"].clone();
         assert!(pending.is_string(), "{stderr}");
         answers.push(json!({"interruptId": pending, "value": {"answer": "x"}}));
         files.set_answers(json!(answers));

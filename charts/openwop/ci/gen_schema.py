@@ -130,6 +130,7 @@ schema = {
         "fixtures": {"type": "array", "items": STR},
         "runs": obj({
             "maxConcurrentPerNamespace": int_range(1),
+            "nodeConcurrency": int_range(1, 64),
             "maxWorkerRetries": int_range(),
             "backoffBaseSeconds": int_range(1),
             "backoffMaxSeconds": int_range(1),

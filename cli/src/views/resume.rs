@@ -31,7 +31,10 @@ pub struct ResumeArgs {
     /// Comment stored with the answer (why you approved or rejected).
     #[arg(long, alias = "comment", value_name = "TEXT")]
     pub reason: Option<String>,
-    /// Interrupt to answer; defaults to `status.pendingInterrupt.interruptId`.
+    /// Node whose pending interrupt to answer; needed when several nodes wait.
+    #[arg(long, value_name = "NODE", conflicts_with = "interrupt")]
+    pub node: Option<String>,
+    /// Interrupt to answer by id; defaults to the only one in `status.pendingInterrupts`.
     #[arg(long, value_name = "ID")]
     pub interrupt: Option<String>,
 }
@@ -52,10 +55,33 @@ pub fn parse_answer(arg: &str) -> Result<(String, Value)> {
 /// The answer to append, checked against the Run's pending interrupt.
 pub fn build_answer(run: &Run, args: &ResumeArgs) -> Result<InterruptAnswer> {
     let name = run.name_any();
-    let pending = run
+    let all: &[_] = run
         .status
         .as_ref()
-        .and_then(|s| s.pending_interrupt.as_ref());
+        .map_or(&[], |s| s.pending_interrupts.as_slice());
+    let listing = || {
+        all.iter()
+            .map(|p| format!("{} ({})", p.node_id, p.kind))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let pending = match (&args.interrupt, &args.node) {
+        (Some(id), _) => all.iter().find(|p| &p.interrupt_id == id),
+        (None, Some(node)) => match all.iter().find(|p| &p.node_id == node) {
+            Some(p) => Some(p),
+            None if all.is_empty() => None,
+            None => bail!(
+                "node {node} of Run {name} has no pending interrupt; the nodes waiting are: {}",
+                listing()
+            ),
+        },
+        (None, None) if all.len() > 1 => bail!(
+            "Run {name} waits on {} interrupts: choose one with --node NODE (waiting: {})",
+            all.len(),
+            listing()
+        ),
+        (None, None) => all.first(),
+    };
     let interrupt_id = match (&args.interrupt, pending) {
         (Some(id), _) => id.clone(),
         (None, Some(p)) => p.interrupt_id.clone(),
@@ -233,7 +259,7 @@ mod tests {
         run.metadata.resource_version = Some("42".into());
         run.status = Some(RunStatus {
             phase: Some(RunPhase::WaitingInput),
-            pending_interrupt: Some(PendingInterrupt {
+            pending_interrupts: vec![PendingInterrupt {
                 interrupt_id: "i1".into(),
                 node_id: "n".into(),
                 kind: kind.into(),
@@ -248,10 +274,39 @@ mod tests {
                 agent_id: None,
                 threshold: None,
                 observed: None,
-            }),
+            }],
             ..Default::default()
         });
         run
+    }
+
+    #[test]
+    fn with_several_pending_interrupts_node_picks_one() {
+        let mut run = waiting("clarification", &["q1"]);
+        let st = run.status.as_mut().unwrap();
+        let mut second = st.pending_interrupts[0].clone();
+        second.interrupt_id = "i2".into();
+        second.node_id = "m".into();
+        second.kind = "approval".into();
+        second.questions.clear();
+        st.pending_interrupts.push(second);
+        let e = build_answer(&run, &args(&["r1", "--answer", "q1=x"])).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "Run r1 waits on 2 interrupts: choose one with --node NODE (waiting: n (clarification), m (approval))"
+        );
+        let a = build_answer(&run, &args(&["r1", "--node", "m", "--approve"])).unwrap();
+        assert_eq!((a.interrupt_id.as_str(), a.approved), ("i2", Some(true)));
+        let a = build_answer(&run, &args(&["r1", "--node", "n", "--answer", "q1=x"])).unwrap();
+        assert_eq!(a.interrupt_id, "i1");
+        // The chosen node's own checks apply: n asks questions, it is not an approval.
+        let e = build_answer(&run, &args(&["r1", "--node", "n", "--approve"])).unwrap_err();
+        assert!(e.to_string().contains("not an approval"), "{e}");
+        let e = build_answer(&run, &args(&["r1", "--node", "zz", "--approve"])).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "node zz of Run r1 has no pending interrupt; the nodes waiting are: n (clarification), m (approval)"
+        );
     }
 
     #[test]
@@ -317,7 +372,7 @@ mod tests {
         .unwrap_err();
         assert!(e.to_string().contains("expected QUESTION_ID=VALUE"), "{e}");
         let mut done = waiting("clarification", &["q1"]);
-        done.status.as_mut().unwrap().pending_interrupt = None;
+        done.status.as_mut().unwrap().pending_interrupts.clear();
         let e = build_answer(&done, &args(&["r1", "--answer", "q1=x"])).unwrap_err();
         assert!(e.to_string().contains("has no pending interrupt"), "{e}");
         assert!(

@@ -7,7 +7,7 @@ use clap::Args;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams};
-use openwop_crds::Run;
+use openwop_crds::{PendingInterrupt, Run};
 
 use super::{NamespaceArg, client_and_namespace, format_age, one_line};
 
@@ -125,11 +125,17 @@ pub async fn describe(args: DescribeArgs) -> Result<()> {
     Ok(())
 }
 
-/// What to type to answer the pending interrupt.
-pub fn resume_hint(run: &Run) -> Option<String> {
-    let pending = run.status.as_ref()?.pending_interrupt.as_ref()?;
+/// What to type to answer `pending`, one of the Run's pending interrupts (`--node` when
+/// several wait).
+pub fn resume_hint(run: &Run, pending: &PendingInterrupt) -> Option<String> {
+    let all = &run.status.as_ref()?.pending_interrupts;
     let name = run.name_any();
     let ns = run.namespace().unwrap_or_default();
+    let name = if all.len() > 1 {
+        format!("{name} --node {}", pending.node_id)
+    } else {
+        name
+    };
     Some(if pending.kind == "approval" {
         format!("kubectl openwop resume {name} -n {ns} --approve   (or --reject --reason TEXT)")
     } else if pending.questions.is_empty() {
@@ -213,33 +219,35 @@ pub fn describe_text(run: &Run, now: Timestamp) -> String {
             );
         }
     }
-    match &status.pending_interrupt {
-        Some(p) => {
-            let _ = writeln!(o, "Pending interrupt:");
-            let _ = writeln!(o, "  ID:        {}", p.interrupt_id);
-            let _ = writeln!(o, "  Kind:      {}", p.kind);
-            let _ = writeln!(o, "  Node:      {}", p.node_id);
-            if let Some(r) = &p.reason {
-                let _ = writeln!(o, "  Reason:    {r}");
-            }
-            if let Some(a) = &p.agent_id {
-                let _ = writeln!(o, "  Agent:     {a}");
-            }
-            if let (Some(t), Some(obs)) = (p.threshold, p.observed) {
-                let _ = writeln!(o, "  Confidence: {obs} (threshold {t})");
-            }
-            if !p.questions.is_empty() {
-                let _ = writeln!(o, "  Questions:");
-                for q in &p.questions {
-                    let _ = writeln!(o, "    {}: {}", q.id, one_line(&q.question, 300));
-                }
-            }
-            if let Some(hint) = resume_hint(run) {
-                let _ = writeln!(o, "  Answer with: {hint}");
+    if status.pending_interrupts.is_empty() {
+        let _ = writeln!(o, "Pending interrupt: none");
+    }
+    if !status.running_nodes.is_empty() {
+        let nodes: Vec<&str> = status.running_nodes.iter().map(String::as_str).collect();
+        let _ = writeln!(o, "Running nodes: {}", nodes.join(", "));
+    }
+    for p in &status.pending_interrupts {
+        let _ = writeln!(o, "Pending interrupt:");
+        let _ = writeln!(o, "  ID:        {}", p.interrupt_id);
+        let _ = writeln!(o, "  Kind:      {}", p.kind);
+        let _ = writeln!(o, "  Node:      {}", p.node_id);
+        if let Some(r) = &p.reason {
+            let _ = writeln!(o, "  Reason:    {r}");
+        }
+        if let Some(a) = &p.agent_id {
+            let _ = writeln!(o, "  Agent:     {a}");
+        }
+        if let (Some(t), Some(obs)) = (p.threshold, p.observed) {
+            let _ = writeln!(o, "  Confidence: {obs} (threshold {t})");
+        }
+        if !p.questions.is_empty() {
+            let _ = writeln!(o, "  Questions:");
+            for q in &p.questions {
+                let _ = writeln!(o, "    {}: {}", q.id, one_line(&q.question, 300));
             }
         }
-        None => {
-            let _ = writeln!(o, "Pending interrupt: none");
+        if let Some(hint) = resume_hint(run, p) {
+            let _ = writeln!(o, "  Answer with: {hint}");
         }
     }
     if !run.spec.answers.is_empty() {
@@ -333,7 +341,7 @@ mod tests {
             Some(RunStatus {
                 phase: Some(RunPhase::WaitingInput),
                 current_node: Some("ask".into()),
-                pending_interrupt: Some(PendingInterrupt {
+                pending_interrupts: vec![PendingInterrupt {
                     interrupt_id: "i1".into(),
                     node_id: "ask".into(),
                     kind: "clarification".into(),
@@ -345,7 +353,7 @@ mod tests {
                     agent_id: None,
                     threshold: None,
                     observed: None,
-                }),
+                }],
                 error: Some(RunError {
                     code: "run_timeout".into(),
                     message: "too slow".into(),
@@ -365,5 +373,42 @@ mod tests {
             "{d}"
         );
         assert!(describe_text(&sample("r2", None), now()).contains("Pending interrupt: none"));
+    }
+
+    #[test]
+    fn describe_shows_every_pending_interrupt_with_its_node() {
+        let pending = |node: &str, kind: &str| PendingInterrupt {
+            interrupt_id: format!("int-{node}"),
+            node_id: node.into(),
+            kind: kind.into(),
+            questions: vec![],
+            reason: None,
+            agent_id: None,
+            threshold: None,
+            observed: None,
+        };
+        let run = sample(
+            "r1",
+            Some(RunStatus {
+                phase: Some(RunPhase::WaitingInput),
+                pending_interrupts: vec![
+                    pending("ask", "clarification"),
+                    pending("review", "approval"),
+                ],
+                ..Default::default()
+            }),
+        );
+        let d = describe_text(&run, now());
+        assert!(d.contains("  ID:        int-ask"), "{d}");
+        assert!(d.contains("  ID:        int-review"), "{d}");
+        assert!(
+            d.contains("kubectl openwop resume r1 --node ask -n team-a --answer ID=VALUE"),
+            "{d}"
+        );
+        assert!(
+            d.contains("kubectl openwop resume r1 --node review -n team-a --approve"),
+            "{d}"
+        );
+        assert!(!d.contains("Pending interrupt: none"), "{d}");
     }
 }

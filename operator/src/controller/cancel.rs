@@ -71,7 +71,7 @@ pub(super) async fn cancel(
             delete_ignoring_missing(pods, &p).await?;
             step.status.worker_pod = None;
             step.status.phase = Some(RunPhase::Cancelling);
-            step.status.pending_interrupt = None;
+            step.status.pending_interrupts.clear();
             step.event(
                 EventType::Normal,
                 "Cancelling",
@@ -148,7 +148,7 @@ pub(super) async fn cancel(
             step.status.attempts = Some(attempt);
             step.status.worker_pod = Some(p.clone());
             step.status.phase = Some(RunPhase::Cancelling);
-            step.status.pending_interrupt = None;
+            step.status.pending_interrupts.clear();
             step.status.retry_after = None;
             step.set_condition(
                 "Scheduled",

@@ -169,7 +169,8 @@ impl Step {
         self.status.phase = Some(phase);
         self.status.completion_time = Some(Time(now));
         self.status.retry_after = None;
-        self.status.pending_interrupt = None;
+        self.status.pending_interrupts.clear();
+        self.status.running_nodes.clear();
         let ok = phase == RunPhase::Completed;
         set_condition(
             &mut self.status.conditions,
@@ -190,7 +191,8 @@ pub(super) fn apply_projection(st: &mut RunStatus, p: &Projection) {
     if p.last_sequence > st.last_sequence {
         st.last_sequence = p.last_sequence;
     }
-    st.pending_interrupt = p.pending_interrupt.clone();
+    st.pending_interrupts = p.pending_interrupts.clone();
+    st.running_nodes = p.running_nodes.clone();
     if p.error.is_some() {
         st.error = p.error.clone();
     }

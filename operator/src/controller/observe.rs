@@ -14,6 +14,7 @@ use kube::runtime::events::EventType;
 use openwop_crds::RunPhase;
 use openwop_protocol::run::exit;
 use openwop_protocol::run::projection::Projection;
+use openwop_protocol::run::status::{PendingInterrupt, waiting_phase};
 
 use super::common::{Step, apply_projection, backoff_seconds, delete_ignoring_missing, plus};
 use super::{Context, Error};
@@ -88,16 +89,22 @@ pub(super) async fn observe_worker(
                 ..Default::default()
             });
             apply_projection(&mut step.status, &p);
+            // The worker exited suspended: nothing runs, whatever late events said.
+            step.status.running_nodes.clear();
             if !step.status.phase.is_some_and(RunPhase::is_waiting) {
-                step.status.phase = Some(RunPhase::WaitingInput);
+                step.status.phase = Some(
+                    waiting_phase(&step.status.pending_interrupts)
+                        .unwrap_or(RunPhase::WaitingInput),
+                );
             }
             // A waiting run holds no pod.
             delete_ignoring_missing(pods, &pod_name).await?;
             step.status.worker_pod = None;
             step.status.failed_attempts = None;
             let msg = format!(
-                "run is {}; answer the pending interrupt in spec.answers to resume",
-                step.status.phase.unwrap_or_default()
+                "run is {}; answer the pending interrupt(s) of node(s) {} in spec.answers to resume",
+                step.status.phase.unwrap_or_default(),
+                pending_nodes(&step.status.pending_interrupts)
             );
             step.event(EventType::Normal, "Suspended", msg);
             Ok(Action::await_change())
@@ -135,7 +142,7 @@ pub(super) async fn observe_worker(
         // status write lost a race with the event consumer): not a crash.
         (false, _, _)
             if step.status.phase.is_some_and(RunPhase::is_waiting)
-                && step.status.pending_interrupt.is_some() =>
+                && !step.status.pending_interrupts.is_empty() =>
         {
             step.status.worker_pod = None;
             step.status.failed_attempts = None;
@@ -208,4 +215,14 @@ async fn crashed(
         ),
     );
     Ok(Action::requeue(Duration::from_secs(delay)))
+}
+
+/// `a, b` (the nodes whose interrupts wait), for messages.
+fn pending_nodes(pending: &[PendingInterrupt]) -> String {
+    let nodes: Vec<&str> = pending.iter().map(|p| p.node_id.as_str()).collect();
+    if nodes.is_empty() {
+        "-".into()
+    } else {
+        nodes.join(", ")
+    }
 }

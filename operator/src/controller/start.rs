@@ -236,19 +236,19 @@ pub(super) async fn progress(
     let phase = step.status.phase.unwrap_or_default();
     let mut resume = false;
     if phase.is_waiting() {
-        let Some(pending) = step.status.pending_interrupt.clone() else {
-            return Ok(Action::await_change());
-        };
-        let answered = run
-            .spec
-            .answers
+        // Any pending interrupt with a new answer resumes the run: a new worker continues the
+        // answered branches (the others keep waiting).
+        let answered: Vec<String> = step
+            .status
+            .pending_interrupts
             .iter()
-            .any(|a| a.interrupt_id == pending.interrupt_id)
-            && !step
-                .status
-                .answered_interrupts
-                .contains(&pending.interrupt_id);
-        if !answered {
+            .map(|p| p.interrupt_id.clone())
+            .filter(|id| {
+                run.spec.answers.iter().any(|a| &a.interrupt_id == id)
+                    && !step.status.answered_interrupts.contains(id)
+            })
+            .collect();
+        if answered.is_empty() {
             return Ok(Action::await_change());
         }
         let stored = read_snapshot(&snapshot_cm)?;
@@ -260,9 +260,9 @@ pub(super) async fn progress(
         )
         .await?;
         step.status
-            .answered_interrupts
-            .push(pending.interrupt_id.clone());
-        step.status.pending_interrupt = None;
+            .pending_interrupts
+            .retain(|p| !answered.contains(&p.interrupt_id));
+        step.status.answered_interrupts.extend(answered);
         resume = true;
     }
     if let Some(at) = step.status.retry_after.clone()

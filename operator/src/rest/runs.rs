@@ -580,12 +580,14 @@ fn answers_with(
     node_id: &str,
     req: ResolveInterruptRequest,
 ) -> Result<Vec<InterruptAnswer>, ApiError> {
+    // Several branches may wait at once (and others still run): any pending one can be answered.
     let pending = run
         .status
         .as_ref()
-        .and_then(|st| st.pending_interrupt.clone())
-        .filter(|_| phase(run).is_waiting());
-    let Some(pending) = pending.filter(|p| p.node_id == node_id) else {
+        .filter(|_| !phase(run).is_terminal())
+        .and_then(|st| st.pending_interrupts.iter().find(|p| p.node_id == node_id))
+        .cloned();
+    let Some(pending) = pending else {
         return Err(ApiError::conflict(
             "interrupt_not_pending",
             format!("run {run_id} has no interrupt waiting at node {node_id:?}"),

@@ -32,10 +32,11 @@ pub struct RunSnapshotDoc {
     /// The tenant (Kubernetes namespace) owning the run.
     pub owner: RunOwner,
     pub metrics: RunMetrics,
-    /// The interrupt waiting for an answer (answer it at `/v1/runs/{runId}/interrupts/{nodeId}`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
-    pub pending_interrupt: Option<super::status::PendingInterrupt>,
+    /// The interrupts waiting for an answer, one per waiting node (answer each at
+    /// `/v1/runs/{runId}/interrupts/{nodeId}`); other branches may still run meanwhile.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Vec<Object>))]
+    pub pending_interrupts: Vec<super::status::PendingInterrupt>,
     /// Caller-supplied `RunOptions.tags`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tags: Option<Vec<String>>,
@@ -115,7 +116,11 @@ impl RunSnapshotDoc {
                 last_sequence: p.last_sequence,
                 attempts: f.attempts,
             },
-            pending_interrupt: p.pending_interrupt.clone().filter(|_| status.is_waiting()),
+            pending_interrupts: if status.is_terminal() {
+                Vec::new()
+            } else {
+                p.pending_interrupts.clone()
+            },
             tags: None,
             metadata: None,
             configurable: None,

@@ -37,6 +37,8 @@ pub struct HostProfile {
     /// `maxProviderResponseBytes` (chart `limits.maxProviderResponseBytes`): the largest
     /// provider HTTP response body the worker reads; a larger one fails the call.
     pub max_provider_response_bytes: u64,
+    /// Nodes of one run executing at once when its workflow sets no `maxConcurrency`.
+    pub node_concurrency: u32,
 }
 
 impl Default for HostProfile {
@@ -48,6 +50,7 @@ impl Default for HostProfile {
             reasoning_directive: ReasoningPosture::Advisory,
             truncation_budget_multiplier: 2.0,
             max_provider_response_bytes: DEFAULT_MAX_PROVIDER_RESPONSE_BYTES,
+            node_concurrency: crate::schedule::DEFAULT_NODE_CONCURRENCY,
         }
     }
 }

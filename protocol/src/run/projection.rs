@@ -2,12 +2,14 @@
 //! status shows. The operator applies it to the live stream; the worker applies it to its
 //! log to write its termination summary; both therefore agree on every phase.
 
+use std::collections::BTreeSet;
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::status::{
-    MAX_QUESTION_CHARS, MAX_QUESTIONS, PendingInterrupt, PendingQuestion, RunError, RunPhase,
-    suspension,
+    MAX_PENDING_INTERRUPTS, MAX_QUESTION_CHARS, MAX_QUESTIONS, PendingInterrupt, PendingQuestion,
+    RunError, RunPhase, suspension, waiting_phase,
 };
 use super::truncate;
 
@@ -15,7 +17,11 @@ use super::truncate;
 pub const TERMINATION_MESSAGE_BYTES: usize = 4096;
 
 /// The status fields the event stream determines. Serialized, it is the worker's termination
-/// summary: `{phase, currentNode?, events, lastSequence?, pendingInterrupt?, error?}`.
+/// summary: `{phase, currentNode?, runningNodes?, events, lastSequence?, pendingInterrupts?, error?}`.
+///
+/// Concurrent branches: a node that suspends while others run leaves the run `running`; the
+/// run waits (`waiting-input`, ...) only once no node is running and at least one interrupt
+/// is pending, i.e. when nothing else can run.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Projection {
@@ -27,8 +33,13 @@ pub struct Projection {
     pub events: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_sequence: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pending_interrupt: Option<PendingInterrupt>,
+    /// Nodes started and not yet completed, failed or suspended.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub running_nodes: BTreeSet<String>,
+    /// Every interrupt waiting for an answer, oldest first (at most
+    /// [`MAX_PENDING_INTERRUPTS`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pending_interrupts: Vec<PendingInterrupt>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<RunError>,
 }
@@ -116,25 +127,37 @@ impl Projection {
         let node = e.node_id.or_else(|| s(payload, "nodeId"));
         match e.event_type {
             "run.started" | "run.resumed" => self.phase = Some(RunPhase::Running),
-            "node.started" => {
+            "node.started" | "node.resumed" => {
+                if let Some(n) = node
+                    && self.running_nodes.len() < crate::schedule::MAX_NODE_CONCURRENCY as usize
+                {
+                    self.running_nodes.insert(n.to_owned());
+                }
+                if e.event_type == "node.resumed" {
+                    self.resolve(s(payload, "interruptId"), node);
+                }
                 self.phase = Some(RunPhase::Running);
                 self.current_node = node.map(str::to_owned);
             }
+            "node.completed" | "node.failed" => {
+                if let Some(n) = node {
+                    self.running_nodes.remove(n);
+                }
+                self.settle();
+            }
             "node.suspended" => {
-                let (phase, kind) = suspension(s(payload, "kind"), s(payload, "reason"));
-                self.phase = Some(phase);
-                self.current_node = node.map(str::to_owned);
+                let (_, kind) = suspension(s(payload, "kind"), s(payload, "reason"));
                 let interrupt_id = s(payload, "interruptId").unwrap_or_default();
+                let node_id = node.unwrap_or_default();
+                self.running_nodes.remove(node_id);
                 // The questions of a clarification.requested with the same interrupt.
                 let questions = self
-                    .pending_interrupt
-                    .take()
-                    .filter(|p| p.interrupt_id == interrupt_id || p.interrupt_id.is_empty())
+                    .take_pending(interrupt_id, node_id)
                     .map(|p| p.questions)
                     .unwrap_or_default();
-                self.pending_interrupt = Some(PendingInterrupt {
+                self.push_pending(PendingInterrupt {
                     interrupt_id: interrupt_id.to_owned(),
-                    node_id: node.unwrap_or_default().to_owned(),
+                    node_id: node_id.to_owned(),
                     kind: kind.to_owned(),
                     questions,
                     reason: s(payload, "reason").map(str::to_owned),
@@ -142,45 +165,37 @@ impl Projection {
                     threshold: payload.get("threshold").and_then(Value::as_f64),
                     observed: payload.get("observed").and_then(Value::as_f64),
                 });
+                self.current_node = node.map(str::to_owned);
+                self.settle();
             }
             "clarification.requested" => {
-                self.phase = Some(RunPhase::WaitingInput);
-                let p = self
-                    .pending_interrupt
-                    .get_or_insert_with(|| PendingInterrupt {
-                        interrupt_id: String::new(),
-                        node_id: node.unwrap_or_default().to_owned(),
-                        kind: "clarification".into(),
-                        questions: vec![],
-                        reason: None,
-                        agent_id: None,
-                        threshold: None,
-                        observed: None,
-                    });
-                if let Some(id) = s(payload, "interruptId") {
-                    p.interrupt_id = id.to_owned();
-                }
+                let interrupt_id = s(payload, "interruptId").unwrap_or_default();
+                let node_id = node.unwrap_or_default();
+                let mut p =
+                    self.take_pending(interrupt_id, node_id)
+                        .unwrap_or_else(|| PendingInterrupt {
+                            interrupt_id: interrupt_id.to_owned(),
+                            node_id: node_id.to_owned(),
+                            kind: "clarification".into(),
+                            questions: vec![],
+                            reason: None,
+                            agent_id: None,
+                            threshold: None,
+                            observed: None,
+                        });
                 p.questions = questions_of(payload);
+                self.push_pending(p);
+                self.settle();
             }
-            "approval.requested" => self.phase = Some(RunPhase::WaitingApproval),
-            "interrupt.resolved"
-            | "clarification.resolved"
-            | "approval.granted"
-            | "node.resumed" => {
-                self.pending_interrupt = None;
+            "approval.requested" => self.settle(),
+            "interrupt.resolved" | "clarification.resolved" | "approval.granted" => {
+                self.resolve(s(payload, "interruptId"), node);
                 self.phase = Some(RunPhase::Running);
             }
-            "run.completed" => {
-                self.phase = Some(RunPhase::Completed);
-                self.pending_interrupt = None;
-            }
-            "run.cancelled" => {
-                self.phase = Some(RunPhase::Cancelled);
-                self.pending_interrupt = None;
-            }
+            "run.completed" => self.end(RunPhase::Completed),
+            "run.cancelled" => self.end(RunPhase::Cancelled),
             "run.failed" => {
-                self.phase = Some(RunPhase::Failed);
-                self.pending_interrupt = None;
+                self.end(RunPhase::Failed);
                 let err = payload.get("error").unwrap_or(payload);
                 self.error = Some(RunError::new(
                     s(err, "code").unwrap_or("run_failed"),
@@ -192,6 +207,55 @@ impl Projection {
         true
     }
 
+    /// The phase once nothing else can run: the waiting phase of the pending interrupts.
+    /// The worker stamps it on its summary when it exits suspended.
+    pub fn suspend(&mut self) {
+        self.running_nodes.clear();
+        self.settle();
+    }
+
+    fn end(&mut self, phase: RunPhase) {
+        self.phase = Some(phase);
+        self.pending_interrupts.clear();
+        self.running_nodes.clear();
+    }
+
+    /// Waiting only when no node runs and something is pending; running otherwise.
+    fn settle(&mut self) {
+        if self.running_nodes.is_empty()
+            && let Some(phase) = waiting_phase(&self.pending_interrupts)
+        {
+            self.phase = Some(phase);
+        } else if self.phase.is_none_or(RunPhase::is_waiting) {
+            self.phase = Some(RunPhase::Running);
+        }
+    }
+
+    /// Removes the pending interrupt `id` (or, without an id, the one of `node`; with
+    /// neither, all: an older log's resolution names nothing).
+    fn resolve(&mut self, id: Option<&str>, node: Option<&str>) {
+        match (id, node) {
+            (Some(id), _) => self.pending_interrupts.retain(|p| p.interrupt_id != id),
+            (None, Some(n)) => self.pending_interrupts.retain(|p| p.node_id != n),
+            (None, None) => self.pending_interrupts.clear(),
+        }
+    }
+
+    /// Takes the entry of interrupt `id`, or an entry of `node` without an id yet.
+    fn take_pending(&mut self, id: &str, node: &str) -> Option<PendingInterrupt> {
+        let i = self.pending_interrupts.iter().position(|p| {
+            (!id.is_empty() && p.interrupt_id == id)
+                || (p.interrupt_id.is_empty() && p.node_id == node)
+        })?;
+        Some(self.pending_interrupts.remove(i))
+    }
+
+    fn push_pending(&mut self, p: PendingInterrupt) {
+        if self.pending_interrupts.len() < MAX_PENDING_INTERRUPTS {
+            self.pending_interrupts.push(p);
+        }
+    }
+
     /// The termination message: this projection as JSON within
     /// [`TERMINATION_MESSAGE_BYTES`] (question texts shortened, then dropped, if needed).
     pub fn to_termination_message(&self) -> String {
@@ -200,7 +264,7 @@ impl Projection {
             return text;
         }
         let mut p = self.clone();
-        if let Some(pi) = &mut p.pending_interrupt {
+        for pi in &mut p.pending_interrupts {
             for q in &mut pi.questions {
                 q.question = truncate(&q.question, 64);
             }
@@ -209,9 +273,10 @@ impl Projection {
         if text.len() <= TERMINATION_MESSAGE_BYTES {
             return text;
         }
-        if let Some(pi) = &mut p.pending_interrupt {
+        for pi in &mut p.pending_interrupts {
             pi.questions.clear();
         }
+        p.running_nodes.clear();
         if let Some(e) = &mut p.error {
             e.message = truncate(&e.message, 256);
         }
@@ -224,7 +289,12 @@ impl Projection {
     pub fn from_termination_message(text: &str) -> Option<Projection> {
         let mut p: Projection = serde_json::from_str(text.trim()).ok()?;
         p.phase?;
-        p.pending_interrupt = p.pending_interrupt.map(PendingInterrupt::bounded);
+        p.pending_interrupts.truncate(MAX_PENDING_INTERRUPTS);
+        p.pending_interrupts = p
+            .pending_interrupts
+            .into_iter()
+            .map(PendingInterrupt::bounded)
+            .collect();
         p.error = p.error.map(|e| RunError::new(e.code, &e.message));
         Some(p)
     }
@@ -275,14 +345,14 @@ mod tests {
             "reason": "low-confidence", "agentId": "agent-x", "threshold": 0.7, "observed": 0.4}),
         ));
         assert_eq!(p.phase, Some(RunPhase::WaitingApproval));
-        let pi = p.pending_interrupt.clone().unwrap();
+        let pi = p.pending_interrupts[0].clone();
         assert_eq!(
             (pi.interrupt_id.as_str(), pi.kind.as_str(), pi.observed),
             ("i1", "approval", Some(0.4))
         );
         p.apply(&ev(1, "interrupt.resolved", json!({})));
         assert_eq!(
-            (p.phase, p.pending_interrupt.is_none()),
+            (p.phase, p.pending_interrupts.is_empty()),
             (Some(RunPhase::Running), true)
         );
     }
@@ -305,7 +375,7 @@ mod tests {
             json!({"nodeId": "n", "interruptId": "i9", "kind": "clarification"}),
         ));
         assert_eq!(p.phase, Some(RunPhase::WaitingInput));
-        let pi = p.pending_interrupt.clone().unwrap();
+        let pi = p.pending_interrupts[0].clone();
         assert_eq!(pi.questions.len(), MAX_QUESTIONS);
         assert!(pi.questions[0].question.chars().count() <= MAX_QUESTION_CHARS + 1);
         assert_eq!(pi.interrupt_id, "i9");
@@ -314,7 +384,7 @@ mod tests {
         assert!(msg.len() <= TERMINATION_MESSAGE_BYTES, "{}", msg.len());
         let back = Projection::from_termination_message(&msg).unwrap();
         assert_eq!(back.phase, Some(RunPhase::WaitingInput));
-        assert_eq!(back.pending_interrupt.unwrap().interrupt_id, "i9");
+        assert_eq!(back.pending_interrupts[0].interrupt_id, "i9");
     }
 
     #[test]
@@ -330,7 +400,10 @@ mod tests {
             "node.suspended",
             json!({"nodeId": "m", "interruptId": "i2", "kind": "approval"}),
         ));
-        assert!(p.pending_interrupt.unwrap().questions.is_empty());
+        // Two interrupts of two nodes: each keeps its own questions.
+        assert_eq!(p.pending_interrupts.len(), 2);
+        assert_eq!(p.pending_interrupts[0].questions.len(), 1);
+        assert!(p.pending_interrupts[1].questions.is_empty());
     }
 
     #[test]
@@ -351,12 +424,67 @@ mod tests {
     #[test]
     fn termination_message_parses_or_is_ignored() {
         let s = Projection::from_termination_message(r#"{"phase":"waiting-input","currentNode":"n","events":7,"lastSequence":6,
-            "pendingInterrupt":{"interruptId":"i1","nodeId":"n","kind":"clarification","questions":[{"id":"q","question":"Which?"}]}}"#).unwrap();
+            "pendingInterrupts":[{"interruptId":"i1","nodeId":"n","kind":"clarification","questions":[{"id":"q","question":"Which?"}]}]}"#).unwrap();
         assert_eq!(s.phase, Some(RunPhase::WaitingInput));
         assert_eq!(s.last_sequence, Some(6));
-        assert_eq!(s.pending_interrupt.unwrap().questions[0].id, "q");
+        assert_eq!(s.pending_interrupts[0].questions[0].id, "q");
         assert!(Projection::from_termination_message("panic: boom").is_none());
         assert!(Projection::from_termination_message(r#"{"phase":"exploded"}"#).is_none());
         assert!(Projection::from_termination_message(r#"{"events":3}"#).is_none());
+    }
+
+    #[test]
+    fn concurrent_branches_wait_only_when_nothing_else_runs() {
+        let mut p = Projection::default();
+        let suspended = |node: &str, id: &str| json!({"nodeId": node, "interruptId": id, "kind": "clarification"});
+        let node = |n: &str| json!({"nodeId": n});
+        p.apply(&ev(0, "run.started", json!({})));
+        for (i, n) in ["q1", "q2", "free"].iter().enumerate() {
+            p.apply(&ev(1 + i as u64, "node.started", node(n)));
+        }
+        p.apply(&ev(4, "clarification.requested", json!({"nodeId": "q1", "interruptId": "i1", "questions": [{"id": "a", "question": "A?"}]})));
+        p.apply(&ev(5, "node.suspended", suspended("q1", "i1")));
+        // q2 and free still run: the run is running, with q1's interrupt listed.
+        assert_eq!(p.phase, Some(RunPhase::Running));
+        assert_eq!(p.pending_interrupts.len(), 1);
+        p.apply(&ev(6, "node.suspended", suspended("q2", "i2")));
+        assert_eq!(p.phase, Some(RunPhase::Running));
+        p.apply(&ev(7, "node.completed", node("free")));
+        // Nothing else can run: waiting for input, both interrupts listed in order.
+        assert_eq!(p.phase, Some(RunPhase::WaitingInput));
+        let ids: Vec<&str> = p
+            .pending_interrupts
+            .iter()
+            .map(|p| p.interrupt_id.as_str())
+            .collect();
+        assert_eq!(ids, ["i1", "i2"]);
+        assert_eq!(p.pending_interrupts[0].questions[0].id, "a");
+        // q2 answered (a new worker): q2 runs again, then finishes; q1 still waits.
+        p.apply(&ev(8, "run.resumed", json!({"interruptId": "i2"})));
+        p.apply(&ev(
+            9,
+            "clarification.resolved",
+            json!({"nodeId": "q2", "interruptId": "i2"}),
+        ));
+        p.apply(&ev(
+            10,
+            "node.resumed",
+            json!({"nodeId": "q2", "interruptId": "i2"}),
+        ));
+        assert_eq!(p.phase, Some(RunPhase::Running));
+        p.apply(&ev(11, "node.completed", node("q2")));
+        assert_eq!(p.phase, Some(RunPhase::WaitingInput));
+        assert_eq!(p.pending_interrupts.len(), 1);
+        assert_eq!(p.pending_interrupts[0].node_id, "q1");
+        // The list is bounded.
+        for i in 0..(MAX_PENDING_INTERRUPTS as u64 + 5) {
+            p.apply(&ev(
+                12 + i,
+                "node.suspended",
+                suspended(&format!("n{i}"), &format!("x{i}")),
+            ));
+        }
+        assert_eq!(p.pending_interrupts.len(), MAX_PENDING_INTERRUPTS);
+        assert!(p.to_termination_message().len() <= TERMINATION_MESSAGE_BYTES);
     }
 }

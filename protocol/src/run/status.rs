@@ -11,6 +11,8 @@ use serde::{Deserialize, Serialize};
 pub const MAX_QUESTIONS: usize = 16;
 /// Longest question text kept in status (characters).
 pub const MAX_QUESTION_CHARS: usize = 512;
+/// Most pending interrupts kept in status (each branch of a run may wait on one).
+pub const MAX_PENDING_INTERRUPTS: usize = 16;
 /// Longest error message kept in status (characters).
 pub const MAX_MESSAGE_CHARS: usize = 1024;
 
@@ -98,6 +100,13 @@ pub fn suspension(kind: Option<&str>, reason: Option<&str>) -> (RunPhase, &'stat
         Some("external-event") => (RunPhase::WaitingExternal, "external-event"),
         _ => (RunPhase::WaitingExternal, "custom"),
     }
+}
+
+/// The phase of a run that waits on `pending` (none: not waiting): the first pending
+/// interrupt's.
+pub fn waiting_phase(pending: &[PendingInterrupt]) -> Option<RunPhase> {
+    let p = pending.first()?;
+    Some(suspension(Some(&p.kind), p.reason.as_deref()).0)
 }
 
 /// An interrupt waiting for an answer.

@@ -4,7 +4,7 @@ use super::*;
 
 impl<P: Publisher> Executor<'_, P> {
     /// RFC 0023 conformance mock agent: reasoned → tool pairs → handoff → decided → CP-1.
-    pub(super) async fn mock_agent(&mut self, node: &Node) -> Result<NodeOutcome, LogError> {
+    pub(super) async fn mock_agent(&self, node: &Node) -> Result<NodeOutcome, LogError> {
         let id = node.id.as_str();
         if !self.graph.id.starts_with("conformance-") && !self.cfg.allow_mock_agent {
             return Ok(NodeOutcome::Failed(error(
@@ -78,10 +78,8 @@ impl<P: Publisher> Executor<'_, P> {
             }
             _ => {}
         }
-        block.correlation_id = openwop_protocol::events::event_id_for(
-            self.log.run_id(),
-            &format!("{id}/agent/reasoned"),
-        );
+        block.correlation_id =
+            openwop_protocol::events::event_id_for(self.run_id(), &format!("{id}/agent/reasoned"));
         for (i, call) in c
             .get("mockToolCalls")
             .and_then(Value::as_array)
@@ -96,21 +94,22 @@ impl<P: Publisher> Executor<'_, P> {
                 .unwrap_or_default()
                 .to_owned();
             let call_id = format!("{id}-call-{i}");
-            let called = self.log.build(
-                &format!("{id}/agent/tool/{i}/called"),
-                Some(id),
-                &AgentToolCalled {
-                    agent_id: agent_id.clone(),
-                    tool_name: tool.clone(),
-                    call_id: call_id.clone(),
-                    inputs: call.get("arguments").cloned(),
-                },
-            );
+            let called = self
+                .build(
+                    &format!("{id}/agent/tool/{i}/called"),
+                    Some(id),
+                    &AgentToolCalled {
+                        agent_id: agent_id.clone(),
+                        tool_name: tool.clone(),
+                        call_id: call_id.clone(),
+                        inputs: call.get("arguments").cloned(),
+                    },
+                )
+                .await;
             let called_id = called.event_id.clone();
-            self.log.append(vec![called]).await?;
+            self.append(vec![called]).await?;
             let err = call.get("error").cloned();
             let returned = self
-                .log
                 .build(
                     &format!("{id}/agent/tool/{i}/returned"),
                     Some(id),
@@ -124,8 +123,9 @@ impl<P: Publisher> Executor<'_, P> {
                         duration_ms: call.get("durationMs").and_then(Value::as_u64),
                     },
                 )
+                .await
                 .caused_by(called_id);
-            self.log.append(vec![returned]).await?;
+            self.append(vec![returned]).await?;
             block
                 .nested
                 .push((call_id, vec![format!("called tool {tool}")]));
@@ -171,9 +171,7 @@ impl<P: Publisher> Executor<'_, P> {
         }
         if reasoned {
             let key = format!("{id}/agent");
-            self.reasoning
-                .publish(&mut self.log, id, &key, &block)
-                .await?;
+            self.publish_reasoning(id, &key, &block).await?;
         }
         let output = json!({"output": {"agentId": agent_id, "decision": decision.and_then(|d| d.get("decision")).cloned(), "confidence": confidence}});
         match confidence {
@@ -185,42 +183,39 @@ impl<P: Publisher> Executor<'_, P> {
     }
 
     async fn emit_agent<T: openwop_protocol::events::EventPayload>(
-        &mut self,
+        &self,
         id: &str,
         step: &str,
         p: &T,
     ) -> Result<(), LogError> {
-        self.log
-            .emit(&format!("{id}/agent/{step}"), Some(id), p)
-            .await
+        self.emit(&format!("{id}/agent/{step}"), Some(id), p).await
     }
 
     /// CP-1: a decision below the escalation threshold waits for a (trusted) approval.
     async fn escalate(
-        &mut self,
+        &self,
         id: &str,
         agent_id: &str,
         observed: f64,
         output: Value,
     ) -> Result<NodeOutcome, LogError> {
         let interrupt_id =
-            openwop_protocol::events::event_id_for(self.log.run_id(), &format!("{id}/cp1"))
+            openwop_protocol::events::event_id_for(self.run_id(), &format!("{id}/cp1"))
                 .replacen("evt-", "int-", 1);
-        self.log
-            .emit(
-                &format!("{id}/cp1/suspended"),
-                Some(id),
-                &NodeSuspended {
-                    node_id: id.to_owned(),
-                    interrupt_id: interrupt_id.clone(),
-                    kind: Some(InterruptKind::Approval),
-                    reason: Some("low-confidence".into()),
-                    agent_id: Some(agent_id.to_owned()),
-                    threshold: Some(self.threshold),
-                    observed: Some(observed),
-                },
-            )
-            .await?;
+        self.emit(
+            &format!("{id}/cp1/suspended"),
+            Some(id),
+            &NodeSuspended {
+                node_id: id.to_owned(),
+                interrupt_id: interrupt_id.clone(),
+                kind: Some(InterruptKind::Approval),
+                reason: Some("low-confidence".into()),
+                agent_id: Some(agent_id.to_owned()),
+                threshold: Some(self.threshold),
+                observed: Some(observed),
+            },
+        )
+        .await?;
         let Some(answer) = self.snap.answer(&interrupt_id).cloned() else {
             return Ok(NodeOutcome::Suspended(
                 interrupt_id,
@@ -242,18 +237,17 @@ impl<P: Publisher> Executor<'_, P> {
             } else {
                 "the answer carries no approval decision"
             };
-            self.log
-                .emit(
-                    &format!("{id}/cp1/answer-refused"),
-                    Some(id),
-                    &LogAppended {
-                        level: LogLevel::Warn,
-                        message: why.into(),
-                        node_id: Some(id.to_owned()),
-                        fields: Some(json!({"interruptId": interrupt_id})),
-                    },
-                )
-                .await?;
+            self.emit(
+                &format!("{id}/cp1/answer-refused"),
+                Some(id),
+                &LogAppended {
+                    level: LogLevel::Warn,
+                    message: why.into(),
+                    node_id: Some(id.to_owned()),
+                    fields: Some(json!({"interruptId": interrupt_id})),
+                },
+            )
+            .await?;
             return Ok(NodeOutcome::Suspended(
                 interrupt_id,
                 InterruptKind::Approval,
@@ -272,17 +266,15 @@ impl<P: Publisher> Executor<'_, P> {
                 json!({"nodeId": id, "interruptId": interrupt_id, "comment": answer.comment}),
             )
         };
-        self.log
-            .emit_value(&format!("{id}/cp1/decision"), Some(id), t, p)
+        self.emit_value(&format!("{id}/cp1/decision"), Some(id), t, p)
             .await?;
-        self.log
-            .emit_value(
-                &format!("{id}/cp1/resolved"),
-                Some(id),
-                EventType::InterruptResolved,
-                json!({"interruptId": interrupt_id, "nodeId": id, "approved": approved}),
-            )
-            .await?;
+        self.emit_value(
+            &format!("{id}/cp1/resolved"),
+            Some(id),
+            EventType::InterruptResolved,
+            json!({"interruptId": interrupt_id, "nodeId": id, "approved": approved}),
+        )
+        .await?;
         if !approved {
             return Ok(NodeOutcome::Failed(error(
                 "approval_rejected",
@@ -290,14 +282,13 @@ impl<P: Publisher> Executor<'_, P> {
                 false,
             )));
         }
-        self.log
-            .emit_value(
-                &format!("{id}/cp1/resumed"),
-                Some(id),
-                EventType::NodeResumed,
-                json!({"nodeId": id, "interruptId": interrupt_id}),
-            )
-            .await?;
+        self.emit_value(
+            &format!("{id}/cp1/resumed"),
+            Some(id),
+            EventType::NodeResumed,
+            json!({"nodeId": id, "interruptId": interrupt_id}),
+        )
+        .await?;
         Ok(NodeOutcome::Completed(output))
     }
 }

@@ -1,9 +1,13 @@
-//! Executes one run's node graph, sequentially in the graph's deterministic topological
-//! order, publishing every step through the [`RunLog`]. Node kinds live in their own files:
+//! Executes one run's node graph: every node protocol's scheduling rule
+//! ([`openwop_protocol::schedule`]) says may run is started at once, up to the run's
+//! concurrency limit, as a concurrent branch of the worker's one task; every branch appends
+//! its events through the run's one writer (the [`RunLog`] behind a lock held for a whole
+//! append), so `sequence` stays gapless and each event's id depends only on (run, node,
+//! logical step), never on the interleaving. Node kinds live in their own files:
 //! [`agent`] (the RFC 0023 mock agent and CP-1) and [`prompt`] (LLM nodes); the node type →
 //! kind mapping is protocol's registry (`openwop_protocol::run::nodes`).
 //!
-//! Replay: the executor always starts from the top. A node whose `node.completed` /
+//! Replay: the executor always starts from the root nodes. A node whose `node.completed` /
 //! `node.failed` is recorded is not executed again (its outputs come from the record); a
 //! clarification turn whose `clarification.requested` is recorded makes no provider call; a
 //! node resumes at the node attempt its recorded retries reached; within an emission, every
@@ -13,20 +17,25 @@
 //! dropped by the log. So a replayed run repeats only a provider call that was in flight (no
 //! recorded response) and publishes no duplicate event.
 
+use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 mod agent;
 mod prompt;
 
+use futures::stream::{FuturesUnordered, StreamExt};
 use openwop_protocol::emission;
 use openwop_protocol::envelope::ContentTrust;
+use openwop_protocol::events::RunEventDoc;
 use openwop_protocol::events::{
     AgentDecided, AgentHandoff, AgentReasoned, AgentToolCalled, AgentToolReturned, ErrorInfo,
     EventType, InterruptKind, LogAppended, LogLevel, NodeFailed, NodeSuspended,
 };
-use openwop_protocol::graph::{Graph, Incoming, Node, PortValue, condition_holds};
+use openwop_protocol::graph::{Graph, Node, PortValue};
 use openwop_protocol::outcome::Outcome;
 use openwop_protocol::pipeline::{self, Context, DedupStore, EnvelopeContract, HostPolicy};
 use openwop_protocol::redact::Redactor;
@@ -34,6 +43,7 @@ use openwop_protocol::retry::MockProgram;
 use openwop_protocol::retry::{Action, NlToFormat, NormalizedResponse, Router, RouterConfig};
 use openwop_protocol::run::nodes::{Executor as NodeExecutor, MOCK_AGENT_TYPE_ID, executor_of};
 use openwop_protocol::run::snapshot::RunSnapshot;
+use openwop_protocol::schedule::{self, Decision, NodeState, SkipReason};
 use openwop_protocol::schema::{self, ValidationIssue};
 use openwop_protocol::workflow::NodeEnvelopeContract;
 use openwop_providers::{CompletionRequest, MockProvider, Provider};
@@ -42,6 +52,7 @@ use serde_json::{Map, Value, json};
 use crate::eventlog::{LogError, Publisher, RunLog};
 use crate::providers::ProviderSet;
 use crate::reasoning::{Block, ReasoningStream, thoughts_of};
+use crate::stop::StopSignal;
 use crate::telemetry::SpanHandle;
 
 /// Host-side settings of the executor.
@@ -78,25 +89,40 @@ pub enum RunEnd {
     Failed(ErrorInfo),
     /// `run.cancelled` is durable.
     Cancelled,
-    /// Waiting for an answer; the worker exits with `exit::SUSPENDED`.
-    Suspended {
-        node_id: String,
-        interrupt_id: String,
-        kind: InterruptKind,
-    },
+    /// Waiting for answers; the worker exits with `exit::SUSPENDED`. Everything that could
+    /// run has run: these are the interrupts left pending, in the graph's order.
+    Suspended(Vec<Suspension>),
 }
 
+/// One node waiting for an answer.
 #[derive(Debug, Clone, PartialEq)]
-enum NodeState {
-    Succeeded(Value),
-    Failed(ErrorInfo),
-    Skipped,
+pub struct Suspension {
+    pub node_id: String,
+    pub interrupt_id: String,
+    pub kind: InterruptKind,
 }
 
 enum NodeOutcome {
     Completed(Value),
     Failed(ErrorInfo),
     Suspended(String, InterruptKind),
+}
+
+/// How a branch left its node.
+enum Visited {
+    Succeeded(Value),
+    Failed(ErrorInfo),
+    Skipped,
+    Suspended(String, InterruptKind),
+}
+
+/// Why the run tells its in-flight branches to stop.
+#[derive(Debug, Clone)]
+enum Abandon {
+    /// The run's duration limit passed: each in-flight node records this failure.
+    Timeout(ErrorInfo),
+    /// Another branch could not make its events durable: nothing more is recorded.
+    Error,
 }
 
 fn error(code: &str, message: impl Into<String>, retryable: bool) -> ErrorInfo {
@@ -108,20 +134,35 @@ fn error(code: &str, message: impl Into<String>, retryable: bool) -> ErrorInfo {
     }
 }
 
+/// The run's one writer: every branch appends through it, one append (stamp the sequence,
+/// publish, wait for the ack) at a time, so `sequence` stays gapless whatever the interleaving.
+struct Writer<P: Publisher> {
+    log: RunLog<P>,
+    reasoning: ReasoningStream,
+}
+
+/// A started branch: its node and how it left it.
+type Branch<'f> = Pin<Box<dyn Future<Output = (&'f Node, Result<Visited, LogError>)> + 'f>>;
+
 pub struct Executor<'a, P: Publisher> {
     snap: &'a RunSnapshot,
     graph: &'a Graph,
     cfg: &'a ExecConfig,
-    pub log: RunLog<P>,
-    reasoning: ReasoningStream,
+    writer: tokio::sync::Mutex<Writer<P>>,
+    run_id: String,
+    /// The worker's stop (SIGTERM): in-flight provider calls are abandoned unrecorded.
+    stop: Option<StopSignal>,
+    /// Stops every in-flight branch of this run (timeout, a failed append).
+    abandon: StopSignal,
+    abandon_why: RefCell<Option<Abandon>>,
     mock: MockProvider,
-    dedup: DedupStore,
+    dedup: RefCell<DedupStore>,
     host: HostPolicy,
     redactor: Arc<Redactor>,
     threshold: f64,
     run_span: SpanHandle,
     /// Node executions so far in this worker (capped by the host's `maxNodeExecutions`).
-    executions: u32,
+    executions: Cell<u32>,
 }
 
 impl<'a, P: Publisher> Executor<'a, P> {
@@ -142,15 +183,18 @@ impl<'a, P: Publisher> Executor<'a, P> {
             snap,
             graph,
             cfg,
-            log,
-            reasoning,
+            run_id: log.run_id().to_owned(),
+            stop: log.stop_signal(),
+            writer: tokio::sync::Mutex::new(Writer { log, reasoning }),
+            abandon: StopSignal::new(),
+            abandon_why: RefCell::new(None),
             mock: MockProvider::new("mock-model", 8192, programs),
-            dedup: DedupStore::new(),
+            dedup: RefCell::new(DedupStore::new()),
             host: snap.host.pipeline_policy(),
             redactor: Arc::new(Redactor::new(cfg.secrets.clone())),
             threshold: snap.escalation_threshold(),
             run_span: SpanHandle::none(),
-            executions: 0,
+            executions: Cell::new(0),
         }
     }
 
@@ -160,36 +204,129 @@ impl<'a, P: Publisher> Executor<'a, P> {
         self
     }
 
-    fn recorded(&self, t: EventType, node: &str) -> Option<&Value> {
-        self.log
+    /// The run's log (for the worker once the run future is gone).
+    pub fn log_mut(&mut self) -> &mut RunLog<P> {
+        &mut self.writer.get_mut().log
+    }
+
+    fn run_id(&self) -> &str {
+        &self.run_id
+    }
+
+    async fn emit<T: openwop_protocol::events::EventPayload>(
+        &self,
+        step_key: &str,
+        node: Option<&str>,
+        p: &T,
+    ) -> Result<(), LogError> {
+        self.writer.lock().await.log.emit(step_key, node, p).await
+    }
+
+    async fn emit_value(
+        &self,
+        step_key: &str,
+        node: Option<&str>,
+        t: EventType,
+        payload: Value,
+    ) -> Result<(), LogError> {
+        self.writer
+            .lock()
+            .await
+            .log
+            .emit_value(step_key, node, t, payload)
+            .await
+    }
+
+    async fn append(&self, docs: Vec<RunEventDoc>) -> Result<(), LogError> {
+        self.writer.lock().await.log.append(docs).await
+    }
+
+    async fn build<T: openwop_protocol::events::EventPayload>(
+        &self,
+        step_key: &str,
+        node: Option<&str>,
+        p: &T,
+    ) -> RunEventDoc {
+        self.writer.lock().await.log.build(step_key, node, p)
+    }
+
+    async fn publish_reasoning(
+        &self,
+        node: &str,
+        key: &str,
+        block: &Block,
+    ) -> Result<(), LogError> {
+        let mut w = self.writer.lock().await;
+        let w = &mut *w;
+        w.reasoning.publish(&mut w.log, node, key, block).await
+    }
+
+    async fn recorded(&self, t: EventType, node: &str) -> Option<Value> {
+        self.writer
+            .lock()
+            .await
+            .log
             .events()
             .iter()
             .rev()
             .find(|e| e.event_type == t && e.node_id.as_deref() == Some(node))
-            .map(|e| &e.payload)
+            .map(|e| e.payload.clone())
+    }
+
+    async fn recorded_id(&self, event_id: &str) -> bool {
+        self.writer.lock().await.log.contains(event_id)
     }
 
     /// Whether the clarification turn's events are all durable: `interrupt.requested` is the
     /// last of the pipeline's batch, so a kill inside the batch re-drives the turn (its
     /// provider response comes from the journal) and publishes the rest.
-    fn recorded_interrupt(&self, interrupt_id: &str) -> bool {
-        self.log.events().iter().any(|e| {
+    async fn recorded_interrupt(&self, interrupt_id: &str) -> bool {
+        self.writer.lock().await.log.events().iter().any(|e| {
             e.event_type == EventType::InterruptRequested
                 && e.payload.get("interruptId").and_then(Value::as_str) == Some(interrupt_id)
         })
     }
 
-    /// Runs (or resumes) the run to its end or its next suspension.
+    fn abandon(&self, why: Abandon) {
+        self.abandon_why.borrow_mut().get_or_insert(why);
+        self.abandon.request();
+    }
+
+    /// Why in-flight work stops, once the run abandons its branches: `Ok(error)` to record
+    /// as the node's failure, `Err` when nothing more may be recorded.
+    fn abandon_reason(&self) -> Option<Result<ErrorInfo, LogError>> {
+        self.abandon
+            .is_requested()
+            .then(|| match &*self.abandon_why.borrow() {
+                Some(Abandon::Timeout(e)) => Ok(e.clone()),
+                _ => Err(LogError::Stopped),
+            })
+    }
+
+    /// Resolves once the run abandons its branches (see [`Self::abandon_reason`]).
+    async fn abandoned(&self) -> Result<ErrorInfo, LogError> {
+        self.abandon.requested().await;
+        self.abandon_reason().unwrap_or(Err(LogError::Stopped))
+    }
+
+    /// Runs (or resumes) the run to its end or until only waiting branches are left.
     pub async fn run(&mut self) -> Result<RunEnd, LogError> {
+        self.drive().await
+    }
+
+    /// The scheduler: starts every node [`schedule::decide`] says may run, up to the run's
+    /// concurrency limit, as concurrent branches of this task, and settles them as they
+    /// finish. It never awaits the writer itself while branches run (a branch holding it is
+    /// only driven by being polled here); it emits only once every branch has returned.
+    async fn drive(&self) -> Result<RunEnd, LogError> {
         let inputs = self.snap.inputs.clone();
-        self.log
-            .emit_value(
-                "run.started",
-                None,
-                EventType::RunStarted,
-                json!({"workflowId": self.graph.id, "inputs": inputs}),
-            )
-            .await?;
+        self.emit_value(
+            "run.started",
+            None,
+            EventType::RunStarted,
+            json!({"workflowId": self.graph.id, "inputs": inputs}),
+        )
+        .await?;
         let mut variables = Map::new();
         for v in &self.graph.variables {
             match self.snap.inputs.get(&v.name).or(v.default.as_ref()) {
@@ -211,7 +348,6 @@ impl<'a, P: Publisher> Executor<'a, P> {
             }
         }
         let variables = Value::Object(variables);
-        let mut states: BTreeMap<String, NodeState> = BTreeMap::new();
         let started = Instant::now();
         // The workflow's settings.timeout, capped by the host's maxRunDurationMs.
         let run_limit = match (
@@ -221,57 +357,133 @@ impl<'a, P: Publisher> Executor<'a, P> {
             (Some(w), Some(h)) => Some(w.min(h)),
             (w, h) => w.or(h),
         };
-        for node in &self.graph.nodes {
-            if let Some(limit) = run_limit
-                && started.elapsed() > Duration::from_millis(limit)
+        let deadline =
+            run_limit.map(|ms| tokio::time::Instant::from_std(started) + Duration::from_millis(ms));
+        let limit = schedule::concurrency_limit(
+            self.graph.max_concurrency,
+            self.snap.host.node_concurrency,
+        );
+        let mut states: BTreeMap<String, NodeState> = BTreeMap::new();
+        let mut errors: BTreeMap<String, ErrorInfo> = BTreeMap::new();
+        let mut waiting: Vec<Suspension> = Vec::new();
+        let mut running: FuturesUnordered<Branch<'_>> = FuturesUnordered::new();
+        // Nodes executing (skips and condition failures are branches too, but count for nothing).
+        let mut executing = 0usize;
+        let mut failure: Option<LogError> = None;
+        let variables = &variables;
+        loop {
+            if let Some(d) = deadline
+                && tokio::time::Instant::now() >= d
+                && !self.abandon.is_requested()
             {
-                let e = error(
-                    "run_timeout",
-                    format!(
-                        "the run exceeded its duration limit of {limit} ms (workflow settings.timeout, capped by the host's maxRunDurationMs)"
-                    ),
-                    false,
-                );
-                self.log
-                    .emit_value(
-                        "cap.breached/run-duration",
-                        None,
-                        EventType::CapBreached,
-                        json!({"kind": "run-duration", "limit": limit, "observed": started.elapsed().as_millis() as u64}),
-                    )
-                    .await?;
-                return self.finish_failed(e).await;
+                self.abandon(Abandon::Timeout(run_timeout(run_limit.unwrap_or_default())));
             }
-            let state = self.visit(node, &states, &variables).await?;
-            match state {
-                Ok(s) => {
-                    states.insert(node.id.clone(), s);
+            if !self.abandon.is_requested() {
+                for (node, decision) in schedule::decide(self.graph, &states) {
+                    let id = node.id.clone();
+                    let branch: Branch<'_> = match decision {
+                        Decision::Skip(why) => {
+                            states.insert(id, NodeState::Skipped);
+                            Box::pin(async move { (node, self.skip(node, why).await) })
+                        }
+                        Decision::ConditionInvalid { message, .. } => {
+                            let e = error("edge_condition_invalid", message, false);
+                            states.insert(id.clone(), NodeState::Failed);
+                            errors.insert(id, e.clone());
+                            Box::pin(async move {
+                                let r = self.fail_node(&node.id, e.clone(), None).await;
+                                (node, r.map(|()| Visited::Failed(e)))
+                            })
+                        }
+                        Decision::Run { .. } if executing >= limit => continue,
+                        Decision::Run { edge_inputs } => {
+                            executing += 1;
+                            states.insert(id, NodeState::Running);
+                            let upstream = states.clone();
+                            Box::pin(async move {
+                                let r = self.visit(node, edge_inputs, &upstream, variables).await;
+                                (node, r)
+                            })
+                        }
+                    };
+                    running.push(branch);
                 }
-                Err((interrupt_id, kind)) => {
-                    return Ok(RunEnd::Suspended {
-                        node_id: node.id.clone(),
+            }
+            if running.is_empty() {
+                break;
+            }
+            let next = match deadline.filter(|_| !self.abandon.is_requested()) {
+                Some(d) => tokio::select! {
+                    n = running.next() => n,
+                    _ = tokio::time::sleep_until(d) => continue,
+                },
+                None => running.next().await,
+            };
+            let Some((node, result)) = next else { break };
+            let id = node.id.clone();
+            if matches!(states.get(&id), Some(NodeState::Running)) {
+                executing -= 1;
+            }
+            match result {
+                Ok(Visited::Succeeded(out)) => {
+                    states.insert(id, NodeState::Succeeded(out));
+                }
+                Ok(Visited::Failed(e)) => {
+                    states.insert(id.clone(), NodeState::Failed);
+                    errors.insert(id, e);
+                }
+                Ok(Visited::Skipped) => {
+                    states.insert(id, NodeState::Skipped);
+                }
+                Ok(Visited::Suspended(interrupt_id, kind)) => {
+                    states.insert(id.clone(), NodeState::Waiting);
+                    waiting.push(Suspension {
+                        node_id: id,
                         interrupt_id,
                         kind,
                     });
                 }
+                Err(e) => {
+                    // Stop the other branches at their next safe point and keep driving them
+                    // until they return: dropping one mid-append could lose an acked event.
+                    failure.get_or_insert(e);
+                    self.abandon(Abandon::Error);
+                }
             }
         }
+        if let Some(e) = failure {
+            return Err(e);
+        }
+        if let Some(Ok(e)) = self.abandon_reason() {
+            let limit = run_limit.unwrap_or_default();
+            self.emit_value(
+                "cap.breached/run-duration",
+                None,
+                EventType::CapBreached,
+                json!({"kind": "run-duration", "limit": limit, "observed": started.elapsed().as_millis() as u64}),
+            )
+            .await?;
+            return self.finish_failed(e).await;
+        }
+        // Branches waiting for answers suspend the run even beside a failed branch (as when
+        // the suspension came first in a sequential run): the run ends once nothing waits.
+        if !waiting.is_empty() {
+            let order = |s: &Suspension| self.graph.nodes.iter().position(|n| n.id == s.node_id);
+            waiting.sort_by_key(order);
+            return Ok(RunEnd::Suspended(waiting));
+        }
         // A failed node fails the run unless an edge consumes its failure.
-        let unhandled = self
-            .graph
-            .nodes
-            .iter()
-            .find_map(|n| match states.get(&n.id) {
-                Some(NodeState::Failed(e))
-                    if !self
+        let unhandled = self.graph.nodes.iter().find_map(|n| {
+            errors
+                .get(&n.id)
+                .filter(|_| {
+                    !self
                         .graph
                         .outgoing(&n.id)
-                        .any(|e| e.trigger_rule.handles_failure()) =>
-                {
-                    Some(e.clone())
-                }
-                _ => None,
-            });
+                        .any(|e| e.trigger_rule.handles_failure())
+                })
+                .cloned()
+        });
         if let Some(e) = unhandled {
             return self.finish_failed(e).await;
         }
@@ -283,170 +495,133 @@ impl<'a, P: Publisher> Executor<'a, P> {
                 outputs.insert(n.id.clone(), o.clone());
             }
         }
-        self.log
-            .emit_value(
-                "run.completed",
-                None,
-                EventType::RunCompleted,
-                json!({"outputs": outputs}),
-            )
-            .await?;
+        self.emit_value(
+            "run.completed",
+            None,
+            EventType::RunCompleted,
+            json!({"outputs": outputs}),
+        )
+        .await?;
         Ok(RunEnd::Completed)
     }
 
     /// `run.resumed` for an answered interrupt (once per interrupt: its key is the id).
-    async fn run_resumed(&mut self, interrupt_id: &str) -> Result<(), LogError> {
-        self.log
-            .emit_value(
-                &format!("run.resumed/{interrupt_id}"),
-                None,
-                EventType::RunResumed,
-                json!({"interruptId": interrupt_id}),
-            )
-            .await
+    async fn run_resumed(&self, interrupt_id: &str) -> Result<(), LogError> {
+        self.emit_value(
+            &format!("run.resumed/{interrupt_id}"),
+            None,
+            EventType::RunResumed,
+            json!({"interruptId": interrupt_id}),
+        )
+        .await
     }
 
-    async fn finish_failed(&mut self, e: ErrorInfo) -> Result<RunEnd, LogError> {
-        self.log
-            .emit_value(
-                "run.failed",
-                None,
-                EventType::RunFailed,
-                json!({"error": e}),
-            )
-            .await?;
+    async fn finish_failed(&self, e: ErrorInfo) -> Result<RunEnd, LogError> {
+        self.emit_value(
+            "run.failed",
+            None,
+            EventType::RunFailed,
+            json!({"error": e}),
+        )
+        .await?;
         Ok(RunEnd::Failed(e))
     }
 
-    /// One node: trigger rule, replay, inputs, execution with node-level retries.
+    async fn skip(&self, node: &Node, why: SkipReason) -> Result<Visited, LogError> {
+        let id = node.id.as_str();
+        let why = why.as_str();
+        self.emit(
+            &format!("{id}/skipped"),
+            Some(id),
+            &LogAppended {
+                level: LogLevel::Info,
+                message: format!("node {id} skipped: {why}"),
+                node_id: Some(id.to_owned()),
+                fields: Some(json!({"skipped": true, "reason": why})),
+            },
+        )
+        .await?;
+        Ok(Visited::Skipped)
+    }
+
+    /// One node the scheduler started: replay, inputs, execution with node-level retries.
     async fn visit(
-        &mut self,
+        &self,
         node: &Node,
+        edge_inputs: Map<String, Value>,
         states: &BTreeMap<String, NodeState>,
         variables: &Value,
-    ) -> Result<Result<NodeState, (String, InterruptKind)>, LogError> {
+    ) -> Result<Visited, LogError> {
         let id = node.id.as_str();
-        if let Some(p) = self.recorded(EventType::NodeCompleted, id) {
-            return Ok(Ok(NodeState::Succeeded(
+        if let Some(p) = self.recorded(EventType::NodeCompleted, id).await {
+            return Ok(Visited::Succeeded(
                 p.get("outputs").cloned().unwrap_or(Value::Null),
-            )));
+            ));
         }
-        if let Some(p) = self.recorded(EventType::NodeFailed, id) {
+        if let Some(p) = self.recorded(EventType::NodeFailed, id).await {
             let e = serde_json::from_value(p.get("error").cloned().unwrap_or(Value::Null))
                 .unwrap_or_else(|_| error("node_failed", "recorded failure", false));
-            return Ok(Ok(NodeState::Failed(e)));
-        }
-        // Incoming edges: taken, skipped (condition false / source skipped) or failed.
-        let mut edge_inputs = Map::new();
-        let (mut ok, mut failed, mut total) = (0, 0, 0);
-        let mut rule = None;
-        for e in self.graph.incoming(id) {
-            total += 1;
-            rule.get_or_insert(e.trigger_rule);
-            match states.get(&e.source) {
-                Some(NodeState::Succeeded(out)) => {
-                    let taken = match &e.condition {
-                        None => true,
-                        Some(c) => match condition_holds(c, out) {
-                            Ok(b) => b,
-                            Err(why) => {
-                                let err = error(
-                                    "edge_condition_invalid",
-                                    format!("edge {}: {why}", e.id),
-                                    false,
-                                );
-                                return self.fail_node(id, err, None).await.map(Ok);
-                            }
-                        },
-                    };
-                    if taken {
-                        ok += 1;
-                        if let Some(v) = out.get(&e.source_output) {
-                            edge_inputs.insert(e.target_input.clone(), v.clone());
-                        }
-                    }
-                }
-                Some(NodeState::Failed(_)) => failed += 1,
-                _ => {}
-            }
-        }
-        let runs = rule.unwrap_or_default().is_met(Incoming {
-            taken: ok,
-            failed,
-            total,
-        });
-        if !runs || node.disabled {
-            let why = if node.disabled {
-                "disabled"
-            } else {
-                "trigger rule not met"
-            };
-            self.log
-                .emit(
-                    &format!("{id}/skipped"),
-                    Some(id),
-                    &LogAppended {
-                        level: LogLevel::Info,
-                        message: format!("node {id} skipped: {why}"),
-                        node_id: Some(id.to_owned()),
-                        fields: Some(json!({"skipped": true, "reason": why})),
-                    },
-                )
-                .await?;
-            return Ok(Ok(NodeState::Skipped));
+            return Ok(Visited::Failed(e));
         }
         let inputs = match self.resolve_inputs(node, edge_inputs, states, variables) {
             Ok(i) => i,
-            Err(e) => return self.fail_node(id, *e, None).await.map(Ok),
+            Err(e) => return self.failed(id, *e, None).await,
         };
         let max_retries = node.max_retries.unwrap_or(self.graph.default_max_retries);
         // A restarted worker resumes at the node attempt the log reached: the failures of the
         // earlier attempts are recorded (`{id}/retry/{n}`), replaying them would call again.
         let mut attempt = 0u32;
-        while self.log.contains(&openwop_protocol::events::event_id_for(
-            self.log.run_id(),
-            &format!("{id}/retry/{}", attempt + 1),
-        )) {
+        while self
+            .recorded_id(&openwop_protocol::events::event_id_for(
+                self.run_id(),
+                &format!("{id}/retry/{}", attempt + 1),
+            ))
+            .await
+        {
             attempt += 1;
         }
         let span = self.run_span.child("openwop.node");
-        span.set_str("openwop.run_id", self.log.run_id());
+        span.set_str("openwop.run_id", self.run_id());
         span.set_str("openwop.node_id", id);
         span.set_str("openwop.node_type", &node.type_id);
         loop {
+            match self.abandon_reason() {
+                Some(Ok(e)) => return self.failed(id, e, Some(attempt + 1)).await,
+                Some(Err(e)) => return Err(e),
+                None => {}
+            }
             span.set_i64("openwop.node_attempt", i64::from(attempt) + 1);
-            self.executions += 1;
+            let executions = self.executions.get() + 1;
+            self.executions.set(executions);
             if let Some(cap) = self.snap.host.limits.max_node_executions
-                && self.executions > cap
+                && executions > cap
             {
-                self.log
-                    .emit_value(
-                        &format!("{id}/cap/node-executions"),
-                        Some(id),
-                        EventType::CapBreached,
-                        json!({"kind": "node-executions", "limit": cap, "observed": self.executions, "nodeId": id}),
-                    )
-                    .await?;
+                self.emit_value(
+                    &format!("{id}/cap/node-executions"),
+                    Some(id),
+                    EventType::CapBreached,
+                    json!({"kind": "node-executions", "limit": cap, "observed": executions, "nodeId": id}),
+                )
+                .await?;
                 let e = error(
                     "cap_breached",
                     format!("the run exceeded the host's maxNodeExecutions ({cap})"),
                     false,
                 );
-                return self.fail_node(id, e, Some(attempt + 1)).await.map(Ok);
+                return self.failed(id, e, Some(attempt + 1)).await;
             }
             let key = if attempt == 0 {
                 format!("{id}/started")
             } else {
                 format!("{id}/started/r{attempt}")
             };
-            self.log
-                .emit_value(
-                    &key,
-                    Some(id),
-                    EventType::NodeStarted,
-                    json!({"nodeId": id, "typeId": node.type_id, "attempt": attempt + 1}),
-                )
-                .await?;
+            self.emit_value(
+                &key,
+                Some(id),
+                EventType::NodeStarted,
+                json!({"nodeId": id, "typeId": node.type_id, "attempt": attempt + 1}),
+            )
+            .await?;
             let deadline = node
                 .timeout_ms
                 .map(|ms| Instant::now() + Duration::from_millis(ms));
@@ -463,65 +638,79 @@ impl<'a, P: Publisher> Executor<'a, P> {
             }
             match outcome {
                 NodeOutcome::Completed(outputs) => {
-                    self.log
-                        .emit_value(
-                            &format!("{id}/completed"),
-                            Some(id),
-                            EventType::NodeCompleted,
-                            json!({"nodeId": id, "outputs": outputs}),
-                        )
-                        .await?;
+                    self.emit_value(
+                        &format!("{id}/completed"),
+                        Some(id),
+                        EventType::NodeCompleted,
+                        json!({"nodeId": id, "outputs": outputs}),
+                    )
+                    .await?;
                     // The recorded (redacted) outputs are what downstream nodes see, live or replayed.
                     let outputs = self
                         .recorded(EventType::NodeCompleted, id)
+                        .await
                         .and_then(|p| p.get("outputs").cloned())
                         .unwrap_or(outputs);
-                    return Ok(Ok(NodeState::Succeeded(outputs)));
+                    return Ok(Visited::Succeeded(outputs));
                 }
-                NodeOutcome::Suspended(interrupt, kind) => return Ok(Err((interrupt, kind))),
-                NodeOutcome::Failed(e) if e.retryable == Some(true) && attempt < max_retries => {
+                NodeOutcome::Suspended(interrupt, kind) => {
+                    return Ok(Visited::Suspended(interrupt, kind));
+                }
+                NodeOutcome::Failed(e)
+                    if e.retryable == Some(true)
+                        && attempt < max_retries
+                        && self.abandon_reason().is_none() =>
+                {
                     attempt += 1;
-                    self.log
-                        .emit(
-                            &format!("{id}/retry/{attempt}"),
-                            Some(id),
-                            &LogAppended {
-                                level: LogLevel::Warn,
-                                message: format!("node {id} attempt {attempt} failed ({}); retrying ({attempt} of {max_retries})", e.code),
-                                node_id: Some(id.to_owned()),
-                                fields: Some(json!({"attempt": attempt, "maxRetries": max_retries, "code": e.code})),
-                            },
-                        )
-                        .await?;
+                    self.emit(
+                        &format!("{id}/retry/{attempt}"),
+                        Some(id),
+                        &LogAppended {
+                            level: LogLevel::Warn,
+                            message: format!("node {id} attempt {attempt} failed ({}); retrying ({attempt} of {max_retries})", e.code),
+                            node_id: Some(id.to_owned()),
+                            fields: Some(json!({"attempt": attempt, "maxRetries": max_retries, "code": e.code})),
+                        },
+                    )
+                    .await?;
                 }
                 NodeOutcome::Failed(e) => {
-                    if self.recorded(EventType::NodeFailed, id).is_none() {
-                        return self.fail_node(id, e, Some(attempt + 1)).await.map(Ok);
+                    if self.recorded(EventType::NodeFailed, id).await.is_none() {
+                        return self.failed(id, e, Some(attempt + 1)).await;
                     }
-                    return Ok(Ok(NodeState::Failed(e)));
+                    return Ok(Visited::Failed(e));
                 }
             }
         }
     }
 
-    async fn fail_node(
-        &mut self,
+    /// Records `node.failed` and settles the node as failed.
+    async fn failed(
+        &self,
         id: &str,
         e: ErrorInfo,
         attempts: Option<u32>,
-    ) -> Result<NodeState, LogError> {
-        self.log
-            .emit(
-                &format!("{id}/failed"),
-                Some(id),
-                &NodeFailed {
-                    node_id: id.to_owned(),
-                    error: e.clone(),
-                    attempts,
-                },
-            )
-            .await?;
-        Ok(NodeState::Failed(e))
+    ) -> Result<Visited, LogError> {
+        self.fail_node(id, e.clone(), attempts).await?;
+        Ok(Visited::Failed(e))
+    }
+
+    async fn fail_node(
+        &self,
+        id: &str,
+        e: ErrorInfo,
+        attempts: Option<u32>,
+    ) -> Result<(), LogError> {
+        self.emit(
+            &format!("{id}/failed"),
+            Some(id),
+            &NodeFailed {
+                node_id: id.to_owned(),
+                error: e,
+                attempts,
+            },
+        )
+        .await
     }
 
     fn resolve_inputs(
@@ -590,7 +779,7 @@ impl<'a, P: Publisher> Executor<'a, P> {
     }
 
     async fn execute(
-        &mut self,
+        &self,
         node: &Node,
         inputs: &Value,
         attempt: u32,
@@ -658,6 +847,16 @@ pub async fn cancel_run<P: Publisher>(
     Ok(RunEnd::Cancelled)
 }
 
+fn run_timeout(limit: u64) -> ErrorInfo {
+    error(
+        "run_timeout",
+        format!(
+            "the run exceeded its duration limit of {limit} ms (workflow settings.timeout, capped by the host's maxRunDurationMs); in-flight branches were stopped"
+        ),
+        false,
+    )
+}
+
 fn config_error(id: &str, issues: &[ValidationIssue]) -> ErrorInfo {
     let first = issues.first();
     ErrorInfo {
@@ -671,3 +870,6 @@ fn config_error(id: &str, issues: &[ValidationIssue]) -> ErrorInfo {
         retryable: Some(false),
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -5,7 +5,7 @@ use super::*;
 
 impl<P: Publisher> Executor<'_, P> {
     pub(super) async fn prompt(
-        &mut self,
+        &self,
         node: &Node,
         inputs: &Value,
         attempt: u32,
@@ -79,7 +79,7 @@ impl<P: Publisher> Executor<'_, P> {
             .and_then(Value::as_str)
             .unwrap_or_default()
             .to_owned();
-        let run_id = self.log.run_id().to_owned();
+        let run_id = self.run_id().to_owned();
         let retry = if attempt == 0 {
             String::new()
         } else {
@@ -91,23 +91,22 @@ impl<P: Publisher> Executor<'_, P> {
             let corr = format!("{run_id}:{id}:{turn}{retry}");
             let interrupt_id =
                 pipeline::interrupt_id_for(&run_id, &self.redactor.redact_str(&corr).0);
-            if self.recorded_interrupt(&interrupt_id) {
+            if self.recorded_interrupt(&interrupt_id).await {
                 // This turn's envelope is finished (a clarification): no provider call.
-                self.log
-                    .emit(
-                        &format!("{corr}/node.suspended"),
-                        Some(id),
-                        &NodeSuspended {
-                            node_id: id.to_owned(),
-                            interrupt_id: interrupt_id.clone(),
-                            kind: Some(InterruptKind::Clarification),
-                            reason: None,
-                            agent_id: None,
-                            threshold: None,
-                            observed: None,
-                        },
-                    )
-                    .await?;
+                self.emit(
+                    &format!("{corr}/node.suspended"),
+                    Some(id),
+                    &NodeSuspended {
+                        node_id: id.to_owned(),
+                        interrupt_id: interrupt_id.clone(),
+                        kind: Some(InterruptKind::Clarification),
+                        reason: None,
+                        agent_id: None,
+                        threshold: None,
+                        observed: None,
+                    },
+                )
+                .await?;
                 let Some(answer) = self.snap.answer(&interrupt_id).cloned() else {
                     return Ok(NodeOutcome::Suspended(
                         interrupt_id,
@@ -116,30 +115,27 @@ impl<P: Publisher> Executor<'_, P> {
                 };
                 let value = answer.value.clone().unwrap_or(Value::Null);
                 self.run_resumed(&interrupt_id).await?;
-                self.log
-                    .emit_value(
-                        &format!("{corr}/clarification.resolved"),
-                        Some(id),
-                        EventType::ClarificationResolved,
-                        json!({"nodeId": id, "interruptId": interrupt_id, "answers": value}),
-                    )
-                    .await?;
-                self.log
-                    .emit_value(
-                        &format!("{corr}/interrupt.resolved"),
-                        Some(id),
-                        EventType::InterruptResolved,
-                        json!({"nodeId": id, "interruptId": interrupt_id}),
-                    )
-                    .await?;
-                self.log
-                    .emit_value(
-                        &format!("{corr}/node.resumed"),
-                        Some(id),
-                        EventType::NodeResumed,
-                        json!({"nodeId": id, "interruptId": interrupt_id}),
-                    )
-                    .await?;
+                self.emit_value(
+                    &format!("{corr}/clarification.resolved"),
+                    Some(id),
+                    EventType::ClarificationResolved,
+                    json!({"nodeId": id, "interruptId": interrupt_id, "answers": value}),
+                )
+                .await?;
+                self.emit_value(
+                    &format!("{corr}/interrupt.resolved"),
+                    Some(id),
+                    EventType::InterruptResolved,
+                    json!({"nodeId": id, "interruptId": interrupt_id}),
+                )
+                .await?;
+                self.emit_value(
+                    &format!("{corr}/node.resumed"),
+                    Some(id),
+                    EventType::NodeResumed,
+                    json!({"nodeId": id, "interruptId": interrupt_id}),
+                )
+                .await?;
                 answers.push(value);
                 turn += 1;
                 continue;
@@ -240,14 +236,15 @@ impl<P: Publisher> Executor<'_, P> {
                     }
                 };
             let now = crate::eventlog::now_rfc3339();
-            let mut step = match router.start(self.log.factory(), &now) {
+            let started = router.start(self.writer.lock().await.log.factory(), &now);
+            let mut step = match started {
                 Ok(s) => s,
                 Err(e) => return Ok(NodeOutcome::Failed(error("internal", e.to_string(), false))),
             };
-            let mut journal = router.restore(self.log.events());
+            let mut journal = router.restore(self.writer.lock().await.log.events());
             let accepted = loop {
                 let events = std::mem::take(&mut step.events);
-                self.log.append(events).await?;
+                self.append(events).await?;
                 match step.action {
                     Action::Call(req) => {
                         let request = CompletionRequest {
@@ -299,7 +296,11 @@ impl<P: Publisher> Executor<'_, P> {
                             // worker makes it again.
                             let result = tokio::select! {
                                 r = timed => r,
-                                _ = crate::stop::wait(self.log.stop_signal()) => return Err(LogError::Stopped),
+                                _ = crate::stop::wait(self.stop.clone()) => return Err(LogError::Stopped),
+                                why = self.abandoned() => {
+                                    call_span.fail("cancelled", "the run stopped its in-flight branches");
+                                    return why.map(NodeOutcome::Failed);
+                                }
                             };
                             let Some(result) = result else {
                                 call_span.fail(
@@ -350,8 +351,9 @@ impl<P: Publisher> Executor<'_, P> {
                         // Recorded before anything else of the response; the router routes
                         // the recorded (redacted) form, live or restored alike.
                         let now = crate::eventlog::now_rfc3339();
-                        let (record, response) = router.record(&response, self.log.factory(), &now);
-                        self.log.append(vec![record]).await?;
+                        let (record, response) =
+                            router.record(&response, self.writer.lock().await.log.factory(), &now);
+                        self.append(vec![record]).await?;
                         if let Some(thinking) = response.thinking.as_deref() {
                             // Provider thinking: one block per call, correlated to the
                             // emission; redacted and rate-limited by the stream.
@@ -367,17 +369,20 @@ impl<P: Publisher> Executor<'_, P> {
                                 nested: vec![],
                                 conclusion: None,
                             };
-                            self.reasoning
-                                .publish(
-                                    &mut self.log,
-                                    id,
-                                    &format!("{corr}/thinking/{}", req.attempt),
-                                    &block,
-                                )
-                                .await?;
+                            self.publish_reasoning(
+                                id,
+                                &format!("{corr}/thinking/{}", req.attempt),
+                                &block,
+                            )
+                            .await?;
                         }
                         let now = crate::eventlog::now_rfc3339();
-                        step = match router.on_response(&response, self.log.factory(), &now) {
+                        let next = router.on_response(
+                            &response,
+                            self.writer.lock().await.log.factory(),
+                            &now,
+                        );
+                        step = match next {
                             Ok(s) => s,
                             Err(e) => {
                                 return Ok(NodeOutcome::Failed(error(
@@ -439,7 +444,14 @@ impl<P: Publisher> Executor<'_, P> {
             let processed = {
                 let mut ctx = Context::new(&self.host, &self.redactor, id, &now);
                 ctx.node_contract = contract.as_ref();
-                pipeline::accept_value(env, None, &ctx, &mut self.dedup, self.log.factory())
+                let mut w = self.writer.lock().await;
+                pipeline::accept_value(
+                    env,
+                    None,
+                    &ctx,
+                    &mut self.dedup.borrow_mut(),
+                    w.log.factory(),
+                )
             };
             env_span.set_str("openwop.envelope_outcome", processed.outcome.status());
             if let Outcome::Accepted(a) = &processed.outcome {
@@ -460,7 +472,7 @@ impl<P: Publisher> Executor<'_, P> {
                 );
             }
             drop(env_span);
-            self.log.append(processed.events.clone()).await?;
+            self.append(processed.events.clone()).await?;
             if let Some(text) = reasoning_text {
                 let envelope_id = match &processed.outcome {
                     Outcome::Accepted(a) => a.envelope_id.clone(),
@@ -474,8 +486,7 @@ impl<P: Publisher> Executor<'_, P> {
                     nested: vec![],
                     conclusion: Some(format!("emitted {kind}")),
                 };
-                self.reasoning
-                    .publish(&mut self.log, id, &format!("{corr}/envelope"), &block)
+                self.publish_reasoning(id, &format!("{corr}/envelope"), &block)
                     .await?;
             }
             match processed.outcome {
@@ -483,7 +494,7 @@ impl<P: Publisher> Executor<'_, P> {
                     // Question number turn + 1: beyond the host's clarificationRounds (or the
                     // node's lower setting) the node fails instead of waiting.
                     if turn >= clarification_rounds {
-                        self.log.emit_value(&format!("{corr}/cap"), Some(id), EventType::CapBreached, json!({"kind": "clarification", "limit": clarification_rounds, "observed": turn + 1, "nodeId": id})).await?;
+                        self.emit_value(&format!("{corr}/cap"), Some(id), EventType::CapBreached, json!({"kind": "clarification", "limit": clarification_rounds, "observed": turn + 1, "nodeId": id})).await?;
                         return Ok(NodeOutcome::Failed(error(
                             "cap_breached",
                             format!(

@@ -1,0 +1,340 @@
+//! The executor on an in-memory log: concurrency, the limit, determinism of event ids under
+//! any interleaving, failure semantics, the run timeout and several pending interrupts.
+
+use std::collections::BTreeSet;
+
+use openwop_protocol::events::RunEventDoc;
+use openwop_protocol::run::snapshot::RunSnapshot;
+use serde_json::{Value, json};
+
+use super::*;
+use crate::eventlog::MemoryPublisher;
+
+/// A mocked LLM node that emits a `vendor.acme.note` envelope.
+fn llm(id: &str) -> Value {
+    json!({"id": id, "typeId": "core.ai.callPrompt",
+           "config": {"provider": "mock", "prompt": format!("node {id}"), "envelopeType": "vendor.acme.note"}})
+}
+
+fn note(text: &str, delay_ms: u64) -> Value {
+    json!({"stopReason": "stop", "delayMs": delay_ms,
+           "content": {"type": "vendor.acme.note", "payload": {"text": text}}})
+}
+
+fn ask(question_id: &str) -> Value {
+    json!({"stopReason": "stop", "content": {"type": "clarification.request",
+           "payload": {"questions": [{"id": question_id, "question": "Which?"}]}}})
+}
+
+/// `a` (identity) fans out to `branches`, which fan in to `join` (noop) under `rule`.
+fn fan(branches: &[&str], rule: &str, settings: Value) -> Value {
+    let mut nodes = vec![json!({"id": "a", "typeId": "core.identity"})];
+    let mut edges = vec![];
+    for b in branches {
+        nodes.push(llm(b));
+        edges.push(json!({"id": format!("a-{b}"), "sourceNodeId": "a", "targetNodeId": b}));
+        edges.push(
+            json!({"id": format!("{b}-join"), "sourceNodeId": b, "targetNodeId": "join",
+                          "targetInput": b, "triggerRule": rule}),
+        );
+    }
+    nodes.push(json!({"id": "join", "typeId": "core.flow.noop"}));
+    json!({"id": "fan", "nodes": nodes, "edges": edges, "settings": settings})
+}
+
+struct Outcome {
+    end: RunEnd,
+    events: Vec<RunEventDoc>,
+    /// Provider calls this worker made, by program key.
+    calls: Vec<String>,
+}
+
+/// Runs (or replays over `existing`) the workflow with `mocks` and `answers`.
+fn run(workflow: &Value, mocks: &Value, answers: Value, existing: Vec<RunEventDoc>) -> Outcome {
+    let snap: RunSnapshot = serde_json::from_value(json!({
+        "run": {"namespace": "ns", "name": "r", "runId": "run-1"},
+        "workflow": workflow, "inputs": {"doc": "d"}, "answers": answers, "providerMocks": mocks}))
+    .unwrap();
+    let graph = Graph::parse(&snap.workflow).unwrap();
+    let cfg = ExecConfig {
+        allow_mock_agent: false,
+        mock_programs: snap.mock_programs().unwrap(),
+        providers: ProviderSet::default(),
+        secrets: vec![],
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let log = RunLog::new(
+            MemoryPublisher::default(),
+            "openwop.events.ns.run-1",
+            "run-1",
+            Arc::new(Redactor::default()),
+            existing,
+        );
+        let reasoning = ReasoningStream::new("openwop.reasoning.ns.run-1", 64);
+        let mut exec = Executor::new(&snap, &graph, &cfg, log, reasoning);
+        let end = exec.run().await.unwrap();
+        let calls = exec.mock.calls().into_iter().map(|c| c.node_id).collect();
+        Outcome {
+            end,
+            events: exec.log_mut().events().to_vec(),
+            calls,
+        }
+    })
+}
+
+fn of(events: &[RunEventDoc], t: EventType, node: &str) -> Vec<usize> {
+    events
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| e.event_type == t && e.node_id.as_deref() == Some(node))
+        .map(|(i, _)| i)
+        .collect()
+}
+
+/// Each node's event ids, in the order the node emitted them.
+fn per_node(events: &[RunEventDoc]) -> BTreeMap<String, Vec<String>> {
+    let mut m: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for e in events {
+        m.entry(e.node_id.clone().unwrap_or_default())
+            .or_default()
+            .push(e.event_id.clone());
+    }
+    m
+}
+
+fn assert_gapless(events: &[RunEventDoc]) {
+    let seqs: Vec<u64> = events.iter().map(|e| e.sequence).collect();
+    assert_eq!(seqs, (0..events.len() as u64).collect::<Vec<_>>());
+    let ids: BTreeSet<&str> = events.iter().map(|e| e.event_id.as_str()).collect();
+    assert_eq!(ids.len(), events.len(), "duplicate event ids");
+}
+
+fn mocks_for(branches: &[&str], delay_ms: u64) -> Value {
+    Value::Object(
+        branches
+            .iter()
+            .map(|b| ((*b).to_owned(), json!({"responses": [note(b, delay_ms)]})))
+            .collect(),
+    )
+}
+
+#[test]
+fn independent_branches_overlap_and_the_fan_in_waits_for_all() {
+    let branches = ["b", "c", "d"];
+    let o = run(
+        &fan(&branches, "all_success", json!({})),
+        &mocks_for(&branches, 150),
+        json!([]),
+        vec![],
+    );
+    assert_eq!(o.end, RunEnd::Completed);
+    assert_gapless(&o.events);
+    // Every branch started before any of them completed: they were in flight together.
+    let last_start = branches
+        .iter()
+        .map(|b| of(&o.events, EventType::NodeStarted, b)[0])
+        .max()
+        .unwrap();
+    let first_done = branches
+        .iter()
+        .map(|b| of(&o.events, EventType::NodeCompleted, b)[0])
+        .min()
+        .unwrap();
+    assert!(last_start < first_done, "branches ran one after another");
+    // The fan-in started after the last branch completed, with every branch's output.
+    let last_done = branches
+        .iter()
+        .map(|b| of(&o.events, EventType::NodeCompleted, b)[0])
+        .max()
+        .unwrap();
+    let join = of(&o.events, EventType::NodeCompleted, "join")[0];
+    assert!(of(&o.events, EventType::NodeStarted, "join")[0] > last_done);
+    let out = &o.events[join].payload["outputs"];
+    for b in branches {
+        assert_eq!(out[b]["text"], b, "{out}");
+    }
+}
+
+#[test]
+fn event_ids_per_node_do_not_depend_on_the_interleaving() {
+    let branches = ["b", "c", "d", "e"];
+    let wf = |limit: u64| fan(&branches, "all_success", json!({"maxConcurrency": limit}));
+    // Concurrent with different delays (finishing in reverse order) vs one at a time.
+    let mut mocks = mocks_for(&branches, 0);
+    for (i, b) in branches.iter().enumerate() {
+        mocks[b]["responses"][0]["delayMs"] = json!(40 * (branches.len() - i) as u64);
+    }
+    let concurrent = run(&wf(8), &mocks, json!([]), vec![]);
+    let sequential = run(&wf(1), &mocks, json!([]), vec![]);
+    assert_gapless(&concurrent.events);
+    assert_gapless(&sequential.events);
+    assert_eq!(per_node(&concurrent.events), per_node(&sequential.events));
+    // The interleaving really differed: concurrent branches finished last-started first.
+    let done_order = |o: &Outcome| {
+        let mut v: Vec<(usize, &str)> = branches
+            .iter()
+            .map(|b| (of(&o.events, EventType::NodeCompleted, b)[0], *b))
+            .collect();
+        v.sort();
+        v.into_iter().map(|(_, b)| b).collect::<Vec<_>>()
+    };
+    assert_eq!(done_order(&concurrent), ["e", "d", "c", "b"]);
+    assert_eq!(done_order(&sequential), ["b", "c", "d", "e"]);
+}
+
+#[test]
+fn the_concurrency_limit_bounds_the_nodes_in_flight() {
+    let branches = ["b", "c", "d", "e", "f"];
+    let o = run(
+        &fan(&branches, "all_success", json!({"maxConcurrency": 2})),
+        &mocks_for(&branches, 30),
+        json!([]),
+        vec![],
+    );
+    assert_eq!(o.end, RunEnd::Completed);
+    let (mut in_flight, mut peak) = (0i32, 0i32);
+    for e in &o.events {
+        match e.event_type {
+            EventType::NodeStarted => in_flight += 1,
+            EventType::NodeCompleted | EventType::NodeFailed => in_flight -= 1,
+            _ => {}
+        }
+        peak = peak.max(in_flight);
+    }
+    assert_eq!(peak, 2);
+}
+
+#[test]
+fn a_failed_branch_fails_only_its_dependents() {
+    // b is refused; c and d go on. join (all_success) is skipped; after_c depends on c only.
+    let mut wf = fan(&["b", "c", "d"], "all_success", json!({}));
+    wf["nodes"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"id": "after_c", "typeId": "core.flow.noop"}));
+    wf["edges"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"id": "c-after", "sourceNodeId": "c", "targetNodeId": "after_c"}));
+    let mut mocks = mocks_for(&["c", "d"], 50);
+    mocks["b"] = json!({"responses": [{"stopReason": "refusal", "refusalText": "no"}]});
+    let o = run(&wf, &mocks, json!([]), vec![]);
+    let RunEnd::Failed(e) = &o.end else {
+        panic!("{:?}", o.end)
+    };
+    assert_eq!(e.code, "envelope_refusal");
+    assert_gapless(&o.events);
+    for n in ["c", "d", "after_c"] {
+        assert_eq!(of(&o.events, EventType::NodeCompleted, n).len(), 1, "{n}");
+    }
+    assert!(of(&o.events, EventType::NodeStarted, "join").is_empty());
+    let skipped = o
+        .events
+        .iter()
+        .find(|e| e.event_id == openwop_protocol::events::event_id_for("run-1", "join/skipped"));
+    assert!(skipped.is_some(), "join is recorded as skipped");
+    // The failure is handled when the fan-in takes it (all_complete): the run completes.
+    let mut handled = fan(&["b", "c", "d"], "all_complete", json!({}));
+    handled["id"] = json!("fan2");
+    let o = run(&handled, &mocks, json!([]), vec![]);
+    assert_eq!(o.end, RunEnd::Completed);
+}
+
+#[test]
+fn the_run_timeout_stops_every_in_flight_branch_and_records_it() {
+    let branches = ["b", "c", "d"];
+    let started = Instant::now();
+    let o = run(
+        &fan(&branches, "all_success", json!({"timeout": 200})),
+        &mocks_for(&branches, 60_000),
+        json!([]),
+        vec![],
+    );
+    // The provider calls were cancelled, not waited for.
+    assert!(started.elapsed() < Duration::from_secs(30));
+    let RunEnd::Failed(e) = &o.end else {
+        panic!("{:?}", o.end)
+    };
+    assert_eq!(e.code, "run_timeout");
+    assert_gapless(&o.events);
+    for b in branches {
+        let failed = of(&o.events, EventType::NodeFailed, b);
+        assert_eq!(failed.len(), 1, "{b}");
+        assert_eq!(o.events[failed[0]].payload["error"]["code"], "run_timeout");
+    }
+    let types: Vec<&str> = o
+        .events
+        .iter()
+        .rev()
+        .take(2)
+        .map(|e| e.event_type.as_str())
+        .collect();
+    assert_eq!(types, ["run.failed", "cap.breached"]);
+    assert!(of(&o.events, EventType::NodeStarted, "join").is_empty());
+}
+
+#[test]
+fn several_interrupts_wait_together_and_are_answered_one_by_one() {
+    // q1 and q2 both ask; `free` runs to completion meanwhile; join needs all three.
+    let wf = fan(&["q1", "q2", "free"], "all_success", json!({}));
+    let turns = |q: &str| json!({"turns": [{"responses": [ask(q)]}, {"responses": [note(q, 0)]}]});
+    let mocks =
+        json!({"q1": turns("q1"), "q2": turns("q2"), "free": {"responses": [note("free", 100)]}});
+    let first = run(&wf, &mocks, json!([]), vec![]);
+    let RunEnd::Suspended(pending) = &first.end else {
+        panic!("{:?}", first.end)
+    };
+    let nodes: Vec<&str> = pending.iter().map(|s| s.node_id.as_str()).collect();
+    assert_eq!(nodes, ["q1", "q2"]);
+    assert!(
+        pending
+            .iter()
+            .all(|s| s.kind == InterruptKind::Clarification)
+    );
+    // The independent branch finished although both others wait.
+    assert_eq!(of(&first.events, EventType::NodeCompleted, "free").len(), 1);
+    assert_gapless(&first.events);
+
+    // Answer q2 only: q2 finishes, q1 still waits, nothing finished is called again.
+    let answer = |s: &Suspension| json!({"interruptId": s.interrupt_id, "value": {"q": s.node_id}});
+    let second = run(
+        &wf,
+        &mocks,
+        json!([answer(&pending[1])]),
+        first.events.clone(),
+    );
+    let RunEnd::Suspended(still) = &second.end else {
+        panic!("{:?}", second.end)
+    };
+    assert_eq!(still.len(), 1);
+    assert_eq!(still[0].node_id, "q1");
+    assert_eq!(
+        second.calls,
+        ["q2#1"],
+        "only q2's next turn calls the provider"
+    );
+    assert_eq!(of(&second.events, EventType::NodeCompleted, "q2").len(), 1);
+    assert_gapless(&second.events);
+
+    // Answer q1 too: the fan-in runs and the run completes, nothing recorded twice.
+    let third = run(
+        &wf,
+        &mocks,
+        json!([answer(&pending[1]), answer(&pending[0])]),
+        second.events.clone(),
+    );
+    assert_eq!(third.end, RunEnd::Completed);
+    assert_eq!(third.calls, ["q1#1"]);
+    assert_gapless(&third.events);
+    assert_eq!(of(&third.events, EventType::NodeCompleted, "join").len(), 1);
+    assert!(
+        third
+            .events
+            .iter()
+            .all(|e| e.event_type != EventType::ReplayDiverged)
+    );
+}
