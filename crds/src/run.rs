@@ -191,6 +191,10 @@ pub struct RunStatus {
     /// Worker pods that died before finishing, since the last successful progress.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failed_attempts: Option<u32>,
+    /// Sequence of the run's last event when the last counted worker failure happened: a
+    /// failure after newer events made progress and starts the count again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed_at_sequence: Option<u64>,
     /// Sequence of the last run event seen.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_sequence: Option<u64>,
@@ -201,6 +205,10 @@ pub struct RunStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 64))]
     pub answered_interrupts: Vec<String>,
+    /// eventId of the event ending the run's log (`run.completed`, `run.failed` or
+    /// `run.cancelled`, appended by the operator when it ended the run itself).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub terminal_event: Option<String>,
     /// Terminal error.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<RunError>,

@@ -595,6 +595,119 @@ async fn a_crashed_worker_is_retried_and_its_last_error_quoted() {
     server.await.unwrap();
 }
 
+fn crashed_again(last_sequence: u64, failed_at: u64, failed: u32) -> Run {
+    let mut r = running_run();
+    let st = r.status.as_mut().unwrap();
+    st.attempts = Some(failed + 1);
+    st.last_sequence = Some(last_sequence);
+    st.failed_at_sequence = Some(failed_at);
+    st.failed_attempts = Some(failed);
+    r
+}
+
+/// The crash budget counts consecutive failures without progress: the default limit is 3,
+/// and this is the 4th crash — but the worker appended events (sequence 4 → 9) since the last
+/// counted failure, so the count starts again instead of failing the run.
+#[tokio::test]
+async fn a_crash_after_progress_restarts_the_budget() {
+    let (ctx, mut handle) = context();
+    let server = tokio::spawn(async move {
+        let (_, _, _, send) = next(&mut handle).await;
+        respond(send, 200, ended_worker(137, ""));
+        let (m, _, _, send) = next(&mut handle).await;
+        assert_eq!(m, Method::DELETE);
+        respond(send, 200, ended_worker(137, ""));
+        let (m, _, body, send) = next(&mut handle).await;
+        assert_eq!(m, Method::PATCH);
+        let st = &body["status"];
+        assert_eq!(st["phase"], "running", "retried, not failed: {st:#}");
+        assert_eq!(
+            (
+                st["failedAttempts"].as_u64(),
+                st["failedAtSequence"].as_u64()
+            ),
+            (Some(1), Some(9))
+        );
+        respond(send, 200, run_echo());
+        let (m, _, body, send) = next(&mut handle).await;
+        assert_eq!(
+            (m, body["reason"].as_str()),
+            (Method::POST, Some("WorkerCrashed"))
+        );
+        assert!(
+            body["note"]
+                .as_str()
+                .unwrap()
+                .contains("failure 1 of 3 without progress"),
+            "{body:#}"
+        );
+        respond(send, 201, body);
+    });
+    reconcile_run(Arc::new(crashed_again(9, 4, 3)), ctx)
+        .await
+        .expect("reconcile");
+    server.await.unwrap();
+}
+
+/// Without new events since the last counted failure, the 4th consecutive crash exhausts the
+/// budget and names it.
+#[tokio::test]
+async fn consecutive_crashes_without_progress_exhaust_the_budget() {
+    let (ctx, mut handle) = context();
+    let server = tokio::spawn(async move {
+        let (_, _, _, send) = next(&mut handle).await;
+        respond(send, 200, ended_worker(137, ""));
+        let (_, _, _, send) = next(&mut handle).await;
+        respond(send, 200, ended_worker(137, ""));
+        let (m, _, body, send) = next(&mut handle).await;
+        assert_eq!(m, Method::PATCH);
+        let st = &body["status"];
+        assert_eq!(st["phase"], "failed", "{st:#}");
+        assert_eq!(st["failedAttempts"], 4);
+        assert_eq!(st["error"]["code"], "worker_crashed");
+        let msg = st["error"]["message"].as_str().unwrap();
+        assert!(
+            msg.ends_with("4 consecutive worker failures without progress (limit 3, chart value runs.maxWorkerRetries)"),
+            "{msg}"
+        );
+        respond(send, 200, run_echo());
+        let (_, _, body, send) = next(&mut handle).await;
+        respond(send, 201, body);
+    });
+    reconcile_run(Arc::new(crashed_again(9, 9, 3)), ctx)
+        .await
+        .expect("reconcile");
+    server.await.unwrap();
+}
+
+/// A run that completes after crashes shows no stale failure count.
+#[tokio::test]
+async fn a_completed_run_clears_its_failure_count() {
+    let (ctx, mut handle) = context();
+    let mut r = crashed_again(9, 9, 2);
+    r.status.as_mut().unwrap().phase = Some(openwop_crds::RunPhase::Completed);
+    r.status.as_mut().unwrap().worker_pod = None;
+    let server = tokio::spawn(async move {
+        let (m, _, body, send) = next(&mut handle).await;
+        assert_eq!(m, Method::PATCH);
+        let st = &body["status"];
+        assert_eq!(st["phase"], "completed");
+        assert!(
+            st.get("failedAttempts").is_none_or(Value::is_null),
+            "{st:#}"
+        );
+        assert!(
+            st.get("failedAtSequence").is_none_or(Value::is_null),
+            "{st:#}"
+        );
+        respond(send, 200, run_echo());
+        let (_, _, body, send) = next(&mut handle).await;
+        respond(send, 201, body);
+    });
+    reconcile_run(Arc::new(r), ctx).await.expect("reconcile");
+    server.await.unwrap();
+}
+
 /// A deleted Run is released even when its events cannot be purged (NATS unreachable): a
 /// Warning Event says so and the stream's retention removes them later.
 #[tokio::test]

@@ -8,6 +8,7 @@
 //! * [`cancel`] — `spec.cancel`;
 //! * [`namespace`] — what a Run namespace needs: the worker ServiceAccount and the NATS
 //!   credentials copy;
+//! * [`ending`] — the terminal event of a run the operator ended itself;
 //! * [`common`] — conditions, the status [`common::Step`], Events.
 
 use std::sync::Arc;
@@ -26,6 +27,7 @@ use crate::metrics::Metrics;
 
 mod cancel;
 mod common;
+mod ending;
 mod namespace;
 mod observe;
 mod run;
@@ -55,6 +57,8 @@ pub enum Error {
     NatsCredentials(#[from] openwop_nats::AuthError),
     #[error("{0}")]
     HostProfile(#[from] crate::config::ProfileError),
+    #[error("run events: {0}")]
+    Events(String),
 }
 
 impl Error {
@@ -76,6 +80,7 @@ impl Error {
             Error::NoNamespace { .. } => "NoNamespace",
             Error::NatsCredentials(_) => "NatsCredentials",
             Error::HostProfile(_) => "HostProfile",
+            Error::Events(_) => "Events",
         }
     }
 }

@@ -137,7 +137,11 @@ async fn apply_run(run: Arc<Run>, ctx: Arc<Context>) -> Result<Action, Error> {
             };
             step.finish(phase, now, generation, (t, reason), msg);
         }
+        let again = super::ending::record_ending(&run, &ctx, &mut step, &pods).await?;
         action = finished(&run, &ctx, &mut step, &pods, now).await?;
+        if let Some(again) = again {
+            action = again;
+        }
     } else if run.spec.cancel == Some(true) {
         action = super::cancel::cancel(&run, &ctx, &mut step, &pods, &cms, &wfs, now).await?;
     } else if let (Some(limit), Some(start)) =

@@ -9,12 +9,14 @@
 //! * [`projection`] — the event → status projection (the operator's live status and the
 //!   worker's termination summary are the same fold);
 //! * [`exit`] — the worker's exit codes;
+//! * [`ending`] — the terminal event, as the worker or the operator appends it;
 //! * [`nodes`] — the node-type registry: validation, dispatch and discovery read one list.
 //!
 //! Run identity is the runId: the Run object's uid, unique per object and never reused. A
 //! Run deleted and re-created under the same name is a new run with its own subject, its own
 //! event ids and its own log.
 
+pub mod ending;
 pub mod env;
 pub mod exit;
 pub mod host;
