@@ -253,6 +253,14 @@ pub(super) async fn progress(
         }
         let stored = read_snapshot(&snapshot_cm)?;
         let doc = with_current_answers(&stored, run);
+        if let Err(refused) = crate::snapshot::fits(&doc) {
+            // The apiserver would refuse this snapshot at every retry: end the run now.
+            let msg = refused.to_string();
+            step.status.error = Some(RunError::new(refused.code(), &msg));
+            let ending = (EventType::Warning, refused.reason());
+            step.finish(RunPhase::Failed, now, generation, ending, msg);
+            return Ok(Action::await_change());
+        }
         cms.patch(
             &snap,
             &PatchParams::apply(MANAGER).force(),
