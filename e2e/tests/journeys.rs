@@ -2074,3 +2074,221 @@ async fn nats_restarted_mid_run_loses_nothing() {
     assert_eq!(events(&c, &ns, "reference"), reference);
     delete_namespace(&c.client, &ns).await;
 }
+
+/// Deletes `ns/pod` with grace period 0 (the node agent SIGKILLs the worker at once).
+async fn kill_pod(c: &Cluster, ns: &str, pod: &str) {
+    Api::<Pod>::namespaced(c.client.clone(), ns)
+        .delete(
+            pod,
+            &kube::api::DeleteParams {
+                grace_period_seconds: Some(0),
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("delete the worker pod with grace period 0");
+}
+
+/// Issue #14 items 4 and 5: a worker killed again and again without progress exhausts the
+/// crash budget (`runs.maxWorkerRetries`, 3), the operator fails the run and appends
+/// `run.failed` itself, so `kubectl openwop events RUN -f` returns, its last event
+/// `run.failed {error.code: worker_crashed}` — exactly once, after the workers' events.
+#[tokio::test]
+async fn crash_limit_ends_the_log_with_run_failed_and_follow_returns() {
+    let (c, _g) = setup().await;
+    let ns = namespace(&c.client, "j-crashlimit").await;
+    slow_workflow(&c, &ns);
+    wait_workflow(&c, &ns, "slow", "True").await;
+    // No worker ever gets its answer: the call is held 10 minutes.
+    ok(
+        apply(&c, &ns, &mocked_run("doomed", "slow", slow_mocks(600_000))),
+        "apply run",
+    );
+    let mut killed: Vec<String> = vec![];
+    for attempt in 1..=4u32 {
+        let runs = api(&c, &ns, "Run");
+        let pods: Api<Pod> = Api::namespaced(c.client.clone(), &ns);
+        let seen = killed.clone();
+        let pod = wait_for(
+            Duration::from_secs(120),
+            &format!("worker attempt {attempt} running"),
+            || {
+                let (runs, pods, seen) = (runs.clone(), pods.clone(), seen.clone());
+                async move {
+                    let name = status(&runs.get("doomed").await.ok()?)["workerPod"]
+                        .as_str()?
+                        .to_owned();
+                    if seen.contains(&name) {
+                        return None;
+                    }
+                    pods.get_opt(&name)
+                        .await
+                        .ok()
+                        .flatten()
+                        .filter(|p| phase(p).as_deref() == Some("Running"))
+                }
+            },
+        )
+        .await;
+        if attempt == 1 {
+            // The first worker recorded its progress: the call is in flight.
+            wait_call_started(&c, &ns, "doomed", 1).await;
+        } else {
+            // Later workers replay the log and wait on the same call: no new event.
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        }
+        let name = pod.metadata.name.clone().unwrap();
+        kill_pod(&c, &ns, &name).await;
+        killed.push(name);
+    }
+    let st = wait_run(&c, &ns, "doomed", "failed", 120).await;
+    assert_eq!(st["error"]["code"], "worker_crashed", "{st:#}");
+    let msg = st["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        msg.contains("4 consecutive worker failures without progress (limit 3"),
+        "{msg}"
+    );
+
+    // `events -f` follows until the terminal event: it must return.
+    let cli_bin = target_bin("kubectl-openwop");
+    let (kubeconfig, nats_url, ns2) = (c.kubeconfig.clone(), c.nats_url.clone(), ns.clone());
+    let follow = tokio::task::spawn_blocking(move || {
+        Command::new(cli_bin)
+            .args([
+                "events",
+                "doomed",
+                "-n",
+                &ns2,
+                "-f",
+                "--json",
+                "--no-reasoning",
+            ])
+            .env("KUBECONFIG", kubeconfig)
+            .env("OPENWOP_NATS_URL", nats_url)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    });
+    let out = tokio::time::timeout(Duration::from_secs(60), follow)
+        .await
+        .expect("`kubectl openwop events doomed -f` returned after the run failed")
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let evs: Vec<Value> = json_lines(&String::from_utf8(out.stdout).unwrap())
+        .into_iter()
+        .map(|l| l["message"].clone())
+        .collect();
+    assert_gapless(&evs);
+    let last = evs.last().expect("events");
+    assert_eq!(last["type"], "run.failed", "{:?}", types(&evs));
+    assert_eq!(last["payload"]["error"]["code"], "worker_crashed");
+    let ends = evs
+        .iter()
+        .filter(|e| {
+            matches!(
+                e["type"].as_str(),
+                Some("run.failed" | "run.completed" | "run.cancelled")
+            )
+        })
+        .count();
+    assert_eq!(ends, 1, "{:?}", types(&evs));
+    // The status records the ending and the projection counted it.
+    let st = wait_for(
+        Duration::from_secs(30),
+        "status.terminalEvent and the counted event",
+        || {
+            let runs = api(&c, &ns, "Run");
+            let want = last["sequence"].clone();
+            async move {
+                let st = status(&runs.get("doomed").await.ok()?);
+                (st["terminalEvent"] == last["eventId"] && st["lastSequence"] == want).then_some(st)
+            }
+        },
+    )
+    .await;
+    assert_eq!(st["phase"], "failed");
+    delete_namespace(&c.client, &ns).await;
+}
+
+/// Issue #14 item 2 (the part done): a Run nested 9,000 levels deep (the apiserver accepts
+/// up to 10,000) makes the operator's Run list fail (serde_json's recursion limit). The
+/// operator must say so — `/readyz` 503 naming the failure — instead of answering 200 while
+/// it reconciles nothing, and must not dump the list body into its log (one ~250 KB WARN
+/// line per retry before). Deleting the object makes it ready again.
+#[tokio::test]
+async fn a_run_too_deep_to_decode_makes_the_operator_unready_without_dumping_it() {
+    let (c, _g) = setup().await;
+    if c.skip_unless_local(
+        "a_run_too_deep_to_decode_makes_the_operator_unready_without_dumping_it",
+        "the operator's /readyz on this machine",
+    ) {
+        return;
+    }
+    let ns = namespace(&c.client, "j-poison").await;
+    let readyz = format!("http://127.0.0.1:{}/readyz", operator_port());
+    assert_eq!(http_get(&readyz, &[]).0, 200, "ready before");
+    let depth = 9_000;
+    let inputs = format!("{}1{}", "{\"a\":".repeat(depth), "}".repeat(depth));
+    let bad = format!(
+        r#"{{"apiVersion":"openwop.dev/v1alpha1","kind":"Run","metadata":{{"name":"too-deep","namespace":"{ns}"}},"spec":{{"workflowRef":{{"name":"nowhere"}},"inputs":{inputs}}}}}"#
+    );
+    ok(
+        kubectl(&c, &["create", "-f", "-"], Some(&bad)),
+        "create the deep Run",
+    );
+    let (code, body) = wait_for(Duration::from_secs(120), "/readyz 503", || {
+        let readyz = readyz.clone();
+        async move {
+            let (code, body) = http_get(&readyz, &[]);
+            (code == 503).then_some((code, body))
+        }
+    })
+    .await;
+    assert_eq!(code, 503);
+    assert!(body.contains("cannot list or watch Runs"), "{body}");
+    assert!(
+        body.len() < 2_000,
+        "the reason is bounded: {} bytes",
+        body.len()
+    );
+    let logs = ok(
+        kubectl(
+            &c,
+            &[
+                "-n",
+                release_ns(),
+                "logs",
+                "-l",
+                "app.kubernetes.io/component=operator",
+                "--tail=-1",
+            ],
+            None,
+        ),
+        "operator logs",
+    );
+    let longest = logs.lines().map(str::len).max().unwrap_or(0);
+    assert!(longest < 16_384, "a log line of {longest} bytes");
+    assert!(
+        !logs.contains("{\"a\":{\"a\":{\"a\":"),
+        "the object is never logged"
+    );
+
+    ok(
+        kubectl(
+            &c,
+            &["-n", &ns, "delete", "run", "too-deep", "--wait=false"],
+            None,
+        ),
+        "delete",
+    );
+    wait_for(Duration::from_secs(180), "/readyz 200 again", || {
+        let readyz = readyz.clone();
+        async move { (http_get(&readyz, &[]).0 == 200).then_some(()) }
+    })
+    .await;
+    delete_namespace(&c.client, &ns).await;
+}

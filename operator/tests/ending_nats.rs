@@ -50,6 +50,7 @@ async fn nats_context() -> (Arc<Context>, MockHandle, jetstream::Context, NatsSe
         now: fixed_now,
         worker_pods: None,
         nats_copies: Default::default(),
+        starts: Default::default(),
         jetstream: Some(slot),
     };
     (Arc::new(ctx), handle, js, nats)

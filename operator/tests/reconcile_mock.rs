@@ -36,6 +36,7 @@ fn context() -> (Arc<Context>, MockHandle) {
         now: fixed_now,
         worker_pods: None,
         nats_copies: Default::default(),
+        starts: Default::default(),
         jetstream: None,
     };
     (Arc::new(ctx), handle)
@@ -423,6 +424,7 @@ async fn cancel_without_worker_nats_falls_back_and_says_so() {
         now: fixed_now,
         worker_pods: None,
         nats_copies: Default::default(),
+        starts: Default::default(),
         jetstream: None,
     });
     let mut r = run(Some(
@@ -725,6 +727,7 @@ async fn a_deleted_run_is_released_even_when_its_events_cannot_be_purged() {
         now: fixed_now,
         worker_pods: None,
         nats_copies: Default::default(),
+        starts: Default::default(),
         // NATS configured, but the consumer has not connected.
         jetstream: Some(openwop_operator::events::JetStreamSlot::default()),
     });
@@ -852,4 +855,113 @@ async fn events_are_routed_by_uid_across_delete_and_recreate() {
             .unwrap()
     );
     server.await.unwrap();
+}
+
+/// Issue #14 item 8b: reconciles run concurrently, and the pod cache lags behind the pods
+/// just created; the per-namespace limit must still be exact. Six snapshotted Runs reconciled
+/// at once with a limit of 2 and an empty (ready) pod cache: exactly two worker pods are
+/// created, the others are queued.
+#[tokio::test]
+async fn concurrent_starts_never_exceed_the_namespace_limit() {
+    use kube::runtime::{reflector, watcher};
+    let (svc, mut handle) = mock::pair::<Request<Body>, Response<Body>>();
+    let (store, mut writer) = reflector::store::<k8s_openapi::api::core::v1::Pod>();
+    writer.apply_watcher_event(&watcher::Event::InitDone);
+    let mut cfg = OperatorConfig::default();
+    cfg.runs.max_concurrent_per_namespace = 2;
+    let ctx = Arc::new(Context {
+        client: Client::new(svc, "default"),
+        config: Arc::new(cfg),
+        registry: Arc::new(NodeRegistry::builtin()),
+        metrics: Metrics::default(),
+        reporter: Reporter {
+            controller: "openwop-operator".into(),
+            instance: None,
+        },
+        now: fixed_now,
+        worker_pods: Some(store),
+        nats_copies: Default::default(),
+        starts: Default::default(),
+        jetstream: None,
+    });
+    let n = 6;
+    let runs: Vec<Run> = (0..n)
+        .map(|i| {
+            serde_json::from_value(json!({
+                "apiVersion": "openwop.dev/v1alpha1", "kind": "Run",
+                "metadata": {"name": format!("r{i}"), "namespace": "team-a", "uid": format!("u{i}"),
+                             "generation": 1, "finalizers": ["openwop.dev/cleanup"]},
+                "spec": {"workflowRef": {"name": "triage"}},
+                "status": {"phase": "pending", "runId": format!("u{i}"), "workflow": "triage",
+                           "observedGeneration": 1,
+                           "conditions": [{"type": "Ready", "status": "True", "reason": "Snapshotted",
+                                           "message": "workflow snapshotted", "lastTransitionTime": "2025-06-15T15:00:00Z"}]}
+            }))
+            .unwrap()
+        })
+        .collect();
+    let server = tokio::spawn(async move {
+        let (mut created, mut queued) = (0, 0);
+        while let Some((req, send)) = handle.next_request().await {
+            let (m, path) = (req.method().clone(), req.uri().path().to_owned());
+            let bytes = req.into_body().collect().await.unwrap().to_bytes();
+            let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+            if m == Method::GET && path.ends_with("-snapshot") {
+                let run = path
+                    .rsplit('/')
+                    .next()
+                    .unwrap()
+                    .trim_end_matches("-snapshot");
+                let uid = format!("u{}", &run[1..]);
+                respond(
+                    send,
+                    200,
+                    json!({"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": format!("{run}-snapshot"), "namespace": "team-a",
+                        "ownerReferences": [{"apiVersion": "openwop.dev/v1alpha1", "kind": "Run",
+                                             "name": run, "uid": uid, "controller": true}]},
+                    "data": {"snapshot.json": "{}"}}),
+                );
+            } else if m == Method::GET && path.contains("/serviceaccounts/") {
+                respond(
+                    send,
+                    200,
+                    json!({"apiVersion": "v1", "kind": "ServiceAccount",
+                                          "metadata": {"name": "openwop-worker"}}),
+                );
+            } else if m == Method::GET {
+                respond(send, 404, not_found());
+            } else if m == Method::POST && path.ends_with("/pods") {
+                created += 1;
+                respond(send, 201, body);
+            } else if m == Method::PATCH && path.ends_with("/status") {
+                let c = body["status"]["conditions"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default();
+                if c.iter().any(|c| c["reason"] == "Queued") {
+                    queued += 1;
+                }
+                respond(send, 200, run_echo());
+            } else if m == Method::POST && path.ends_with("/events") {
+                respond(send, 201, body);
+            } else {
+                panic!("unexpected request {m} {path}");
+            }
+        }
+        (created, queued)
+    });
+    let all = runs
+        .into_iter()
+        .map(|r| reconcile_run(Arc::new(r), ctx.clone()));
+    for r in futures::future::join_all(all).await {
+        r.expect("reconcile");
+    }
+    drop(ctx);
+    let (created, queued) = server.await.unwrap();
+    assert_eq!(
+        (created, queued),
+        (2, n - 2),
+        "worker pods created, runs queued"
+    );
 }

@@ -36,7 +36,7 @@ mod workflow;
 
 pub use common::backoff_seconds;
 pub use run::reconcile_run;
-pub use start::worker_selector;
+pub use start::{StartGate, worker_selector};
 pub use workflow::reconcile_workflow;
 
 /// Finalizer on Runs: deletes the worker pod and snapshot promptly when a Run is deleted.
@@ -103,6 +103,8 @@ pub struct Context {
     /// JetStream of the run events (set by the event consumer once connected), for the
     /// finalizer's purge of a deleted Run's subjects; `None` without `events.natsUrl`.
     pub jetstream: Option<crate::events::JetStreamSlot>,
+    /// Worker starts serialized per namespace (the exact concurrency limit).
+    pub starts: StartGate,
 }
 
 /// Per namespace: the NATS credentials of the copy last applied, and when.
