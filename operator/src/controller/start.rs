@@ -371,17 +371,17 @@ pub(super) async fn progress(
 /// How long a pod this operator created is counted while the pod cache has not seen it.
 const UNSEEN_TTL: Duration = Duration::from_secs(60);
 
+/// Pods this process created (name → when) that the pod cache may not show yet, behind the
+/// lock that serializes one namespace's worker starts.
+type Unseen = Arc<tokio::sync::Mutex<HashMap<String, Instant>>>;
+
 /// Per namespace: a lock serializing worker starts, around the pods this process created
-/// (name → when) that the pod cache may not show yet.
+/// that the pod cache may not show yet.
 #[derive(Default)]
-pub struct StartGate(
-    std::sync::Mutex<
-        std::collections::HashMap<String, Arc<tokio::sync::Mutex<HashMap<String, Instant>>>>,
-    >,
-);
+pub struct StartGate(std::sync::Mutex<HashMap<String, Unseen>>);
 
 impl StartGate {
-    pub(super) fn namespace(&self, ns: &str) -> Arc<tokio::sync::Mutex<HashMap<String, Instant>>> {
+    pub(super) fn namespace(&self, ns: &str) -> Unseen {
         let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
         m.entry(ns.to_owned()).or_default().clone()
     }
