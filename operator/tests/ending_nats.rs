@@ -247,3 +247,62 @@ async fn a_log_the_worker_ended_gets_no_second_terminal_event() {
     server.await.unwrap();
     assert_eq!(log(&js).await.len(), 2);
 }
+
+/// A run that never had a worker (refused snapshot) gets `run.failed` at sequence 0, so its
+/// (otherwise empty) log ends too; a run whose log retention already removed gets nothing.
+#[tokio::test]
+async fn a_run_without_events_gets_run_failed_at_sequence_zero_unless_its_log_expired() {
+    let (ctx, mut handle, js, _nats) = nats_context().await;
+    let mut never_started = failed_by_the_operator();
+    {
+        let st = never_started.status.as_mut().unwrap();
+        st.attempts = None;
+        st.events = None;
+        st.last_sequence = None;
+        st.error = Some(openwop_crds::RunError::new(
+            "snapshot_too_large",
+            "the run snapshot is 2097152 bytes",
+        ));
+    }
+    let c = ctx.clone();
+    let server = tokio::spawn(async move {
+        let (m, _, body, send) = next(&mut handle).await;
+        assert_eq!(m, Method::PATCH, "no pod to wait for");
+        assert_eq!(
+            body["status"]["terminalEvent"],
+            event_id_for("ruid", RUN_FAILED_STEP)
+        );
+        respond(
+            send,
+            200,
+            serde_json::to_value(failed_by_the_operator()).unwrap(),
+        );
+        handle
+    });
+    reconcile_run(Arc::new(never_started), c).await.unwrap();
+    let mut handle = server.await.unwrap();
+    let events = log(&js).await;
+    assert_eq!(events.len(), 1);
+    assert_eq!(
+        (events[0]["type"].as_str(), events[0]["sequence"].as_u64()),
+        (Some("run.failed"), Some(0))
+    );
+    assert_eq!(events[0]["payload"]["error"]["code"], "snapshot_too_large");
+
+    // Another run whose events expired (status saw sequence 2, the subject is empty).
+    let mut expired = failed_by_the_operator();
+    expired.metadata.uid = Some("old-uid".into());
+    expired.status.as_mut().unwrap().run_id = Some("old-uid".into());
+    let server = tokio::spawn(async move {
+        let (m, _, _, send) = next(&mut handle).await;
+        assert_eq!(m, Method::GET);
+        respond(send, 404, not_found());
+    });
+    reconcile_run(Arc::new(expired), ctx).await.unwrap();
+    server.await.unwrap();
+    assert_eq!(
+        log(&js).await.len(),
+        1,
+        "nothing appended to an expired log"
+    );
+}

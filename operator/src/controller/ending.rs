@@ -74,6 +74,9 @@ pub(super) async fn record_ending(
         })?
         .map_err(|e| nats(e.to_string()))?;
     let (expected, next) = match &last {
+        // The run had events but its subject is empty: retention removed the log (a run
+        // that ended long ago, e.g. before an upgrade); there is nothing left to end.
+        None if step.status.last_sequence.is_some() => return Ok(None),
         None => (0, 0),
         Some((stream_seq, body)) => {
             let v: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
