@@ -58,6 +58,16 @@ pub enum Refused {
         workflow: String,
         known: String,
     },
+    #[error("{field} cannot be decoded: {why}; then create a new Run")]
+    RunUndecodable { field: String, why: String },
+    #[error(
+        "Workflow {workflow}: {field} cannot be decoded: {why}; fix the Workflow, then create a new Run"
+    )]
+    WorkflowUndecodable {
+        workflow: String,
+        field: String,
+        why: String,
+    },
     #[error("spec.providerMocks.{node}{pointer}: {reason}")]
     InvalidMock {
         node: String,
@@ -67,12 +77,34 @@ pub enum Refused {
 }
 
 impl Refused {
+    /// A Run holding a value too deep to decode (`openwop_protocol::lenient`): it is failed
+    /// before anything is built from it.
+    pub fn undecodable_run(run: &Run) -> Option<Refused> {
+        let (field, why) = run.spec.undecodable()?;
+        Some(Refused::RunUndecodable {
+            field,
+            why: why.to_owned(),
+        })
+    }
+
+    /// The same for the Workflow a run would be snapshotted from.
+    pub fn undecodable_workflow(wf: &Workflow) -> Option<Refused> {
+        let (field, why) = wf.spec.undecodable()?;
+        Some(Refused::WorkflowUndecodable {
+            workflow: wf.name_any(),
+            field,
+            why: why.to_owned(),
+        })
+    }
+
     /// Condition reason and Event reason.
     pub fn reason(&self) -> &'static str {
         match self {
             Refused::TooLarge { .. } => "SnapshotTooLarge",
             Refused::MocksNotAllowed { .. } => "ProviderMocksNotAllowed",
             Refused::UnknownNode { .. } | Refused::InvalidMock { .. } => "ProviderMocksInvalid",
+            Refused::RunUndecodable { .. } => "InputTooDeep",
+            Refused::WorkflowUndecodable { .. } => "WorkflowTooDeep",
         }
     }
 
@@ -82,6 +114,8 @@ impl Refused {
             Refused::TooLarge { .. } => "snapshot_too_large",
             Refused::MocksNotAllowed { .. } => "provider_mocks_not_allowed",
             Refused::UnknownNode { .. } | Refused::InvalidMock { .. } => "provider_mocks_invalid",
+            Refused::RunUndecodable { .. } => "input_too_deep",
+            Refused::WorkflowUndecodable { .. } => "workflow_too_deep",
         }
     }
 }
@@ -139,6 +173,11 @@ pub fn build_snapshot(
     host: &HostProfile,
     mocks_allowed: bool,
 ) -> Result<RunSnapshot, Refused> {
+    if let Some(refused) =
+        Refused::undecodable_run(run).or_else(|| Refused::undecodable_workflow(workflow))
+    {
+        return Err(refused);
+    }
     let provider_mocks = provider_mocks(run, workflow, mocks_allowed)?;
     let doc = snapshot_of(run, workflow, host, provider_mocks);
     fits(&doc)?;

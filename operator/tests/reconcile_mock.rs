@@ -965,3 +965,100 @@ async fn concurrent_starts_never_exceed_the_namespace_limit() {
         "worker pods created, runs queued"
     );
 }
+
+/// `[[[…1…]]]` 9,000 levels deep: the apiserver stores it, serde_json cannot decode it.
+fn too_deep() -> String {
+    format!("{}1{}", "[".repeat(9000), "]".repeat(9000))
+}
+
+#[tokio::test]
+async fn a_run_too_deep_to_decode_is_failed_at_once_naming_the_limit() {
+    let (ctx, mut handle) = context();
+    // As the watch decodes it: from the apiserver's bytes.
+    let text = format!(
+        r#"{{"apiVersion": "openwop.dev/v1alpha1", "kind": "Run",
+        "metadata": {{"name": "r1", "namespace": "team-a", "uid": "ruid", "generation": 1,
+                     "finalizers": ["openwop.dev/cleanup"]}},
+        "spec": {{"workflowRef": {{"name": "triage"}}, "inputs": {{"x": {}}}}}}}"#,
+        too_deep()
+    );
+    let deep: Run = serde_json::from_str(&text).expect("a deep Run decodes leniently");
+    let server = tokio::spawn(async move {
+        // No snapshot lookup, no Workflow read, no pod: the status write comes first.
+        let (m, _, body, send) = next(&mut handle).await;
+        assert_eq!(m, Method::PATCH);
+        let st = &body["status"];
+        assert_eq!(st["phase"], "failed", "{st:#}");
+        assert_eq!(st["error"]["code"], "input_too_deep");
+        let msg = st["error"]["message"].as_str().unwrap();
+        assert!(
+            msg.starts_with("spec.inputs cannot be decoded: ")
+                && msg.contains("nested deeper than 128 levels")
+                && msg.contains("flatten the value"),
+            "{msg}"
+        );
+        assert!(msg.len() < 600, "bounded: {msg}");
+        for type_ in ["Ready", "Succeeded"] {
+            let cond = st["conditions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|c| c["type"] == type_)
+                .expect("condition");
+            assert_eq!(
+                (&cond["status"], &cond["reason"]),
+                (&json!("False"), &json!("InputTooDeep")),
+                "{type_}"
+            );
+        }
+        respond(send, 200, run_echo());
+        let (m, _, body, send) = next(&mut handle).await;
+        assert_eq!(m, Method::POST);
+        assert_eq!(body["reason"], "InputTooDeep");
+        assert_eq!(body["type"], "Warning");
+        assert!(body["note"].as_str().unwrap().contains("128 levels"));
+        respond(send, 201, body);
+    });
+    reconcile_run(Arc::new(deep), ctx).await.expect("reconcile");
+    server.await.unwrap();
+}
+
+#[tokio::test]
+async fn a_workflow_too_deep_to_decode_is_not_ready_naming_the_field() {
+    let (ctx, mut handle) = context();
+    let text = format!(
+        r#"{{"apiVersion": "openwop.dev/v1alpha1", "kind": "Workflow",
+        "metadata": {{"name": "triage", "namespace": "team-a", "uid": "wuid", "generation": 2}},
+        "spec": {{"id": "triage", "name": "Triage", "version": "1",
+                 "nodes": [{{"id": "classify", "typeId": "core.identity", "settings": {{"x": {}}}}}]}}}}"#,
+        too_deep()
+    );
+    let wf: Workflow = serde_json::from_str(&text).expect("a deep Workflow decodes leniently");
+    let server = tokio::spawn(async move {
+        let (m, _, body, send) = next(&mut handle).await;
+        assert_eq!(m, Method::PATCH);
+        let cond = &body["status"]["conditions"][0];
+        assert_eq!(cond["status"], "False");
+        assert_eq!(cond["reason"], "WorkflowTooDeep");
+        let msg = cond["message"].as_str().unwrap();
+        assert!(
+            msg.contains("spec.nodes[classify].settings cannot be decoded")
+                && msg.contains("128 levels"),
+            "{msg}"
+        );
+        respond(
+            send,
+            200,
+            json!({"apiVersion": "openwop.dev/v1alpha1", "kind": "Workflow",
+            "metadata": {"name": "triage", "namespace": "team-a"}, "spec": {"id": "triage", "name": "T", "version": "1", "nodes": []}}),
+        );
+        let (m, _, body, send) = next(&mut handle).await;
+        assert_eq!(m, Method::POST);
+        assert_eq!(body["reason"], "Invalid");
+        respond(send, 201, body);
+    });
+    reconcile_workflow(Arc::new(wf), ctx)
+        .await
+        .expect("reconcile");
+    server.await.unwrap();
+}
