@@ -340,3 +340,31 @@ fn a_workflow_with_a_node_config_too_deep_to_decode_is_flagged() {
     assert_eq!(wfs.items[1].spec.undecodable(), None);
     assert_eq!(wfs.items[1].spec.nodes[0].config, Some(json!({"x": [1]})));
 }
+
+#[test]
+fn a_watch_event_of_a_run_too_deep_to_decode_decodes() {
+    let line = format!(
+        r#"{{"type":"ADDED","object":{{"apiVersion":"openwop.dev/v1alpha1","kind":"Run","metadata":{{"name":"d","namespace":"n"}},"spec":{{"workflowRef":{{"name":"w"}},"inputs":{}}}}}}}"#,
+        format!("{}1{}", "{\"a\":".repeat(9000), "}".repeat(9000))
+    );
+    let ev: kube::core::WatchEvent<Run> = serde_json::from_str(&line).unwrap();
+    let kube::core::WatchEvent::Added(run) = ev else {
+        panic!("an ADDED event")
+    };
+    assert_eq!(run.spec.undecodable().unwrap().0, "spec.inputs");
+}
+
+/// A free-form object is atomic for server-side apply, so `metadata.managedFields` do not
+/// mirror its content as deep as it nests (a 9,000-level value there failed the decoding of
+/// the object's metadata, past what the lenient fields can help).
+#[test]
+fn free_form_objects_are_atomic_so_managed_fields_stay_shallow() {
+    let run_crd = &openwop_crds::crds()[1];
+    let schema = serde_json::to_value(&run_crd.spec.versions[0].schema).unwrap();
+    let spec = &schema["openAPIV3Schema"]["properties"]["spec"]["properties"];
+    assert_eq!(spec["inputs"]["x-kubernetes-map-type"], "atomic");
+    assert_eq!(
+        spec["answers"]["items"]["properties"]["value"]["x-kubernetes-map-type"],
+        "atomic"
+    );
+}
