@@ -343,9 +343,9 @@ fn a_workflow_with_a_node_config_too_deep_to_decode_is_flagged() {
 
 #[test]
 fn a_watch_event_of_a_run_too_deep_to_decode_decodes() {
+    let deep = format!("{}1{}", "{\"a\":".repeat(9000), "}".repeat(9000));
     let line = format!(
-        r#"{{"type":"ADDED","object":{{"apiVersion":"openwop.dev/v1alpha1","kind":"Run","metadata":{{"name":"d","namespace":"n"}},"spec":{{"workflowRef":{{"name":"w"}},"inputs":{}}}}}}}"#,
-        format!("{}1{}", "{\"a\":".repeat(9000), "}".repeat(9000))
+        r#"{{"type":"ADDED","object":{{"apiVersion":"openwop.dev/v1alpha1","kind":"Run","metadata":{{"name":"d","namespace":"n"}},"spec":{{"workflowRef":{{"name":"w"}},"inputs":{deep}}}}}}}"#
     );
     let ev: kube::core::WatchEvent<Run> = serde_json::from_str(&line).unwrap();
     let kube::core::WatchEvent::Added(run) = ev else {
