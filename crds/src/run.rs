@@ -5,6 +5,7 @@ use std::fmt;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{CustomResource, KubeSchema};
+use openwop_protocol::lenient::Lenient;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -59,7 +60,11 @@ pub struct RunSpec {
     #[x_kube(validation = Rule::new("self == oldSelf").message("workflowRef is immutable; create a new Run"))]
     pub workflow_ref: WorkflowRef,
     /// Run inputs (free-form object).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "openwop_protocol::lenient::option"
+    )]
     #[schemars(schema_with = "free_object")]
     pub inputs: Option<Value>,
     /// Run options, e.g. `escalationThreshold` (0..1, default 0.7).
@@ -124,7 +129,9 @@ impl fmt::Display for WorkflowRef {
 }
 
 /// Run options (`RunOptions.configurable`). Unknown keys are kept and passed to the worker.
-#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+// Deserialize by hand: `#[serde(flatten)]` buffers the unknown keys through serde's
+// recursive content, which a too-deep value would fail (see `openwop_protocol::lenient`).
+#[derive(KubeSchema, Serialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct Configurable {
     /// Confidence below which an agent decision suspends the run for approval (default 0.7).
@@ -134,6 +141,25 @@ pub struct Configurable {
     /// Other options, passed through.
     #[serde(flatten)]
     pub extra: BTreeMap<String, Value>,
+}
+
+impl<'de> Deserialize<'de> for Configurable {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let mut extra: BTreeMap<String, Value> = BTreeMap::<String, Lenient>::deserialize(d)?
+            .into_iter()
+            .map(|(k, v)| (k, v.0))
+            .collect();
+        let escalation_threshold = match extra.remove("escalationThreshold") {
+            None | Some(Value::Null) => None,
+            Some(v) => Some(f64::deserialize(v).map_err(|e| {
+                serde::de::Error::custom(format!("configurable.escalationThreshold: {e}"))
+            })?),
+        };
+        Ok(Configurable {
+            escalation_threshold,
+            extra,
+        })
+    }
 }
 
 /// An answer to an interrupt.
@@ -149,7 +175,11 @@ pub struct InterruptAnswer {
     pub interrupt_id: String,
     /// Clarification answers: an object keyed by question id (values are any JSON).
     // Typed `object` (not untyped JSON) so the CEL rule below can test `has(self.value)`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "openwop_protocol::lenient::option"
+    )]
     #[schemars(schema_with = "free_object")]
     pub value: Option<Value>,
     /// Approval decision.
@@ -196,6 +226,10 @@ pub struct RunStatus {
     /// Worker pods that died before finishing, since the last successful progress.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failed_attempts: Option<u32>,
+    /// Sequence of the run's last event when the last counted worker failure happened: a
+    /// failure after newer events made progress and starts the count again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed_at_sequence: Option<u64>,
     /// Sequence of the last run event seen.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_sequence: Option<u64>,
@@ -212,6 +246,10 @@ pub struct RunStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 64))]
     pub answered_interrupts: Vec<String>,
+    /// eventId of the event ending the run's log (`run.completed`, `run.failed` or
+    /// `run.cancelled`, appended by the operator when it ended the run itself).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub terminal_event: Option<String>,
     /// Terminal error.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<RunError>,
@@ -246,5 +284,40 @@ impl RunStatus {
             pending_interrupts: self.pending_interrupts.clone(),
             error: self.error.clone(),
         }
+    }
+}
+
+impl RunSpec {
+    /// The first free-form field too deep to decode (`openwop_protocol::lenient`): its
+    /// path and why. Such a Run is failed before anything is built from it.
+    pub fn undecodable(&self) -> Option<(String, &str)> {
+        use openwop_protocol::lenient::flagged as field;
+        field("spec.inputs".into(), self.inputs.as_ref())
+            .or_else(|| {
+                let extra = &self.configurable.as_ref()?.extra;
+                extra
+                    .iter()
+                    .find_map(|(k, v)| field(format!("spec.configurable.{k}"), Some(v)))
+            })
+            .or_else(|| {
+                self.answers
+                    .iter()
+                    .enumerate()
+                    .find_map(|(i, a)| field(format!("spec.answers[{i}].value"), a.value.as_ref()))
+            })
+            .or_else(|| {
+                self.provider_mocks.iter().find_map(|(node, m)| {
+                    let programs = m
+                        .responses
+                        .iter()
+                        .chain(m.turns.iter().flat_map(|t| t.iter().map(|p| &p.responses)));
+                    programs.flatten().enumerate().find_map(|(i, r)| {
+                        field(
+                            format!("spec.providerMocks.{node} response {i} content"),
+                            r.content.as_ref(),
+                        )
+                    })
+                })
+            })
     }
 }

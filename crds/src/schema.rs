@@ -10,9 +10,16 @@ pub fn any_json(_: &mut SchemaGenerator) -> Schema {
     json_schema!({ "x-kubernetes-preserve-unknown-fields": true })
 }
 
-/// A JSON object with arbitrary content.
+/// A JSON object with arbitrary content. Atomic for server-side apply: otherwise the
+/// apiserver's `metadata.managedFields` mirror the content key by key, as deep as it nests,
+/// and a value deeper than serde_json's 128 levels there fails the decoding of the whole
+/// object's metadata (and of every list holding it) before the lenient fields can help.
 pub fn free_object(_: &mut SchemaGenerator) -> Schema {
-    json_schema!({ "type": "object", "x-kubernetes-preserve-unknown-fields": true })
+    json_schema!({
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": true,
+        "x-kubernetes-map-type": "atomic"
+    })
 }
 
 /// A list of JSON objects with arbitrary content.

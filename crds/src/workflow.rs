@@ -76,7 +76,11 @@ pub struct WorkflowSpec {
     #[schemars(length(max = 1000))]
     pub edges: Vec<WorkflowEdge>,
     /// OpenWOP triggers (kept as written; `manual` runs are started by creating a Run).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "openwop_protocol::lenient::option_vec"
+    )]
     #[schemars(schema_with = "free_object_list")]
     pub triggers: Option<Vec<Value>>,
     /// Workflow variables.
@@ -84,19 +88,35 @@ pub struct WorkflowSpec {
     #[schemars(length(max = 256))]
     pub variables: Vec<WorkflowVariable>,
     /// OpenWOP workflow metadata (free-form object).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "openwop_protocol::lenient::option"
+    )]
     #[schemars(schema_with = "free_object")]
     pub metadata: Option<Value>,
     /// OpenWOP workflow settings (free-form object).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "openwop_protocol::lenient::option"
+    )]
     #[schemars(schema_with = "free_object")]
     pub settings: Option<Value>,
     /// JSON Schema for the run's `configurable` keys.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "openwop_protocol::lenient::option"
+    )]
     #[schemars(schema_with = "free_object")]
     pub configurable_schema: Option<Value>,
     /// JSON Schema the run's outputs must satisfy.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "openwop_protocol::lenient::option"
+    )]
     #[schemars(schema_with = "free_object")]
     pub output_schema: Option<Value>,
     /// LLM provider credentials, each a reference to a key of a Secret in the Workflow's
@@ -126,14 +146,22 @@ pub struct WorkflowNode {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub position: Option<Position>,
     /// Node configuration; its shape is defined by the node type.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "openwop_protocol::lenient::option"
+    )]
     #[schemars(schema_with = "free_object")]
     pub config: Option<Value>,
     /// Input ports: port name → value source.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub inputs: BTreeMap<String, PortValue>,
     /// Agent pinned to this node (OpenWOP AgentRef).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "openwop_protocol::lenient::option"
+    )]
     #[schemars(schema_with = "free_object")]
     pub agent: Option<Value>,
     /// Envelope kinds this node accepts (universal kinds are always accepted).
@@ -143,7 +171,11 @@ pub struct WorkflowNode {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disabled: Option<bool>,
     /// Per-node settings (free-form object).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "openwop_protocol::lenient::option"
+    )]
     #[schemars(schema_with = "free_object")]
     pub settings: Option<Value>,
 }
@@ -172,7 +204,11 @@ pub struct PortValue {
     #[serde(rename = "type")]
     pub kind: PortValueKind,
     /// Constant value (`static`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "openwop_protocol::lenient::option"
+    )]
     #[schemars(schema_with = "any_json")]
     pub value: Option<Value>,
     /// Expression (`expression`).
@@ -256,7 +292,11 @@ pub struct EdgeCondition {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub left: Option<String>,
     /// Right operand (any JSON value); ignored by `truthy` / `falsy`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "openwop_protocol::lenient::option"
+    )]
     #[schemars(schema_with = "any_json")]
     pub right: Option<Value>,
     /// Expression for `type: expression`.
@@ -305,7 +345,11 @@ pub struct WorkflowVariable {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub required: Option<bool>,
     /// Default value.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "openwop_protocol::lenient::option"
+    )]
     #[schemars(schema_with = "any_json")]
     pub default_value: Option<Value>,
     /// Masked in persisted events and projections.
@@ -483,4 +527,57 @@ fn object_or_empty(v: &Option<Value>) -> Value {
 // These types hold only strings, numbers, maps and JSON values, so serialization cannot fail.
 fn to_value<T: Serialize>(v: &T) -> Value {
     serde_json::to_value(v).unwrap_or(Value::Null)
+}
+
+impl WorkflowSpec {
+    /// The first free-form field too deep to decode (`openwop_protocol::lenient`): its
+    /// path and why. Such a Workflow is not Ready and no run is snapshotted from it.
+    pub fn undecodable(&self) -> Option<(String, &str)> {
+        use openwop_protocol::lenient::flagged as field;
+        let top = [
+            ("metadata", &self.metadata),
+            ("settings", &self.settings),
+            ("configurableSchema", &self.configurable_schema),
+            ("outputSchema", &self.output_schema),
+        ];
+        top.into_iter()
+            .find_map(|(k, v)| field(format!("spec.{k}"), v.as_ref()))
+            .or_else(|| {
+                self.triggers
+                    .iter()
+                    .flatten()
+                    .enumerate()
+                    .find_map(|(i, t)| field(format!("spec.triggers[{i}]"), Some(t)))
+            })
+            .or_else(|| {
+                self.nodes.iter().find_map(|n| {
+                    let at = |k: &str| format!("spec.nodes[{}].{k}", n.id);
+                    field(at("config"), n.config.as_ref())
+                        .or_else(|| field(at("agent"), n.agent.as_ref()))
+                        .or_else(|| field(at("settings"), n.settings.as_ref()))
+                        .or_else(|| {
+                            n.inputs.iter().find_map(|(p, v)| {
+                                field(at(&format!("inputs.{p}.value")), v.value.as_ref())
+                            })
+                        })
+                })
+            })
+            .or_else(|| {
+                self.edges.iter().find_map(|e| {
+                    let c = e.condition.as_ref()?;
+                    field(
+                        format!("spec.edges[{}].condition.right", e.id),
+                        c.right.as_ref(),
+                    )
+                })
+            })
+            .or_else(|| {
+                self.variables.iter().find_map(|v| {
+                    field(
+                        format!("spec.variables[{}].defaultValue", v.name),
+                        v.default_value.as_ref(),
+                    )
+                })
+            })
+    }
 }

@@ -268,3 +268,103 @@ fn provider_mocks_schema_is_structural_and_bounded() {
         16
     );
 }
+
+/// `[[[…1…]]]`, `depth` levels deep: more than serde_json's 128-level limit, less than the
+/// apiserver's 10,000.
+fn nested(depth: usize) -> String {
+    format!("{}1{}", "[".repeat(depth), "]".repeat(depth))
+}
+
+#[test]
+fn a_run_list_with_one_run_too_deep_to_decode_still_decodes_the_others() {
+    let deep = nested(9000);
+    let list = format!(
+        r#"{{"apiVersion": "openwop.dev/v1alpha1", "kind": "RunList", "metadata": {{}}, "items": [
+        {{"apiVersion": "openwop.dev/v1alpha1", "kind": "Run", "metadata": {{"name": "deep", "namespace": "default"}},
+          "spec": {{"workflowRef": {{"name": "w"}}, "inputs": {{"x": {deep}}}}}}},
+        {{"apiVersion": "openwop.dev/v1alpha1", "kind": "Run", "metadata": {{"name": "deep-option", "namespace": "default"}},
+          "spec": {{"workflowRef": {{"name": "w"}}, "configurable": {{"escalationThreshold": 0.5, "x": {deep}}},
+                   "answers": [{{"interruptId": "i", "value": {{"a": 1}}}}]}}}},
+        {{"apiVersion": "openwop.dev/v1alpha1", "kind": "Run", "metadata": {{"name": "ok", "namespace": "default"}},
+          "spec": {{"workflowRef": {{"name": "w"}}, "inputs": {{"topic": [1, {{"b": null}}]}},
+                   "configurable": {{"escalationThreshold": 0.5, "model": "m"}}}}}}
+    ]}}"#
+    );
+    let runs: kube::core::ObjectList<Run> = serde_json::from_str(&list).expect("the list decodes");
+    let (path, why) = runs.items[0].spec.undecodable().expect("flagged");
+    assert_eq!(path, "spec.inputs");
+    assert!(why.contains("deeper than 128 levels"), "{why}");
+    let (path, _) = runs.items[1].spec.undecodable().expect("flagged");
+    assert_eq!(path, "spec.configurable.x");
+    let c = runs.items[1].spec.configurable.as_ref().unwrap();
+    assert_eq!(c.escalation_threshold, Some(0.5));
+    let ok = &runs.items[2];
+    assert_eq!(ok.spec.undecodable(), None);
+    assert_eq!(ok.spec.inputs, Some(json!({"topic": [1, {"b": null}]})));
+    let c = ok.spec.configurable.as_ref().unwrap();
+    assert_eq!(
+        (c.escalation_threshold, c.extra.get("model")),
+        (Some(0.5), Some(&json!("m")))
+    );
+    // A normal Run serializes as written (the lenient reading changes nothing else).
+    let back = serde_json::to_value(ok).unwrap();
+    assert_eq!(
+        back["spec"]["configurable"],
+        json!({"escalationThreshold": 0.5, "model": "m"})
+    );
+    // A bad escalationThreshold is still an error naming the field.
+    let bad = serde_json::from_value::<Run>(json!({
+        "apiVersion": "openwop.dev/v1alpha1", "kind": "Run",
+        "metadata": {"name": "r1", "namespace": "default"},
+        "spec": {"workflowRef": {"name": "w"}, "configurable": {"escalationThreshold": "high"}}
+    }));
+    assert!(bad.unwrap_err().to_string().contains("escalationThreshold"));
+}
+
+#[test]
+fn a_workflow_with_a_node_config_too_deep_to_decode_is_flagged() {
+    let deep = nested(9000);
+    let list = format!(
+        r#"{{"apiVersion": "openwop.dev/v1alpha1", "kind": "WorkflowList", "metadata": {{}}, "items": [
+        {{"apiVersion": "openwop.dev/v1alpha1", "kind": "Workflow", "metadata": {{"name": "deep", "namespace": "default"}},
+          "spec": {{"id": "d", "name": "d", "version": "1", "nodes": [{{"id": "n", "typeId": "core.identity", "config": {{"x": {deep}}}}}]}}}},
+        {{"apiVersion": "openwop.dev/v1alpha1", "kind": "Workflow", "metadata": {{"name": "ok", "namespace": "default"}},
+          "spec": {{"id": "o", "name": "o", "version": "1", "nodes": [{{"id": "n", "typeId": "core.identity", "config": {{"x": [1]}}}}]}}}}
+    ]}}"#
+    );
+    let wfs: kube::core::ObjectList<Workflow> =
+        serde_json::from_str(&list).expect("the list decodes");
+    let (path, why) = wfs.items[0].spec.undecodable().expect("flagged");
+    assert_eq!(path, "spec.nodes[n].config");
+    assert!(why.contains("deeper than 128 levels"), "{why}");
+    assert_eq!(wfs.items[1].spec.undecodable(), None);
+    assert_eq!(wfs.items[1].spec.nodes[0].config, Some(json!({"x": [1]})));
+}
+
+#[test]
+fn a_watch_event_of_a_run_too_deep_to_decode_decodes() {
+    let deep = format!("{}1{}", "{\"a\":".repeat(9000), "}".repeat(9000));
+    let line = format!(
+        r#"{{"type":"ADDED","object":{{"apiVersion":"openwop.dev/v1alpha1","kind":"Run","metadata":{{"name":"d","namespace":"n"}},"spec":{{"workflowRef":{{"name":"w"}},"inputs":{deep}}}}}}}"#
+    );
+    let ev: kube::core::WatchEvent<Run> = serde_json::from_str(&line).unwrap();
+    let kube::core::WatchEvent::Added(run) = ev else {
+        panic!("an ADDED event")
+    };
+    assert_eq!(run.spec.undecodable().unwrap().0, "spec.inputs");
+}
+
+/// A free-form object is atomic for server-side apply, so `metadata.managedFields` do not
+/// mirror its content as deep as it nests (a 9,000-level value there failed the decoding of
+/// the object's metadata, past what the lenient fields can help).
+#[test]
+fn free_form_objects_are_atomic_so_managed_fields_stay_shallow() {
+    let run_crd = &openwop_crds::crds()[1];
+    let schema = serde_json::to_value(&run_crd.spec.versions[0].schema).unwrap();
+    let spec = &schema["openAPIV3Schema"]["properties"]["spec"]["properties"];
+    assert_eq!(spec["inputs"]["x-kubernetes-map-type"], "atomic");
+    assert_eq!(
+        spec["answers"]["items"]["properties"]["value"]["x-kubernetes-map-type"],
+        "atomic"
+    );
+}

@@ -2851,3 +2851,307 @@ async fn two_pending_interrupts_are_answered_each_with_resume_node() {
     );
     delete_namespace(&c.client, &ns).await;
 }
+
+/// Deletes `ns/pod` with grace period 0 (the node agent SIGKILLs the worker at once).
+async fn kill_pod(c: &Cluster, ns: &str, pod: &str) {
+    Api::<Pod>::namespaced(c.client.clone(), ns)
+        .delete(
+            pod,
+            &kube::api::DeleteParams {
+                grace_period_seconds: Some(0),
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("delete the worker pod with grace period 0");
+}
+
+/// Issue #14 items 4 and 5: a worker killed again and again without progress exhausts the
+/// crash budget (`runs.maxWorkerRetries`, 3), the operator fails the run and appends
+/// `run.failed` itself, so `kubectl openwop events RUN -f` returns, its last event
+/// `run.failed {error.code: worker_crashed}` — exactly once, after the workers' events.
+#[tokio::test]
+async fn crash_limit_ends_the_log_with_run_failed_and_follow_returns() {
+    let (c, _g) = setup().await;
+    let ns = namespace(&c.client, "j-crashlimit").await;
+    slow_workflow(&c, &ns);
+    wait_workflow(&c, &ns, "slow", "True").await;
+    // No worker ever gets its answer: the call is held 10 minutes.
+    ok(
+        apply(&c, &ns, &mocked_run("doomed", "slow", slow_mocks(600_000))),
+        "apply run",
+    );
+    let mut killed: Vec<String> = vec![];
+    for attempt in 1..=4u32 {
+        let runs = api(&c, &ns, "Run");
+        let pods: Api<Pod> = Api::namespaced(c.client.clone(), &ns);
+        let seen = killed.clone();
+        let pod = wait_for(
+            Duration::from_secs(120),
+            &format!("worker attempt {attempt} running"),
+            || {
+                let (runs, pods, seen) = (runs.clone(), pods.clone(), seen.clone());
+                async move {
+                    let name = status(&runs.get("doomed").await.ok()?)["workerPod"]
+                        .as_str()?
+                        .to_owned();
+                    if seen.contains(&name) {
+                        return None;
+                    }
+                    pods.get_opt(&name)
+                        .await
+                        .ok()
+                        .flatten()
+                        .filter(|p| phase(p).as_deref() == Some("Running"))
+                }
+            },
+        )
+        .await;
+        if attempt == 1 {
+            // The first worker recorded its progress: the call is in flight.
+            wait_call_started(&c, &ns, "doomed", 1).await;
+        } else {
+            // Later workers replay the log and wait on the same call: no new event.
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        }
+        let name = pod.metadata.name.clone().unwrap();
+        kill_pod(&c, &ns, &name).await;
+        killed.push(name);
+    }
+    let st = wait_run(&c, &ns, "doomed", "failed", 120).await;
+    assert_eq!(st["error"]["code"], "worker_crashed", "{st:#}");
+    let msg = st["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        msg.contains("4 consecutive worker failures without progress (limit 3"),
+        "{msg}"
+    );
+
+    // `events -f` follows until the terminal event: it must return.
+    let cli_bin = target_bin("kubectl-openwop");
+    let (kubeconfig, nats_url, ns2) = (c.kubeconfig.clone(), c.nats_url.clone(), ns.clone());
+    let follow = tokio::task::spawn_blocking(move || {
+        Command::new(cli_bin)
+            .args([
+                "events",
+                "doomed",
+                "-n",
+                &ns2,
+                "-f",
+                "--json",
+                "--no-reasoning",
+            ])
+            .env("KUBECONFIG", kubeconfig)
+            .env("OPENWOP_NATS_URL", nats_url)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    });
+    let out = tokio::time::timeout(Duration::from_secs(60), follow)
+        .await
+        .expect("`kubectl openwop events doomed -f` returned after the run failed")
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let evs: Vec<Value> = json_lines(&String::from_utf8(out.stdout).unwrap())
+        .into_iter()
+        .map(|l| l["message"].clone())
+        .collect();
+    assert_gapless(&evs);
+    let last = evs.last().expect("events");
+    assert_eq!(last["type"], "run.failed", "{:?}", types(&evs));
+    assert_eq!(last["payload"]["error"]["code"], "worker_crashed");
+    let ends = evs
+        .iter()
+        .filter(|e| {
+            matches!(
+                e["type"].as_str(),
+                Some("run.failed" | "run.completed" | "run.cancelled")
+            )
+        })
+        .count();
+    assert_eq!(ends, 1, "{:?}", types(&evs));
+    // The status records the ending and the projection counted it.
+    let st = wait_for(
+        Duration::from_secs(30),
+        "status.terminalEvent and the counted event",
+        || {
+            let runs = api(&c, &ns, "Run");
+            let want = last["sequence"].clone();
+            async move {
+                let st = status(&runs.get("doomed").await.ok()?);
+                (st["terminalEvent"] == last["eventId"] && st["lastSequence"] == want).then_some(st)
+            }
+        },
+    )
+    .await;
+    assert_eq!(st["phase"], "failed");
+    delete_namespace(&c.client, &ns).await;
+}
+
+/// Issue #14 item 2: a Run nested 9,000 levels deep (the apiserver accepts up to 10,000)
+/// made the operator's typed Run list/watch fail (serde_json's recursion limit), so no Run
+/// in scope was reconciled. Free-form fields now decode leniently: the deep Run alone is
+/// failed with `input_too_deep` (condition and Warning Event), a normal Run beside it
+/// completes, `/readyz` stays 200 (listing works), the object is never logged — and the same
+/// holds after the operator restarts while the deep Run exists.
+#[tokio::test]
+async fn a_run_too_deep_to_decode_is_failed_alone_and_the_others_run() {
+    let (c, _g) = setup().await;
+    if c.skip_unless_local(
+        "a_run_too_deep_to_decode_is_failed_alone_and_the_others_run",
+        "the operator's /readyz and logs on this machine",
+    ) {
+        return;
+    }
+    let ns = namespace(&c.client, "j-poison").await;
+    apply_file(&c, &ns, "examples/01-hello-workflow.yaml");
+    wait_workflow(&c, &ns, "hello", "True").await;
+    let readyz = format!("http://127.0.0.1:{}/readyz", operator_port());
+    wait_for(Duration::from_secs(120), "/readyz 200 before", || {
+        let readyz = readyz.clone();
+        async move { (http_get(&readyz, &[]).0 == 200).then_some(()) }
+    })
+    .await;
+    let depth = 9_000;
+    let inputs = format!("{}1{}", "{\"a\":".repeat(depth), "}".repeat(depth));
+    let bad = format!(
+        r#"{{"apiVersion":"openwop.dev/v1alpha1","kind":"Run","metadata":{{"name":"too-deep","namespace":"{ns}"}},"spec":{{"workflowRef":{{"name":"hello"}},"inputs":{inputs}}}}}"#
+    );
+    ok(
+        kubectl(&c, &["create", "-f", "-"], Some(&bad)),
+        "create the deep Run",
+    );
+    ok(apply(&c, &ns, &hello_run("beside")), "apply a normal run");
+    wait_run(&c, &ns, "beside", "completed", 180).await;
+    // This test's own client cannot decode the deep Run either (serde_json into
+    // DynamicObject): read its status with kubectl.
+    let deep_status = || -> Value {
+        let out = kubectl(
+            &c,
+            &[
+                "-n",
+                &ns,
+                "get",
+                "run",
+                "too-deep",
+                "-o",
+                "jsonpath={.status}",
+            ],
+            None,
+        );
+        serde_json::from_slice(&out.stdout).unwrap_or(Value::Null)
+    };
+    let st = wait_for(Duration::from_secs(60), "the deep Run failed", || {
+        let st = deep_status();
+        async move { (st["phase"] == "failed").then_some(st) }
+    })
+    .await;
+    assert_eq!(st["error"]["code"], "input_too_deep", "{st:#}");
+    let msg = st["error"]["message"].as_str().unwrap();
+    assert!(
+        msg.starts_with("spec.inputs cannot be decoded")
+            && msg.contains("deeper than 128 levels")
+            && msg.len() < 1_000,
+        "{msg}"
+    );
+    let ready = st["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Ready")
+        .cloned()
+        .unwrap();
+    assert_eq!(ready["reason"], "InputTooDeep");
+    assert!(
+        worker_pods(&c, &ns).await.iter().all(|p| !p
+            .metadata
+            .name
+            .as_deref()
+            .unwrap_or("")
+            .starts_with("too-deep")),
+        "no worker for the deep Run"
+    );
+    let ev = ok(
+        kubectl(
+            &c,
+            &[
+                "-n",
+                &ns,
+                "get",
+                "events",
+                "--field-selector",
+                "reason=InputTooDeep",
+                "-o",
+                "jsonpath={.items[*].involvedObject.name}",
+            ],
+            None,
+        ),
+        "events",
+    );
+    assert!(
+        ev.contains("too-deep"),
+        "a Warning Event on the Run: {ev:?}"
+    );
+    assert_eq!(http_get(&readyz, &[]).0, 200, "listing works: ready");
+
+    // Restart the operator while the deep Run exists: it lists, starts and runs again.
+    let pods: Api<Pod> = Api::namespaced(c.client.clone(), release_ns());
+    let lp = ListParams::default().labels("app.kubernetes.io/component=operator");
+    for p in pods.list(&lp).await.unwrap().items {
+        let name = p.metadata.name.unwrap();
+        ok(
+            kubectl(
+                &c,
+                &[
+                    "delete",
+                    "pod",
+                    &name,
+                    "-n",
+                    release_ns(),
+                    "--grace-period=0",
+                    "--force",
+                ],
+                None,
+            ),
+            "force-delete the operator pod",
+        );
+    }
+    wait_operator_ready(&c).await;
+    ok(apply(&c, &ns, &hello_run("after-restart")), "apply a run");
+    wait_run(&c, &ns, "after-restart", "completed", 240).await;
+    assert_eq!(deep_status()["phase"], "failed");
+    wait_for(
+        Duration::from_secs(60),
+        "/readyz 200 after the restart",
+        || {
+            let readyz = readyz.clone();
+            async move { (http_get(&readyz, &[]).0 == 200).then_some(()) }
+        },
+    )
+    .await;
+    let logs = ok(
+        kubectl(
+            &c,
+            &[
+                "-n",
+                release_ns(),
+                "logs",
+                "-l",
+                "app.kubernetes.io/component=operator",
+                "--tail=-1",
+            ],
+            None,
+        ),
+        "operator logs",
+    );
+    let longest = logs.lines().map(str::len).max().unwrap_or(0);
+    assert!(longest < 16_384, "a log line of {longest} bytes");
+    assert!(
+        !logs.contains("{\"a\":{\"a\":{\"a\":"),
+        "the object is never logged"
+    );
+    delete_namespace(&c.client, &ns).await;
+}

@@ -180,6 +180,62 @@ pub async fn purge_run(
     Ok(purged)
 }
 
+/// The last message of `subject` in `stream_name`: its stream sequence and payload, `None`
+/// when the subject holds none.
+pub async fn last_on_subject(
+    js: &jetstream::Context,
+    stream_name: &str,
+    subject: &str,
+) -> Result<Option<(u64, bytes::Bytes)>, StreamError> {
+    use async_nats::jetstream::stream::LastRawMessageErrorKind;
+    let stream = js
+        .get_stream_no_info(stream_name)
+        .await
+        .map_err(|e| server(stream_name, "read it", e))?;
+    match stream.get_last_raw_message_by_subject(subject).await {
+        Ok(m) => Ok(Some((m.sequence, m.payload))),
+        Err(e) if matches!(e.kind(), LastRawMessageErrorKind::NoMessageFound) => Ok(None),
+        Err(e) => Err(server(stream_name, "read a subject's last message", e)),
+    }
+}
+
+/// What [`append_after`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Appended {
+    /// The message is in the stream (or was already: same `Nats-Msg-Id` within the window).
+    Stored,
+    /// Someone appended to the subject after `expected`: nothing was written; read again.
+    Moved,
+}
+
+/// Publishes `body` on `subject` with dedup id `msg_id`, only if the subject's last stream
+/// sequence is still `expected` (0: the subject is empty) — JetStream's
+/// `Nats-Expected-Last-Subject-Sequence` — so it can never land after, or between, messages
+/// someone else appended meanwhile. Waits for the durable ack.
+pub async fn append_after(
+    js: &jetstream::Context,
+    subject: &str,
+    msg_id: &str,
+    expected: u64,
+    body: bytes::Bytes,
+) -> Result<Appended, StreamError> {
+    use async_nats::jetstream::context::PublishErrorKind;
+    use async_nats::jetstream::message::PublishMessage;
+    let msg = PublishMessage::build()
+        .payload(body)
+        .message_id(msg_id)
+        .expected_last_subject_sequence(expected);
+    let ack = match js.send_publish(subject.to_owned(), msg).await {
+        Ok(ack) => ack.await,
+        Err(e) => Err(e),
+    };
+    match ack {
+        Ok(_) => Ok(Appended::Stored),
+        Err(e) if matches!(e.kind(), PublishErrorKind::WrongLastSequence) => Ok(Appended::Moved),
+        Err(e) => Err(server(subject, "append to a run's subject", e)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

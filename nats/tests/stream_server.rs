@@ -130,3 +130,53 @@ async fn the_run_log_reader_reads_one_run_in_order_and_follows() {
         .unwrap();
     assert!(e.to_string().contains("NOPE"), "{e}");
 }
+
+#[tokio::test]
+async fn append_after_never_lands_behind_a_concurrent_append_and_is_deduplicated() {
+    use openwop_nats::stream::{Appended, append_after, last_on_subject};
+    let nats = NatsServer::start();
+    let js = jetstream::new(async_nats::connect(nats.url()).await.unwrap());
+    ensure_stream(&js, &StreamSpec::new("EV", None))
+        .await
+        .unwrap();
+    let subject = events_subject("ns", "uid-1");
+    assert_eq!(last_on_subject(&js, "EV", &subject).await.unwrap(), None);
+    // Another run's message does not count for this subject's expected sequence.
+    js.publish(events_subject("ns", "other"), "x".into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    let a = append_after(&js, &subject, "m0", 0, "first".into()).await;
+    assert_eq!(a.unwrap(), Appended::Stored);
+    let (seq, body) = last_on_subject(&js, "EV", &subject).await.unwrap().unwrap();
+    assert_eq!(&body[..], b"first");
+    // A worker appends meanwhile: an append expecting the old last sequence writes nothing.
+    js.publish(subject.clone(), "worker".into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    let a = append_after(&js, &subject, "m1", seq, "late".into()).await;
+    assert_eq!(a.unwrap(), Appended::Moved);
+    let (seq2, body) = last_on_subject(&js, "EV", &subject).await.unwrap().unwrap();
+    assert_eq!(&body[..], b"worker");
+    assert_eq!(
+        append_after(&js, &subject, "m1", seq2, "end".into())
+            .await
+            .unwrap(),
+        Appended::Stored
+    );
+    let (seq3, _) = last_on_subject(&js, "EV", &subject).await.unwrap().unwrap();
+    // The same message id again (a retried reconcile) is dropped by the dedup window.
+    let again = append_after(&js, &subject, "m1", seq3, "end".into()).await;
+    assert_eq!(again.unwrap(), Appended::Stored);
+    assert_eq!(
+        last_on_subject(&js, "EV", &subject)
+            .await
+            .unwrap()
+            .unwrap()
+            .0,
+        seq3
+    );
+}

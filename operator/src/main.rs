@@ -49,7 +49,16 @@ async fn main() -> anyhow::Result<()> {
         .json()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "info,kube=warn".into()),
+                .unwrap_or_else(|_| "info,kube=warn".into())
+                // kube-client logs the whole response body at WARN when it cannot decode it
+                // (e.g. a LIST holding one Run nested deeper than serde_json's recursion
+                // limit: a ~250 KB line per retry, with whatever the objects hold). The
+                // error itself reaches our own (bounded) log lines.
+                .add_directive(
+                    "kube_client::client=error"
+                        .parse()
+                        .expect("valid directive"),
+                ),
         )
         .init();
     let args = Args::parse();
@@ -76,6 +85,7 @@ async fn main() -> anyhow::Result<()> {
     let metrics = Metrics::default();
     let discovery_state = DiscoveryState::new(&cfg.discovery.cache_control);
     let ready = Arc::new(AtomicBool::new(false));
+    let runs_listable = RunsHealth::default();
 
     // The REST API reads this replica's own caches: every replica serves it, leader or not.
     let (api, api_caches) = if cfg.rest.enabled {
@@ -97,6 +107,7 @@ async fn main() -> anyhow::Result<()> {
         discovery_state.clone(),
         ready.clone(),
         api,
+        runs_listable.clone(),
     );
     let watch_discovery =
         watch_discovery_configmap(client.clone(), cfg.clone(), discovery_state, ready.clone());
@@ -113,13 +124,22 @@ async fn main() -> anyhow::Result<()> {
         now: k8s_openapi::jiff::Timestamp::now,
         worker_pods: Some(worker_pods),
         nats_copies: Default::default(),
+        starts: Default::default(),
         jetstream: cfg
             .events
             .nats_url
             .as_ref()
             .map(|_| JetStreamSlot::default()),
     });
-    let lead = lead_then_run(client, cfg, registry, identity, ctx, pod_writer);
+    let lead = lead_then_run(
+        client,
+        cfg,
+        registry,
+        identity,
+        ctx,
+        pod_writer,
+        runs_listable,
+    );
     tokio::select! {
         r = http => r.context("HTTP server")?,
         _ = api_caches => anyhow::bail!("the REST API's watches ended"),
@@ -155,6 +175,7 @@ async fn serve_http(
     discovery_state: DiscoveryState,
     ready: Arc<AtomicBool>,
     api: Option<axum::Router>,
+    runs: RunsHealth,
 ) -> anyhow::Result<()> {
     let app = discovery::router(discovery_state)
         .merge(api.unwrap_or_default())
@@ -182,11 +203,18 @@ async fn serve_http(
             "/readyz",
             axum::routing::get(move || {
                 let r = ready.load(Ordering::Relaxed);
+                let failing = runs.failing();
                 async move {
-                    if r {
-                        (StatusCode::OK, "ready")
-                    } else {
-                        (StatusCode::SERVICE_UNAVAILABLE, "discovery not loaded")
+                    match (r, failing) {
+                        (false, _) => (
+                            StatusCode::SERVICE_UNAVAILABLE,
+                            "discovery not loaded".to_owned(),
+                        ),
+                        (true, Some(why)) => (
+                            StatusCode::SERVICE_UNAVAILABLE,
+                            format!("cannot list or watch Runs, so no Run is reconciled: {why}"),
+                        ),
+                        (true, None) => (StatusCode::OK, "ready".to_owned()),
                     }
                 }
             }),
@@ -259,6 +287,7 @@ async fn lead_then_run(
     identity: String,
     ctx: Arc<Context>,
     pod_writer: reflector::store::Writer<Pod>,
+    runs_listable: RunsHealth,
 ) -> anyhow::Result<()> {
     let renew = Duration::from_secs(u64::from(cfg.leader_election.renew_interval_seconds));
     let elector = cfg.leader_election.enabled.then(|| {
@@ -295,7 +324,13 @@ async fn lead_then_run(
     let controllers = async {
         publish_discovery(&client, &cfg, &registry).await?;
         tokio::join!(
-            run_controllers(client.clone(), ctx, pod_writer, run_controller),
+            run_controllers(
+                client.clone(),
+                ctx,
+                pod_writer,
+                run_controller,
+                runs_listable
+            ),
             openwop_operator::events::run_consumer(client.clone(), cfg.clone(), Some(runs), slot),
         );
         anyhow::Ok(())
@@ -340,6 +375,7 @@ async fn run_controllers(
     ctx: Arc<Context>,
     pod_writer: reflector::store::Writer<Pod>,
     run_controller: Controller<Run>,
+    runs_listable: RunsHealth,
 ) {
     let workflows: Api<Workflow> = scoped(&client, &ctx.config);
     let pods: Api<Pod> = scoped(&client, &ctx.config);
@@ -378,9 +414,19 @@ async fn run_controllers(
         })
         .shutdown_on_signal()
         .run(reconcile_run, error_policy, ctx.clone())
-        .for_each(|r| async move {
-            if let Err(e) = r {
-                tracing::debug!(error = %e, "run reconcile");
+        .for_each(move |r| {
+            let health = runs_listable.clone();
+            async move {
+                match r {
+                    Ok(_) => {}
+                    // The Run list/watch itself fails: nothing in scope is reconciled.
+                    Err(kube::runtime::controller::Error::QueueError(e)) => {
+                        let why = openwop_protocol::text::truncate(&e.to_string(), 300);
+                        tracing::warn!(error = %why, "cannot list or watch Runs; readiness is false until it recovers");
+                        health.failed(why);
+                    }
+                    Err(e) => tracing::debug!(error = %e, "run reconcile"),
+                }
             }
         });
     // The worker-pod cache behind `max_concurrent_per_namespace` (no LIST per worker start).
@@ -408,4 +454,29 @@ async fn run_controllers(
         }
     };
     tokio::join!(wf_ctrl, run_ctrl, gauges, worker_cache);
+}
+
+/// How long after the last failed Run list/watch `/readyz` stays 503: longer than the
+/// watcher's retry backoff (at most 30 s), so a list failing at every retry keeps it 503.
+const RUNS_FAILURE_HOLD: Duration = Duration::from_secs(60);
+
+/// Whether the Run list/watch works: `/readyz` is 503 (naming the error) while it fails, so
+/// an operator that cannot see its Runs is not reported healthy.
+#[derive(Clone, Default)]
+struct RunsHealth(Arc<std::sync::Mutex<Option<(std::time::Instant, String)>>>);
+
+impl RunsHealth {
+    fn failed(&self, why: String) {
+        if let Ok(mut s) = self.0.lock() {
+            *s = Some((std::time::Instant::now(), why));
+        }
+    }
+
+    /// The last error, while it is recent.
+    fn failing(&self) -> Option<String> {
+        let s = self.0.lock().ok()?;
+        s.as_ref()
+            .filter(|(at, _)| at.elapsed() < RUNS_FAILURE_HOLD)
+            .map(|(_, why)| why.clone())
+    }
 }

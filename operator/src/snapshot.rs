@@ -31,9 +31,21 @@ pub enum SnapshotError {
     Invalid(#[from] openwop_protocol::run::snapshot::SnapshotError),
 }
 
+/// Kubernetes' limit on the data of one ConfigMap (bytes): the whole snapshot must fit.
+pub const CONFIGMAP_DATA_LIMIT: usize = 1024 * 1024;
+
 /// Why a Run cannot be snapshotted: the Run fails with [`Refused::reason`] and the message.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Refused {
+    #[error(
+        "the run snapshot is {bytes} bytes (spec.inputs {inputs} bytes, answers {answers} bytes, the workflow and the rest {rest} bytes), more than the {CONFIGMAP_DATA_LIMIT}-byte (1 MiB) limit of the ConfigMap that holds it; pass large data by reference (e.g. a URL or object-store key the workflow reads) and keep spec.inputs and answers small, then create a new Run"
+    )]
+    TooLarge {
+        bytes: usize,
+        inputs: usize,
+        answers: usize,
+        rest: usize,
+    },
     #[error(
         "spec.providerMocks is not allowed in namespace {namespace}: the operator's conformance.providerMockNamespaces (chart value conformance.providerMockNamespaces) does not list it; remove spec.providerMocks, or allow the namespace for testing"
     )]
@@ -46,6 +58,16 @@ pub enum Refused {
         workflow: String,
         known: String,
     },
+    #[error("{field} cannot be decoded: {why}; then create a new Run")]
+    RunUndecodable { field: String, why: String },
+    #[error(
+        "Workflow {workflow}: {field} cannot be decoded: {why}; fix the Workflow, then create a new Run"
+    )]
+    WorkflowUndecodable {
+        workflow: String,
+        field: String,
+        why: String,
+    },
     #[error("spec.providerMocks.{node}{pointer}: {reason}")]
     InvalidMock {
         node: String,
@@ -55,19 +77,45 @@ pub enum Refused {
 }
 
 impl Refused {
+    /// A Run holding a value too deep to decode (`openwop_protocol::lenient`): it is failed
+    /// before anything is built from it.
+    pub fn undecodable_run(run: &Run) -> Option<Refused> {
+        let (field, why) = run.spec.undecodable()?;
+        Some(Refused::RunUndecodable {
+            field,
+            why: why.to_owned(),
+        })
+    }
+
+    /// The same for the Workflow a run would be snapshotted from.
+    pub fn undecodable_workflow(wf: &Workflow) -> Option<Refused> {
+        let (field, why) = wf.spec.undecodable()?;
+        Some(Refused::WorkflowUndecodable {
+            workflow: wf.name_any(),
+            field,
+            why: why.to_owned(),
+        })
+    }
+
     /// Condition reason and Event reason.
     pub fn reason(&self) -> &'static str {
         match self {
+            Refused::TooLarge { .. } => "SnapshotTooLarge",
             Refused::MocksNotAllowed { .. } => "ProviderMocksNotAllowed",
             Refused::UnknownNode { .. } | Refused::InvalidMock { .. } => "ProviderMocksInvalid",
+            Refused::RunUndecodable { .. } => "InputTooDeep",
+            Refused::WorkflowUndecodable { .. } => "WorkflowTooDeep",
         }
     }
 
     /// `status.error.code`.
     pub fn code(&self) -> &'static str {
         match self {
+            Refused::TooLarge { .. } => "snapshot_too_large",
             Refused::MocksNotAllowed { .. } => "provider_mocks_not_allowed",
             Refused::UnknownNode { .. } | Refused::InvalidMock { .. } => "provider_mocks_invalid",
+            Refused::RunUndecodable { .. } => "input_too_deep",
+            Refused::WorkflowUndecodable { .. } => "workflow_too_deep",
         }
     }
 }
@@ -125,7 +173,41 @@ pub fn build_snapshot(
     host: &HostProfile,
     mocks_allowed: bool,
 ) -> Result<RunSnapshot, Refused> {
+    if let Some(refused) =
+        Refused::undecodable_run(run).or_else(|| Refused::undecodable_workflow(workflow))
+    {
+        return Err(refused);
+    }
     let provider_mocks = provider_mocks(run, workflow, mocks_allowed)?;
+    let doc = snapshot_of(run, workflow, host, provider_mocks);
+    fits(&doc)?;
+    Ok(doc)
+}
+
+/// `Err(TooLarge)` when `doc` cannot be stored in one ConfigMap (the apiserver would refuse
+/// it, and every retry alike): checked before each write of the snapshot.
+pub fn fits(doc: &RunSnapshot) -> Result<(), Refused> {
+    let bytes = doc.to_json().len();
+    if bytes + SNAPSHOT_KEY.len() <= CONFIGMAP_DATA_LIMIT {
+        return Ok(());
+    }
+    let size = |v: &serde_json::Value| serde_json::to_vec(v).map_or(0, |b| b.len());
+    let inputs = size(&doc.inputs);
+    let answers = serde_json::to_vec(&doc.answers).map_or(0, |b| b.len());
+    Err(Refused::TooLarge {
+        bytes,
+        inputs,
+        answers,
+        rest: bytes.saturating_sub(inputs + answers),
+    })
+}
+
+fn snapshot_of(
+    run: &Run,
+    workflow: &Workflow,
+    host: &HostProfile,
+    provider_mocks: BTreeMap<String, ProviderMock>,
+) -> RunSnapshot {
     // Only the credentials the worker pod mounts (none for providers only mocked nodes use).
     let providers = crate::pod::needed_credentials(run, &workflow.spec)
         .into_iter()
@@ -141,7 +223,7 @@ pub fn build_snapshot(
             provider: p.provider,
         })
         .collect();
-    Ok(RunSnapshot {
+    RunSnapshot {
         run: RunRef {
             namespace: run.namespace().unwrap_or_default(),
             name: run.name_any(),
@@ -165,7 +247,7 @@ pub fn build_snapshot(
         cancel: false,
         provider_mocks,
         host: host.clone(),
-    })
+    }
 }
 
 /// The run's answers, as written in the snapshot.
@@ -341,6 +423,45 @@ mod tests {
         let c = with_cancel(&s);
         assert!(c.cancel);
         assert_eq!((c.answers.len(), &c.workflow), (1, &stored.workflow));
+    }
+
+    #[test]
+    fn a_snapshot_beyond_one_configmap_is_refused_naming_the_limit_and_what_to_do() {
+        let mut r = run();
+        r.spec.inputs = Some(json!({"blob": "x".repeat(CONFIGMAP_DATA_LIMIT)}));
+        let e = snapshot(&r, false).unwrap_err();
+        assert!(matches!(e, Refused::TooLarge { inputs, .. } if inputs > CONFIGMAP_DATA_LIMIT));
+        assert_eq!(
+            (e.reason(), e.code()),
+            ("SnapshotTooLarge", "snapshot_too_large")
+        );
+        let msg = e.to_string();
+        for want in [
+            "1048576-byte (1 MiB) limit",
+            "ConfigMap",
+            "spec.inputs",
+            "by reference",
+        ] {
+            assert!(msg.contains(want), "{want}: {msg}");
+        }
+        // Just under the limit still fits; answers that push it over are refused too.
+        let fitting = snapshot(&run(), false).unwrap();
+        let room = CONFIGMAP_DATA_LIMIT - fitting.to_json().len() - SNAPSHOT_KEY.len() - 64;
+        let mut r = run();
+        r.spec.inputs = Some(json!({"ticket": 42, "blob": "y".repeat(room)}));
+        let s = snapshot(&r, false).expect("fits");
+        r.spec.answers = vec![InterruptAnswer {
+            interrupt_id: "i1".into(),
+            value: Some(json!("z".repeat(128))),
+            approved: None,
+            comment: None,
+            content_trust: None,
+        }];
+        let e = fits(&with_current_answers(&s, &r)).unwrap_err();
+        assert!(
+            matches!(e, Refused::TooLarge { answers, .. } if answers > 128),
+            "{e}"
+        );
     }
 
     #[test]

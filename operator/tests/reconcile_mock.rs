@@ -36,6 +36,7 @@ fn context() -> (Arc<Context>, MockHandle) {
         now: fixed_now,
         worker_pods: None,
         nats_copies: Default::default(),
+        starts: Default::default(),
         jetstream: None,
     };
     (Arc::new(ctx), handle)
@@ -423,6 +424,7 @@ async fn cancel_without_worker_nats_falls_back_and_says_so() {
         now: fixed_now,
         worker_pods: None,
         nats_copies: Default::default(),
+        starts: Default::default(),
         jetstream: None,
     });
     let mut r = run(Some(
@@ -595,6 +597,119 @@ async fn a_crashed_worker_is_retried_and_its_last_error_quoted() {
     server.await.unwrap();
 }
 
+fn crashed_again(last_sequence: u64, failed_at: u64, failed: u32) -> Run {
+    let mut r = running_run();
+    let st = r.status.as_mut().unwrap();
+    st.attempts = Some(failed + 1);
+    st.last_sequence = Some(last_sequence);
+    st.failed_at_sequence = Some(failed_at);
+    st.failed_attempts = Some(failed);
+    r
+}
+
+/// The crash budget counts consecutive failures without progress: the default limit is 3,
+/// and this is the 4th crash — but the worker appended events (sequence 4 → 9) since the last
+/// counted failure, so the count starts again instead of failing the run.
+#[tokio::test]
+async fn a_crash_after_progress_restarts_the_budget() {
+    let (ctx, mut handle) = context();
+    let server = tokio::spawn(async move {
+        let (_, _, _, send) = next(&mut handle).await;
+        respond(send, 200, ended_worker(137, ""));
+        let (m, _, _, send) = next(&mut handle).await;
+        assert_eq!(m, Method::DELETE);
+        respond(send, 200, ended_worker(137, ""));
+        let (m, _, body, send) = next(&mut handle).await;
+        assert_eq!(m, Method::PATCH);
+        let st = &body["status"];
+        assert_eq!(st["phase"], "running", "retried, not failed: {st:#}");
+        assert_eq!(
+            (
+                st["failedAttempts"].as_u64(),
+                st["failedAtSequence"].as_u64()
+            ),
+            (Some(1), Some(9))
+        );
+        respond(send, 200, run_echo());
+        let (m, _, body, send) = next(&mut handle).await;
+        assert_eq!(
+            (m, body["reason"].as_str()),
+            (Method::POST, Some("WorkerCrashed"))
+        );
+        assert!(
+            body["note"]
+                .as_str()
+                .unwrap()
+                .contains("failure 1 of 3 without progress"),
+            "{body:#}"
+        );
+        respond(send, 201, body);
+    });
+    reconcile_run(Arc::new(crashed_again(9, 4, 3)), ctx)
+        .await
+        .expect("reconcile");
+    server.await.unwrap();
+}
+
+/// Without new events since the last counted failure, the 4th consecutive crash exhausts the
+/// budget and names it.
+#[tokio::test]
+async fn consecutive_crashes_without_progress_exhaust_the_budget() {
+    let (ctx, mut handle) = context();
+    let server = tokio::spawn(async move {
+        let (_, _, _, send) = next(&mut handle).await;
+        respond(send, 200, ended_worker(137, ""));
+        let (_, _, _, send) = next(&mut handle).await;
+        respond(send, 200, ended_worker(137, ""));
+        let (m, _, body, send) = next(&mut handle).await;
+        assert_eq!(m, Method::PATCH);
+        let st = &body["status"];
+        assert_eq!(st["phase"], "failed", "{st:#}");
+        assert_eq!(st["failedAttempts"], 4);
+        assert_eq!(st["error"]["code"], "worker_crashed");
+        let msg = st["error"]["message"].as_str().unwrap();
+        assert!(
+            msg.ends_with("4 consecutive worker failures without progress (limit 3, chart value runs.maxWorkerRetries)"),
+            "{msg}"
+        );
+        respond(send, 200, run_echo());
+        let (_, _, body, send) = next(&mut handle).await;
+        respond(send, 201, body);
+    });
+    reconcile_run(Arc::new(crashed_again(9, 9, 3)), ctx)
+        .await
+        .expect("reconcile");
+    server.await.unwrap();
+}
+
+/// A run that completes after crashes shows no stale failure count.
+#[tokio::test]
+async fn a_completed_run_clears_its_failure_count() {
+    let (ctx, mut handle) = context();
+    let mut r = crashed_again(9, 9, 2);
+    r.status.as_mut().unwrap().phase = Some(openwop_crds::RunPhase::Completed);
+    r.status.as_mut().unwrap().worker_pod = None;
+    let server = tokio::spawn(async move {
+        let (m, _, body, send) = next(&mut handle).await;
+        assert_eq!(m, Method::PATCH);
+        let st = &body["status"];
+        assert_eq!(st["phase"], "completed");
+        assert!(
+            st.get("failedAttempts").is_none_or(Value::is_null),
+            "{st:#}"
+        );
+        assert!(
+            st.get("failedAtSequence").is_none_or(Value::is_null),
+            "{st:#}"
+        );
+        respond(send, 200, run_echo());
+        let (_, _, body, send) = next(&mut handle).await;
+        respond(send, 201, body);
+    });
+    reconcile_run(Arc::new(r), ctx).await.expect("reconcile");
+    server.await.unwrap();
+}
+
 /// A deleted Run is released even when its events cannot be purged (NATS unreachable): a
 /// Warning Event says so and the stream's retention removes them later.
 #[tokio::test]
@@ -612,6 +727,7 @@ async fn a_deleted_run_is_released_even_when_its_events_cannot_be_purged() {
         now: fixed_now,
         worker_pods: None,
         nats_copies: Default::default(),
+        starts: Default::default(),
         // NATS configured, but the consumer has not connected.
         jetstream: Some(openwop_operator::events::JetStreamSlot::default()),
     });
@@ -761,5 +877,211 @@ async fn events_are_routed_by_uid_across_delete_and_recreate() {
         .await
         .unwrap()
     );
+    server.await.unwrap();
+}
+
+/// Issue #14 item 8b: reconciles run concurrently, and the pod cache lags behind the pods
+/// just created; the per-namespace limit must still be exact. Six snapshotted Runs reconciled
+/// at once with a limit of 2 and an empty (ready) pod cache: exactly two worker pods are
+/// created, the others are queued.
+#[tokio::test]
+async fn concurrent_starts_never_exceed_the_namespace_limit() {
+    use kube::runtime::{reflector, watcher};
+    let (svc, mut handle) = mock::pair::<Request<Body>, Response<Body>>();
+    let (store, mut writer) = reflector::store::<k8s_openapi::api::core::v1::Pod>();
+    writer.apply_watcher_event(&watcher::Event::InitDone);
+    let mut cfg = OperatorConfig::default();
+    cfg.runs.max_concurrent_per_namespace = 2;
+    let ctx = Arc::new(Context {
+        client: Client::new(svc, "default"),
+        config: Arc::new(cfg),
+        registry: Arc::new(NodeRegistry::builtin()),
+        metrics: Metrics::default(),
+        reporter: Reporter {
+            controller: "openwop-operator".into(),
+            instance: None,
+        },
+        now: fixed_now,
+        worker_pods: Some(store),
+        nats_copies: Default::default(),
+        starts: Default::default(),
+        jetstream: None,
+    });
+    let n = 6;
+    let runs: Vec<Run> = (0..n)
+        .map(|i| {
+            serde_json::from_value(json!({
+                "apiVersion": "openwop.dev/v1alpha1", "kind": "Run",
+                "metadata": {"name": format!("r{i}"), "namespace": "team-a", "uid": format!("u{i}"),
+                             "generation": 1, "finalizers": ["openwop.dev/cleanup"]},
+                "spec": {"workflowRef": {"name": "triage"}},
+                "status": {"phase": "pending", "runId": format!("u{i}"), "workflow": "triage",
+                           "observedGeneration": 1,
+                           "conditions": [{"type": "Ready", "status": "True", "reason": "Snapshotted",
+                                           "message": "workflow snapshotted", "lastTransitionTime": "2025-06-15T15:00:00Z"}]}
+            }))
+            .unwrap()
+        })
+        .collect();
+    let server = tokio::spawn(async move {
+        let (mut created, mut queued) = (0, 0);
+        while let Some((req, send)) = handle.next_request().await {
+            let (m, path) = (req.method().clone(), req.uri().path().to_owned());
+            let bytes = req.into_body().collect().await.unwrap().to_bytes();
+            let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+            if m == Method::GET && path.ends_with("-snapshot") {
+                let run = path
+                    .rsplit('/')
+                    .next()
+                    .unwrap()
+                    .trim_end_matches("-snapshot");
+                let uid = format!("u{}", &run[1..]);
+                respond(
+                    send,
+                    200,
+                    json!({"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": format!("{run}-snapshot"), "namespace": "team-a",
+                        "ownerReferences": [{"apiVersion": "openwop.dev/v1alpha1", "kind": "Run",
+                                             "name": run, "uid": uid, "controller": true}]},
+                    "data": {"snapshot.json": "{}"}}),
+                );
+            } else if m == Method::GET && path.contains("/serviceaccounts/") {
+                respond(
+                    send,
+                    200,
+                    json!({"apiVersion": "v1", "kind": "ServiceAccount",
+                                          "metadata": {"name": "openwop-worker"}}),
+                );
+            } else if m == Method::GET {
+                respond(send, 404, not_found());
+            } else if m == Method::POST && path.ends_with("/pods") {
+                created += 1;
+                respond(send, 201, body);
+            } else if m == Method::PATCH && path.ends_with("/status") {
+                let c = body["status"]["conditions"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default();
+                if c.iter().any(|c| c["reason"] == "Queued") {
+                    queued += 1;
+                }
+                respond(send, 200, run_echo());
+            } else if m == Method::POST && path.ends_with("/events") {
+                respond(send, 201, body);
+            } else {
+                panic!("unexpected request {m} {path}");
+            }
+        }
+        (created, queued)
+    });
+    let all = runs
+        .into_iter()
+        .map(|r| reconcile_run(Arc::new(r), ctx.clone()));
+    for r in futures::future::join_all(all).await {
+        r.expect("reconcile");
+    }
+    drop(ctx);
+    let (created, queued) = server.await.unwrap();
+    assert_eq!(
+        (created, queued),
+        (2, n - 2),
+        "worker pods created, runs queued"
+    );
+}
+
+/// `[[[…1…]]]` 9,000 levels deep: the apiserver stores it, serde_json cannot decode it.
+fn too_deep() -> String {
+    format!("{}1{}", "[".repeat(9000), "]".repeat(9000))
+}
+
+#[tokio::test]
+async fn a_run_too_deep_to_decode_is_failed_at_once_naming_the_limit() {
+    let (ctx, mut handle) = context();
+    // As the watch decodes it: from the apiserver's bytes.
+    let text = format!(
+        r#"{{"apiVersion": "openwop.dev/v1alpha1", "kind": "Run",
+        "metadata": {{"name": "r1", "namespace": "team-a", "uid": "ruid", "generation": 1,
+                     "finalizers": ["openwop.dev/cleanup"]}},
+        "spec": {{"workflowRef": {{"name": "triage"}}, "inputs": {{"x": {}}}}}}}"#,
+        too_deep()
+    );
+    let deep: Run = serde_json::from_str(&text).expect("a deep Run decodes leniently");
+    let server = tokio::spawn(async move {
+        // No snapshot lookup, no Workflow read, no pod: the status write comes first.
+        let (m, _, body, send) = next(&mut handle).await;
+        assert_eq!(m, Method::PATCH);
+        let st = &body["status"];
+        assert_eq!(st["phase"], "failed", "{st:#}");
+        assert_eq!(st["error"]["code"], "input_too_deep");
+        let msg = st["error"]["message"].as_str().unwrap();
+        assert!(
+            msg.starts_with("spec.inputs cannot be decoded: ")
+                && msg.contains("nested deeper than 128 levels")
+                && msg.contains("flatten the value"),
+            "{msg}"
+        );
+        assert!(msg.len() < 600, "bounded: {msg}");
+        for type_ in ["Ready", "Succeeded"] {
+            let cond = st["conditions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|c| c["type"] == type_)
+                .expect("condition");
+            assert_eq!(
+                (&cond["status"], &cond["reason"]),
+                (&json!("False"), &json!("InputTooDeep")),
+                "{type_}"
+            );
+        }
+        respond(send, 200, run_echo());
+        let (m, _, body, send) = next(&mut handle).await;
+        assert_eq!(m, Method::POST);
+        assert_eq!(body["reason"], "InputTooDeep");
+        assert_eq!(body["type"], "Warning");
+        assert!(body["note"].as_str().unwrap().contains("128 levels"));
+        respond(send, 201, body);
+    });
+    reconcile_run(Arc::new(deep), ctx).await.expect("reconcile");
+    server.await.unwrap();
+}
+
+#[tokio::test]
+async fn a_workflow_too_deep_to_decode_is_not_ready_naming_the_field() {
+    let (ctx, mut handle) = context();
+    let text = format!(
+        r#"{{"apiVersion": "openwop.dev/v1alpha1", "kind": "Workflow",
+        "metadata": {{"name": "triage", "namespace": "team-a", "uid": "wuid", "generation": 2}},
+        "spec": {{"id": "triage", "name": "Triage", "version": "1",
+                 "nodes": [{{"id": "classify", "typeId": "core.identity", "settings": {{"x": {}}}}}]}}}}"#,
+        too_deep()
+    );
+    let wf: Workflow = serde_json::from_str(&text).expect("a deep Workflow decodes leniently");
+    let server = tokio::spawn(async move {
+        let (m, _, body, send) = next(&mut handle).await;
+        assert_eq!(m, Method::PATCH);
+        let cond = &body["status"]["conditions"][0];
+        assert_eq!(cond["status"], "False");
+        assert_eq!(cond["reason"], "WorkflowTooDeep");
+        let msg = cond["message"].as_str().unwrap();
+        assert!(
+            msg.contains("spec.nodes[classify].settings cannot be decoded")
+                && msg.contains("128 levels"),
+            "{msg}"
+        );
+        respond(
+            send,
+            200,
+            json!({"apiVersion": "openwop.dev/v1alpha1", "kind": "Workflow",
+            "metadata": {"name": "triage", "namespace": "team-a"}, "spec": {"id": "triage", "name": "T", "version": "1", "nodes": []}}),
+        );
+        let (m, _, body, send) = next(&mut handle).await;
+        assert_eq!(m, Method::POST);
+        assert_eq!(body["reason"], "Invalid");
+        respond(send, 201, body);
+    });
+    reconcile_workflow(Arc::new(wf), ctx)
+        .await
+        .expect("reconcile");
     server.await.unwrap();
 }

@@ -7,6 +7,7 @@ pub mod emission;
 pub mod envelope;
 pub mod events;
 pub mod graph;
+pub mod lenient;
 pub mod outcome;
 pub mod pipeline;
 pub mod recovery;

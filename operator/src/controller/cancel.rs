@@ -124,7 +124,7 @@ pub(super) async fn cancel(
                         format!("exited with code {}", t.exit_code)
                     });
                     let msg = format!(
-                        "cancel worker {p} {why}; the operator set the phase, run.cancelled may be missing from the event stream"
+                        "cancel worker {p} {why}; the operator set the phase and records run.cancelled itself"
                     );
                     let ending = (EventType::Warning, "Cancelled");
                     step.finish(RunPhase::Cancelled, now, generation, ending, msg);

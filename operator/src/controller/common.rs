@@ -172,6 +172,11 @@ impl Step {
         self.status.pending_interrupts.clear();
         self.status.running_nodes.clear();
         let ok = phase == RunPhase::Completed;
+        if ok {
+            // A completed run has no failure streak: an old count would read as a problem.
+            self.status.failed_attempts = None;
+            self.status.failed_at_sequence = None;
+        }
         set_condition(
             &mut self.status.conditions,
             condition("Succeeded", ok, reason, message, generation, now, &old),

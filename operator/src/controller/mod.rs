@@ -8,6 +8,7 @@
 //! * [`cancel`] — `spec.cancel`;
 //! * [`namespace`] — what a Run namespace needs: the worker ServiceAccount and the NATS
 //!   credentials copy;
+//! * [`ending`] — the terminal event of a run the operator ended itself;
 //! * [`common`] — conditions, the status [`common::Step`], Events.
 
 use std::sync::Arc;
@@ -26,6 +27,7 @@ use crate::metrics::Metrics;
 
 mod cancel;
 mod common;
+mod ending;
 mod namespace;
 mod observe;
 mod run;
@@ -34,7 +36,7 @@ mod workflow;
 
 pub use common::backoff_seconds;
 pub use run::reconcile_run;
-pub use start::worker_selector;
+pub use start::{StartGate, worker_selector};
 pub use workflow::reconcile_workflow;
 
 /// Finalizer on Runs: deletes the worker pod and snapshot promptly when a Run is deleted.
@@ -55,6 +57,8 @@ pub enum Error {
     NatsCredentials(#[from] openwop_nats::AuthError),
     #[error("{0}")]
     HostProfile(#[from] crate::config::ProfileError),
+    #[error("run events: {0}")]
+    Events(String),
 }
 
 impl Error {
@@ -76,6 +80,7 @@ impl Error {
             Error::NoNamespace { .. } => "NoNamespace",
             Error::NatsCredentials(_) => "NatsCredentials",
             Error::HostProfile(_) => "HostProfile",
+            Error::Events(_) => "Events",
         }
     }
 }
@@ -98,6 +103,8 @@ pub struct Context {
     /// JetStream of the run events (set by the event consumer once connected), for the
     /// finalizer's purge of a deleted Run's subjects; `None` without `events.natsUrl`.
     pub jetstream: Option<crate::events::JetStreamSlot>,
+    /// Worker starts serialized per namespace (the exact concurrency limit).
+    pub starts: StartGate,
 }
 
 /// Per namespace: the NATS credentials of the copy last applied, and when.

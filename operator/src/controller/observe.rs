@@ -187,11 +187,21 @@ async fn crashed(
     let cfg = &ctx.config;
     delete_ignoring_missing(pods, pod_name).await?;
     step.status.worker_pod = None;
-    let failures = step.status.failed_attempts.unwrap_or(0) + 1;
+    // The budget counts consecutive failures without progress (Temporal/Argo retry
+    // semantics): a worker that appended events since the last counted failure advanced the
+    // run, and the count starts again. `lastSequence` is kept current by the event consumer.
+    let seen = step.status.last_sequence;
+    let progressed = seen > step.status.failed_at_sequence;
+    let failures = if progressed {
+        1
+    } else {
+        step.status.failed_attempts.unwrap_or(0) + 1
+    };
     step.status.failed_attempts = Some(failures);
+    step.status.failed_at_sequence = seen;
     if failures > cfg.runs.max_worker_retries {
         let msg = format!(
-            "{why}; {failures} worker failures (limit {})",
+            "{why}; {failures} consecutive worker failures without progress (limit {}, chart value runs.maxWorkerRetries)",
             cfg.runs.max_worker_retries
         );
         let generation = step.status.observed_generation;
@@ -210,7 +220,7 @@ async fn crashed(
         EventType::Warning,
         "WorkerCrashed",
         format!(
-            "{why}; retrying in {delay}s (failure {failures} of {})",
+            "{why}; retrying in {delay}s (failure {failures} of {} without progress)",
             cfg.runs.max_worker_retries
         ),
     );

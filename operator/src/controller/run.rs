@@ -137,7 +137,33 @@ async fn apply_run(run: Arc<Run>, ctx: Arc<Context>) -> Result<Action, Error> {
             };
             step.finish(phase, now, generation, (t, reason), msg);
         }
+        let again = super::ending::record_ending(&run, &ctx, &mut step, &pods).await?;
         action = finished(&run, &ctx, &mut step, &pods, now).await?;
+        if let Some(again) = again {
+            action = again;
+        }
+    } else if let Some(refused) = crate::snapshot::Refused::undecodable_run(&run) {
+        // Before anything else: nothing (snapshot, pod) is ever built from the marker.
+        if let Some(p) = step.status.worker_pod.take() {
+            delete_ignoring_missing(&pods, &p).await?;
+        }
+        let msg = refused.to_string();
+        step.set_condition(
+            "Ready",
+            false,
+            refused.reason(),
+            msg.clone(),
+            generation,
+            now,
+        );
+        step.fail(
+            now,
+            generation,
+            refused.code(),
+            (refused.reason(), refused.reason()),
+            msg,
+        );
+        action = Action::await_change();
     } else if run.spec.cancel == Some(true) {
         action = super::cancel::cancel(&run, &ctx, &mut step, &pods, &cms, &wfs, now).await?;
     } else if let (Some(limit), Some(start)) =

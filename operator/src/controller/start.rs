@@ -2,7 +2,9 @@
 //! Workflow when it is missing or not valid, resume on an answer, queue under the
 //! namespace's concurrency limit, and create the worker pod.
 
-use std::time::Duration;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -253,6 +255,14 @@ pub(super) async fn progress(
         }
         let stored = read_snapshot(&snapshot_cm)?;
         let doc = with_current_answers(&stored, run);
+        if let Err(refused) = crate::snapshot::fits(&doc) {
+            // The apiserver would refuse this snapshot at every retry: end the run now.
+            let msg = refused.to_string();
+            step.status.error = Some(RunError::new(refused.code(), &msg));
+            let ending = (EventType::Warning, refused.reason());
+            step.finish(RunPhase::Failed, now, generation, ending, msg);
+            return Ok(Action::await_change());
+        }
         cms.patch(
             &snap,
             &PatchParams::apply(MANAGER).force(),
@@ -270,7 +280,11 @@ pub(super) async fn progress(
     {
         return Ok(Action::requeue(wait_until(now, at.0)));
     }
-    let active = active_workers(ctx, pods, &ns).await?;
+    // Starts in one namespace are serialized and count the pods this operator created that
+    // the pod cache has not seen yet, so concurrent reconciles never exceed the limit.
+    let gate = ctx.starts.namespace(&ns);
+    let mut recent = gate.lock().await;
+    let active = active_workers(ctx, pods, &ns, &mut recent).await?;
     let limit = cfg.runs.max_concurrent_per_namespace as usize;
     if active >= limit {
         step.status.phase = Some(RunPhase::Pending);
@@ -324,6 +338,8 @@ pub(super) async fn progress(
         Err(e) => return Err(e.into()),
     }
     let pod_name = pod_name(&name, attempt);
+    recent.insert(pod_name.clone(), Instant::now());
+    drop(recent);
     step.status.attempts = Some(attempt);
     step.status.worker_pod = Some(pod_name.clone());
     step.status.retry_after = None;
@@ -352,12 +368,33 @@ pub(super) async fn progress(
     Ok(Action::requeue(Duration::from_secs(60)))
 }
 
-/// Worker pods of `ns` that hold a slot (not finished). From the cache when there is one: a
-/// LIST of every worker pod per worker start made starting N runs cost O(N²) transfer.
+/// How long a pod this operator created is counted while the pod cache has not seen it.
+const UNSEEN_TTL: Duration = Duration::from_secs(60);
+
+/// Pods this process created (name → when) that the pod cache may not show yet, behind the
+/// lock that serializes one namespace's worker starts.
+type Unseen = Arc<tokio::sync::Mutex<HashMap<String, Instant>>>;
+
+/// Per namespace: a lock serializing worker starts, around the pods this process created
+/// that the pod cache may not show yet.
+#[derive(Default)]
+pub struct StartGate(std::sync::Mutex<HashMap<String, Unseen>>);
+
+impl StartGate {
+    pub(super) fn namespace(&self, ns: &str) -> Unseen {
+        let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        m.entry(ns.to_owned()).or_default().clone()
+    }
+}
+
+/// Worker pods of `ns` that hold a slot (not finished), counting `recent` (pods this operator
+/// created, dropped once the cache or the list shows them). From the cache when there is one:
+/// a LIST of every worker pod per worker start made starting N runs cost O(N²) transfer.
 pub(super) async fn active_workers(
     ctx: &Context,
     pods: &Api<Pod>,
     ns: &str,
+    recent: &mut HashMap<String, Instant>,
 ) -> Result<usize, Error> {
     let holds_slot = |p: &Pod| {
         matches!(
@@ -365,22 +402,24 @@ pub(super) async fn active_workers(
             None | Some("Pending" | "Running")
         )
     };
-    if let Some(store) = &ctx.worker_pods
-        && store.wait_until_ready().await.is_ok()
-    {
-        return Ok(store
+    // (name, holds a slot) of the namespace's worker pods.
+    let listed: Vec<(String, bool)> = match &ctx.worker_pods {
+        Some(store) if store.wait_until_ready().await.is_ok() => store
             .state()
             .iter()
-            .filter(|p| p.metadata.namespace.as_deref() == Some(ns) && holds_slot(p))
-            .count());
-    }
-    Ok(pods
-        .list(&ListParams::default().labels(&worker_selector()))
-        .await?
-        .items
-        .iter()
-        .filter(|p| holds_slot(p))
-        .count())
+            .filter(|p| p.metadata.namespace.as_deref() == Some(ns))
+            .map(|p| (p.name_any(), holds_slot(p)))
+            .collect(),
+        _ => pods
+            .list(&ListParams::default().labels(&worker_selector()))
+            .await?
+            .items
+            .iter()
+            .map(|p| (p.name_any(), holds_slot(p)))
+            .collect(),
+    };
+    recent.retain(|name, at| at.elapsed() < UNSEEN_TTL && !listed.iter().any(|(n, _)| n == name));
+    Ok(listed.iter().filter(|(_, slot)| *slot).count() + recent.len())
 }
 
 /// Label selector of the worker pods this operator creates.

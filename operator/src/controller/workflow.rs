@@ -36,55 +36,22 @@ pub async fn reconcile_workflow(wf: Arc<Workflow>, ctx: Arc<Context>) -> Result<
         tier1: Tier1Posture::parse(&ctx.config.tier_one_subset_compliance).unwrap_or_default(),
         mock_agent_opt_in: ctx.config.conformance.mock_agent_allowed_in(&ns),
     };
-    let report = check_workflow(&wf.spec.definition(), &opts);
     let now = (ctx.now)();
     let old = wf.status.clone().unwrap_or_default();
     let generation = wf.metadata.generation;
-    let ready = if report.is_valid() {
-        let mut msg = format!("definition is valid ({} nodes)", wf.spec.nodes.len());
-        if !report.warnings.is_empty() {
-            let w: Vec<String> = report
-                .warnings
-                .iter()
-                .take(MESSAGE_PROBLEMS)
-                .map(ToString::to_string)
-                .collect();
-            msg.push_str(&format!(
-                "; {} warning(s): {}",
-                report.warnings.len(),
-                w.join("; ")
-            ));
-        }
+    let ready = if let Some(refused) = crate::snapshot::Refused::undecodable_workflow(&wf) {
+        // Checked first: the definition is never built from the marker.
         condition(
             "Ready",
-            true,
-            "Valid",
-            msg,
+            false,
+            refused.reason(),
+            refused.to_string(),
             generation,
             now,
             &old.conditions,
         )
     } else {
-        let e: Vec<String> = report
-            .errors
-            .iter()
-            .take(MESSAGE_PROBLEMS)
-            .map(ToString::to_string)
-            .collect();
-        let more = report.errors.len().saturating_sub(MESSAGE_PROBLEMS);
-        let mut msg = format!("Invalid: {}", e.join("; "));
-        if more > 0 {
-            msg.push_str(&format!(" (and {more} more)"));
-        }
-        condition(
-            "Ready",
-            false,
-            report.errors[0].code.as_str(),
-            msg,
-            generation,
-            now,
-            &old.conditions,
-        )
+        validity(&wf, &opts, generation, now, &old.conditions)
     };
     let mut status = WorkflowStatus {
         observed_generation: generation,
@@ -115,4 +82,53 @@ pub async fn reconcile_workflow(wf: Arc<Workflow>, ctx: Arc<Context>) -> Result<
     ctx.metrics
         .observe_duration("workflow", started.elapsed().as_secs_f64());
     Ok(Action::requeue(Duration::from_secs(600)))
+}
+
+/// `Ready` from the definition's check.
+fn validity(
+    wf: &Workflow,
+    opts: &CheckOptions<'_>,
+    generation: Option<i64>,
+    now: k8s_openapi::jiff::Timestamp,
+    previous: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
+) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+    let report = check_workflow(&wf.spec.definition(), opts);
+    if report.is_valid() {
+        let mut msg = format!("definition is valid ({} nodes)", wf.spec.nodes.len());
+        if !report.warnings.is_empty() {
+            let w: Vec<String> = report
+                .warnings
+                .iter()
+                .take(MESSAGE_PROBLEMS)
+                .map(ToString::to_string)
+                .collect();
+            msg.push_str(&format!(
+                "; {} warning(s): {}",
+                report.warnings.len(),
+                w.join("; ")
+            ));
+        }
+        condition("Ready", true, "Valid", msg, generation, now, previous)
+    } else {
+        let e: Vec<String> = report
+            .errors
+            .iter()
+            .take(MESSAGE_PROBLEMS)
+            .map(ToString::to_string)
+            .collect();
+        let more = report.errors.len().saturating_sub(MESSAGE_PROBLEMS);
+        let mut msg = format!("Invalid: {}", e.join("; "));
+        if more > 0 {
+            msg.push_str(&format!(" (and {more} more)"));
+        }
+        condition(
+            "Ready",
+            false,
+            report.errors[0].code.as_str(),
+            msg,
+            generation,
+            now,
+            previous,
+        )
+    }
 }

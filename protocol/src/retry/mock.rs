@@ -37,7 +37,11 @@ pub struct MockResponse {
     pub stop_reason: String,
     /// The model output: a string (raw text, parsed leniently) or any JSON value (an
     /// already-structured payload, as tool calls and JSON modes return it).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::lenient::option"
+    )]
     #[schemars(schema_with = "any_json")]
     pub content: Option<Value>,
     /// Refusal text (with `stopReason: refusal`).

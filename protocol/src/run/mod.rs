@@ -11,6 +11,7 @@
 //! * [`sequence`] — applying a run's events strictly in sequence order (holes are read back,
 //!   never skipped);
 //! * [`exit`] — the worker's exit codes;
+//! * [`ending`] — the terminal event, as the worker or the operator appends it;
 //! * [`nodes`] — the node-type registry: validation, dispatch and discovery read one list.
 //!
 //! Run identity is the runId: the Run object's uid, unique per object and never reused. A
@@ -18,6 +19,7 @@
 //! event ids and its own log.
 
 pub mod api;
+pub mod ending;
 pub mod env;
 pub mod exit;
 pub mod host;

@@ -1,0 +1,155 @@
+//! The terminal event of a run the operator ended itself (crash limit, timeout, cancel
+//! without a worker, a refused snapshot or input): appended to the run's event subject once,
+//! so every log ends with `run.completed`, `run.failed` or `run.cancelled` and a follower
+//! (`kubectl openwop events -f`, SSE) returns.
+//!
+//! Exactly once and never interleaved with a worker:
+//! * only when no worker pod of the run can still append (none, or its container ended);
+//! * built by protocol's [`host_ending`] with the worker's step keys, so its eventId (the
+//!   `Nats-Msg-Id`) is the one a worker would use and the stream's dedup drops a second copy;
+//! * published with `Nats-Expected-Last-Subject-Sequence` = the subject's last message read
+//!   just before: if anything was appended meanwhile nothing is written and the next
+//!   reconcile reads again; a log that already ends is only recorded (`status.terminalEvent`).
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use kube::api::Api;
+use kube::runtime::controller::Action;
+use openwop_crds::Run;
+use openwop_nats::stream::{Appended, append_after, last_on_subject};
+use openwop_protocol::run::ending::{host_ending, is_terminal};
+use openwop_protocol::run::subjects::events_subject;
+use serde_json::Value;
+
+use super::common::Step;
+use super::{Context, Error};
+use crate::pod::pod_name;
+
+/// Longest wait for NATS while recording the ending.
+const NATS_TIMEOUT: Duration = Duration::from_secs(5);
+/// `engineVersion` of the events the operator appends.
+const ENGINE: &str = concat!("openwop-operator/", env!("CARGO_PKG_VERSION"));
+
+/// Makes sure the terminal run's log ends with its terminal event. `None`: done (or nothing
+/// to do: no event stream configured); `Some(action)`: try again then (a worker may still
+/// append, NATS is not reachable yet, or the log moved while we read it).
+pub(super) async fn record_ending(
+    run: &Run,
+    ctx: &Context,
+    step: &mut Step,
+    pods: &Api<Pod>,
+) -> Result<Option<Action>, Error> {
+    if step.status.terminal_event.is_some() {
+        return Ok(None);
+    }
+    let (Some(slot), Some(run_id)) = (&ctx.jetstream, run.uid()) else {
+        return Ok(None);
+    };
+    let soon = |s| Ok(Some(Action::requeue(Duration::from_secs(s))));
+    if worker_may_append(run, step, pods).await? {
+        return soon(2);
+    }
+    let Some(js) = slot.get() else {
+        tracing::debug!(run = %run.name_any(), "not connected to NATS yet; the run's terminal event is recorded later");
+        return soon(5);
+    };
+    let ns = run.namespace().unwrap_or_default();
+    let subject = events_subject(&ns, &run_id);
+    let stream = &ctx.config.worker.events_stream;
+    let nats = |e: String| {
+        Error::Events(format!(
+            "recording the terminal event of run {ns}/{}: {e}",
+            run.name_any()
+        ))
+    };
+    let last = tokio::time::timeout(NATS_TIMEOUT, last_on_subject(&js, stream, &subject))
+        .await
+        .map_err(|_| {
+            nats(format!(
+                "no answer from NATS within {}s",
+                NATS_TIMEOUT.as_secs()
+            ))
+        })?
+        .map_err(|e| nats(e.to_string()))?;
+    let (expected, next) = match &last {
+        // The run had events but its subject is empty: retention removed the log (a run
+        // that ended long ago, e.g. before an upgrade); there is nothing left to end.
+        None if step.status.last_sequence.is_some() => return Ok(None),
+        None => (0, 0),
+        Some((stream_seq, body)) => {
+            let v: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+            if is_terminal(&v) {
+                step.status.terminal_event =
+                    v.get("eventId").and_then(Value::as_str).map(str::to_owned);
+                return Ok(None);
+            }
+            let seq = v.get("sequence").and_then(Value::as_u64);
+            let next = seq.or(step.status.last_sequence).map_or(0, |s| s + 1);
+            (*stream_seq, next)
+        }
+    };
+    let phase = step.status.phase.unwrap_or_default();
+    let timestamp = (ctx.now)().to_string();
+    let Some(doc) = host_ending(
+        &run_id,
+        next,
+        &timestamp,
+        phase,
+        step.status.error.as_ref(),
+        ENGINE,
+    ) else {
+        return Ok(None);
+    };
+    let body = serde_json::to_vec(&doc).map_err(|e| nats(e.to_string()))?;
+    let appended = tokio::time::timeout(
+        NATS_TIMEOUT,
+        append_after(&js, &subject, &doc.event_id, expected, body.into()),
+    )
+    .await
+    .map_err(|_| {
+        nats(format!(
+            "no answer from NATS within {}s",
+            NATS_TIMEOUT.as_secs()
+        ))
+    })?
+    .map_err(|e| nats(e.to_string()))?;
+    match appended {
+        Appended::Stored => {
+            tracing::info!(namespace = %ns, run = %run.name_any(), event = %doc.event_type, sequence = next, "the operator recorded the run's terminal event");
+            step.status.terminal_event = Some(doc.event_id);
+            Ok(None)
+        }
+        Appended::Moved => soon(1),
+    }
+}
+
+/// Whether a worker pod of the run may still publish: its current pod, or the pod of its
+/// last attempt (a timed-out or cancelled run's pod is still terminating), exists and its
+/// container has not ended.
+async fn worker_may_append(run: &Run, step: &Step, pods: &Api<Pod>) -> Result<bool, Error> {
+    let last = step
+        .status
+        .attempts
+        .filter(|a| *a > 0)
+        .map(|a| pod_name(&run.name_any(), a));
+    let mut names: Vec<String> = step.status.worker_pod.iter().cloned().collect();
+    names.extend(last.filter(|l| !names.contains(l)));
+    for name in names {
+        let Some(pod) = pods.get_opt(&name).await? else {
+            continue;
+        };
+        if !crate::pod::owned_by(&pod.metadata, run) {
+            continue;
+        }
+        let ended = matches!(
+            pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+            Some("Succeeded" | "Failed")
+        );
+        if !ended {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
