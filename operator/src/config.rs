@@ -617,6 +617,15 @@ impl OperatorConfig {
                 "must be at least 1".into(),
             );
         }
+        if self.limits.max_provider_response_bytes < 1024 {
+            return invalid(
+                "limits.maxProviderResponseBytes",
+                format!(
+                    "must be at least 1024 bytes, got {} (every provider answer would fail)",
+                    self.limits.max_provider_response_bytes
+                ),
+            );
+        }
         if !(1..=openwop_protocol::schedule::MAX_NODE_CONCURRENCY)
             .contains(&self.runs.node_concurrency)
         {

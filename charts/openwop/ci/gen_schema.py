@@ -101,6 +101,7 @@ schema = {
             "envelopesPerTurn": int_range(),
             "maxNodeExecutions": nullable(int_range()),
             "maxRunDurationMs": nullable(int_range()),
+            "maxProviderResponseBytes": int_range(1024),
         }),
         "providers": {"type": "array", "items": obj({
             "name": {"type": "string", "minLength": 1},

@@ -62,6 +62,12 @@ fn bad_values_name_the_field() {
     assert!(e.to_string().contains("unknown field `workr`"), "{e}");
     let e = OperatorConfig::from_yaml("worker:\n  runAsUser: 0\n").unwrap_err();
     assert!(e.to_string().contains("never run as root"));
+    let e = OperatorConfig::from_yaml("limits:\n  maxProviderResponseBytes: 0\n").unwrap_err();
+    assert!(
+        e.to_string()
+            .starts_with("config field limits.maxProviderResponseBytes: must be at least 1024"),
+        "{e}"
+    );
     let e = OperatorConfig::from_yaml(
         "natsCredentials:\n  dir: /var/run/openwop/nats\n  workerSecret: Nats_Creds\n",
     )

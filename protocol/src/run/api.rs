@@ -8,6 +8,7 @@ use serde_json::{Map, Value};
 
 use super::projection::Projection;
 use super::status::RunPhase;
+use crate::pipeline::shape::json_type;
 use crate::workflow::{VariableKind, WorkflowVariable};
 
 /// The REST RunSnapshot.
@@ -185,17 +186,6 @@ fn kind_name(k: VariableKind) -> &'static str {
         VariableKind::Boolean => "a boolean",
         VariableKind::Object => "an object",
         VariableKind::Array => "an array",
-    }
-}
-
-fn json_type(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
     }
 }
 
