@@ -63,25 +63,40 @@ impl NatsServer {
     }
 
     fn spawn(&mut self) {
-        let child = Command::new(nats_server_binary())
-            .args(["-js", "-a", "127.0.0.1", "-p", &self.port.to_string()])
-            .args(&self.extra)
-            .arg("-sd")
-            .arg(self.store.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start nats-server");
-        self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "nats-server did not listen on {}",
-                self.port
-            );
-            std::thread::sleep(Duration::from_millis(20));
+        // `free_port` releases the port before the server binds it, so a test running in
+        // parallel may take it first: then our server exits and the port answers for the
+        // other one. Only a port that answers while our own child is alive counts.
+        for _ in 0..5 {
+            let mut child = Command::new(nats_server_binary())
+                .args(["-js", "-a", "127.0.0.1", "-p", &self.port.to_string()])
+                .args(&self.extra)
+                .arg("-sd")
+                .arg(self.store.path())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("start nats-server");
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                if child.try_wait().ok().flatten().is_some() {
+                    break; // exited: the port was taken
+                }
+                if std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok()
+                    && child.try_wait().ok().flatten().is_none()
+                {
+                    self.child = Some(child);
+                    return;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "nats-server did not listen on {}",
+                    self.port
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            self.port = free_port();
         }
+        panic!("nats-server could not bind a free port in 5 attempts");
     }
 
     pub fn url(&self) -> String {
