@@ -64,15 +64,9 @@ pub(super) async fn record_ending(
             run.name_any()
         ))
     };
-    let last = tokio::time::timeout(NATS_TIMEOUT, last_on_subject(&js, stream, &subject))
+    let last = within_timeout(last_on_subject(&js, stream, &subject))
         .await
-        .map_err(|_| {
-            nats(format!(
-                "no answer from NATS within {}s",
-                NATS_TIMEOUT.as_secs()
-            ))
-        })?
-        .map_err(|e| nats(e.to_string()))?;
+        .map_err(nats)?;
     let (expected, next) = match &last {
         // The run had events but its subject is empty: retention removed the log (a run
         // that ended long ago, e.g. before an upgrade); there is nothing left to end.
@@ -103,18 +97,15 @@ pub(super) async fn record_ending(
         return Ok(None);
     };
     let body = serde_json::to_vec(&doc).map_err(|e| nats(e.to_string()))?;
-    let appended = tokio::time::timeout(
-        NATS_TIMEOUT,
-        append_after(&js, &subject, &doc.event_id, expected, body.into()),
-    )
+    let appended = within_timeout(append_after(
+        &js,
+        &subject,
+        &doc.event_id,
+        expected,
+        body.into(),
+    ))
     .await
-    .map_err(|_| {
-        nats(format!(
-            "no answer from NATS within {}s",
-            NATS_TIMEOUT.as_secs()
-        ))
-    })?
-    .map_err(|e| nats(e.to_string()))?;
+    .map_err(nats)?;
     match appended {
         Appended::Stored => {
             tracing::info!(namespace = %ns, run = %run.name_any(), event = %doc.event_type, sequence = next, "the operator recorded the run's terminal event");
@@ -152,4 +143,17 @@ async fn worker_may_append(run: &Run, step: &Step, pods: &Api<Pod>) -> Result<bo
         }
     }
     Ok(false)
+}
+
+/// A NATS call bounded by [`NATS_TIMEOUT`]; its error or the timeout as words.
+async fn within_timeout<T, E: std::fmt::Display>(
+    call: impl std::future::Future<Output = Result<T, E>>,
+) -> Result<T, String> {
+    match tokio::time::timeout(NATS_TIMEOUT, call).await {
+        Err(_) => Err(format!(
+            "no answer from NATS within {}s",
+            NATS_TIMEOUT.as_secs()
+        )),
+        Ok(r) => r.map_err(|e| e.to_string()),
+    }
 }
