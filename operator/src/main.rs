@@ -92,7 +92,7 @@ async fn main() -> anyhow::Result<()> {
         let (runs, workflows, caches) = rest::caches(&client, &cfg);
         let state = rest::RestState::new(client.clone(), cfg.clone(), runs, workflows);
         (
-            Some(rest::router(state, Default::default())),
+            Some(rest::router(state, rest::seams::mounted(&cfg))),
             futures::future::Either::Left(caches),
         )
     } else {

@@ -32,6 +32,7 @@
 pub mod auth;
 pub mod error;
 pub mod runs;
+pub mod seams;
 
 use std::sync::Arc;
 use std::time::Duration;
