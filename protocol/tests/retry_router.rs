@@ -875,3 +875,60 @@ fn response_records_are_redacted_bounded_and_only_answer_the_same_request() {
     let mut j = openwop_protocol::retry::Journal::restore(&events, "n1", "run-1:n1:0");
     assert!(j.take(1, 1000).is_none());
 }
+
+/// A node attempt: its emission on clarification turn `turn`, `answered` calls answered,
+/// then (when `timeout`) one more call that timed out.
+fn node_attempt(node_attempt: u32, turn: u64, answered: usize, timeout: bool) -> Vec<RunEventDoc> {
+    let mut c = config(4);
+    c.step_key = openwop_protocol::retry::journal::step_key("n1", turn, node_attempt);
+    let mut r = Router::new(c, schema(), Redactor::new([])).unwrap();
+    let mut f = EventFactory::new("run-1", 0);
+    let mut step = r.start(&mut f, TS).unwrap();
+    let mut events = std::mem::take(&mut step.events);
+    for _ in 0..answered {
+        let (record, routed) = r.record(&resp("max_tokens", CUT, 1000), &mut f, TS);
+        events.push(record);
+        step = r.on_response(&routed, &mut f, TS).unwrap();
+        events.append(&mut step.events);
+    }
+    if timeout {
+        events.push(r.record_timeout(&mut f, TS));
+    }
+    events
+}
+
+#[test]
+fn a_timed_out_call_is_recorded_as_made_and_never_answers_a_request() {
+    use openwop_protocol::retry::journal::{calls_in_earlier_attempts, step_key};
+    // Attempt 0: one truncated answer, then a call that timed out; attempt 1 (turn 0) and
+    // a second turn of attempt 1 each one answer.
+    let mut log = node_attempt(0, 0, 1, true);
+    log.extend(node_attempt(1, 0, 1, false));
+    log.extend(node_attempt(1, 1, 1, false));
+    let timed_out: Vec<_> = log
+        .iter()
+        .filter_map(openwop_protocol::retry::ResponseRecord::of_event)
+        .filter(|r| r.timed_out)
+        .collect();
+    assert_eq!(timed_out.len(), 1);
+    assert_eq!(
+        (timed_out[0].attempt, timed_out[0].response.is_none()),
+        (2, true)
+    );
+    let text = serde_json::to_string(&log).unwrap();
+    assert!(
+        text.contains("got no response before the node's timeout"),
+        "{text}"
+    );
+    // The calls before attempt 1 of turn 0: the answered one and the timed-out one.
+    assert_eq!(calls_in_earlier_attempts(&log, "n1", 0, 0), 0);
+    assert_eq!(calls_in_earlier_attempts(&log, "n1", 0, 1), 2);
+    assert_eq!(calls_in_earlier_attempts(&log, "n1", 0, 2), 3);
+    assert_eq!(calls_in_earlier_attempts(&log, "n1", 1, 2), 1);
+    assert_eq!(calls_in_earlier_attempts(&log, "other", 0, 2), 0);
+    // The timed-out call answers nothing: a re-executed attempt 0 makes it again.
+    let mut j = openwop_protocol::retry::Journal::restore(&log, "n1", &step_key("n1", 0, 0));
+    assert_eq!(j.len(), 2);
+    assert!(j.take(1, 1000).is_some());
+    assert!(j.take(2, 2000).is_none());
+}

@@ -71,6 +71,16 @@ impl MockProvider {
         }
     }
 
+    /// Moves `key`'s program to step `made` unless it is already past it: a restarted
+    /// worker resumes the program after the calls earlier node attempts made.
+    pub fn advance_to(&self, key: &str, made: usize) {
+        if let Ok(mut cursors) = self.cursors.lock()
+            && let Some(c) = cursors.get_mut(key)
+        {
+            c.next = c.next.max(made);
+        }
+    }
+
     /// Every call received so far, in order.
     pub fn calls(&self) -> Vec<MockCall> {
         self.calls.lock().map(|c| c.clone()).unwrap_or_default()

@@ -17,9 +17,7 @@ const RUN_ID: &str = "5e1f0a2b-fanout-crash";
 /// `a` fans out to `trunc` (truncated, then retried with twice the budget), `slow` and `ask`
 /// (a clarification question), all held in flight a little; `join` fans them in.
 ///
-/// Not covered: a node-level retry after a provider timeout. Killed during its second
-/// attempt, a restarted worker resumes at attempt 2 but the mock provider replays its first
-/// (timed-out) step again, so the node times out again and the run fails; see the report.
+/// A node-level retry after a provider timeout is covered by `provider_replay.rs`.
 fn workflow() -> Value {
     let llm = |id: &str, extra: Value| {
         let mut config = json!({"provider": "mock", "prompt": format!("node {id}"), "envelopeType": "vendor.acme.note", "maxTokens": 64});

@@ -144,3 +144,70 @@ fn a_kill_inside_the_clarification_batch_loses_no_event() {
     );
     assert_eq!(essences(&events), essences(&reference));
 }
+
+/// A mocked node whose first call times out (node `settings.timeout`) and whose node-level
+/// retry then succeeds, killed before each event of its log: the restarted worker's mock
+/// plays on after the timed-out call, as the uninterrupted run did (it used to replay the
+/// timed-out step, time out again and fail the run).
+#[test]
+fn a_node_retry_after_a_timeout_plays_on_after_a_kill() {
+    let workflow = json!({"id": "timeout-retry", "nodes": [
+        {"id": "t", "typeId": "core.ai.callPrompt",
+         "config": {"provider": "mock", "prompt": "note it", "envelopeType": "vendor.acme.note", "maxTokens": 64},
+         "settings": {"timeout": 300, "maxRetries": 1}}]});
+    let note = |text: &str, delay: u64| {
+        json!({"stopReason": "stop", "delayMs": delay,
+               "content": {"type": "vendor.acme.note", "payload": {"text": text}}})
+    };
+    let programs = json!({"t": {"responses": [note("late", 3_000), note("on time", 50)]}});
+    let files = |name: &str| {
+        RunFiles::new(
+            name,
+            "3c2b1a09-timeout-retry",
+            workflow.clone(),
+            json!({}),
+            programs.clone(),
+        )
+    };
+    let drive = |f: &RunFiles, url: &str| {
+        for _ in 0..5 {
+            match f.run(url).0 {
+                0 => return,
+                other => assert_eq!(other, 1, "worker exit code"),
+            }
+        }
+        panic!("the run did not end in 5 workers");
+    };
+    let nats = NatsServer::start();
+    let reference = files("ref");
+    drive(&reference, &nats.url());
+    let want = read_raw(&nats.url(), &reference.subject());
+    assert_gap_free(&want);
+    let t = types(&want);
+    assert_eq!(t.last().map(String::as_str), Some("run.completed"), "{t:?}");
+    assert!(
+        want.iter()
+            .any(|e| e["payload"]["fields"]["providerResponse"]["timedOut"] == true),
+        "the timed-out call is recorded: {t:?}"
+    );
+    let want = essences(&want);
+    let mut kills = 0;
+    for pause in 1..want.len() as u64 {
+        let nats = NatsServer::start();
+        let f = files(&format!("killed-{pause}"));
+        if run_until_paused(&f, &nats.url(), pause, |_| {}).is_none() {
+            kills += 1;
+            drive(&f, &nats.url());
+        }
+        let got = read_raw(&nats.url(), &f.subject());
+        assert_gap_free(&got);
+        assert_eq!(essences(&got), want, "killed before event {pause}");
+        // At most the call in flight at the kill is made again.
+        assert!(
+            f.calls().len() <= reference.calls().len() + 1,
+            "killed before event {pause}: {:?}",
+            f.calls()
+        );
+    }
+    assert!(kills >= 8, "only {kills} kills");
+}

@@ -45,6 +45,11 @@ pub struct ResponseRecord {
     pub response: Option<NormalizedResponse>,
     /// Serialized size of the response, recorded or not.
     pub bytes: u64,
+    /// The call got no response within the node's `settings.timeout`: the node attempt
+    /// ended there. Recorded so a restarted worker knows the call was made (a scripted mock
+    /// provider plays on from the next step, as the uninterrupted run did).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub timed_out: bool,
 }
 
 impl ResponseRecord {
@@ -65,23 +70,45 @@ impl ResponseRecord {
             max_tokens,
             response: (bytes <= MAX_RECORDED_RESPONSE_BYTES).then(|| redacted.clone()),
             bytes: bytes as u64,
+            timed_out: false,
         };
         (record, redacted)
     }
 
+    /// The record of call `attempt` (budget `max_tokens`) of emission `step_key` that got no
+    /// response before the node's timeout.
+    pub fn timed_out(step_key: &str, attempt: u32, max_tokens: u32) -> ResponseRecord {
+        ResponseRecord {
+            step_key: step_key.to_owned(),
+            attempt,
+            max_tokens,
+            response: None,
+            bytes: 0,
+            timed_out: true,
+        }
+    }
+
     /// The `log.appended` payload.
     pub fn to_payload(&self, node_id: &str) -> LogAppended {
-        let what = if self.response.is_some() {
-            "recorded"
+        let message = if self.timed_out {
+            format!(
+                "provider call {} got no response before the node's timeout",
+                self.attempt
+            )
         } else {
-            "too large to record (made again after a restart)"
+            let what = if self.response.is_some() {
+                "recorded"
+            } else {
+                "too large to record (made again after a restart)"
+            };
+            format!(
+                "provider response to call {} ({} bytes) {what}",
+                self.attempt, self.bytes
+            )
         };
         LogAppended {
             level: LogLevel::Debug,
-            message: format!(
-                "provider response to call {} ({} bytes) {what}",
-                self.attempt, self.bytes
-            ),
+            message,
             node_id: Some(node_id.to_owned()),
             fields: Some(json!({ RESPONSE_RECORD_FIELD: self })),
         }
@@ -109,6 +136,37 @@ fn redact(r: &NormalizedResponse, redactor: &Redactor) -> NormalizedResponse {
         redactor.redact_value(v);
     }
     r
+}
+
+/// The step key of the emission of clarification turn `turn` in node attempt `node_attempt`
+/// (0-based) of node `node_id`: what ties a record to the one emission that made the call.
+pub fn step_key(node_id: &str, turn: u64, node_attempt: u32) -> String {
+    if node_attempt == 0 {
+        format!("{node_id}:t{turn}")
+    } else {
+        format!("{node_id}:t{turn}:r{node_attempt}")
+    }
+}
+
+/// Provider calls recorded in `events` for clarification turn `turn` of node `node_id` in
+/// the node attempts before `node_attempt`, answered or timed out. A scripted provider that
+/// answers by position (the mock) continues after them in attempt `node_attempt`, as it did
+/// in the uninterrupted run.
+pub fn calls_in_earlier_attempts(
+    events: &[RunEventDoc],
+    node_id: &str,
+    turn: u64,
+    node_attempt: u32,
+) -> usize {
+    let keys: Vec<String> = (0..node_attempt)
+        .map(|a| step_key(node_id, turn, a))
+        .collect();
+    events
+        .iter()
+        .filter(|e| e.node_id.as_deref() == Some(node_id))
+        .filter_map(ResponseRecord::of_event)
+        .filter(|r| keys.contains(&r.step_key))
+        .count()
 }
 
 /// The recorded responses of one emission, by call ordinal.

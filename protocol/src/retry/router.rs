@@ -417,6 +417,16 @@ impl<V: PayloadValidator> Router<V> {
         (doc, routed)
     }
 
+    /// The record of the call in flight that got no response before the node's timeout (the
+    /// node attempt ends with it; nothing is routed).
+    pub fn record_timeout(&self, factory: &mut EventFactory, timestamp: &str) -> RunEventDoc {
+        let record = ResponseRecord::timed_out(&self.cfg.step_key, self.calls, self.budget);
+        let mut em = self.emitter(factory, timestamp);
+        em.prefix = format!("{}/a{}", self.cfg.step_key, self.calls);
+        em.push("timeout", &record.to_payload(&self.cfg.node_id));
+        em.events.pop().expect("one event was pushed")
+    }
+
     /// The responses of this emission already recorded in `events` (the run's log).
     pub fn restore(&self, events: &[RunEventDoc]) -> Journal {
         Journal::restore(events, &self.cfg.node_id, &self.cfg.step_key)

@@ -187,7 +187,7 @@ impl<P: Publisher> Executor<'_, P> {
                 max_tokens,
                 provider.output_ceiling(),
             );
-            rc.step_key = format!("{id}:t{turn}{retry}");
+            rc.step_key = openwop_protocol::retry::journal::step_key(id, turn, attempt);
             rc.system_prompt = c
                 .get("systemPrompt")
                 .and_then(Value::as_str)
@@ -242,6 +242,17 @@ impl<P: Publisher> Executor<'_, P> {
                 Err(e) => return Ok(NodeOutcome::Failed(error("internal", e.to_string(), false))),
             };
             let mut journal = router.restore(self.writer.lock().await.log.events());
+            if std::ptr::addr_eq(provider, &self.mock) {
+                // The mock answers by position, and its position lives in this process: a
+                // restarted worker moves it past the calls of the earlier node attempts.
+                let made = openwop_protocol::retry::journal::calls_in_earlier_attempts(
+                    self.writer.lock().await.log.events(),
+                    id,
+                    turn,
+                    attempt,
+                );
+                self.mock.advance_to(&program_key, made);
+            }
             let accepted = loop {
                 let events = std::mem::take(&mut step.events);
                 self.append(events).await?;
@@ -307,6 +318,13 @@ impl<P: Publisher> Executor<'_, P> {
                                     "node_timeout",
                                     "the provider call exceeded settings.timeout",
                                 );
+                                drop(call_span);
+                                // The call was made: a restarted worker's scripted mock plays
+                                // on after it, as this run's next attempt does.
+                                let now = crate::eventlog::now_rfc3339();
+                                let record = router
+                                    .record_timeout(self.writer.lock().await.log.factory(), &now);
+                                self.append(vec![record]).await?;
                                 return Ok(NodeOutcome::Failed(error(
                                     "node_timeout",
                                     format!(
