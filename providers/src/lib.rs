@@ -22,6 +22,9 @@ mod transport;
 pub use anthropic::{AnthropicMode, AnthropicProvider};
 pub use config::{ProviderConfig, ProviderKind, build_provider};
 pub use gemini::GeminiProvider;
+#[cfg(feature = "testing")]
+pub mod testing;
+
 pub use mock::{MockCall, MockProvider};
 pub use openai::{OpenAiFlavor, OpenAiProvider};
 pub use secret::{ApiKey, KeySource};

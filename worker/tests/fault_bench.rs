@@ -10,6 +10,7 @@ mod common;
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use common::*;
+use openwop_providers::testing::{ScriptedLlm, Step};
 use serde_json::{Value, json};
 
 const RUN_ID: &str = "fb00c0de-fault-bench";

@@ -5,6 +5,7 @@ mod common;
 use std::collections::BTreeMap;
 
 use common::*;
+use openwop_providers::testing::{Reply, ScriptedLlm, Step};
 use serde_json::{Value, json};
 
 const LIMIT: u64 = 64 * 1024;

@@ -6,6 +6,7 @@ mod common;
 use std::collections::BTreeMap;
 
 use common::*;
+use openwop_providers::testing::{ScriptedLlm, Step};
 use serde_json::{Value, json};
 
 const RUN_ID: &str = "7a6b5c4d-replay";
