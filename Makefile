@@ -56,7 +56,7 @@ bench: build
 	$(CARGO) build --release -p openwop-operator -p openwop-worker --bins
 	bash e2e/cluster/cluster.sh up
 	OPENWOP_E2E_PROFILE=release $(CARGO) test -p openwop-e2e --test scale -- --ignored --nocapture --test-threads=1
-	$(CARGO) test -p openwop-e2e --test journeys -- --ignored --nocapture restart_figures_operator_nats_and_apiserver
+	$(CARGO) test -p openwop-e2e --test journeys -- --ignored --nocapture --test-threads=1 restart_figures_operator_nats_and_apiserver worker_force_delete_figures
 
 cluster-up:
 	@bash e2e/cluster/cluster.sh up

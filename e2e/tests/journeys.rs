@@ -3155,3 +3155,345 @@ async fn a_run_too_deep_to_decode_is_failed_alone_and_the_others_run() {
     );
     delete_namespace(&c.client, &ns).await;
 }
+
+/// The force-delete half of issue 14's kill bench: a 4-node run against a fake
+/// OpenAI-compatible provider on the host (it counts its own requests and deliveries), with a
+/// truncation, a schema violation, transient 429/503 answers (transport retries) and a
+/// clarification answered by patching the Run. Each kill point is one Run whose worker pod is
+/// force-deleted (grace 0) once: (a) while each of the run's HTTP requests is held in flight
+/// by the fake — including the retried requests of a transport retry sequence — and (b) as
+/// soon as event N of the run's stream is published. The operator replaces the pod; the new
+/// worker replays. Mini-cluster only (the provider listens on the host network).
+#[tokio::test]
+#[ignore = "figures: run by `make bench`"]
+async fn worker_force_delete_figures() {
+    use openwop_providers::testing::{ScriptedLlm, Step};
+    let (c, _g) = setup().await;
+    if !c.local {
+        eprintln!("SKIPPED worker_force_delete_figures: the fake provider listens on the host");
+        return;
+    }
+    let script = std::collections::BTreeMap::from([
+        (
+            "m-p".to_string(),
+            vec![
+                Step::ok("length", r#"{"text": "cut sho"#).after(&[429]),
+                Step::ok("stop", r#"{"text": 42}"#).after(&[503]),
+                Step::ok("stop", r#"{"text": "short"}"#),
+            ],
+        ),
+        (
+            "m-q".to_string(),
+            vec![
+                Step::ok(
+                    "stop",
+                    json!({"type": "clarification.request", "payload": {"questions": [{"id": "region", "question": "Which region?"}]}}),
+                ),
+                Step::ok(
+                    "stop",
+                    json!({"type": "vendor.acme.plan", "payload": {"region": "eu"}}),
+                )
+                .after(&[429]),
+            ],
+        ),
+    ]);
+    let llm = ScriptedLlm::start(script);
+    // A model that takes a moment: the worker lives long enough between events for a kill
+    // fired on event N to land near it.
+    llm.set_delay(Duration::from_millis(400));
+    let provider = format!(
+        "providers[1].name=openai-compatible,providers[1].vendor=openai-compatible,providers[1].baseUrl={}",
+        llm.base
+    );
+    let _restore = RestoreRelease(&c);
+    helm_install(&c, &[&provider]);
+    let ns = namespace(&c.client, "j-forcedel").await;
+    let prompt = |id: &str, model: &str, extra: Value| {
+        let mut config = json!({"provider": "openai-compatible", "model": model,
+            "prompt": format!("do {id}"), "maxTokens": 64, "schemaRounds": 4});
+        config
+            .as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        json!({"id": id, "typeId": "core.ai.callPrompt", "config": config})
+    };
+    let wf = json!({
+        "apiVersion": "openwop.dev/v1alpha1", "kind": "Workflow", "metadata": {"name": "fd"},
+        "spec": {"id": "fd", "name": "fd", "version": "1",
+            "providers": [{"provider": "openai-compatible", "secretRef": {"name": "llm", "key": "key"}}],
+            "nodes": [
+                {"id": "a", "typeId": "core.identity"},
+                prompt("p", "m-p", json!({"outputSchema": {"type": "object", "required": ["text"],
+                    "properties": {"text": {"type": "string"}}}})),
+                prompt("q", "m-q", json!({"envelopeType": "vendor.acme.plan"})),
+                {"id": "z", "typeId": "core.flow.noop"}],
+            "edges": [
+                {"id": "e1", "sourceNodeId": "a", "targetNodeId": "p"},
+                {"id": "e2", "sourceNodeId": "p", "targetNodeId": "q"},
+                {"id": "e3", "sourceNodeId": "q", "targetNodeId": "z"}]}});
+    let secret = "apiVersion: v1\nkind: Secret\nmetadata: {name: llm}\nstringData: {key: sk-fake-provider}\n";
+    ok(apply(&c, &ns, secret), "apply secret");
+    ok(apply(&c, &ns, &wf.to_string()), "apply workflow");
+    wait_workflow(&c, &ns, "fd", "True").await;
+    let nats = async_nats::connect(&c.nats_url).await.unwrap();
+
+    let reference = drive_force_delete(&c, &ns, &nats, &llm, "ref", FdKill::None).await;
+    let want = types(&reference.events);
+    assert_eq!(want.last().map(String::as_str), Some("run.completed"));
+    let baseline_requests = reference.requests;
+    let started = std::time::Instant::now();
+
+    let mut points: Vec<(String, FdKill)> = (1..=baseline_requests)
+        .map(|h| (format!("h{h}"), FdKill::HoldRequest(h)))
+        .collect();
+    points.extend(
+        (1..want.len() as u64 - 1)
+            .step_by(2)
+            .map(|n| (format!("e{n}"), FdKill::AtEvent(n))),
+    );
+    let (mut kills, mut completed, mut gaps, mut duplicates) = (0, 0, 0, 0);
+    let (mut repeated, mut in_flight, mut requests, mut mismatched) = (0, 0, 0, 0);
+    for (name, kill) in &points {
+        let r = drive_force_delete(&c, &ns, &nats, &llm, name, *kill).await;
+        requests += r.requests;
+        let seqs: Vec<u64> = r
+            .events
+            .iter()
+            .filter_map(|e| e["sequence"].as_u64())
+            .collect();
+        gaps += seqs
+            .iter()
+            .enumerate()
+            .filter(|(i, s)| **s != *i as u64)
+            .count();
+        let ids: std::collections::HashSet<&str> = r
+            .events
+            .iter()
+            .filter_map(|e| e["eventId"].as_str())
+            .collect();
+        duplicates += r.events.len() - ids.len();
+        completed += usize::from(r.status["phase"] == "completed");
+        if types(&r.events) != want {
+            mismatched += 1;
+            eprintln!(
+                "kill point {name} (killed at event {:?}): {:?}",
+                r.kill.as_ref().map(|k| k.at_event),
+                types(&r.events)
+            );
+        }
+        let Some(k) = &r.kill else {
+            eprintln!("kill point {name}: the worker had already exited; no kill");
+            continue;
+        };
+        kills += 1;
+        for (i, (model, ordinal)) in r
+            .deliveries
+            .iter()
+            .enumerate()
+            .skip(k.deliveries_before.len())
+        {
+            if *ordinal < k.recorded.get(model).copied().unwrap_or(0) {
+                repeated += 1;
+                eprintln!(
+                    "kill point {name}: delivery {i} ({model} call {}) repeated although recorded",
+                    ordinal + 1
+                );
+            } else if k.deliveries_before.contains(&(model.clone(), *ordinal)) {
+                in_flight += 1;
+            }
+        }
+    }
+    let runs = points.len();
+    println!(
+        "FIGURES force-delete bench (worker pod deleted with grace 0): {kills} kill points over {runs} runs of {} events ({} of them held a request in flight; the others fired on event N, or found the worker already gone); \
+runs completed {completed}/{runs}; event types equal to the uninterrupted run {}/{runs}; sequence gaps {gaps}; duplicate events {duplicates}; \
+repeated provider calls (response recorded) {repeated}; calls delivered before the kill but unrecorded, made again {in_flight}; \
+HTTP requests {requests} vs {} for {runs} uninterrupted runs ({:.3}x); {:.1} s",
+        want.len(),
+        baseline_requests,
+        runs - mismatched,
+        baseline_requests * runs,
+        requests as f64 / (baseline_requests * runs) as f64,
+        started.elapsed().as_secs_f64(),
+    );
+    assert!(kills >= 15, "only {kills} kill points");
+    assert_eq!(completed, runs, "runs completed");
+    assert_eq!(
+        (gaps, duplicates),
+        (0, 0),
+        "sequence gaps, duplicate events"
+    );
+    assert_eq!(
+        repeated, 0,
+        "repeated provider calls whose response was recorded"
+    );
+    assert_eq!(
+        mismatched, 0,
+        "runs whose events differ from the uninterrupted run"
+    );
+    delete_namespace(&c.client, &ns).await;
+}
+
+#[derive(Clone, Copy, Debug)]
+enum FdKill {
+    None,
+    /// Force-delete the worker while the fake holds the run's n-th HTTP request.
+    HoldRequest(usize),
+    /// Force-delete the worker as soon as event n of the run is published.
+    AtEvent(u64),
+}
+
+struct FdKilled {
+    /// Events in the stream once the killed worker's process was gone.
+    at_event: usize,
+    /// Provider responses recorded in the stream at the kill, per model.
+    recorded: std::collections::HashMap<String, usize>,
+    deliveries_before: Vec<(String, usize)>,
+}
+
+struct FdRun {
+    events: Vec<Value>,
+    status: Value,
+    requests: usize,
+    deliveries: Vec<(String, usize)>,
+    kill: Option<FdKilled>,
+}
+
+/// Runs `name` to its end (answering its clarification by patching the Run), force-deleting
+/// its worker pod once at `kill`.
+async fn drive_force_delete(
+    c: &Cluster,
+    ns: &str,
+    nats: &async_nats::Client,
+    llm: &openwop_providers::testing::ScriptedLlm,
+    name: &str,
+    kill: FdKill,
+) -> FdRun {
+    use futures::StreamExt as _;
+    llm.reset();
+    if let FdKill::HoldRequest(h) = kill {
+        llm.hold_request(h);
+    }
+    let mut live = nats
+        .subscribe(format!("openwop.events.{ns}.*"))
+        .await
+        .unwrap();
+    ok(
+        apply(c, ns, &mocked_run(name, "fd", json!({}))),
+        "apply run",
+    );
+    let runs = api(c, ns, "Run");
+    let mut seen: i64 = -1;
+    let mut killed: Option<FdKilled> = None;
+    let mut answered = false;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(300);
+    let st = loop {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "run {name} did not end in 300 s"
+        );
+        while let Ok(Some(m)) = tokio::time::timeout(Duration::from_millis(20), live.next()).await {
+            let e: Value = serde_json::from_slice(&m.payload).unwrap_or_default();
+            if e["runId"].is_string() {
+                seen = seen.max(e["sequence"].as_i64().unwrap_or(-1));
+            }
+        }
+        let st = runs
+            .get_opt(name)
+            .await
+            .ok()
+            .flatten()
+            .map(|o| status(&o))
+            .unwrap_or_default();
+        let due = match kill {
+            FdKill::None => false,
+            FdKill::HoldRequest(_) => llm.holding(),
+            FdKill::AtEvent(n) => seen >= n as i64,
+        };
+        if due && killed.is_none() {
+            let pids = worker_pids(ns, name);
+            let pod = st["workerPod"].as_str().unwrap_or_default().to_owned();
+            if pids.is_empty() || pod.is_empty() {
+                // Between workers (e.g. suspended): nothing to kill at this point.
+                llm.release();
+                killed = Some(FdKilled {
+                    at_event: usize::MAX,
+                    recorded: Default::default(),
+                    deliveries_before: vec![],
+                });
+            } else {
+                let _ = Api::<Pod>::namespaced(c.client.clone(), ns)
+                    .delete(
+                        &pod,
+                        &kube::api::DeleteParams {
+                            grace_period_seconds: Some(0),
+                            ..Default::default()
+                        },
+                    )
+                    .await;
+                wait_for(
+                    Duration::from_secs(30),
+                    "the killed worker's process gone",
+                    || {
+                        let pids = pids.clone();
+                        async move { pids.iter().all(|p| !process_alive(*p)).then_some(()) }
+                    },
+                )
+                .await;
+                llm.release();
+                let at = events(c, ns, name);
+                let mut recorded = std::collections::HashMap::new();
+                for e in &at {
+                    if let Some(r) = e["payload"]["fields"].get("providerResponse")
+                        && !r["response"].is_null()
+                    {
+                        let model = format!("m-{}", e["nodeId"].as_str().unwrap_or_default());
+                        *recorded.entry(model).or_insert(0) += 1;
+                    }
+                }
+                killed = Some(FdKilled {
+                    at_event: at.len(),
+                    recorded,
+                    deliveries_before: llm.deliveries(),
+                });
+            }
+        }
+        match st["phase"].as_str() {
+            Some("completed") | Some("failed") | Some("cancelled") => break st,
+            Some("waiting-input") if !answered => {
+                let id = st["pendingInterrupts"][0]["interruptId"].clone();
+                if id.is_string() {
+                    let patch = json!({"spec": {"answers": [{"interruptId": id, "value": {"region": "eu"}}]}});
+                    ok(
+                        kubectl(
+                            c,
+                            &[
+                                "patch",
+                                "run",
+                                name,
+                                "-n",
+                                ns,
+                                "--type=merge",
+                                "-p",
+                                &patch.to_string(),
+                            ],
+                            None,
+                        ),
+                        "answer the clarification",
+                    );
+                    answered = true;
+                }
+            }
+            _ => {}
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let killed = killed.filter(|k| k.at_event != usize::MAX);
+    FdRun {
+        events: events(c, ns, name),
+        status: st,
+        requests: llm.requests(),
+        deliveries: llm.deliveries(),
+        kill: killed,
+    }
+}

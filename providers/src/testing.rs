@@ -58,6 +58,8 @@ pub struct LlmLog {
     hold: Option<usize>,
     arrived: usize,
     holding: bool,
+    /// Every answer is sent this long after its request arrived.
+    delay: std::time::Duration,
 }
 
 type Script = BTreeMap<String, Vec<Step>>;
@@ -144,6 +146,16 @@ impl ScriptedLlm {
             )
                 .into_response();
         }
+        let delay = log.lock().unwrap().delay;
+        let response = Self::respond(log, script, body);
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
+        response
+    }
+
+    fn respond(log: &Mutex<LlmLog>, script: &Script, body: Value) -> axum::response::Response {
+        use axum::response::IntoResponse;
         let model = body["model"].as_str().unwrap_or_default().to_owned();
         let mut log = log.lock().unwrap();
         let known = log.ordinals.entry(model.clone()).or_default();
@@ -235,11 +247,21 @@ impl ScriptedLlm {
         self.release.notify_waiters();
     }
 
-    /// Forgets everything seen (requests, deliveries, ordinals, the hold): the next run
+    /// Sends every answer `delay` after its request arrived (a slower model).
+    pub fn set_delay(&self, delay: std::time::Duration) {
+        self.log.lock().unwrap().delay = delay;
+    }
+
+    /// Forgets everything seen (requests, deliveries, ordinals, the hold; the delay stays): the next run
     /// starts the script from its beginning.
     pub fn reset(&self) {
         self.release();
-        *self.log.lock().unwrap() = LlmLog::default();
+        let mut log = self.log.lock().unwrap();
+        let delay = log.delay;
+        *log = LlmLog {
+            delay,
+            ..LlmLog::default()
+        };
     }
 }
 
