@@ -96,6 +96,15 @@ pub fn capabilities_config(
             transport: "nats-jetstream".to_owned(),
             subject: openwop_protocol::run::subjects::events_subject("<namespace>", "<runId>"),
         }),
+        // Only while the conformance seams are mounted (they 404 otherwise).
+        test_seams: if cfg.conformance.seams.enabled {
+            crate::rest::seams::PATHS
+                .iter()
+                .map(|p| (*p).to_owned())
+                .collect()
+        } else {
+            Vec::new()
+        },
         implementation: Implementation {
             name: "openwop-operator".to_owned(),
             version: env!("CARGO_PKG_VERSION").to_owned(),
@@ -204,6 +213,10 @@ impl DiscoveryContent {
 pub struct DiscoveryState {
     pub content: Arc<RwLock<DiscoveryContent>>,
     pub cache_control: String,
+    /// The conformance capability-toggle overlay (`rest::seams::capability_toggle`): boolean
+    /// capabilities set over the ConfigMap's document. Empty unless the seams are enabled;
+    /// every replica keeps it current from the shared key-value bucket.
+    pub overlay: Arc<RwLock<BTreeMap<String, bool>>>,
 }
 
 impl DiscoveryState {
@@ -211,6 +224,7 @@ impl DiscoveryState {
         Self {
             content: Arc::default(),
             cache_control: cache_control.to_owned(),
+            overlay: Arc::default(),
         }
     }
 
@@ -222,6 +236,47 @@ impl DiscoveryState {
 
     fn get(&self) -> DiscoveryContent {
         self.content.read().map(|c| c.clone()).unwrap_or_default()
+    }
+
+    /// The capabilities document as loaded from the ConfigMap (no overlay).
+    pub fn base_capabilities(&self) -> Option<Value> {
+        let c = self.get().capabilities?;
+        serde_json::from_str(&c.body).ok()
+    }
+
+    pub fn overlay(&self) -> BTreeMap<String, bool> {
+        self.overlay.read().map(|o| o.clone()).unwrap_or_default()
+    }
+
+    pub fn set_overlay(&self, overlay: BTreeMap<String, bool>) {
+        if let Ok(mut o) = self.overlay.write() {
+            *o = overlay;
+        }
+    }
+
+    /// The capabilities document to serve: the loaded one with the overlay applied (its own
+    /// ETag, so a cached copy is not reused across a toggle).
+    fn served_capabilities(&self) -> Option<Served> {
+        let served = self.get().capabilities?;
+        let overlay = self.overlay();
+        if overlay.is_empty() {
+            return Some(served);
+        }
+        let doc: Value = match serde_json::from_str(&served.body) {
+            Ok(d) => d,
+            Err(_) => return Some(served),
+        };
+        match openwop_protocol::seams::apply_overlay(&doc, &overlay) {
+            Ok(d) => Some(Served::new(
+                serde_json::to_string_pretty(&d).unwrap_or(served.body),
+            )),
+            Err(e) => {
+                // The toggle seam checks each entry against the document before storing
+                // it; an admin's later edit can still conflict: serve the document as is.
+                tracing::warn!(error = %e, "capability overlay does not apply; serving without it");
+                Some(served)
+            }
+        }
     }
 }
 
@@ -264,7 +319,7 @@ fn conditional(headers: &HeaderMap, served: &Served, content_type: &str, cache: 
 
 /// `GET /.well-known/openwop`.
 pub async fn well_known(State(state): State<DiscoveryState>, headers: HeaderMap) -> Response {
-    match state.get().capabilities {
+    match state.served_capabilities() {
         Some(served) => conditional(&headers, &served, "application/json", &state.cache_control),
         None => json_error(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -358,6 +413,56 @@ mod tests {
         assert_eq!(mock_agent(&seams), true);
         cfg.conformance.mock_agent_namespaces.push("e2e".into());
         assert_eq!(mock_agent(&cfg), true);
+    }
+
+    #[test]
+    fn the_test_seams_are_advertised_only_while_enabled() {
+        let mut cfg = OperatorConfig::default();
+        let reg = NodeRegistry::builtin();
+        let off = capabilities(&cfg, &reg).unwrap();
+        assert!(off.get(capabilities::TEST_SEAMS_EXTENSION).is_none());
+        cfg.conformance.seams.enabled = true;
+        let on = capabilities(&cfg, &reg).unwrap();
+        schema::validate(schema::Document::Capabilities, &on).expect("valid with the seams");
+        let paths = on[capabilities::TEST_SEAMS_EXTENSION]["paths"]
+            .as_array()
+            .unwrap();
+        assert_eq!(paths.len(), crate::rest::seams::PATHS.len());
+        assert!(paths.contains(&json!("POST /v1/host/sample/envelope/accept")));
+        assert_eq!(
+            on["capabilities"][capabilities::TEST_SEAMS_EXTENSION],
+            on[capabilities::TEST_SEAMS_EXTENSION]
+        );
+    }
+
+    #[tokio::test]
+    async fn the_capability_overlay_is_served_with_its_own_etag() {
+        let cfg = OperatorConfig::default();
+        let doc = capabilities(&cfg, &NodeRegistry::builtin()).unwrap();
+        let state = DiscoveryState::new("no-cache");
+        state.set(DiscoveryContent {
+            capabilities: Some(Served::new(doc.to_string())),
+            schemas: BTreeMap::new(),
+        });
+        let get = |state: DiscoveryState| async move {
+            let r = well_known(State(state), HeaderMap::new()).await;
+            let etag = r.headers()[header::ETAG].to_str().unwrap().to_owned();
+            let body = axum::body::to_bytes(r.into_body(), 1 << 20).await.unwrap();
+            (etag, serde_json::from_slice::<Value>(&body).unwrap())
+        };
+        let (etag0, body0) = get(state.clone()).await;
+        assert!(body0.get("host").is_none());
+        let mut o = BTreeMap::new();
+        o.insert("host.aiEnvelope.supported".to_owned(), false);
+        o.insert("agents.supported".to_owned(), false);
+        state.set_overlay(o);
+        let (etag1, body1) = get(state.clone()).await;
+        assert_ne!(etag0, etag1);
+        assert_eq!(body1["host"]["aiEnvelope"]["supported"], false);
+        assert_eq!(body1["capabilities"]["agents"]["supported"], false);
+        schema::validate(schema::Document::Capabilities, &body1).expect("still valid");
+        state.set_overlay(BTreeMap::new());
+        assert_eq!(get(state).await.0, etag0);
     }
 
     #[test]

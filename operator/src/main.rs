@@ -90,10 +90,14 @@ async fn main() -> anyhow::Result<()> {
     // The REST API reads this replica's own caches: every replica serves it, leader or not.
     let (api, api_caches) = if cfg.rest.enabled {
         let (runs, workflows, caches) = rest::caches(&client, &cfg);
-        let state = rest::RestState::new(client.clone(), cfg.clone(), runs, workflows);
+        let state = rest::RestState::new(client.clone(), cfg.clone(), runs, workflows)
+            .with_discovery(discovery_state.clone());
+        let seams = rest::seams::background(state.clone());
         (
             Some(rest::router(state, rest::seams::mounted(&cfg))),
-            futures::future::Either::Left(caches),
+            futures::future::Either::Left(async move {
+                futures::join!(caches, seams);
+            }),
         )
     } else {
         (

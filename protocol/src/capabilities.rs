@@ -33,6 +33,12 @@ pub const PROTOCOL_VERSION: &str = "1.1.1";
 /// in `supportedTransports`.
 pub const EVENT_STREAM_EXTENSION: &str = "x-host-openwop-operator-event-stream";
 
+/// Host-extension key listing the conformance-only test seams this host serves
+/// (`host-sample-test-seams.md`; present only while they are enabled). Seams whose spec
+/// names no capability flag are advertised here, so a driver can tell "not served" from
+/// "served" without probing.
+pub const TEST_SEAMS_EXTENSION: &str = "x-host-openwop-operator-test-seams";
+
 /// Reliability events (RFC 0032 / 0033) the engine emits, advertised when supported.
 pub const RELIABILITY_EVENTS: [&str; 6] = [
     "envelope.retry.attempted",
@@ -99,6 +105,21 @@ pub struct CapabilityFamilies {
         skip_serializing_if = "Option::is_none"
     )]
     pub event_stream: Option<EventStream>,
+    /// Host extension [`TEST_SEAMS_EXTENSION`]: the conformance test seams served.
+    #[serde(
+        rename = "x-host-openwop-operator-test-seams",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub test_seams: Option<TestSeams>,
+}
+
+/// The [`TEST_SEAMS_EXTENSION`] block.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TestSeams {
+    /// `METHOD /v1/host/sample/...` of each seam served.
+    pub paths: Vec<String>,
 }
 
 /// `supportedTransports` — the official schema's closed set. REST is served whether or
@@ -340,6 +361,9 @@ pub struct CapabilitiesConfig {
     pub transports: Vec<Transport>,
     /// Advertised as [`EVENT_STREAM_EXTENSION`] when set.
     pub event_stream: Option<EventStream>,
+    /// Conformance test seams served (`METHOD path`); advertised as
+    /// [`TEST_SEAMS_EXTENSION`] when non-empty.
+    pub test_seams: Vec<String>,
     pub implementation: Implementation,
 }
 
@@ -364,6 +388,7 @@ impl Default for CapabilitiesConfig {
             fixtures: Vec::new(),
             transports: Vec::new(),
             event_stream: None,
+            test_seams: Vec::new(),
             implementation: Implementation {
                 name: "openwop-operator".to_owned(),
                 version: env!("CARGO_PKG_VERSION").to_owned(),
@@ -588,6 +613,9 @@ pub fn build(cfg: &CapabilitiesConfig) -> Result<CapabilitiesDocument, Capabilit
         implementation: Some(cfg.implementation.clone()),
         node_types: (!cfg.node_types.is_empty()).then(|| cfg.node_types.clone()),
         event_stream: cfg.event_stream.clone(),
+        test_seams: (!cfg.test_seams.is_empty()).then(|| TestSeams {
+            paths: cfg.test_seams.clone(),
+        }),
     };
     Ok(CapabilitiesDocument {
         capabilities: families.clone(),

@@ -16,6 +16,7 @@ pub mod retry;
 pub mod run;
 pub mod schedule;
 pub mod schema;
+pub mod seams;
 pub mod text;
 pub mod tier1;
 pub mod trust;

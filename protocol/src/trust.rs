@@ -27,13 +27,33 @@ pub fn blocks_approval(trust: ContentTrust, approval_gate_context: bool) -> bool
 /// inside the content is defused so the content cannot close the wrapper
 /// early or forge a nested one.
 pub fn wrap_untrusted(source: &str, content_type: &str, content: &str) -> String {
+    wrap_untrusted_with(source, content_type, &[], content)
+}
+
+/// [`wrap_untrusted`] with extra attributes after `source` and `type` (e.g. `tool="search"`
+/// for an MCP tool response), in the order given. Names are the caller's (checked by it);
+/// values are escaped like `source` and `type`.
+pub fn wrap_untrusted_with(
+    source: &str,
+    content_type: &str,
+    attributes: &[(&str, &str)],
+    content: &str,
+) -> String {
     let body = defuse_tags(content);
     let mut out = String::with_capacity(body.len() + source.len() + content_type.len() + 48);
     out.push_str("<UNTRUSTED source=\"");
     push_attr(&mut out, source);
     out.push_str("\" type=\"");
     push_attr(&mut out, content_type);
-    out.push_str("\">");
+    out.push('"');
+    for (name, value) in attributes {
+        out.push(' ');
+        out.push_str(name);
+        out.push_str("=\"");
+        push_attr(&mut out, value);
+        out.push('"');
+    }
+    out.push('>');
     out.push_str(&body);
     out.push_str("</UNTRUSTED>");
     out

@@ -120,6 +120,10 @@ fn varied() -> CapabilitiesConfig {
             transport: "nats-jetstream".into(),
             subject: "openwop.events.<namespace>.<runId>".into(),
         }),
+        test_seams: vec![
+            "POST /v1/host/sample/envelope/accept".into(),
+            "GET /v1/host/sample/test/runs/{runId}/events".into(),
+        ],
         implementation: Implementation {
             name: "test-host".into(),
             version: "9.9.9".into(),
@@ -488,4 +492,37 @@ fn config_values_the_official_schema_would_refuse_are_refused_with_a_fix() {
     valid(&v);
     assert_eq!(v["secrets"]["scopes"], json!(["tenant"]));
     assert_eq!(v["supportedTransports"], json!(["rest"]));
+}
+
+#[test]
+fn the_test_seams_extension_and_the_scenarios_toggles_validate_everywhere() {
+    let doc = build(&varied()).unwrap().to_value();
+    valid(&doc);
+    assert_eq!(
+        doc["x-host-openwop-operator-test-seams"]["paths"][0],
+        "POST /v1/host/sample/envelope/accept"
+    );
+    assert!(
+        build(&CapabilitiesConfig::default())
+            .unwrap()
+            .to_value()
+            .get("x-host-openwop-operator-test-seams")
+            .is_none()
+    );
+    // What the conformance scenarios toggle.
+    for name in [
+        "host.aiEnvelope.supported",
+        "agents.dispatchMapping",
+        "subWorkflow.inputMapping",
+    ] {
+        let mut overlay = BTreeMap::new();
+        overlay.insert(name.to_owned(), false);
+        let out = openwop_protocol::seams::apply_overlay(&doc, &overlay).unwrap();
+        openwop_protocol::seams::check_document(&out).unwrap();
+        valid(&out);
+    }
+    // A toggle the official schema refuses is refused by the check.
+    let mut bad = doc.clone();
+    bad["supportedTransports"] = json!(true);
+    assert!(openwop_protocol::seams::check_document(&bad).is_err());
 }

@@ -71,6 +71,9 @@ pub struct RestState {
     load: Arc<Semaphore>,
     /// JetStream, connected on first use (every replica reads run events itself).
     jetstream: Arc<tokio::sync::OnceCell<async_nats::jetstream::Context>>,
+    /// The discovery document this replica serves (the capability-toggle seam reads and
+    /// overlays it).
+    pub discovery: crate::discovery::DiscoveryState,
 }
 
 impl FromRef<RestState> for Arc<Authenticator> {
@@ -98,7 +101,14 @@ impl RestState {
             runs,
             workflows,
             jetstream: Default::default(),
+            discovery: crate::discovery::DiscoveryState::new(""),
         }
+    }
+
+    /// Shares `discovery` (the state the discovery routes serve) with the API.
+    pub fn with_discovery(mut self, discovery: crate::discovery::DiscoveryState) -> Self {
+        self.discovery = discovery;
+        self
     }
 
     /// JetStream for reading run events (503 when NATS is not configured or unreachable).

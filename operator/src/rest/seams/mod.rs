@@ -11,9 +11,23 @@
 //! Each seam is a submodule exposing `routes() -> OpenApiRouter<RestState>`, merged in
 //! [`router`].
 
+mod capability_toggle;
+mod emit_reliability;
+mod envelope_accept;
+mod prompt_wrap;
+mod reset;
+mod test_events;
+
+use axum::Json;
 use axum::extract::{FromRequestParts, Query};
+use axum::http::StatusCode;
 use axum::http::request::Parts;
+use axum::response::{IntoResponse, Response};
+use openwop_protocol::events::RunEventDoc;
+use openwop_protocol::run::subjects::events_subject;
+use openwop_protocol::seams::SeamRefusal;
 use serde::Deserialize;
+use serde_json::{Value, json};
 use utoipa_axum::router::OpenApiRouter;
 
 use super::{ApiError, Caller, Resource, RestState, Verb};
@@ -21,9 +35,230 @@ use super::{ApiError, Caller, Resource, RestState, Verb};
 /// Path prefix of every seam (`host-extensions.md` §"Canonical prefixes").
 pub const PREFIX: &str = "/v1/host/sample";
 
+/// Every seam served when enabled, as `METHOD path` (advertised in discovery under the
+/// `x-host-openwop-operator-test-seams` extension; each seam module adds its own).
+pub const PATHS: &[&str] = &[
+    "POST /v1/host/sample/envelope/accept",
+    "GET /v1/host/sample/test/runs/{runId}/events",
+    "POST /v1/host/sample/test/reset",
+    "POST /v1/host/sample/test/capability-toggle",
+    "POST /v1/host/sample/test/llm-prompt-wrap",
+    "POST /v1/host/sample/test/emit-envelope-reliability",
+];
+
+/// Key-value bucket of the envelope-accept seam's persisted dedup decisions.
+pub const DEDUP_BUCKET: &str = "openwop-seam-envelope-dedup";
+/// Key-value bucket of the capability-toggle overlay (read by discovery on every replica).
+pub const CAPABILITIES_BUCKET: &str = "openwop-seam-capabilities";
+/// Key-value bucket listing the synthetic runs the seams wrote events for (`<ns>.<runId>`).
+pub const RUNS_BUCKET: &str = "openwop-seam-runs";
+/// Every seam bucket whose keys are `<namespace>.…`: `test/reset` clears the caller's
+/// namespace's keys in each (the overlay bucket is global and cleared whole).
+pub const BUCKETS: &[&str] = &[DEDUP_BUCKET, RUNS_BUCKET];
+
 /// The seams' routes, to pass to [`super::router`] as `extra` when the seams are enabled.
 pub fn router() -> OpenApiRouter<RestState> {
     OpenApiRouter::new()
+        .merge(envelope_accept::routes())
+        .merge(test_events::routes())
+        .merge(reset::routes())
+        .merge(capability_toggle::routes())
+        .merge(prompt_wrap::routes())
+        .merge(emit_reliability::routes())
+}
+
+/// Work the seams need on every replica while the process lives (keeping the capability
+/// overlay current); pending forever when the seams are off.
+pub async fn background(state: RestState) {
+    if state.config.conformance.seams.enabled {
+        capability_toggle::watch_overlay(state).await;
+    } else {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// A seam's failure: an API error (auth, unavailable) in the REST shape, or a refusal of the
+/// request in the shape the conformance seams use, `{"error": {"code", "message"}}`.
+#[derive(Debug)]
+pub enum SeamError {
+    Api(ApiError),
+    Refused(StatusCode, SeamRefusal),
+}
+
+impl From<ApiError> for SeamError {
+    fn from(e: ApiError) -> Self {
+        SeamError::Api(e)
+    }
+}
+
+impl From<SeamRefusal> for SeamError {
+    fn from(r: SeamRefusal) -> Self {
+        SeamError::Refused(StatusCode::BAD_REQUEST, r)
+    }
+}
+
+impl SeamError {
+    pub fn invalid(message: impl Into<String>) -> Self {
+        SeamError::Refused(
+            StatusCode::BAD_REQUEST,
+            SeamRefusal {
+                code: "invalid_argument",
+                message: message.into(),
+            },
+        )
+    }
+}
+
+impl IntoResponse for SeamError {
+    fn into_response(self) -> Response {
+        match self {
+            SeamError::Api(e) => e.into_response(),
+            SeamError::Refused(status, r) => (
+                status,
+                Json(json!({"error": {"code": r.code, "message": r.message}})),
+            )
+                .into_response(),
+        }
+    }
+}
+
+/// Reads a seam's JSON body (bounded by the API's body limit) as `T`.
+pub async fn body<T: serde::de::DeserializeOwned>(
+    state: &RestState,
+    body: axum::body::Body,
+) -> Result<T, SeamError> {
+    let max = state.config.rest.max_body_bytes;
+    let bytes = axum::body::to_bytes(body, max).await.map_err(|_| {
+        SeamError::Api(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload_too_large",
+            format!("the request body is larger than {max} bytes"),
+        ))
+    })?;
+    serde_json::from_slice(&bytes)
+        .map_err(|e| SeamError::invalid(format!("the request body is not usable: {e}")))
+}
+
+fn now() -> String {
+    k8s_openapi::jiff::Timestamp::now().to_string()
+}
+
+/// The run sequence the next event of a seam's synthetic run gets, and the stream sequence
+/// to expect as the subject's last (0: empty).
+async fn tail(
+    state: &RestState,
+    js: &async_nats::jetstream::Context,
+    subject: &str,
+) -> Result<(u64, u64), SeamError> {
+    let last =
+        openwop_nats::stream::last_on_subject(js, &state.config.worker.events_stream, subject)
+            .await
+            .map_err(|e| {
+                tracing::warn!(error = %e, "test seams: reading a run's last event");
+                ApiError::unavailable(
+                    "the event stream is unavailable; retry shortly",
+                    std::time::Duration::from_secs(2),
+                )
+            })?;
+    Ok(match last {
+        None => (0, 0),
+        Some((stream_seq, payload)) => {
+            let seq = serde_json::from_slice::<Value>(&payload)
+                .ok()
+                .and_then(|d| d.get("sequence").and_then(Value::as_u64))
+                .map_or(0, |s| s + 1);
+            (seq, stream_seq)
+        }
+    })
+}
+
+/// A run the seams may write events for in `namespace`: a synthetic id (never a Run's uid,
+/// so a seam can never mix events into a real run's log). Returns its events subject.
+async fn synthetic_run(
+    state: &RestState,
+    namespace: &str,
+    run_id: &str,
+) -> Result<String, SeamError> {
+    openwop_protocol::seams::check_run_id("runId", run_id)?;
+    let real = state
+        .runs
+        .state()
+        .into_iter()
+        .any(|r| r.metadata.uid.as_deref() == Some(run_id));
+    if real {
+        return Err(SeamError::Refused(
+            StatusCode::CONFLICT,
+            SeamRefusal {
+                code: "conflict",
+                message: format!(
+                    "{run_id} is a Run's id: the seams write events only for synthetic run ids, never into a real run's log; pick another runId"
+                ),
+            },
+        ));
+    }
+    Ok(events_subject(namespace, run_id))
+}
+
+/// Appends seam-built events to a synthetic run's log in order (each only if nothing else
+/// was appended meanwhile), and records the run so `test/reset` can purge it. `build` gets
+/// the run sequence of the first event.
+async fn append_synthetic<T>(
+    state: &RestState,
+    namespace: &str,
+    run_id: &str,
+    build: impl FnOnce(u64) -> Result<(T, Vec<RunEventDoc>), SeamError>,
+) -> Result<T, SeamError> {
+    let subject = synthetic_run(state, namespace, run_id).await?;
+    let js = state.jetstream().await?;
+    let (first, mut expected) = tail(state, &js, &subject).await?;
+    let (out, events) = build(first)?;
+    if events.is_empty() {
+        return Ok(out);
+    }
+    let runs = store(state, RUNS_BUCKET).await?;
+    runs.put(
+        format!("{namespace}.{run_id}"),
+        bytes::Bytes::from_static(b"1"),
+    )
+    .await
+    .map_err(|e| {
+        tracing::warn!(error = %e, "test seams: recording a synthetic run");
+        ApiError::unavailable(
+            "the seam store is unavailable; retry shortly",
+            std::time::Duration::from_secs(2),
+        )
+    })?;
+    for ev in &events {
+        let body = serde_json::to_vec(ev).unwrap_or_default();
+        // Unique per append: the stream's dedup must not drop a deliberate re-projection.
+        let msg_id = format!("seam:{}:{}", ev.event_id, ev.sequence);
+        match openwop_nats::stream::append_after(&js, &subject, &msg_id, expected, body.into())
+            .await
+        {
+            Ok(openwop_nats::stream::Appended::Stored) => {}
+            Ok(openwop_nats::stream::Appended::Moved) => {
+                return Err(SeamError::Refused(
+                    StatusCode::CONFLICT,
+                    SeamRefusal {
+                        code: "conflict",
+                        message: format!(
+                            "another writer appended to run {run_id} meanwhile; retry"
+                        ),
+                    },
+                ));
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "test seams: appending an event");
+                return Err(ApiError::unavailable(
+                    "the event stream is unavailable; retry shortly",
+                    std::time::Duration::from_secs(2),
+                )
+                .into());
+            }
+        }
+        expected = tail(state, &js, &subject).await?.1;
+    }
+    Ok(out)
 }
 
 /// The routes to mount for `config`: the seams when enabled, nothing otherwise.
