@@ -80,6 +80,8 @@ pub struct CapabilityFamilies {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agents: Option<Agents>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observability: Option<Observability>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secrets: Option<Secrets>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ai_providers: Option<AiProviders>,
@@ -204,6 +206,25 @@ pub struct Completion {
 #[serde(rename_all = "camelCase")]
 pub struct Conformance {
     pub mock_agent: bool,
+}
+
+/// `observability`: only the conformance test seams are advertised here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Observability {
+    pub test_seams: TestSeams,
+}
+
+/// `observability.testSeams` (`host-sample-test-seams.md` §2, §3): the seams served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TestSeams {
+    /// `GET /v1/host/sample/test/otel/spans`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub otel_scrape: bool,
+    /// `POST /v1/host/sample/test/debug-bundle/export`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub debug_bundle_export: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -337,6 +358,8 @@ pub struct CapabilitiesConfig {
     /// Scopes BYOK secrets may be bound at; empty = secrets not supported.
     pub secret_scopes: Vec<SecretScope>,
     pub fixtures: Vec<String>,
+    /// Conformance test seams served (advertised under `observability.testSeams` when any).
+    pub test_seams: TestSeams,
     pub transports: Vec<Transport>,
     /// Advertised as [`EVENT_STREAM_EXTENSION`] when set.
     pub event_stream: Option<EventStream>,
@@ -362,6 +385,7 @@ impl Default for CapabilitiesConfig {
             agents_supported: false,
             secret_scopes: Vec::new(),
             fixtures: Vec::new(),
+            test_seams: TestSeams::default(),
             transports: Vec::new(),
             event_stream: None,
             implementation: Implementation {
@@ -574,6 +598,9 @@ pub fn build(cfg: &CapabilitiesConfig) -> Result<CapabilitiesDocument, Capabilit
                 verbosity: cfg.reasoning.verbosity,
                 streaming: cfg.reasoning.streaming,
             },
+        }),
+        observability: (cfg.test_seams != TestSeams::default()).then_some(Observability {
+            test_seams: cfg.test_seams,
         }),
         secrets: Some(Secrets {
             supported: !cfg.secret_scopes.is_empty(),

@@ -18,12 +18,17 @@ use utoipa_axum::router::OpenApiRouter;
 
 use super::{ApiError, Caller, Resource, RestState, Verb};
 
+pub mod debug_bundle;
+pub mod mock_ai;
+
 /// Path prefix of every seam (`host-extensions.md` §"Canonical prefixes").
 pub const PREFIX: &str = "/v1/host/sample";
 
 /// The seams' routes, to pass to [`super::router`] as `extra` when the seams are enabled.
 pub fn router() -> OpenApiRouter<RestState> {
     OpenApiRouter::new()
+        .merge(mock_ai::routes())
+        .merge(debug_bundle::routes())
 }
 
 /// The routes to mount for `config`: the seams when enabled, nothing otherwise.
