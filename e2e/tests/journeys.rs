@@ -2590,7 +2590,7 @@ async fn conformance_seams_drive_the_envelope_fixtures() {
     let cut = of_type(&events, "envelope.truncated").len();
     let b = budgets("structured-call");
     assert!(
-        cut >= 1 && cut < 16 && b.len() == cut,
+        (1..16).contains(&cut) && b.len() == cut,
         "{cut} truncations, budgets {b:?}"
     );
     assert!(b.windows(2).all(|w| w[1] >= w[0]), "{b:?}");

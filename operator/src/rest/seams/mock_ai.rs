@@ -319,3 +319,69 @@ async fn dispatch_budgets_of(
             .collect(),
     }))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// This helper's seams are in the OpenAPI document the seams router contributes, with
+    /// every schema they reference, the bearer requirement and their query parameters.
+    #[test]
+    fn the_seams_are_documented_with_their_schemas() {
+        let (_, doc) = crate::rest::seams::router().split_for_parts();
+        let doc = serde_json::to_value(&doc).unwrap();
+        let paths = doc["paths"].as_object().unwrap();
+        for (path, method) in [
+            ("/v1/host/sample/test/mock-ai/program", "post"),
+            ("/v1/host/sample/test/mock-ai/last-dispatch-budget", "get"),
+            ("/v1/host/sample/test/mock-ai/dispatch-budgets", "get"),
+            ("/v1/host/sample/test/debug-bundle/export", "post"),
+        ] {
+            let op = &paths[path][method];
+            assert!(
+                op.is_object(),
+                "{method} {path} missing: {:?}",
+                paths.keys()
+            );
+            assert_eq!(op["security"], json!([{"bearer": []}]), "{path}");
+        }
+        let params = &paths["/v1/host/sample/test/mock-ai/dispatch-budgets"]["get"]["parameters"];
+        assert!(
+            params
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|p| p["name"] == "nodeId" && p["in"] == "query"),
+            "{params}"
+        );
+        let text = doc.to_string();
+        for name in [
+            "ProgramRequest",
+            "ProgramResponse",
+            "LastBudgetResponse",
+            "DispatchBudgetsResponse",
+            "ExportRequest",
+        ] {
+            assert!(
+                text.contains(&format!("#/components/schemas/{name}")),
+                "{name} not referenced"
+            );
+            assert!(
+                doc["components"]["schemas"][name].is_object(),
+                "{name} not defined"
+            );
+        }
+    }
+
+    #[test]
+    fn keys_hold_any_node_id_and_keep_tenants_apart() {
+        assert_eq!(
+            key("team-a", "structured-call"),
+            "team-a.737472756374757265642d63616c6c"
+        );
+        assert_ne!(key("team-a", "n"), key("team-b", "n"));
+        // Dots, spaces and wildcards in a node id never reach the bucket key.
+        let k = key("t", "a.b *>");
+        assert!(k[2..].chars().all(|c| c.is_ascii_hexdigit()), "{k}");
+    }
+}
