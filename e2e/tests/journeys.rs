@@ -2226,6 +2226,480 @@ async fn rest_api_with_the_python_client_and_kubernetes_auth() {
     delete_namespace(&c.client, &ns).await;
 }
 
+// ---------------------------------------------------------------- conformance test seams
+
+/// Waits for the operator Deployment's rollout (after a `helm upgrade`).
+fn operator_rollout(c: &Cluster) -> String {
+    ok(
+        kubectl(
+            c,
+            &[
+                "-n",
+                release_ns(),
+                "rollout",
+                "status",
+                "deployment",
+                "-l",
+                "app.kubernetes.io/component=operator",
+                "--timeout=120s",
+            ],
+            None,
+        ),
+        "operator rollout",
+    )
+}
+
+/// `curl` a JSON request: (status, body as JSON, or as a string when it is not JSON).
+fn http_json(method: &str, url: &str, token: Option<&str>, body: Option<&Value>) -> (u16, Value) {
+    let mut args: Vec<String> = [
+        "-s",
+        "--max-time",
+        "30",
+        "-X",
+        method,
+        url,
+        "-w",
+        "\n%{http_code}",
+    ]
+    .iter()
+    .map(|a| a.to_string())
+    .collect();
+    args.extend(["-H".into(), "Accept: application/json".into()]);
+    if let Some(t) = token {
+        args.extend(["-H".into(), format!("Authorization: Bearer {t}")]);
+    }
+    if let Some(b) = body {
+        args.extend([
+            "-H".into(),
+            "Content-Type: application/json".into(),
+            "--data-binary".into(),
+            b.to_string(),
+        ]);
+    }
+    let out = Command::new("curl").args(&args).output().expect("curl");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", &text));
+    let code = code.trim().parse().unwrap_or(0);
+    let v = serde_json::from_str(body).unwrap_or_else(|_| Value::String(body.to_owned()));
+    (code, v)
+}
+
+/// A run's terminal snapshot (`GET /v1/runs/{id}` until completed, failed or cancelled).
+async fn rest_terminal(base: &str, token: &str, run_id: &str) -> Value {
+    let url = format!("{base}/v1/runs/{run_id}");
+    wait_for(Duration::from_secs(180), "a terminal run", || {
+        let url = url.clone();
+        async move {
+            let (code, v) = http_json("GET", &url, Some(token), None);
+            (code == 200 && ["completed", "failed", "cancelled"].contains(&v["status"].as_str()?))
+                .then_some(v)
+        }
+    })
+    .await
+}
+
+/// The conformance test seams of this helper's share of issue #15, with the seams on
+/// (`conformance.seams.enabled`), over real HTTP with a ServiceAccount token: a program
+/// staged through `mock-ai/program` becomes the REST-created Run's `spec.providerMocks`,
+/// and the chart's four envelope fixtures (rendered from the chart) behave as the suite's
+/// scenarios expect (truncation → retry with a bigger budget; schema retry with the same
+/// budget; cap exhaustion → `envelope_truncation_unrecoverable`; refusal → no retry); the
+/// budgets seams report what the worker recorded; a debug bundle carries no canary secret;
+/// discovery advertises the fixtures and `debugBundleExport`. With the seams off (the
+/// release's values restored) the same paths answer 404.
+#[tokio::test]
+async fn conformance_seams_drive_the_envelope_fixtures() {
+    let (c, _g) = setup().await;
+    if c.skip_unless_local(
+        "conformance_seams_drive_the_envelope_fixtures",
+        "a release the journeys own (they upgrade it)",
+    ) {
+        return;
+    }
+    let seam_port = operator_port() + 4;
+    let port = format!("operator.port={seam_port}");
+    helm_install(&c, &[&port, "conformance.seams.enabled=true"]);
+    operator_rollout(&c);
+    wait_operator_ready(&c).await;
+    let base = format!("http://127.0.0.1:{seam_port}");
+    let program_url = format!("{base}/v1/host/sample/test/mock-ai/program");
+    // The new operator answers (the old pod is gone with its port).
+    wait_for(Duration::from_secs(120), "the seams served", || {
+        let url = program_url.clone();
+        async move { (http_json("POST", &url, None, Some(&json!({}))).0 == 401).then_some(()) }
+    })
+    .await;
+
+    // Discovery: the fixtures and the served seam are advertised (once the new operator
+    // has rewritten the discovery ConfigMap).
+    let discovery = format!("{base}/.well-known/openwop");
+    let doc = wait_for(Duration::from_secs(120), "discovery with the seams", || {
+        let url = discovery.clone();
+        async move {
+            let (code, doc) = http_json("GET", &url, None, None);
+            (code == 200 && doc.get("observability").is_some()).then_some(doc)
+        }
+    })
+    .await;
+    for f in [
+        "conformance-envelope-truncated",
+        "conformance-envelope-retry-attempted",
+        "conformance-envelope-truncation-cap-exhaustion",
+        "conformance-envelope-refusal",
+    ] {
+        assert!(
+            doc["fixtures"].as_array().unwrap().contains(&json!(f)),
+            "{f} not in fixtures: {doc:#}"
+        );
+        // The chart installed it in the release namespace, and the operator accepted it.
+        wait_workflow(&c, release_ns(), f, "True").await;
+    }
+    assert_eq!(
+        doc["observability"],
+        json!({"testSeams": {"debugBundleExport": true}})
+    );
+
+    // A tenant of its own with the chart's fixtures and a ServiceAccount that may run them.
+    let ns = namespace(&c.client, "j-seams").await;
+    let fixtures = ok(
+        helm(
+            &c,
+            &[
+                "template",
+                "fx",
+                repo().join("charts/openwop").to_str().unwrap(),
+                "-n",
+                &ns,
+                "--set",
+                "conformance.seams.enabled=true",
+                "-s",
+                "templates/conformance-fixtures.yaml",
+            ],
+        ),
+        "helm template the fixtures",
+    );
+    ok(apply(&c, &ns, &fixtures), "apply the fixtures");
+    let canary = "CANARY-seamsb-7d41a9e0c2";
+    let leaky = json!({"apiVersion": "openwop.dev/v1alpha1", "kind": "Workflow",
+        "metadata": {"name": "leaky"},
+        "spec": {"id": "leaky", "name": "leaky", "version": "1",
+            "variables": [{"name": "apiToken", "type": "string", "sensitive": true}],
+            "nodes": [{"id": "echo", "typeId": "core.ai.structuredOutput", "config": {
+                "provider": "mock", "model": "mock-mini", "prompt": "echo",
+                "outputSchema": {"type": "object", "required": ["valid"],
+                    "properties": {"valid": {"type": "boolean"}, "note": {"type": "string"}}}}}]}});
+    ok(apply(&c, &ns, &leaky.to_string()), "apply leaky");
+    for wf in [
+        "conformance-envelope-truncated",
+        "conformance-envelope-retry-attempted",
+        "conformance-envelope-truncation-cap-exhaustion",
+        "conformance-envelope-refusal",
+        "leaky",
+    ] {
+        wait_workflow(&c, &ns, wf, "True").await;
+    }
+    ok(apply(&c, &ns, &rest_role("suite")), "suite Role");
+    let token = sa_token(&c, &ns, "suite");
+    let nobody = sa_token(&c, &ns, "nobody");
+
+    // Auth: no token 401, no RBAC 403, a malformed program 400 naming the entry.
+    let staged = json!({"nodeId": "truncated-structured-call", "program": [
+        {"stopReason": "max_tokens", "content": "{\"valid\":"},
+        {"stopReason": "end_turn", "content": "{\"valid\":true}"}]});
+    assert_eq!(http_json("POST", &program_url, None, Some(&staged)).0, 401);
+    assert_eq!(
+        http_json("POST", &program_url, Some(&nobody), Some(&staged)).0,
+        403
+    );
+    let (code, err) = http_json(
+        "POST",
+        &program_url,
+        Some(&token),
+        Some(&json!({"nodeId": "n", "program": [{"stopReason": "stop"}, {"mode": "refusal"}]})),
+    );
+    assert_eq!(code, 400, "{err}");
+    assert!(
+        err["message"].as_str().unwrap().contains("program[1]"),
+        "{err}"
+    );
+    let (code, err) = http_json(
+        "POST",
+        &program_url,
+        Some(&token),
+        Some(&json!({"program": []})),
+    );
+    assert_eq!(
+        (code, err["details"]["field"].clone()),
+        (400, json!("nodeId")),
+        "{err}"
+    );
+
+    let events_of = |run_id: &str| {
+        let (code, v) = http_json(
+            "GET",
+            &format!("{base}/v1/runs/{run_id}/events"),
+            Some(&token),
+            None,
+        );
+        assert_eq!(code, 200, "{v}");
+        v["events"].as_array().unwrap().clone()
+    };
+    let of_type = |events: &[Value], t: &str| -> Vec<Value> {
+        events.iter().filter(|e| e["type"] == t).cloned().collect()
+    };
+    let budgets = |node: &str| {
+        let (code, v) = http_json(
+            "GET",
+            &format!("{base}/v1/host/sample/test/mock-ai/dispatch-budgets?nodeId={node}"),
+            Some(&token),
+            None,
+        );
+        assert_eq!(code, 200, "{v}");
+        let (code, last) = http_json(
+            "GET",
+            &format!("{base}/v1/host/sample/test/mock-ai/last-dispatch-budget?nodeId={node}"),
+            Some(&token),
+            None,
+        );
+        assert_eq!(code, 200, "{last}");
+        let all: Vec<u64> = v["attempts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a["maxTokens"].as_u64().unwrap())
+            .collect();
+        assert_eq!(last["maxTokens"].as_u64(), all.last().copied(), "{last}");
+        all
+    };
+    let start = |workflow: &str| {
+        let (code, v) = http_json(
+            "POST",
+            &format!("{base}/v1/runs"),
+            Some(&token),
+            Some(&json!({"workflowId": workflow})),
+        );
+        assert_eq!(code, 201, "{v}");
+        v["runId"].as_str().unwrap().to_owned()
+    };
+    let run_object = |run_id: &str| -> Value {
+        let listed: Value = serde_json::from_str(&ok(
+            kubectl(&c, &["get", "runs", "-n", &ns, "-o", "json"], None),
+            "kubectl get runs",
+        ))
+        .unwrap();
+        listed["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["metadata"]["uid"] == run_id)
+            .cloned()
+            .unwrap_or_else(|| panic!("run {run_id} not visible to kubectl"))
+    };
+    let stage = |body: &Value| {
+        let (code, v) = http_json("POST", &program_url, Some(&token), Some(body));
+        assert_eq!(code, 200, "{v}");
+        assert_eq!(v["ok"], true);
+        v["count"].as_u64().unwrap()
+    };
+
+    // Truncation: one envelope.truncated, a retry with a bigger budget, completed.
+    assert_eq!(stage(&staged), 2);
+    assert_eq!(
+        budgets("truncated-structured-call"),
+        Vec::<u64>::new(),
+        "no run yet"
+    );
+    let run_id = start("conformance-envelope-truncated");
+    // The program is on the Run itself: what the mock will answer, for kubectl to see.
+    let run = run_object(&run_id);
+    let mocked = &run["spec"]["providerMocks"]["truncated-structured-call"]["responses"];
+    assert_eq!(mocked[0]["stopReason"], "max_tokens", "{run:#}");
+    assert_eq!(mocked[1]["content"], "{\"valid\":true}", "{run:#}");
+    let end = rest_terminal(&base, &token, &run_id).await;
+    assert_eq!(end["status"], "completed", "{end:#}");
+    let events = events_of(&run_id);
+    let truncated = of_type(&events, "envelope.truncated");
+    assert_eq!(truncated.len(), 1, "{events:#?}");
+    let p = &truncated[0]["payload"];
+    assert_eq!(
+        (
+            p["stopReason"].clone(),
+            p["nodeId"].clone(),
+            p["provider"].clone()
+        ),
+        (
+            json!("max_tokens"),
+            json!("truncated-structured-call"),
+            json!("mock")
+        )
+    );
+    assert!(
+        p["model"].is_string() && p["partialPayloadAvailable"].is_boolean(),
+        "{p}"
+    );
+    let retries = of_type(&events, "envelope.retry.attempted");
+    assert_eq!(retries.len(), 1, "{events:#?}");
+    assert_eq!(retries[0]["payload"]["reason"], "truncation");
+    let b = budgets("truncated-structured-call");
+    assert_eq!(b.len(), 2, "{b:?}");
+    assert_eq!(b[0], 50, "the fixture's budget");
+    assert!(b[1] > b[0], "the truncation retry's budget grows: {b:?}");
+
+    // Schema violation: retry with the same budget, no truncation, completed.
+    stage(
+        &json!({"nodeId": "retry-attempted-structured-call", "program": [
+        {"content": "not valid json"}, {"content": "{\"valid\":true}"}]}),
+    );
+    let run_id = start("conformance-envelope-retry-attempted");
+    let end = rest_terminal(&base, &token, &run_id).await;
+    assert_eq!(end["status"], "completed", "{end:#}");
+    let events = events_of(&run_id);
+    assert!(
+        of_type(&events, "envelope.truncated").is_empty(),
+        "{events:#?}"
+    );
+    let retries = of_type(&events, "envelope.retry.attempted");
+    assert_eq!(retries.len(), 1, "{events:#?}");
+    assert_eq!(retries[0]["payload"]["attempt"], 2);
+    let reason = retries[0]["payload"]["reason"].as_str().unwrap().to_owned();
+    assert!(
+        ["parse-error", "schema-violation"].contains(&reason.as_str()),
+        "{reason}"
+    );
+    assert_eq!(budgets("retry-attempted-structured-call"), vec![256, 256]);
+
+    // Truncation every time: bounded retries, exhausted before node.failed, the run fails
+    // with envelope_truncation_unrecoverable.
+    let always_cut: Vec<Value> = (0..16)
+        .map(|_| json!({"stopReason": "max_tokens", "content": "{\"partial"}))
+        .collect();
+    stage(&json!({"nodeId": "structured-call", "program": always_cut}));
+    let run_id = start("conformance-envelope-truncation-cap-exhaustion");
+    let end = rest_terminal(&base, &token, &run_id).await;
+    assert_eq!(end["status"], "failed", "{end:#}");
+    assert_eq!(
+        end["error"]["code"], "envelope_truncation_unrecoverable",
+        "{end:#}"
+    );
+    let events = events_of(&run_id);
+    let exhausted = of_type(&events, "envelope.retry.exhausted");
+    assert_eq!(exhausted.len(), 1, "{events:#?}");
+    assert_eq!(exhausted[0]["payload"]["finalReason"], "truncation");
+    let at = |t: &str| events.iter().position(|e| e["type"] == t).unwrap();
+    assert!(at("envelope.retry.exhausted") < at("node.failed"));
+    let cut = of_type(&events, "envelope.truncated").len();
+    let b = budgets("structured-call");
+    assert!(
+        (1..16).contains(&cut) && b.len() == cut,
+        "{cut} truncations, budgets {b:?}"
+    );
+    assert!(b.windows(2).all(|w| w[1] >= w[0]), "{b:?}");
+
+    // Refusal: one envelope.refusal, no retry, the run fails with `envelope_refusal` (RFC 0033
+    // §F's code since its rename from `envelope_refused_by_provider`), and the message does not
+    // echo the refusal.
+    let refusal = "REFUSAL-CANARY-A8F3-do-not-echo";
+    stage(&json!({"nodeId": "structured-call", "program": [
+        {"stopReason": "safety", "refusalText": refusal}]}));
+    let run_id = start("conformance-envelope-refusal");
+    let end = rest_terminal(&base, &token, &run_id).await;
+    assert_eq!(end["status"], "failed", "{end:#}");
+    assert_eq!(end["error"]["code"], "envelope_refusal", "{end:#}");
+    assert!(
+        !end["error"]["message"].as_str().unwrap().contains(refusal),
+        "{end:#}"
+    );
+    let events = events_of(&run_id);
+    assert_eq!(of_type(&events, "envelope.refusal").len(), 1, "{events:#?}");
+    assert!(
+        of_type(&events, "envelope.retry.attempted").is_empty(),
+        "{events:#?}"
+    );
+    assert_eq!(
+        budgets("structured-call"),
+        vec![256],
+        "the refusal run's one call"
+    );
+
+    // Debug bundle: a sensitive input the model echoes is in no surface of the bundle.
+    stage(&json!({"nodeId": "echo", "program": [
+        {"content": {"valid": true, "note": format!("the token is {canary}")}}]}));
+    let (code, v) = http_json(
+        "POST",
+        &format!("{base}/v1/runs"),
+        Some(&token),
+        Some(&json!({"workflowId": "leaky", "inputs": {"apiToken": canary}})),
+    );
+    assert_eq!(code, 201, "{v}");
+    let run_id = v["runId"].as_str().unwrap().to_owned();
+    let end = rest_terminal(&base, &token, &run_id).await;
+    assert_eq!(end["status"], "completed", "{end:#}");
+    let events = events_of(&run_id);
+    let bundle_url = format!("{base}/v1/host/sample/test/debug-bundle/export");
+    let (code, bundle) = http_json(
+        "POST",
+        &bundle_url,
+        Some(&token),
+        Some(&json!({"runId": run_id})),
+    );
+    assert_eq!(code, 200, "{bundle}");
+    let text = bundle.to_string();
+    assert!(
+        !text.contains(canary),
+        "the canary leaked into the bundle: {bundle:#}"
+    );
+    assert!(text.contains("[REDACTED:apiToken]"), "{bundle:#}");
+    assert_eq!(bundle["bundleVersion"], "1");
+    assert_eq!(bundle["run"]["runId"], run_id.as_str());
+    assert_eq!(bundle["run"]["status"], "completed");
+    assert_eq!(bundle["events"].as_array().unwrap().len(), events.len());
+    assert_eq!(bundle["metrics"]["eventCount"], events.len());
+    assert_eq!(
+        (
+            bundle["redactionApplied"].clone(),
+            bundle["redactionMode"].clone()
+        ),
+        (json!(true), json!("mask"))
+    );
+    assert_eq!(bundle["truncated"], false);
+    assert_eq!(
+        http_json("POST", &bundle_url, None, Some(&json!({"runId": run_id}))).0,
+        401
+    );
+    let (code, v) = http_json(
+        "POST",
+        &bundle_url,
+        Some(&token),
+        Some(&json!({"runId": "no-such-run"})),
+    );
+    assert_eq!(code, 404, "{v}");
+    // otelScrape is not served: the spans are in the collector, not readable here.
+    let (code, _) = http_json(
+        "GET",
+        &format!("{base}/v1/host/sample/test/otel/spans?runId={run_id}"),
+        Some(&token),
+        None,
+    );
+    assert_eq!(code, 404);
+    delete_namespace(&c.client, &ns).await;
+
+    // Back to the journeys' release values: the seams are gone (404), the fixtures too.
+    helm_install(&c, &[]);
+    operator_rollout(&c);
+    wait_operator_ready(&c).await;
+    let off_url = format!(
+        "http://127.0.0.1:{}/v1/host/sample/test/mock-ai/program",
+        operator_port()
+    );
+    // Unmounted, the path does not exist for anyone (mounted, no token would be 401).
+    wait_for(Duration::from_secs(120), "the seams gone", || {
+        let url = off_url.clone();
+        let body = staged.clone();
+        async move { (http_json("POST", &url, None, Some(&body)).0 == 404).then_some(()) }
+    })
+    .await;
+}
+
 // ---------------------------------------------------------------- restart figures (make bench)
 
 /// A chain of three mocked LLM calls (`q1` → `q2` → `q3`).
@@ -2571,25 +3045,7 @@ async fn fifty_runs_at_once_never_exceed_the_namespace_limit() {
     // could not bind the old pod's port.
     let port = format!("operator.port={}", operator_port() + 2);
     helm_install(&c, &[&port, "runs.maxConcurrentPerNamespace=5"]);
-    let rollout = || {
-        ok(
-            kubectl(
-                &c,
-                &[
-                    "-n",
-                    release_ns(),
-                    "rollout",
-                    "status",
-                    "deployment",
-                    "-l",
-                    "app.kubernetes.io/component=operator",
-                    "--timeout=120s",
-                ],
-                None,
-            ),
-            "operator rollout",
-        )
-    };
+    let rollout = || operator_rollout(&c);
     rollout();
     wait_operator_ready(&c).await;
 

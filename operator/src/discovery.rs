@@ -14,7 +14,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use openwop_protocol::capabilities::{
     self, CapabilitiesConfig, CapabilitiesError, EventStream, Implementation, ReasoningConfig,
-    ReliabilityConfig, SecretScope, Transport,
+    ReliabilityConfig, SecretScope, TestSeams, Transport,
 };
 use openwop_protocol::schema;
 use openwop_protocol::workflow_check::{MOCK_AGENT_TYPE_ID, NodeRegistry};
@@ -89,6 +89,12 @@ pub fn capabilities_config(
         // namespace.
         secret_scopes: vec![SecretScope::Tenant],
         fixtures: cfg.fixtures.clone(),
+        // The seams this host serves when they are on (`rest::seams`). Not `otelScrape`:
+        // spans go to the cluster's OTLP collector and the operator cannot read them back.
+        test_seams: TestSeams {
+            otel_scrape: false,
+            debug_bundle_export: cfg.conformance.seams.enabled,
+        },
         // Discovery and the OpenWOP REST API are HTTP; NATS is not an OpenWOP transport
         // and is described in the host extension instead.
         transports: vec![Transport::Rest],
@@ -97,7 +103,7 @@ pub fn capabilities_config(
             subject: openwop_protocol::run::subjects::events_subject("<namespace>", "<runId>"),
         }),
         // Only while the conformance seams are mounted (they 404 otherwise).
-        test_seams: if cfg.conformance.seams.enabled {
+        test_seam_paths: if cfg.conformance.seams.enabled {
             crate::rest::seams::PATHS
                 .iter()
                 .map(|p| (*p).to_owned())
@@ -411,6 +417,15 @@ mod tests {
         let mut seams = cfg.clone();
         seams.conformance.seams.enabled = true;
         assert_eq!(mock_agent(&seams), true);
+        // The seams it serves, advertised only with the seams on (spans cannot be read
+        // back, so never otelScrape).
+        let with = capabilities(&seams, &NodeRegistry::builtin()).unwrap();
+        schema::validate(schema::Document::Capabilities, &with).expect("valid with seams");
+        assert_eq!(
+            with["observability"],
+            json!({"testSeams": {"debugBundleExport": true}})
+        );
+        assert!(doc.get("observability").is_none());
         cfg.conformance.mock_agent_namespaces.push("e2e".into());
         assert_eq!(mock_agent(&cfg), true);
     }

@@ -115,7 +115,11 @@ fn chart_conformance_fixtures_are_valid_and_advertised() {
         ids,
         [
             "conformance-agent-reasoning",
-            "conformance-agent-low-confidence"
+            "conformance-agent-low-confidence",
+            "conformance-envelope-truncated",
+            "conformance-envelope-retry-attempted",
+            "conformance-envelope-truncation-cap-exhaustion",
+            "conformance-envelope-refusal"
         ]
     );
 }

@@ -86,6 +86,8 @@ pub struct CapabilityFamilies {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agents: Option<Agents>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observability: Option<Observability>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secrets: Option<Secrets>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ai_providers: Option<AiProviders>,
@@ -111,13 +113,13 @@ pub struct CapabilityFamilies {
         default,
         skip_serializing_if = "Option::is_none"
     )]
-    pub test_seams: Option<TestSeams>,
+    pub test_seams: Option<TestSeamPaths>,
 }
 
 /// The [`TEST_SEAMS_EXTENSION`] block.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct TestSeams {
+pub struct TestSeamPaths {
     /// `METHOD /v1/host/sample/...` of each seam served.
     pub paths: Vec<String>,
 }
@@ -225,6 +227,25 @@ pub struct Completion {
 #[serde(rename_all = "camelCase")]
 pub struct Conformance {
     pub mock_agent: bool,
+}
+
+/// `observability`: only the conformance test seams are advertised here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Observability {
+    pub test_seams: TestSeams,
+}
+
+/// `observability.testSeams` (`host-sample-test-seams.md` §2, §3): the seams served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TestSeams {
+    /// `GET /v1/host/sample/test/otel/spans`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub otel_scrape: bool,
+    /// `POST /v1/host/sample/test/debug-bundle/export`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub debug_bundle_export: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -358,12 +379,14 @@ pub struct CapabilitiesConfig {
     /// Scopes BYOK secrets may be bound at; empty = secrets not supported.
     pub secret_scopes: Vec<SecretScope>,
     pub fixtures: Vec<String>,
+    /// Conformance test seams served (advertised under `observability.testSeams` when any).
+    pub test_seams: TestSeams,
     pub transports: Vec<Transport>,
     /// Advertised as [`EVENT_STREAM_EXTENSION`] when set.
     pub event_stream: Option<EventStream>,
     /// Conformance test seams served (`METHOD path`); advertised as
     /// [`TEST_SEAMS_EXTENSION`] when non-empty.
-    pub test_seams: Vec<String>,
+    pub test_seam_paths: Vec<String>,
     pub implementation: Implementation,
 }
 
@@ -386,9 +409,10 @@ impl Default for CapabilitiesConfig {
             agents_supported: false,
             secret_scopes: Vec::new(),
             fixtures: Vec::new(),
+            test_seams: TestSeams::default(),
             transports: Vec::new(),
             event_stream: None,
-            test_seams: Vec::new(),
+            test_seam_paths: Vec::new(),
             implementation: Implementation {
                 name: "openwop-operator".to_owned(),
                 version: env!("CARGO_PKG_VERSION").to_owned(),
@@ -600,6 +624,9 @@ pub fn build(cfg: &CapabilitiesConfig) -> Result<CapabilitiesDocument, Capabilit
                 streaming: cfg.reasoning.streaming,
             },
         }),
+        observability: (cfg.test_seams != TestSeams::default()).then_some(Observability {
+            test_seams: cfg.test_seams,
+        }),
         secrets: Some(Secrets {
             supported: !cfg.secret_scopes.is_empty(),
             scopes: dedup(&cfg.secret_scopes),
@@ -613,8 +640,8 @@ pub fn build(cfg: &CapabilitiesConfig) -> Result<CapabilitiesDocument, Capabilit
         implementation: Some(cfg.implementation.clone()),
         node_types: (!cfg.node_types.is_empty()).then(|| cfg.node_types.clone()),
         event_stream: cfg.event_stream.clone(),
-        test_seams: (!cfg.test_seams.is_empty()).then(|| TestSeams {
-            paths: cfg.test_seams.clone(),
+        test_seams: (!cfg.test_seam_paths.is_empty()).then(|| TestSeamPaths {
+            paths: cfg.test_seam_paths.clone(),
         }),
     };
     Ok(CapabilitiesDocument {

@@ -57,6 +57,8 @@ fn our_schema_refuses_what_the_official_schema_refuses() {
         ("/agents/reasoning/depth", json!(1)),
         ("/fixtures/1", json!("conformance-basic")),
         ("/envelopeContracts/extra", json!(1)),
+        ("/observability/testSeams/debugBundleExport", json!("yes")),
+        ("/observability/testSeams/other", json!(true)),
     ];
     for (pointer, value) in cases {
         let mut v = base.clone();
@@ -115,12 +117,16 @@ fn varied() -> CapabilitiesConfig {
         agents_supported: true,
         secret_scopes: vec![SecretScope::Tenant],
         fixtures: vec!["conformance-basic".into()],
+        test_seams: openwop_protocol::capabilities::TestSeams {
+            otel_scrape: false,
+            debug_bundle_export: true,
+        },
         transports: vec![Transport::Rest],
         event_stream: Some(EventStream {
             transport: "nats-jetstream".into(),
             subject: "openwop.events.<namespace>.<runId>".into(),
         }),
-        test_seams: vec![
+        test_seam_paths: vec![
             "POST /v1/host/sample/envelope/accept".into(),
             "GET /v1/host/sample/test/runs/{runId}/events".into(),
         ],
@@ -525,4 +531,18 @@ fn the_test_seams_extension_and_the_scenarios_toggles_validate_everywhere() {
     let mut bad = doc.clone();
     bad["supportedTransports"] = json!(true);
     assert!(openwop_protocol::seams::check_document(&bad).is_err());
+}
+
+#[test]
+fn test_seams_are_advertised_only_when_served() {
+    let v = build(&varied()).unwrap().to_value();
+    valid(&v);
+    assert_eq!(
+        v["observability"],
+        json!({"testSeams": {"debugBundleExport": true}})
+    );
+    assert_eq!(v["capabilities"]["observability"], v["observability"]);
+    let none = build(&CapabilitiesConfig::default()).unwrap().to_value();
+    valid(&none);
+    assert!(none.get("observability").is_none(), "{none:#}");
 }

@@ -932,3 +932,24 @@ fn a_timed_out_call_is_recorded_as_made_and_never_answers_a_request() {
     assert!(j.take(1, 1000).is_some());
     assert!(j.take(2, 2000).is_none());
 }
+
+#[test]
+fn dispatch_budgets_list_every_call_once_in_order_across_a_restart() {
+    use openwop_protocol::retry::journal::dispatch_budgets;
+    let responses = [
+        resp("max_tokens", CUT, 1000),
+        resp("stop", INVALID, 10),
+        resp("stop", VALID, 10),
+    ];
+    let (full, _, _) = drive_journaled(&responses, &[], Redactor::new([]), None);
+    // Truncation doubles the budget; a schema retry keeps it.
+    assert_eq!(dispatch_budgets(&full, "n1"), vec![1000, 2000, 2000]);
+    assert_eq!(dispatch_budgets(&full, "other-node"), Vec::<u32>::new());
+    // Killed after one answered call: the restarted worker records the restored call
+    // again (same event id, dropped by the stream's dedup); a log holding both still
+    // counts each call once.
+    let (prefix, _, _) = drive_journaled(&responses, &[], Redactor::new([]), Some(1));
+    let (rest, _, _) = drive_journaled(&responses, &prefix, Redactor::new([]), None);
+    let both: Vec<RunEventDoc> = prefix.iter().chain(&rest).cloned().collect();
+    assert_eq!(dispatch_budgets(&both, "n1"), vec![1000, 2000, 2000]);
+}

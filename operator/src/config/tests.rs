@@ -192,3 +192,13 @@ fn the_host_profile_is_the_configuration() {
         "config field envelopeStrictness is \"loose\": use warn or strict"
     );
 }
+
+#[test]
+fn the_seams_allow_provider_mocks_everywhere() {
+    // mock-ai/program stages mocks for whoever may create Runs in a namespace: with the
+    // seams on, the namespace list would only be the same switch read twice.
+    let cfg = OperatorConfig::from_yaml("conformance:\n  seams: {enabled: true}\n").unwrap();
+    assert!(cfg.conformance.provider_mocks_allowed_in("any-team"));
+    let off = OperatorConfig::from_yaml("conformance:\n  providerMockNamespaces: [ci]\n").unwrap();
+    assert!(!off.conformance.provider_mocks_allowed_in("any-team"));
+}

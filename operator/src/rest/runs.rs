@@ -154,7 +154,7 @@ fn hash_hex(parts: &[&[u8]]) -> String {
 }
 
 /// A Run in this replica's cache by runId (its uid), waiting briefly for a Run just created.
-async fn find_run(s: &RestState, run_id: &str) -> Option<Arc<Run>> {
+pub(crate) async fn find_run(s: &RestState, run_id: &str) -> Option<Arc<Run>> {
     let deadline = tokio::time::Instant::now() + CACHE_GRACE;
     loop {
         if let Some(r) = s
@@ -174,7 +174,11 @@ async fn find_run(s: &RestState, run_id: &str) -> Option<Arc<Run>> {
 
 /// The run if the caller may `get` runs in its namespace; otherwise the same 404 as for a
 /// run that does not exist.
-async fn visible_run(s: &RestState, caller: &Caller, run_id: &str) -> Result<Arc<Run>, ApiError> {
+pub(crate) async fn visible_run(
+    s: &RestState,
+    caller: &Caller,
+    run_id: &str,
+) -> Result<Arc<Run>, ApiError> {
     let missing = || ApiError::not_found(format!("run {run_id:?} not found"));
     let run = find_run(s, run_id).await.ok_or_else(missing)?;
     let ns = run.namespace().unwrap_or_default();
@@ -356,6 +360,14 @@ pub async fn create_run(
         ),
         None => (None, Some(format!("{}-", truncate_name(&wf_name, 40)))),
     };
+    // Conformance seams: a program staged for a node of this workflow
+    // (`mock-ai/program`) becomes the Run's provider mock, visible on the Run itself.
+    let provider_mocks = if s.config.conformance.seams.enabled {
+        let nodes: Vec<String> = wf.spec.nodes.iter().map(|n| n.id.clone()).collect();
+        super::seams::mock_ai::provider_mocks_for(&s, &ns, &nodes).await?
+    } else {
+        Default::default()
+    };
     let run = Run {
         metadata: ObjectMeta {
             name,
@@ -375,7 +387,7 @@ pub async fn create_run(
             timeout_seconds: None,
             answers: Vec::new(),
             cancel: None,
-            provider_mocks: Default::default(),
+            provider_mocks,
         },
         status: None,
     };
@@ -410,6 +422,15 @@ pub async fn create_run(
     };
     let run_id = created.meta().uid.clone().unwrap_or_default();
     tracing::info!(run_id = %run_id, namespace = %ns, run = %created.name_any(), caller = %caller.username, "run created through the REST API");
+    // The run exists whatever happens here: a failed record only leaves the budgets seams
+    // reading the previous run, so it is logged, not returned.
+    if !created.spec.provider_mocks.is_empty()
+        && s.config.conformance.seams.enabled
+        && let Err(e) =
+            super::seams::mock_ai::record_run(&s, &ns, &created.spec.provider_mocks, &run_id).await
+    {
+        tracing::warn!(run_id = %run_id, error = %e.body.message, "test seams: recording the run of a mock-ai program");
+    }
     let body = CreateRunResponse {
         status: phase(&created),
         events_url: format!("/v1/runs/{run_id}/events"),
@@ -756,7 +777,7 @@ async fn open_subject_log(s: &RestState, subject: String) -> Result<RunLog, ApiE
 }
 
 /// Events after `after`, read until caught up, then (with `wait`) until a first new one.
-async fn read_events(
+pub(crate) async fn read_events(
     s: &RestState,
     run: &Run,
     after: Option<u64>,

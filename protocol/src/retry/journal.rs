@@ -169,6 +169,22 @@ pub fn calls_in_earlier_attempts(
         .count()
 }
 
+/// The output budget (`maxTokens`) of every provider call node `node_id` made, in call
+/// order, from a run's log: what the conformance seams `mock-ai/dispatch-budgets` and
+/// `last-dispatch-budget` report. Each call the worker makes is recorded once (answered or
+/// timed out) before it is routed ([`ResponseRecord`]); a call restored from the journal
+/// after a restart is not recorded again, so every call counts once.
+pub fn dispatch_budgets(events: &[RunEventDoc], node_id: &str) -> Vec<u32> {
+    let mut seen = std::collections::BTreeSet::new();
+    events
+        .iter()
+        .filter(|e| e.node_id.as_deref() == Some(node_id))
+        .filter_map(ResponseRecord::of_event)
+        .filter(|r| seen.insert((r.step_key.clone(), r.attempt)))
+        .map(|r| r.max_tokens)
+        .collect()
+}
+
 /// The recorded responses of one emission, by call ordinal.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Journal {

@@ -19,6 +19,7 @@
 //! event ids and its own log.
 
 pub mod api;
+pub mod debug_bundle;
 pub mod ending;
 pub mod env;
 pub mod exit;

@@ -197,26 +197,33 @@ impl RunSnapshot {
     }
 
     /// `(variable name, value)` of every workflow variable marked `sensitive` that has a
-    /// value (from the inputs, else its default). Strings are masked as they are; other
-    /// values as their JSON text.
+    /// value ([`sensitive_values`]).
     pub fn sensitive_values(&self) -> Vec<(String, String)> {
-        let Some(vars) = self.workflow.get("variables").and_then(Value::as_array) else {
-            return vec![];
-        };
-        vars.iter()
-            .filter(|v| v.get("sensitive").and_then(Value::as_bool) == Some(true))
-            .filter_map(|v| {
-                let name = v.get("name")?.as_str()?;
-                let value = self.inputs.get(name).or_else(|| v.get("defaultValue"))?;
-                let text = match value {
-                    Value::String(s) => s.clone(),
-                    Value::Null => return None,
-                    other => other.to_string(),
-                };
-                (!text.is_empty()).then(|| (name.to_owned(), text))
-            })
-            .collect()
+        sensitive_values(&self.workflow, &self.inputs)
     }
+}
+
+/// `(variable name, value)` of every variable of `workflow` (a definition) marked
+/// `sensitive` that has a value (from `inputs`, else its default). Strings are masked as
+/// they are; other values as their JSON text. The worker redacts these in everything it
+/// emits; the operator in everything it exports (the debug bundle).
+pub fn sensitive_values(workflow: &Value, inputs: &Value) -> Vec<(String, String)> {
+    let Some(vars) = workflow.get("variables").and_then(Value::as_array) else {
+        return vec![];
+    };
+    vars.iter()
+        .filter(|v| v.get("sensitive").and_then(Value::as_bool) == Some(true))
+        .filter_map(|v| {
+            let name = v.get("name")?.as_str()?;
+            let value = inputs.get(name).or_else(|| v.get("defaultValue"))?;
+            let text = match value {
+                Value::String(s) => s.clone(),
+                Value::Null => return None,
+                other => other.to_string(),
+            };
+            (!text.is_empty()).then(|| (name.to_owned(), text))
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -32,6 +32,9 @@ use utoipa_axum::router::OpenApiRouter;
 
 use super::{ApiError, Caller, Resource, RestState, Verb};
 
+pub mod debug_bundle;
+pub mod mock_ai;
+
 /// Path prefix of every seam (`host-extensions.md` §"Canonical prefixes").
 pub const PREFIX: &str = "/v1/host/sample";
 
@@ -44,6 +47,10 @@ pub const PATHS: &[&str] = &[
     "POST /v1/host/sample/test/capability-toggle",
     "POST /v1/host/sample/test/llm-prompt-wrap",
     "POST /v1/host/sample/test/emit-envelope-reliability",
+    "POST /v1/host/sample/test/mock-ai/program",
+    "GET /v1/host/sample/test/mock-ai/last-dispatch-budget",
+    "GET /v1/host/sample/test/mock-ai/dispatch-budgets",
+    "POST /v1/host/sample/test/debug-bundle/export",
 ];
 
 /// Key-value bucket of the envelope-accept seam's persisted dedup decisions.
@@ -54,7 +61,7 @@ pub const CAPABILITIES_BUCKET: &str = "openwop-seam-capabilities";
 pub const RUNS_BUCKET: &str = "openwop-seam-runs";
 /// Every seam bucket whose keys are `<namespace>.…`: `test/reset` clears the caller's
 /// namespace's keys in each (the overlay bucket is global and cleared whole).
-pub const BUCKETS: &[&str] = &[DEDUP_BUCKET, RUNS_BUCKET];
+pub const BUCKETS: &[&str] = &[DEDUP_BUCKET, RUNS_BUCKET, mock_ai::BUCKET];
 
 /// The seams' routes, to pass to [`super::router`] as `extra` when the seams are enabled.
 pub fn router() -> OpenApiRouter<RestState> {
@@ -65,6 +72,8 @@ pub fn router() -> OpenApiRouter<RestState> {
         .merge(capability_toggle::routes())
         .merge(prompt_wrap::routes())
         .merge(emit_reliability::routes())
+        .merge(mock_ai::routes())
+        .merge(debug_bundle::routes())
 }
 
 /// Work the seams need on every replica while the process lives (keeping the capability

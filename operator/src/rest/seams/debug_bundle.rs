@@ -1,0 +1,93 @@
+//! `POST /v1/host/sample/test/debug-bundle/export` (`host-sample-test-seams.md` §3,
+//! `debug-bundle.md`): a run's debug bundle, synchronously.
+//!
+//! Built from what `GET /v1/runs/{runId}` and `GET /v1/runs/{runId}/events/poll` serve
+//! (one snapshot mapping, one event reader) and redacted by protocol's bundle projection
+//! with the run's sensitive inputs; the events are already redacted by the worker. The
+//! bundle's `spans` is empty: the worker exports its spans to the cluster's OTLP collector,
+//! which the operator cannot read back, and the bundle carries no invented ones.
+
+use axum::Json;
+use axum::body::Body;
+use axum::extract::State;
+use kube::ResourceExt;
+use openwop_protocol::redact::Redactor;
+use openwop_protocol::run::debug_bundle::{
+    BundleHost, BundleInput, MAX_BUNDLE_BYTES, debug_bundle,
+};
+use openwop_protocol::run::snapshot::sensitive_values;
+use serde_json::{Value, json};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use super::SeamCaller;
+use crate::rest::runs::{json_body, read_events, snapshot_of, visible_run};
+use crate::rest::{ApiError, ErrorBody, RestState};
+
+pub fn routes() -> OpenApiRouter<RestState> {
+    OpenApiRouter::new().routes(routes!(export))
+}
+
+/// `POST .../debug-bundle/export` body.
+#[derive(Debug, serde::Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ExportRequest {
+    pub run_id: String,
+}
+
+/// Export a run's debug bundle (`DebugBundle`, `debug-bundle.md`).
+#[utoipa::path(
+    post, path = "/v1/host/sample/test/debug-bundle/export", request_body = ExportRequest,
+    responses((status = 200, description = "DebugBundle", body = Object),
+              (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+              (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)),
+    security(("bearer" = []))
+)]
+async fn export(
+    State(s): State<RestState>,
+    caller: SeamCaller,
+    body: Body,
+) -> Result<Json<Value>, ApiError> {
+    let raw: Value = json_body(body, s.config.rest.max_body_bytes).await?;
+    let run_id = match raw.get("runId") {
+        Some(Value::String(r)) if !r.is_empty() => r.clone(),
+        _ => {
+            return Err(ApiError::validation(
+                "runId must be a non-empty string: the id of the run to export (`runId` of POST /v1/runs)",
+            )
+            .with_details(json!({"field": "runId"})));
+        }
+    };
+    let run = visible_run(&s, &caller.caller, &run_id).await?;
+    let snapshot = snapshot_of(&s, &run);
+    let events = read_events(&s, &run, None, None).await?.events;
+    // The run's sensitive inputs, as the worker redacts them (same ids).
+    let ns = run.namespace().unwrap_or_default();
+    let inputs = run.spec.inputs.clone().unwrap_or(Value::Null);
+    let workflow = run.spec.workflow_ref.name.as_deref().and_then(|n| {
+        s.workflows
+            .state()
+            .into_iter()
+            .find(|w| w.namespace().as_deref() == Some(ns.as_str()) && w.name_any() == n)
+    });
+    let secrets = workflow
+        .map(|w| sensitive_values(&w.spec.definition(), &inputs))
+        .unwrap_or_default();
+    let generated_at = k8s_openapi::jiff::Timestamp::now().to_string();
+    let bundle = debug_bundle(
+        BundleInput {
+            host: BundleHost {
+                name: "openwop-operator".into(),
+                version: env!("CARGO_PKG_VERSION").into(),
+                vendor: "openwop".into(),
+            },
+            run: &snapshot,
+            events,
+            generated_at: &generated_at,
+            max_bytes: MAX_BUNDLE_BYTES,
+        },
+        &Redactor::new(secrets),
+    );
+    tracing::info!(run_id = %run_id, namespace = %ns, caller = %caller.caller.username, "test seam: debug bundle exported");
+    Ok(Json(bundle))
+}
