@@ -2076,13 +2076,6 @@ async fn nats_restarted_mid_run_loses_nothing() {
     delete_namespace(&c.client, &ns).await;
 }
 
-/// Role a team gets to use the REST API in its namespace (the README's example).
-fn rest_role(name: &str) -> String {
-    format!(
-        "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {{name: {name}}}\nrules:\n  - apiGroups: [openwop.dev]\n    resources: [runs]\n    verbs: [get, list, create, patch]\n  - apiGroups: [openwop.dev]\n    resources: [workflows]\n    verbs: [get, list]\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {{name: {name}}}\nroleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: {name}}}\nsubjects:\n  - {{kind: ServiceAccount, name: {name}}}\n"
-    )
-}
-
 /// A ServiceAccount token (`kubectl create token`).
 fn sa_token(c: &Cluster, ns: &str, sa: &str) -> String {
     ok(
@@ -2170,9 +2163,9 @@ async fn rest_api_with_the_python_client_and_kubernetes_auth() {
     let st = wait_run(&c, &ns, "trip", "waiting-input", 120).await;
     let clarify_id = st["runId"].as_str().unwrap().to_owned();
 
-    ok(apply(&c, &ns, &rest_role("team")), "team Role");
+    ok(apply(&c, &ns, &openwop_e2e::rest_role("team")), "team Role");
     ok(
-        apply(&c, &other, &rest_role("team")),
+        apply(&c, &other, &openwop_e2e::rest_role("team")),
         "other namespace's Role",
     );
     let token = sa_token(&c, &ns, "team");
