@@ -163,11 +163,15 @@ impl Operator {
         let port = free_port();
         let cfg = dir.path().join("config.yaml");
         // An image the node agent does not map; tests that must keep the worker from running
-        // also use `held_workflow`.
+        // also use `held_workflow`. A short lease (fast failover tests) unless `extra` sets one.
+        let lease = if extra.contains("leaderElection:") {
+            ""
+        } else {
+            "leaderElection: {leaseDurationSeconds: 4, renewDeadlineSeconds: 3, renewIntervalSeconds: 1}\n"
+        };
         let text = format!(
             "watchNamespace: {ns}\nlisten: 127.0.0.1:{port}\ndiscovery: {{namespace: {ns}}}\n\
-             worker: {{image: 'openwop.test/unmapped-worker:1'}}\n\
-             leaderElection: {{leaseDurationSeconds: 4, renewDeadlineSeconds: 3, renewIntervalSeconds: 1}}\n{extra}"
+             worker: {{image: 'openwop.test/unmapped-worker:1'}}\n{lease}{extra}"
         );
         std::fs::write(&cfg, text).unwrap();
         let log = dir.path().join(format!("{identity}.log"));

@@ -27,7 +27,8 @@ struct RestFixture {
 }
 
 impl RestFixture {
-    async fn start(test: &str, prefix: &str, rest: &str) -> Option<Self> {
+    /// `extra`: more operator config lines.
+    async fn start(test: &str, prefix: &str, rest: &str, extra: &str) -> Option<Self> {
         let c = cluster(test).await?;
         assert!(
             !c.nats_url.is_empty(),
@@ -38,7 +39,7 @@ impl RestFixture {
         let js = events_jetstream(&c).await;
         let consumer = format!("test-{}", ns.name);
         let extra = format!(
-            "events: {{natsUrl: '{}', consumer: '{consumer}', flushIntervalMs: 100}}\nrest: {rest}\n",
+            "events: {{natsUrl: '{}', consumer: '{consumer}', flushIntervalMs: 100}}\nrest: {rest}\n{extra}",
             c.nats_url
         );
         let op = Operator::start(&c, &ns.name, prefix, &extra);
@@ -165,6 +166,7 @@ async fn rest_limits_body_size_concurrency_and_sse_keepalive_over_real_http() {
         "rest_limits_body_size_concurrency_and_sse_keepalive_over_real_http",
         "opi-rest-limits",
         "{maxBodyBytes: 2048, maxInFlight: 2, keepaliveSeconds: 1}",
+        "",
     )
     .await
     else {
@@ -269,6 +271,7 @@ async fn rest_review_cache_expires_and_a_removed_role_binding_is_refused() {
         "rest_review_cache_expires_and_a_removed_role_binding_is_refused",
         "opi-rest-cache",
         "{reviewCacheSeconds: 3}",
+        "",
     )
     .await
     else {
@@ -311,6 +314,20 @@ async fn rest_review_cache_expires_and_a_removed_role_binding_is_refused() {
 fn pct(v: &[f64], p: f64) -> f64 {
     let i = ((p / 100.0) * (v.len() - 1) as f64).round() as usize;
     v[i]
+}
+
+/// CPU seconds (user + system) process `pid` has used so far.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the `(comm)`: state is field 3, utime 14 and stime 15 (clock ticks).
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| {
+        f.get(i - 3)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    (ticks(14) + ticks(15)) / 100.0
 }
 
 fn now_us() -> u64 {
@@ -385,6 +402,9 @@ async fn rest_figures_json_events_and_sse_followers() {
         "rest_figures_json_events_and_sse_followers",
         "opi-rest-bench",
         "{}",
+        // The chart's lease: the tests' 3 s renew deadline is for failover tests, and a
+        // loaded machine serving 100 streams from a debug build can miss it.
+        "leaderElection: {leaseDurationSeconds: 15, renewDeadlineSeconds: 10, renewIntervalSeconds: 2}\n",
     )
     .await
     else {
@@ -495,6 +515,11 @@ async fn rest_figures_json_events_and_sse_followers() {
         }
         lat
     });
+    let (op_cpu, test_cpu) = (
+        cpu_seconds(f.op.child.id()),
+        cpu_seconds(std::process::id()),
+    );
+    let started = Instant::now();
     let mut tick = tokio::time::interval(Duration::from_millis(1000 / RATE_PER_S));
     for seq in 0..LIVE {
         tick.tick().await;
@@ -514,19 +539,31 @@ async fn rest_figures_json_events_and_sse_followers() {
         );
     }
     let mut direct = direct.await.unwrap();
+    let wall = started.elapsed().as_secs_f64();
+    let (op_cpu, test_cpu) = (
+        cpu_seconds(f.op.child.id()) - op_cpu,
+        cpu_seconds(std::process::id()) - test_cpu,
+    );
     sse.sort_by(f64::total_cmp);
     direct.sort_by(f64::total_cmp);
     println!(
         "FIGURES rest-sse-followers ({profile}): {FOLLOWERS} SSE followers x {LIVE} events at \
          {RATE_PER_S}/s ({} deliveries): publish -> delivery p50 {:.1} ms, p99 {:.1} ms, max \
-         {:.1} ms; one direct JetStream subscriber: p50 {:.1} ms, p99 {:.1} ms; ratio p50 {:.2}x",
+         {:.1} ms; one direct JetStream subscriber: p50 {:.1} ms, p99 {:.1} ms; ratio p50 {:.2}x; \
+         over {wall:.1} s the operator used {op_cpu:.1} CPU s, this test process (followers, \
+         publisher, subscriber) {test_cpu:.1} CPU s; load average {}",
         sse.len(),
         pct(&sse, 50.0),
         pct(&sse, 99.0),
         sse[sse.len() - 1],
         pct(&direct, 50.0),
         pct(&direct, 99.0),
-        pct(&sse, 50.0) / pct(&direct, 50.0)
+        pct(&sse, 50.0) / pct(&direct, 50.0),
+        std::fs::read_to_string("/proc/loadavg")
+            .unwrap_or_default()
+            .split_whitespace()
+            .next()
+            .unwrap_or("?"),
     );
     f.cleanup().await;
 }
