@@ -47,15 +47,19 @@ chart-check:
 	eval "$$(bash e2e/cluster/cluster.sh env)" && bash charts/openwop/ci/check.sh
 
 ## bench: criterion benches (pipeline, redaction, worker publish + RSS), then 200 Runs vs 200 bare pods on the mini-cluster,
-## then the restart figures (debug builds from `build`: operator SIGKILLed 5 times over 50 Runs; nats-server and
-## kube-apiserver restarted mid-batch; prints FIGURES lines)
-## with release builds of the operator and worker (what users run; OPENWOP_E2E_PROFILE=debug for the debug builds).
+## then the REST API figures (JSON events of a 1,000-event run; 100 SSE followers of a live run; each beside a
+## direct JetStream reader in the same run), with release builds of the operator and worker (what users run;
+## OPENWOP_E2E_PROFILE=debug for the debug builds of the scale figures), then the restart figures (debug builds from
+## `build`: operator SIGKILLed 5 times over 50 Runs; nats-server and kube-apiserver restarted mid-batch; worker pods
+## force-deleted at 27 kill points). Each prints
+## FIGURES lines.
 bench: build
 	$(CARGO) bench --workspace
 	$(CARGO) test --release -p openwop-worker --test fault_bench -- --ignored --nocapture
 	$(CARGO) build --release -p openwop-operator -p openwop-worker --bins
 	bash e2e/cluster/cluster.sh up
 	OPENWOP_E2E_PROFILE=release $(CARGO) test -p openwop-e2e --test scale -- --ignored --nocapture --test-threads=1
+	$(CARGO) test --release -p openwop-operator --test cluster rest_figures -- --ignored --nocapture
 	$(CARGO) test -p openwop-e2e --test journeys -- --ignored --nocapture --test-threads=1 restart_figures_operator_nats_and_apiserver worker_force_delete_figures
 
 cluster-up:

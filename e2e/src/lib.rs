@@ -5,3 +5,12 @@ pub mod agent;
 pub mod cluster;
 
 pub use cluster::{Cluster, ClusterError, ClusterOptions, cluster, cluster_with};
+
+/// A Role and RoleBinding (both named `name`) giving ServiceAccount `name` of the namespace
+/// they are applied in what a team needs of the REST API (the README's example): create,
+/// follow, answer and cancel runs; read workflows.
+pub fn rest_role(name: &str) -> String {
+    format!(
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {{name: {name}}}\nrules:\n  - apiGroups: [openwop.dev]\n    resources: [runs]\n    verbs: [get, list, create, patch]\n  - apiGroups: [openwop.dev]\n    resources: [workflows]\n    verbs: [get, list]\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {{name: {name}}}\nroleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: {name}}}\nsubjects:\n  - {{kind: ServiceAccount, name: {name}}}\n"
+    )
+}

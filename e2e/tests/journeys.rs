@@ -25,7 +25,7 @@ use std::time::Duration;
 use common::*;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
-use openwop_e2e::Cluster;
+use openwop_e2e::{Cluster, rest_role};
 use serde_json::{Value, json};
 
 /// The release the journeys use: installed by them on the mini-cluster; in attach mode the one
@@ -2074,13 +2074,6 @@ async fn nats_restarted_mid_run_loses_nothing() {
     // And the reference run's stream survived the restart too.
     assert_eq!(events(&c, &ns, "reference"), reference);
     delete_namespace(&c.client, &ns).await;
-}
-
-/// Role a team gets to use the REST API in its namespace (the README's example).
-fn rest_role(name: &str) -> String {
-    format!(
-        "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {{name: {name}}}\nrules:\n  - apiGroups: [openwop.dev]\n    resources: [runs]\n    verbs: [get, list, create, patch]\n  - apiGroups: [openwop.dev]\n    resources: [workflows]\n    verbs: [get, list]\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {{name: {name}}}\nroleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: {name}}}\nsubjects:\n  - {{kind: ServiceAccount, name: {name}}}\n"
-    )
 }
 
 /// A ServiceAccount token (`kubectl create token`).

@@ -99,6 +99,13 @@ pub struct RestConfig {
     pub keepalive_seconds: u64,
 }
 
+/// Longest SSE keepalive interval (`rest.keepaliveSeconds`): the spec's 30 s.
+pub const MAX_KEEPALIVE_SECONDS: u64 = 30;
+/// Smallest `rest.maxBodyBytes`: below, ordinary run requests would not fit.
+pub const MIN_BODY_BYTES: usize = 1024;
+/// Longest `rest.reviewCacheSeconds`: how long a revoked token or RoleBinding may still work.
+pub const MAX_REVIEW_CACHE_SECONDS: u64 = 300;
+
 impl Default for RestConfig {
     fn default() -> Self {
         Self {
@@ -650,16 +657,38 @@ impl OperatorConfig {
                 "must be > 0 and not above runs.backoffMaxSeconds".into(),
             );
         }
-        if !(1..=30).contains(&self.rest.keepalive_seconds) {
+        let rest = &self.rest;
+        if !(1..=MAX_KEEPALIVE_SECONDS).contains(&rest.keepalive_seconds) {
             return invalid(
                 "rest.keepaliveSeconds",
-                "must be 1..30 (the spec requires a keepalive at least every 30 s)".into(),
+                format!(
+                    "must be 1..{MAX_KEEPALIVE_SECONDS}, got {} (the spec requires an SSE keepalive at least every 30 s)",
+                    rest.keepalive_seconds
+                ),
             );
         }
-        if self.rest.max_body_bytes < 1024 || self.rest.max_in_flight == 0 {
+        if rest.max_body_bytes < MIN_BODY_BYTES {
             return invalid(
                 "rest.maxBodyBytes",
-                "maxBodyBytes must be at least 1024 and maxInFlight at least 1".into(),
+                format!(
+                    "must be at least {MIN_BODY_BYTES} bytes, got {} (every run request would be refused with 413)",
+                    rest.max_body_bytes
+                ),
+            );
+        }
+        if rest.max_in_flight == 0 {
+            return invalid(
+                "rest.maxInFlight",
+                "must be at least 1, got 0 (every request would be refused with 429)".into(),
+            );
+        }
+        if rest.review_cache_seconds > MAX_REVIEW_CACHE_SECONDS {
+            return invalid(
+                "rest.reviewCacheSeconds",
+                format!(
+                    "must be 0..{MAX_REVIEW_CACHE_SECONDS}, got {} (a revoked token or removed RoleBinding keeps working this long)",
+                    rest.review_cache_seconds
+                ),
             );
         }
         if self.worker.run_as_user == 0 {

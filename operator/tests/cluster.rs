@@ -26,6 +26,9 @@ use openwop_crds::{Run, Workflow};
 use openwop_nats::testing::free_port;
 use serde_json::{Value, json};
 
+#[path = "cluster/rest.rs"]
+mod rest;
+
 const TEST_MANAGER: &str = "openwop-operator-tests";
 
 fn repo() -> PathBuf {
@@ -160,11 +163,15 @@ impl Operator {
         let port = free_port();
         let cfg = dir.path().join("config.yaml");
         // An image the node agent does not map; tests that must keep the worker from running
-        // also use `held_workflow`.
+        // also use `held_workflow`. A short lease (fast failover tests) unless `extra` sets one.
+        let lease = if extra.contains("leaderElection:") {
+            ""
+        } else {
+            "leaderElection: {leaseDurationSeconds: 4, renewDeadlineSeconds: 3, renewIntervalSeconds: 1}\n"
+        };
         let text = format!(
             "watchNamespace: {ns}\nlisten: 127.0.0.1:{port}\ndiscovery: {{namespace: {ns}}}\n\
-             worker: {{image: 'openwop.test/unmapped-worker:1'}}\n\
-             leaderElection: {{leaseDurationSeconds: 4, renewDeadlineSeconds: 3, renewIntervalSeconds: 1}}\n{extra}"
+             worker: {{image: 'openwop.test/unmapped-worker:1'}}\n{lease}{extra}"
         );
         std::fs::write(&cfg, text).unwrap();
         let log = dir.path().join(format!("{identity}.log"));
@@ -933,6 +940,21 @@ async fn publish(js: &async_nats::jetstream::Context, subject: &str, body: Vec<u
         .expect("stored by JetStream");
 }
 
+/// JetStream of the mini-cluster with the run-events stream (created as workers would).
+async fn events_jetstream(c: &openwop_e2e::Cluster) -> async_nats::jetstream::Context {
+    let nats = async_nats::connect(&c.nats_url).await.expect("NATS");
+    let js = async_nats::jetstream::new(nats);
+    js.get_or_create_stream(async_nats::jetstream::stream::Config {
+        name: "OPENWOP_EVENTS".into(),
+        subjects: vec!["openwop.events.>".into(), "openwop.reasoning.>".into()],
+        duplicate_window: Duration::from_secs(15 * 60),
+        ..Default::default()
+    })
+    .await
+    .expect("stream");
+    js
+}
+
 fn event(run_id: &str, seq: u64, ty: &str, payload: Value) -> Vec<u8> {
     serde_json::to_vec(
         &json!({"eventId": format!("ev-{seq}"), "runId": run_id, "type": ty,
@@ -977,16 +999,7 @@ async fn run_status_follows_the_event_stream_and_resumes_after_a_restart() {
     })
     .await;
 
-    let nats = async_nats::connect(&c.nats_url).await.expect("NATS");
-    let js = async_nats::jetstream::new(nats);
-    js.get_or_create_stream(async_nats::jetstream::stream::Config {
-        name: "OPENWOP_EVENTS".into(),
-        subjects: vec!["openwop.events.>".into(), "openwop.reasoning.>".into()],
-        duplicate_window: Duration::from_secs(15 * 60),
-        ..Default::default()
-    })
-    .await
-    .expect("stream");
+    let js = events_jetstream(&c).await;
     // Keyed by the runId (the Run's uid), never by the name.
     let uid = runs.get("live").await.unwrap().metadata.uid.unwrap();
     let subject = openwop_protocol::run::subjects::events_subject(&ns.name, &uid);

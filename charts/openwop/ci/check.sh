@@ -87,6 +87,17 @@ assert dcfg["events"]["retention"] == "168h", dcfg["events"]
 assert all("secrets" not in r["resources"] for r in find(default, "ClusterRole", "-operator")["rules"])
 PY
 
+# rest.*: every value reaches the operator config (full-values.yaml sets each one).
+python3 - "$work/full.yaml" <<'PY' || fail "rest.* values not passed to the operator config"
+import sys, yaml
+d = next(d for d in yaml.safe_load_all(open(sys.argv[1]))
+         if d and d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-operator"))
+cfg = yaml.safe_load(d["data"]["config.yaml"])
+want = {"enabled": True, "reviewCacheSeconds": 0, "maxBodyBytes": 65536, "maxInFlight": 256,
+        "keepaliveSeconds": 5}
+assert cfg["rest"] == want, cfg.get("rest")
+PY
+
 echo "== invalid values are refused"
 expect_refusal() {
   local why="$1"; shift
@@ -104,6 +115,10 @@ expect_refusal "two replicas without leader election" --set operator.leaderElect
 expect_refusal "runAsUser 0" --set worker.runAsUser=0
 expect_refusal "a retention that is no duration" --set nats.stream.maxAge=7days
 expect_refusal "ServiceMonitor without its API" --set serviceMonitor.enabled=true
+expect_refusal "an SSE keepalive over 30 s" --set rest.keepaliveSeconds=31
+expect_refusal "no request in flight" --set rest.maxInFlight=0
+expect_refusal "a body bound under 1 KiB" --set rest.maxBodyBytes=512
+expect_refusal "a review cache over 5 minutes" --set rest.reviewCacheSeconds=301
 
 if command -v nats-server >/dev/null; then
   echo "== nats.conf accepted by nats-server -t"

@@ -138,6 +138,13 @@ schema = {
             "podTtlSecondsAfterFinished": int_range(),
             "runTtlSecondsAfterFinished": nullable(int_range()),
         }),
+        "rest": obj({
+            "enabled": BOOL,
+            "reviewCacheSeconds": int_range(0, 300),
+            "maxBodyBytes": int_range(1024),
+            "maxInFlight": int_range(1),
+            "keepaliveSeconds": int_range(1, 30),
+        }),
         "discovery": obj({"configMap": {"type": "string", "minLength": 1, "maxLength": 253},
                           "cacheControl": STR}),
         "nats": obj({

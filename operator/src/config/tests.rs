@@ -68,6 +68,37 @@ fn bad_values_name_the_field() {
             .starts_with("config field limits.maxProviderResponseBytes: must be at least 1024"),
         "{e}"
     );
+    // Every REST bound names its own field and the value given.
+    for (yaml, want) in [
+        (
+            "rest:\n  keepaliveSeconds: 0\n",
+            "config field rest.keepaliveSeconds: must be 1..30, got 0",
+        ),
+        (
+            "rest:\n  keepaliveSeconds: 31\n",
+            "config field rest.keepaliveSeconds: must be 1..30, got 31",
+        ),
+        (
+            "rest:\n  maxBodyBytes: 1023\n",
+            "config field rest.maxBodyBytes: must be at least 1024 bytes, got 1023",
+        ),
+        (
+            "rest:\n  maxInFlight: 0\n",
+            "config field rest.maxInFlight: must be at least 1, got 0",
+        ),
+        (
+            "rest:\n  reviewCacheSeconds: 301\n",
+            "config field rest.reviewCacheSeconds: must be 0..300, got 301",
+        ),
+    ] {
+        let e = OperatorConfig::from_yaml(yaml).unwrap_err();
+        assert!(e.to_string().starts_with(want), "{yaml}: {e}");
+    }
+    let ok = OperatorConfig::from_yaml(
+        "rest:\n  keepaliveSeconds: 1\n  maxBodyBytes: 1024\n  maxInFlight: 1\n  reviewCacheSeconds: 0\n",
+    )
+    .unwrap();
+    assert_eq!(ok.rest.max_in_flight, 1);
     let e = OperatorConfig::from_yaml(
         "natsCredentials:\n  dir: /var/run/openwop/nats\n  workerSecret: Nats_Creds\n",
     )

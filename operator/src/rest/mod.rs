@@ -34,10 +34,13 @@ pub mod error;
 pub mod runs;
 pub mod seams;
 
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::Json;
+use axum::body::Body;
 use axum::extract::{DefaultBodyLimit, FromRef, Path, Query, Request, State};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -47,7 +50,7 @@ use kube::{Api, Client, ResourceExt};
 use openwop_crds::{Run, Workflow};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -300,19 +303,49 @@ pub fn openapi() -> Value {
     doc_value(&doc)
 }
 
-/// 429 with `Retry-After` once `rest.maxInFlight` requests are being served.
+/// 429 with `Retry-After` once `rest.maxInFlight` requests are being served. A request counts
+/// until its response body is done, so an open SSE event stream holds its place for as long
+/// as the client follows it.
 async fn shed_load(State(s): State<RestState>, req: Request, next: Next) -> Response {
     match s.load.clone().try_acquire_owned() {
-        Ok(permit) => {
-            let resp = next.run(req).await;
-            drop(permit);
-            resp
-        }
+        Ok(permit) => next.run(req).await.map(|body| {
+            Body::new(PermittedBody {
+                body,
+                _permit: permit,
+            })
+        }),
         Err(_) => ApiError::rate_limited(
             "the API is at its concurrent request limit; retry after the indicated delay",
             Duration::from_secs(1),
         )
         .into_response(),
+    }
+}
+
+/// A response body holding one `rest.maxInFlight` permit until it is finished or dropped
+/// (the client went away).
+struct PermittedBody {
+    body: Body,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl http_body::Body for PermittedBody {
+    type Data = axum::body::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
     }
 }
 

@@ -1,0 +1,569 @@
+//! The REST API's limits over real HTTP against the operator process, with ServiceAccount
+//! tokens checked by the mini-cluster's kube-apiserver (TokenReview, SubjectAccessReview) and
+//! run events in its nats-server: `rest.maxBodyBytes` (413), `rest.maxInFlight` (429 while
+//! SSE streams are open), `rest.keepaliveSeconds` and `rest.reviewCacheSeconds`. Plus the
+//! REST figures `make bench` prints (JSON events of a 1,000-event run; 100 SSE followers),
+//! each beside a direct JetStream reader in the same run.
+
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use futures::StreamExt as _;
+use openwop_nats::reader::{From, RunLog};
+use reqwest::StatusCode;
+
+use super::*;
+
+/// One namespace with its own operator (REST config `rest`), a held Run `live` (its worker
+/// never starts, so only the test writes its events) and a ServiceAccount `team` with the
+/// README's Role.
+struct RestFixture {
+    c: openwop_e2e::Cluster,
+    ns: Namespace,
+    op: Operator,
+    consumer: String,
+    token: String,
+    js: async_nats::jetstream::Context,
+    http: reqwest::Client,
+}
+
+impl RestFixture {
+    /// `extra`: more operator config lines.
+    async fn start(test: &str, prefix: &str, rest: &str, extra: &str) -> Option<Self> {
+        let c = cluster(test).await?;
+        assert!(
+            !c.nats_url.is_empty(),
+            "the mini-cluster exports no OPENWOP_NATS_URL"
+        );
+        ensure_crds(&c.client).await;
+        let ns = Namespace::new(&c, prefix).await;
+        let js = events_jetstream(&c).await;
+        let consumer = format!("test-{}", ns.name);
+        let extra = format!(
+            "events: {{natsUrl: '{}', consumer: '{consumer}', flushIntervalMs: 100}}\nrest: {rest}\n{extra}",
+            c.nats_url
+        );
+        let op = Operator::start(&c, &ns.name, prefix, &extra);
+        let wfs: Api<Workflow> = Api::namespaced(c.client.clone(), &ns.name);
+        create(
+            &wfs,
+            held_workflow("w", "w", json!([{"id": "ask", "typeId": "core.identity"}])),
+        )
+        .await;
+        let (ok, out) = kubectl(
+            &c.kubeconfig,
+            &["create", "serviceaccount", "team", "-n", &ns.name],
+        );
+        assert!(ok, "create serviceaccount: {out}");
+        let role = std::env::temp_dir().join(format!("{}-role.yaml", ns.name));
+        std::fs::write(&role, openwop_e2e::rest_role("team")).unwrap();
+        let (ok, out) = kubectl(
+            &c.kubeconfig,
+            &["apply", "-n", &ns.name, "-f", role.to_str().unwrap()],
+        );
+        let _ = std::fs::remove_file(&role);
+        assert!(ok, "apply the team Role: {out}");
+        let (ok, token) = kubectl(
+            &c.kubeconfig,
+            &[
+                "create",
+                "token",
+                "team",
+                "-n",
+                &ns.name,
+                "--duration",
+                "1h",
+            ],
+        );
+        assert!(ok, "kubectl create token: {token}");
+        Some(RestFixture {
+            c,
+            ns,
+            op,
+            consumer,
+            token: token.trim().to_owned(),
+            js,
+            http: reqwest::Client::new(),
+        })
+    }
+
+    /// Creates held Run `name` and waits until the operator's REST API serves it; its runId.
+    async fn run(&self, name: &str) -> String {
+        let runs: Api<Run> = Api::namespaced(self.c.client.clone(), &self.ns.name);
+        let run = create(
+            &runs,
+            json!({"apiVersion": "openwop.dev/v1alpha1", "kind": "Run", "metadata": {"name": name},
+                   "spec": {"workflowRef": {"name": "w"}}}),
+        )
+        .await;
+        let uid = run.metadata.uid.unwrap();
+        wait_for(60, &format!("GET /v1/runs/{uid} to answer 200"), || async {
+            let r = self.get(&format!("/v1/runs/{uid}")).send().await.ok()?;
+            (r.status() == StatusCode::OK).then_some(())
+        })
+        .await;
+        uid
+    }
+
+    fn subject(&self, run_id: &str) -> String {
+        openwop_protocol::run::subjects::events_subject(&self.ns.name, run_id)
+    }
+
+    fn get(&self, path: &str) -> reqwest::RequestBuilder {
+        self.http
+            .get(self.op.url(path))
+            .bearer_auth(&self.token)
+            .timeout(Duration::from_secs(30))
+    }
+
+    /// An SSE request of a run's events, answered (headers read) and left open.
+    async fn sse(&self, run_id: &str) -> reqwest::Response {
+        let r = self
+            .http
+            .get(self.op.url(&format!("/v1/runs/{run_id}/events")))
+            .bearer_auth(&self.token)
+            .header("accept", "text/event-stream")
+            .send()
+            .await
+            .expect("SSE request");
+        assert_eq!(r.status(), StatusCode::OK, "SSE stream refused");
+        assert!(
+            r.headers()["content-type"]
+                .to_str()
+                .unwrap()
+                .starts_with("text/event-stream")
+        );
+        r
+    }
+
+    async fn cleanup(self) {
+        if let Ok(stream) = self.js.get_stream("OPENWOP_EVENTS").await {
+            let _ = stream.delete_consumer(&self.consumer).await;
+            let _ = stream
+                .purge()
+                .filter(format!("openwop.events.{}.>", self.ns.name))
+                .await;
+        }
+    }
+}
+
+/// An error response in the spec's shape `{error, message, details?}` (nothing else); its
+/// code and body.
+async fn spec_error(r: reqwest::Response) -> (String, Value) {
+    let body: Value = r.json().await.expect("a JSON error body");
+    let keys = body.as_object().expect("an object").keys();
+    assert!(
+        keys.into_iter()
+            .all(|k| ["error", "message", "details"].contains(&k.as_str())),
+        "{body}"
+    );
+    assert!(!body["message"].as_str().unwrap().is_empty(), "{body}");
+    (body["error"].as_str().unwrap().to_owned(), body)
+}
+
+#[tokio::test]
+async fn rest_limits_body_size_concurrency_and_sse_keepalive_over_real_http() {
+    let Some(f) = RestFixture::start(
+        "rest_limits_body_size_concurrency_and_sse_keepalive_over_real_http",
+        "opi-rest-limits",
+        "{maxBodyBytes: 2048, maxInFlight: 2, keepaliveSeconds: 1}",
+        "",
+    )
+    .await
+    else {
+        return;
+    };
+    let run_id = f.run("live").await;
+    let post = |path: &str, body: String| {
+        f.http
+            .post(f.op.url(path))
+            .bearer_auth(&f.token)
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+    };
+    let padded = |n: usize| json!({"workflowId": "w", "metadata": {"pad": "x".repeat(n)}});
+
+    // maxBodyBytes: a body over it is 413 in the spec's shape; one under it is served.
+    let big = padded(4096).to_string();
+    let r = post("/v1/runs", big).await.unwrap();
+    assert_eq!(r.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    let (code, body) = spec_error(r).await;
+    assert_eq!(code, "payload_too_large", "{body}");
+    assert_eq!(
+        body["details"]["maxBytes"], 2048,
+        "details name the limit: {body}"
+    );
+    let r = post(
+        &format!("/v1/runs/{run_id}/interrupts/ask"),
+        json!({"resumeValue": {"pad": "x".repeat(4096)}}).to_string(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(spec_error(r).await.0, "payload_too_large");
+    let small = padded(1500).to_string();
+    assert!(small.len() < 2048);
+    let r = post("/v1/runs", small).await.unwrap();
+    assert_eq!(r.status(), StatusCode::CREATED, "{:?}", r.text().await);
+
+    // keepaliveSeconds: an idle stream (no events) carries `:` comments at that interval.
+    let mut first = f.sse(&run_id).await;
+    let mut text = String::new();
+    let comments = |t: &str| t.lines().filter(|l| l.starts_with(':')).count();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while comments(&text) < 2 {
+        let chunk = tokio::time::timeout_at(deadline, first.chunk())
+            .await
+            .expect("two SSE keepalive comments within 10 s (keepaliveSeconds: 1)")
+            .expect("SSE stream read")
+            .expect("SSE stream still open");
+        text.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    assert!(
+        !text.contains("data:"),
+        "an idle run sends no events: {text}"
+    );
+
+    // maxInFlight: two open event streams are the limit; a third request is 429 with
+    // Retry-After, in the spec's shape.
+    let second = f.sse(&run_id).await;
+    let r = f.get(&format!("/v1/runs/{run_id}")).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+    let retry: u64 = r.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .expect("Retry-After in seconds");
+    assert!(retry >= 1);
+    let (code, body) = spec_error(r).await;
+    assert_eq!(code, "rate_limited", "{body}");
+    assert_eq!(body["details"]["retryAfter"], retry, "{body}");
+    let r = f
+        .get(&format!("/v1/runs/{run_id}/events"))
+        .header("accept", "text/event-stream")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS, "a third stream");
+
+    // A stream the client closes frees its place (noticed at the next keepalive write).
+    drop(first);
+    wait_for(
+        15,
+        "a request served again after a stream closed",
+        || async {
+            let r = f.get(&format!("/v1/runs/{run_id}")).send().await.ok()?;
+            (r.status() == StatusCode::OK).then_some(())
+        },
+    )
+    .await;
+    // ...and only one: with the second stream still open, a second new stream fills the limit.
+    let _third = f.sse(&run_id).await;
+    let r = f.get(&format!("/v1/runs/{run_id}")).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+    drop(second);
+    f.cleanup().await;
+}
+
+#[tokio::test]
+async fn rest_review_cache_expires_and_a_removed_role_binding_is_refused() {
+    let Some(f) = RestFixture::start(
+        "rest_review_cache_expires_and_a_removed_role_binding_is_refused",
+        "opi-rest-cache",
+        "{reviewCacheSeconds: 3}",
+        "",
+    )
+    .await
+    else {
+        return;
+    };
+    let run_id = f.run("live").await;
+    let path = format!("/v1/runs/{run_id}");
+    let r = f.get(&path).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let cached_at = Instant::now();
+    let (ok, out) = kubectl(
+        &f.c.kubeconfig,
+        &["delete", "rolebinding", "team", "-n", &f.ns.name],
+    );
+    assert!(ok, "delete the RoleBinding: {out}");
+    // Within the cache TTL the earlier review still answers (the point of the cache)...
+    let r = f.get(&path).send().await.unwrap();
+    if cached_at.elapsed() < Duration::from_millis(2500) {
+        assert_eq!(r.status(), StatusCode::OK, "a cached review is reused");
+    } else {
+        eprintln!(
+            "the cache-hit check was skipped: the machine took {:?} to delete the RoleBinding",
+            cached_at.elapsed()
+        );
+    }
+    // ...and once it expired the removed RoleBinding is in force: the run reads as missing.
+    let refused = wait_for(60, "the run refused after the cache expired", || async {
+        let r = f.get(&path).send().await.ok()?;
+        (r.status() == StatusCode::NOT_FOUND).then_some(r)
+    })
+    .await;
+    assert!(cached_at.elapsed() >= Duration::from_secs(3));
+    assert_eq!(spec_error(refused).await.0, "not_found");
+    f.cleanup().await;
+}
+
+// ---------------------------------------------------------------- figures (make bench)
+
+/// `p` (0..=100) percentile of sorted `v`.
+fn pct(v: &[f64], p: f64) -> f64 {
+    let i = ((p / 100.0) * (v.len() - 1) as f64).round() as usize;
+    v[i]
+}
+
+/// CPU seconds (user + system) process `pid` has used so far.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the `(comm)`: state is field 3, utime 14 and stime 15 (clock ticks).
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| {
+        f.get(i - 3)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    (ticks(14) + ticks(15)) / 100.0
+}
+
+fn now_us() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_micros() as u64
+}
+
+/// A run event as a worker writes it, with a payload of realistic size; `publishedAtUs` is
+/// the publisher's wall clock (same host as every reader).
+fn bench_event(run_id: &str, seq: u64) -> Vec<u8> {
+    let ty = if seq.is_multiple_of(2) {
+        "node.started"
+    } else {
+        "node.completed"
+    };
+    event(
+        run_id,
+        seq,
+        ty,
+        json!({"nodeId": format!("n{}", seq / 2), "publishedAtUs": now_us(),
+               "output": {"summary": "x".repeat(160)}}),
+    )
+}
+
+/// Reads every event of a run straight from JetStream (the reader the API uses), decoding
+/// each as the API does; the number read.
+async fn read_direct(js: &async_nats::jetstream::Context, subject: &str) -> usize {
+    let log = RunLog::open(js, "OPENWOP_EVENTS", vec![subject.to_owned()], From::Start)
+        .await
+        .expect("open the run log");
+    let mut n = 0;
+    let mut msgs = std::pin::pin!(log.messages());
+    while let Some(m) = msgs.next().await {
+        let m = m.expect("read");
+        let _: Value = serde_json::from_slice(&m.payload).expect("event JSON");
+        n += 1;
+        if m.pending == 0 {
+            break;
+        }
+    }
+    n
+}
+
+/// The `publishedAtUs` of every complete SSE event in `buf` (consumed), by sequence id.
+fn sse_events(buf: &mut String, out: &mut Vec<(u64, u64)>) {
+    while let Some(end) = buf.find("\n\n") {
+        let block: String = buf.drain(..end + 2).collect();
+        let id = block.lines().find_map(|l| l.strip_prefix("id:"));
+        let data = block.lines().find_map(|l| l.strip_prefix("data:"));
+        if let (Some(id), Some(data)) = (id, data) {
+            let doc: Value = serde_json::from_str(data.trim()).expect("SSE data is JSON");
+            out.push((
+                id.trim().parse().expect("id is the sequence"),
+                doc["payload"]["publishedAtUs"].as_u64().unwrap(),
+            ));
+        }
+    }
+}
+
+/// Figures for issue 15: (a) `GET /v1/runs/{id}/events` with `Accept: application/json` of a
+/// 1,000-event run, latency p50/p99 over 50 requests and bytes, beside reading the same
+/// events straight from JetStream; (b) 100 SSE followers of one live run while 200 events
+/// are published at 20/s: publish → delivery latency p50/p99 over all followers, beside one
+/// direct JetStream subscriber of the same run. Real operator process, real HTTP, tokens
+/// checked by the cluster's TokenReview and RBAC. `make bench` runs it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "figures: run by `make bench`"]
+async fn rest_figures_json_events_and_sse_followers() {
+    let Some(f) = RestFixture::start(
+        "rest_figures_json_events_and_sse_followers",
+        "opi-rest-bench",
+        "{}",
+        // The chart's lease: the tests' 3 s renew deadline is for failover tests, and a
+        // loaded machine serving 100 streams from a debug build can miss it.
+        "leaderElection: {leaseDurationSeconds: 15, renewDeadlineSeconds: 10, renewIntervalSeconds: 2}\n",
+    )
+    .await
+    else {
+        return;
+    };
+    let profile = if cfg!(debug_assertions) {
+        "debug"
+    } else {
+        "release"
+    };
+
+    // (a) JSON events of a 1,000-event run.
+    const EVENTS: u64 = 1000;
+    const REQUESTS: usize = 50;
+    let big = f.run("big").await;
+    let subject = f.subject(&big);
+    for seq in 0..EVENTS {
+        f.js.publish(subject.clone(), bench_event(&big, seq).into())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    }
+    let json_events = || async {
+        let r = f
+            .get(&format!("/v1/runs/{big}/events"))
+            .header("accept", "application/json")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::OK);
+        let body = r.bytes().await.unwrap();
+        let v: Value = serde_json::from_slice(&body).unwrap();
+        (v["events"].as_array().unwrap().len(), body.len())
+    };
+    let (n, bytes) = json_events().await;
+    assert_eq!(n as u64, EVENTS, "the API returns every event");
+    let (mut api, mut direct) = (Vec::new(), Vec::new());
+    for _ in 0..REQUESTS {
+        let t = Instant::now();
+        assert_eq!(json_events().await.0 as u64, EVENTS);
+        api.push(t.elapsed().as_secs_f64() * 1000.0);
+        let t = Instant::now();
+        assert_eq!(read_direct(&f.js, &subject).await as u64, EVENTS);
+        direct.push(t.elapsed().as_secs_f64() * 1000.0);
+    }
+    api.sort_by(f64::total_cmp);
+    direct.sort_by(f64::total_cmp);
+    println!(
+        "FIGURES rest-json-events ({profile}): {EVENTS} events, {bytes} bytes per response; \
+         GET /v1/runs/{{id}}/events (Accept: application/json) over {REQUESTS} requests: \
+         p50 {:.1} ms, p99 {:.1} ms; direct JetStream read of the same events: p50 {:.1} ms, \
+         p99 {:.1} ms; ratio p50 {:.2}x",
+        pct(&api, 50.0),
+        pct(&api, 99.0),
+        pct(&direct, 50.0),
+        pct(&direct, 99.0),
+        pct(&api, 50.0) / pct(&direct, 50.0)
+    );
+
+    // (b) 100 SSE followers of one live run, beside one direct JetStream subscriber.
+    const FOLLOWERS: usize = 100;
+    const LIVE: u64 = 200;
+    const RATE_PER_S: u64 = 20;
+    let live = f.run("follow").await;
+    let subject = f.subject(&live);
+    let mut streams = Vec::new();
+    for _ in 0..FOLLOWERS {
+        streams.push(f.sse(&live));
+    }
+    let streams = futures::future::join_all(streams).await;
+    let followers: Vec<_> = streams
+        .into_iter()
+        .map(|mut r| {
+            tokio::spawn(async move {
+                let (mut buf, mut got) = (String::new(), Vec::new());
+                let mut lat = Vec::new();
+                while (got.len() as u64) < LIVE {
+                    let chunk = r.chunk().await.expect("SSE read").expect("SSE open");
+                    let at = now_us();
+                    buf.push_str(&String::from_utf8_lossy(&chunk));
+                    let before = got.len();
+                    sse_events(&mut buf, &mut got);
+                    lat.extend(
+                        got[before..]
+                            .iter()
+                            .map(|(_, p)| at.saturating_sub(*p) as f64 / 1000.0),
+                    );
+                }
+                let seqs: Vec<u64> = got.iter().map(|(s, _)| *s).collect();
+                assert_eq!(seqs, (0..LIVE).collect::<Vec<_>>(), "in order, none lost");
+                lat
+            })
+        })
+        .collect();
+    let log = RunLog::open(&f.js, "OPENWOP_EVENTS", vec![subject.clone()], From::Start)
+        .await
+        .unwrap();
+    let direct = tokio::spawn(async move {
+        let mut msgs = std::pin::pin!(log.messages());
+        let mut lat = Vec::new();
+        while (lat.len() as u64) < LIVE {
+            let m = msgs.next().await.unwrap().unwrap();
+            let at = now_us();
+            let doc: Value = serde_json::from_slice(&m.payload).unwrap();
+            let p = doc["payload"]["publishedAtUs"].as_u64().unwrap();
+            lat.push(at.saturating_sub(p) as f64 / 1000.0);
+        }
+        lat
+    });
+    let (op_cpu, test_cpu) = (
+        cpu_seconds(f.op.child.id()),
+        cpu_seconds(std::process::id()),
+    );
+    let started = Instant::now();
+    let mut tick = tokio::time::interval(Duration::from_millis(1000 / RATE_PER_S));
+    for seq in 0..LIVE {
+        tick.tick().await;
+        f.js.publish(subject.clone(), bench_event(&live, seq).into())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    }
+    let mut sse = Vec::new();
+    for h in followers {
+        sse.extend(
+            tokio::time::timeout(Duration::from_secs(120), h)
+                .await
+                .expect("every follower got every event")
+                .unwrap(),
+        );
+    }
+    let mut direct = direct.await.unwrap();
+    let wall = started.elapsed().as_secs_f64();
+    let (op_cpu, test_cpu) = (
+        cpu_seconds(f.op.child.id()) - op_cpu,
+        cpu_seconds(std::process::id()) - test_cpu,
+    );
+    sse.sort_by(f64::total_cmp);
+    direct.sort_by(f64::total_cmp);
+    println!(
+        "FIGURES rest-sse-followers ({profile}): {FOLLOWERS} SSE followers x {LIVE} events at \
+         {RATE_PER_S}/s ({} deliveries): publish -> delivery p50 {:.1} ms, p99 {:.1} ms, max \
+         {:.1} ms; one direct JetStream subscriber: p50 {:.1} ms, p99 {:.1} ms; ratio p50 {:.2}x; \
+         over {wall:.1} s the operator used {op_cpu:.1} CPU s, this test process (followers, \
+         publisher, subscriber) {test_cpu:.1} CPU s; load average {}",
+        sse.len(),
+        pct(&sse, 50.0),
+        pct(&sse, 99.0),
+        sse[sse.len() - 1],
+        pct(&direct, 50.0),
+        pct(&direct, 99.0),
+        pct(&sse, 50.0) / pct(&direct, 50.0),
+        std::fs::read_to_string("/proc/loadavg")
+            .unwrap_or_default()
+            .split_whitespace()
+            .next()
+            .unwrap_or("?"),
+    );
+    f.cleanup().await;
+}
