@@ -4019,8 +4019,23 @@ async fn conformance_seams_with_kubernetes_auth() {
     ];
     let empty = json!({});
 
-    // Off (the chart's default): no seam exists, even for an authorised caller.
+    // Off (the chart's default): no seam exists, even for an authorised caller. An earlier
+    // journey may just have rolled the operator back from a seams-on release: wait for it.
     let base = format!("http://127.0.0.1:{}", operator_port());
+    operator_rollout(&c);
+    wait_for(
+        Duration::from_secs(60),
+        "an operator serving without seams",
+        || {
+            let url = format!("{base}/.well-known/openwop");
+            async move {
+                let (code, doc) = seam_call("GET", &url, None, None);
+                (code == 200 && doc.get("x-host-openwop-operator-test-seams").is_none())
+                    .then_some(())
+            }
+        },
+    )
+    .await;
     for (m, p) in seams {
         let (code, _) = seam_call(m, &format!("{base}{p}"), Some(&token), Some(&empty));
         assert_eq!(code, 404, "{m} {p} with the seams off");

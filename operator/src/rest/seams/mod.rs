@@ -239,8 +239,13 @@ async fn append_synthetic<T>(
     })?;
     for ev in &events {
         let body = serde_json::to_vec(ev).unwrap_or_default();
-        // Unique per append: the stream's dedup must not drop a deliberate re-projection.
-        let msg_id = format!("seam:{}:{}", ev.event_id, ev.sequence);
+        // Unique per append: JetStream's dedup window is stream-wide, and the same synthetic
+        // run id (hence event id) recurs in other namespaces and after `test/reset`; the
+        // expected-last-sequence check already stops a double append.
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let msg_id = format!("seam:{namespace}:{}:{}:{nanos}", ev.event_id, ev.sequence);
         match openwop_nats::stream::append_after(&js, &subject, &msg_id, expected, body.into())
             .await
         {
