@@ -259,16 +259,7 @@ impl utoipa::Modify for BearerAuth {
 /// The API routes (with `extra` merged in) and `GET /v1/openapi.json` describing them.
 pub fn router(state: RestState, extra: OpenApiRouter<RestState>) -> axum::Router {
     let max_body = state.rest().max_body_bytes;
-    let (api, doc) = OpenApiRouter::with_openapi(ApiDoc::openapi())
-        .routes(routes!(get_workflow))
-        .routes(routes!(runs::create_run))
-        .routes(routes!(runs::get_run))
-        .routes(routes!(runs::run_events))
-        .routes(routes!(runs::poll_events))
-        .routes(routes!(runs::cancel_run))
-        .routes(routes!(runs::resolve_interrupt))
-        .merge(extra)
-        .split_for_parts();
+    let (api, doc) = api_routes().merge(extra).split_for_parts();
     let doc = Arc::new(doc_value(&doc));
     api.route_layer(middleware::from_fn_with_state(state.clone(), shed_load))
         .layer(DefaultBodyLimit::max(max_body))
@@ -291,7 +282,13 @@ fn doc_value(doc: &utoipa::openapi::OpenApi) -> Value {
 
 /// The OpenAPI document of the API as mounted with no extra routes (tests, docs).
 pub fn openapi() -> Value {
-    let (_, doc) = OpenApiRouter::<RestState>::with_openapi(ApiDoc::openapi())
+    let (_, doc) = api_routes().split_for_parts();
+    doc_value(&doc)
+}
+
+/// The OpenWOP v1 endpoints, described by their handlers' own types.
+fn api_routes() -> OpenApiRouter<RestState> {
+    OpenApiRouter::with_openapi(ApiDoc::openapi())
         .routes(routes!(get_workflow))
         .routes(routes!(runs::create_run))
         .routes(routes!(runs::get_run))
@@ -299,8 +296,6 @@ pub fn openapi() -> Value {
         .routes(routes!(runs::poll_events))
         .routes(routes!(runs::cancel_run))
         .routes(routes!(runs::resolve_interrupt))
-        .split_for_parts();
-    doc_value(&doc)
 }
 
 /// 429 with `Retry-After` once `rest.maxInFlight` requests are being served. A request counts
