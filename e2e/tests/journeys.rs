@@ -3735,22 +3735,16 @@ async fn worker_force_delete_figures() {
             continue;
         };
         kills += 1;
-        for (i, (model, ordinal)) in r
-            .deliveries
-            .iter()
-            .enumerate()
-            .skip(k.deliveries_before.len())
-        {
-            if *ordinal < k.recorded.get(model).copied().unwrap_or(0) {
-                repeated += 1;
-                eprintln!(
-                    "kill point {name}: delivery {i} ({model} call {}) repeated although recorded",
-                    ordinal + 1
-                );
-            } else if k.deliveries_before.contains(&(model.clone(), *ordinal)) {
-                in_flight += 1;
-            }
+        // The fake still holds this run's deliveries (it is reset when the next run starts).
+        let after = llm.after_kill(&k.deliveries_before, &k.recorded);
+        for (model, ordinal) in &after.repeated {
+            eprintln!(
+                "kill point {name}: {model} call {} repeated although recorded",
+                ordinal + 1
+            );
         }
+        repeated += after.repeated.len();
+        in_flight += after.in_flight;
     }
     let runs = points.len();
     println!(
@@ -3804,7 +3798,6 @@ struct FdRun {
     events: Vec<Value>,
     status: Value,
     requests: usize,
-    deliveries: Vec<(String, usize)>,
     kill: Option<FdKilled>,
 }
 
@@ -3942,7 +3935,6 @@ async fn drive_force_delete(
         events: events(c, ns, name),
         status: st,
         requests: llm.requests(),
-        deliveries: llm.deliveries(),
         kill: killed,
     }
 }

@@ -64,6 +64,15 @@ pub struct LlmLog {
 
 type Script = BTreeMap<String, Vec<Step>>;
 
+/// What [`ScriptedLlm::after_kill`] found.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct AfterKill {
+    /// Completions delivered again although the run had recorded them: (model, call ordinal).
+    pub repeated: Vec<(String, usize)>,
+    /// Completions delivered again that were in flight (delivered, unrecorded) at the kill.
+    pub in_flight: usize,
+}
+
 /// A fake OpenAI-compatible server (`POST {base}/chat/completions`). The same request body
 /// always gets the same answer (a deterministic model), so a re-made call is counted, not
 /// hidden.
@@ -227,6 +236,26 @@ impl ScriptedLlm {
     /// Completions delivered so far.
     pub fn deliveries(&self) -> Vec<(String, usize)> {
         self.log.lock().unwrap().deliveries.clone()
+    }
+
+    /// The completions delivered since `before` (what [`deliveries`](Self::deliveries) was at
+    /// a kill), judged against the responses the run's log had recorded then (`recorded`:
+    /// per model, how many): a call whose response was recorded and is delivered again is a
+    /// repeated call; one delivered before the kill but never recorded was in flight.
+    pub fn after_kill(
+        &self,
+        before: &[(String, usize)],
+        recorded: &HashMap<String, usize>,
+    ) -> AfterKill {
+        let mut out = AfterKill::default();
+        for (model, ordinal) in self.deliveries().into_iter().skip(before.len()) {
+            if ordinal < recorded.get(&model).copied().unwrap_or(0) {
+                out.repeated.push((model, ordinal));
+            } else if before.contains(&(model, ordinal)) {
+                out.in_flight += 1;
+            }
+        }
+        out
     }
 
     /// Holds the `n`-th HTTP request (1-based, counted from the start or the last

@@ -94,17 +94,19 @@ fn base(llm: &ScriptedLlm) -> impl FnOnce(&mut std::process::Command) + '_ {
     }
 }
 
-/// Answers the pending interrupt named in the termination summary (once per interrupt).
+/// Answers the pending interrupts named in the termination summary (once per interrupt).
 fn answer(files: &RunFiles, answers: &mut Vec<Value>) {
     let t = files.termination();
-    let id = t["pendingInterrupt"]["interruptId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    if !answers.iter().any(|a| a["interruptId"] == id.as_str()) {
-        answers.push(json!({"interruptId": id, "value": {"region": "eu"}}));
-        files.set_answers(json!(answers));
+    let pending = t["pendingInterrupts"]
+        .as_array()
+        .unwrap_or_else(|| panic!("suspended without pending interrupts: {t}"));
+    for pi in pending {
+        let id = pi["interruptId"].as_str().unwrap();
+        if !answers.iter().any(|a| a["interruptId"] == id) {
+            answers.push(json!({"interruptId": id, "value": {"region": "eu"}}));
+        }
     }
+    files.set_answers(json!(answers));
 }
 
 /// Runs the worker until the run ends, answering interrupts.
@@ -188,20 +190,17 @@ fn worker_kill_points_repeat_no_recorded_provider_call() {
             between_response_and_record += 1;
         }
         let recorded = recorded_per_model(&at_kill);
-        let delivered_before: HashSet<(String, usize)> = llm.deliveries().into_iter().collect();
-        let before = llm.deliveries().len();
+        let before = llm.deliveries();
         finish(&f, &url, &llm, &mut answers);
-        for (model, ordinal) in llm.deliveries().into_iter().skip(before) {
-            if ordinal < recorded.get(&model).copied().unwrap_or(0) {
-                repeated += 1;
-                eprintln!(
-                    "kill point {point}: call {} of {model} repeated although recorded",
-                    ordinal + 1
-                );
-            } else if delivered_before.contains(&(model, ordinal)) {
-                in_flight += 1;
-            }
+        let after = llm.after_kill(&before, &recorded);
+        for (model, ordinal) in &after.repeated {
+            eprintln!(
+                "kill point {point}: call {} of {model} repeated although recorded",
+                ordinal + 1
+            );
         }
+        repeated += after.repeated.len();
+        in_flight += after.in_flight;
         requests += llm.requests();
         let events = read_raw(&url, &f.subject());
         let mut ids = HashSet::new();
