@@ -150,6 +150,13 @@ fn helm_install(c: &Cluster, extra: &[&str]) -> String {
     let values = repo().join("e2e/helm/mini-cluster-values.yaml");
     let nats = format!("nats.external.url={}", c.nats_url);
     let port = format!("operator.port={}", operator_port());
+    // Workers reach the operator's span store on the host network (no cluster DNS here).
+    let effective = extra
+        .iter()
+        .rev()
+        .find_map(|e| e.strip_prefix("operator.port="))
+        .map_or_else(|| operator_port().to_string(), str::to_owned);
+    let spans = format!("conformance.seams.spanIngestUrl=http://127.0.0.1:{effective}");
     let mut args = vec![
         "upgrade",
         "--install",
@@ -166,6 +173,8 @@ fn helm_install(c: &Cluster, extra: &[&str]) -> String {
         &port,
         "--set",
         "providers[0].name=mock,providers[0].vendor=mock",
+        "--set",
+        &spans,
         "--wait",
         "--timeout",
         "3m",
@@ -2349,7 +2358,7 @@ async fn conformance_seams_drive_the_envelope_fixtures() {
     }
     assert_eq!(
         doc["observability"],
-        json!({"testSeams": {"debugBundleExport": true}})
+        json!({"testSeams": {"debugBundleExport": true, "otelScrape": true}})
     );
 
     // A tenant of its own with the chart's fixtures and a ServiceAccount that may run them.
@@ -2666,14 +2675,70 @@ async fn conformance_seams_drive_the_envelope_fixtures() {
         Some(&json!({"runId": "no-such-run"})),
     );
     assert_eq!(code, 404, "{v}");
-    // otelScrape is not served: the spans are in the collector, not readable here.
-    let (code, _) = http_json(
+    // otelScrape: the worker's spans, read back from the operator's span store (the worker
+    // flushes them as it exits, just after the terminal event).
+    let spans_url = format!("{base}/v1/host/sample/test/otel/spans?runId={run_id}");
+    let spans = wait_for(Duration::from_secs(60), "the run's spans stored", || {
+        let (url, token) = (spans_url.clone(), token.clone());
+        async move {
+            let (code, v) = http_json("GET", &url, Some(&token), None);
+            assert_eq!(code, 200, "{v}");
+            let spans = v["spans"].as_array().cloned().unwrap_or_default();
+            spans
+                .iter()
+                .any(|s| s["name"] == "openwop.run")
+                .then_some(spans)
+        }
+    })
+    .await;
+    let named = |n: &str| spans.iter().filter(|s| s["name"] == n).count();
+    assert!(
+        named("openwop.node") >= 1 && named("openwop.provider.call") >= 1,
+        "{spans:#?}"
+    );
+    assert!(
+        spans
+            .iter()
+            .all(|s| s["attributes"]["openwop.run_id"] == run_id.as_str()
+                && s["events"].is_array()),
+        "every span names its run: {spans:#?}"
+    );
+    let text = serde_json::to_string(&spans).unwrap();
+    assert!(
+        !text.contains(canary),
+        "the canary leaked into a span: {text}"
+    );
+    let (_, bundle) = http_json(
+        "POST",
+        &bundle_url,
+        Some(&token),
+        Some(&json!({"runId": run_id})),
+    );
+    assert_eq!(bundle["spans"].as_array().map(Vec::len), Some(spans.len()));
+    assert!(!bundle.to_string().contains(canary));
+    // Spans are read with the same auth as the run: none without a token, 404 for a caller
+    // who may not see the run.
+    assert_eq!(http_json("GET", &spans_url, None, None).0, 401);
+    assert_eq!(http_json("GET", &spans_url, Some(&nobody), None).0, 403);
+    let (code, v) = http_json(
         "GET",
-        &format!("{base}/v1/host/sample/test/otel/spans?runId={run_id}"),
+        &format!("{base}/v1/host/sample/test/otel/spans"),
         Some(&token),
         None,
     );
-    assert_eq!(code, 404);
+    assert_eq!(
+        (code, v["details"]["field"].clone()),
+        (400, json!("runId")),
+        "{v}"
+    );
+    // The ingest takes OTLP protobuf only.
+    let (code, v) = http_json(
+        "POST",
+        &format!("{base}/v1/host/sample/test/otel/ingest/v1/traces"),
+        None,
+        Some(&json!({"resourceSpans": []})),
+    );
+    assert_eq!(code, 415, "{v}");
     delete_namespace(&c.client, &ns).await;
 
     // Back to the journeys' release values: the seams are gone (404), the fixtures too.

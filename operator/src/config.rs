@@ -197,6 +197,9 @@ pub struct WorkerConfig {
     pub events_stream: String,
     /// Uid/gid the worker runs as (non-root).
     pub run_as_user: i64,
+    /// OTLP/HTTP base URL of the collector workers export spans to (`/v1/traces` is
+    /// appended); empty: no spans.
+    pub otlp_endpoint: String,
 }
 
 impl Default for WorkerConfig {
@@ -220,6 +223,7 @@ impl Default for WorkerConfig {
             nats_url: "nats://nats.openwop-system.svc:4222".into(),
             events_stream: "OPENWOP_EVENTS".into(),
             run_as_user: 65532,
+            otlp_endpoint: String::new(),
         }
     }
 }
@@ -325,6 +329,10 @@ pub struct Seams {
     /// The chart installs the conformance fixture workflows (their ids are in `fixtures`),
     /// and the mock agent they use is advertised (`conformance.mockAgent`).
     pub enabled: bool,
+    /// The operator's base URL as worker pods reach it (the chart's Service by default):
+    /// with the seams on, workers also export their spans to its span store, which
+    /// `test/otel/spans` reads. Empty: no span store (`otelScrape` not advertised).
+    pub span_ingest_url: String,
 }
 
 impl Conformance {
@@ -708,6 +716,20 @@ impl OperatorConfig {
                         "provider {:?}: vendor must be openai, anthropic, gemini, openai-compatible or mock",
                         p.name
                     ),
+                );
+            }
+        }
+        for (field, url) in [
+            ("worker.otlpEndpoint", &self.worker.otlp_endpoint),
+            (
+                "conformance.seams.spanIngestUrl",
+                &self.conformance.seams.span_ingest_url,
+            ),
+        ] {
+            if !url.is_empty() && !(url.starts_with("http://") || url.starts_with("https://")) {
+                return invalid(
+                    field,
+                    format!("{url:?} must be an http:// or https:// URL (or empty for none)"),
                 );
             }
         }

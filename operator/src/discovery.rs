@@ -89,10 +89,10 @@ pub fn capabilities_config(
         // namespace.
         secret_scopes: vec![SecretScope::Tenant],
         fixtures: cfg.fixtures.clone(),
-        // The seams this host serves when they are on (`rest::seams`). Not `otelScrape`:
-        // spans go to the cluster's OTLP collector and the operator cannot read them back.
+        // The seams this host serves when they are on (`rest::seams`); spans can be read
+        // back only when workers can reach the operator's span store.
         test_seams: TestSeams {
-            otel_scrape: false,
+            otel_scrape: crate::rest::seams::span_ingest_traces_url(cfg).is_some(),
             debug_bundle_export: cfg.conformance.seams.enabled,
         },
         // Discovery and the OpenWOP REST API are HTTP; NATS is not an OpenWOP transport
@@ -417,13 +417,20 @@ mod tests {
         let mut seams = cfg.clone();
         seams.conformance.seams.enabled = true;
         assert_eq!(mock_agent(&seams), true);
-        // The seams it serves, advertised only with the seams on (spans cannot be read
-        // back, so never otelScrape).
+        // The seams it serves, advertised only with the seams on; otelScrape only when
+        // workers can reach the span store.
         let with = capabilities(&seams, &NodeRegistry::builtin()).unwrap();
         schema::validate(schema::Document::Capabilities, &with).expect("valid with seams");
         assert_eq!(
             with["observability"],
             json!({"testSeams": {"debugBundleExport": true}})
+        );
+        seams.conformance.seams.span_ingest_url = "http://openwop-operator.ns.svc:8080".into();
+        let with = capabilities(&seams, &NodeRegistry::builtin()).unwrap();
+        schema::validate(schema::Document::Capabilities, &with).expect("valid with spans");
+        assert_eq!(
+            with["observability"],
+            json!({"testSeams": {"debugBundleExport": true, "otelScrape": true}})
         );
         assert!(doc.get("observability").is_none());
         cfg.conformance.mock_agent_namespaces.push("e2e".into());

@@ -178,9 +178,9 @@ pub fn worker_pod(run: &Run, inputs: &WorkerInputs<'_>, cfg: &OperatorConfig, at
     let run_id = run.uid().unwrap_or_default();
     let stream = cfg.stream_spec();
     let mut env = vec![
-        env_pair("OPENWOP_RUN_NAMESPACE", namespace.clone()),
+        env_pair(run_env::RUN_NAMESPACE, namespace.clone()),
         env_pair("OPENWOP_RUN_NAME", name.clone()),
-        env_pair("OPENWOP_RUN_ID", run_id.clone()),
+        env_pair(run_env::RUN_ID, run_id.clone()),
         env_pair("OPENWOP_ATTEMPT", attempt.to_string()),
         env_pair("OPENWOP_SNAPSHOT", format!("{SNAPSHOT_DIR}/snapshot.json")),
         env_pair("OPENWOP_NATS_URL", cfg.worker.nats_url.clone()),
@@ -195,6 +195,15 @@ pub fn worker_pod(run: &Run, inputs: &WorkerInputs<'_>, cfg: &OperatorConfig, at
         env_pair(run_env::EVENTS_SUBJECT, events_subject(&namespace, &run_id)),
         env_pair("OPENWOP_PROVIDERS_DIR", PROVIDERS_DIR.into()),
     ];
+    if !cfg.worker.otlp_endpoint.is_empty() {
+        env.push(env_pair(
+            run_env::OTLP_ENDPOINT,
+            cfg.worker.otlp_endpoint.clone(),
+        ));
+    }
+    if let Some(url) = crate::rest::seams::span_ingest_traces_url(cfg) {
+        env.push(env_pair(run_env::TEST_OTEL_SCRAPE_ENDPOINT, url));
+    }
     // The API root of each configured provider that has one (openai-compatible needs it).
     for p in &cfg.providers {
         if let Some(url) = &p.base_url {

@@ -14,6 +14,7 @@ use openwop_protocol::run::exit::{BAD_INPUT, CRASHED, STOPPED, SUSPENDED, TERMIN
 use openwop_protocol::run::projection::Projection;
 use openwop_protocol::run::snapshot::{KeyMount, RunSnapshot};
 use openwop_protocol::run::subjects::{self, StreamSpec};
+use openwop_protocol::run::telemetry as run_telemetry;
 use openwop_worker::eventlog::{LogError, RunLog};
 use openwop_worker::executor::{ExecConfig, Executor, RunEnd, cancel_run};
 use openwop_worker::nats::{self, JetStreamPublisher, RetryPolicy};
@@ -98,9 +99,9 @@ async fn run(stop: StopSignal, otel: &Otel) -> anyhow::Result<i32> {
             return Ok(BAD_INPUT);
         }
     };
-    let namespace = env("OPENWOP_RUN_NAMESPACE").unwrap_or_else(|| snap.run.namespace.clone());
+    let namespace = env(run_env::RUN_NAMESPACE).unwrap_or_else(|| snap.run.namespace.clone());
     let name = env("OPENWOP_RUN_NAME").unwrap_or_else(|| snap.run.name.clone());
-    let run_id = env("OPENWOP_RUN_ID").unwrap_or_else(|| snap.run.run_id.clone());
+    let run_id = env(run_env::RUN_ID).unwrap_or_else(|| snap.run.run_id.clone());
     // Run identity is the runId: a re-created Run of the same name has its own subject.
     let subject = env(run_env::EVENTS_SUBJECT)
         .unwrap_or_else(|| subjects::events_subject(&namespace, &run_id));
@@ -173,9 +174,9 @@ async fn run(stop: StopSignal, otel: &Otel) -> anyhow::Result<i32> {
     tracing::info!(run = %name, replayed = existing.len(), "event log read");
     let redactor = Arc::new(Redactor::new(cfg.secrets.clone()));
     let run_span = otel.telemetry(redactor.clone()).root("openwop.run");
-    run_span.set_str("openwop.run_id", &run_id);
+    run_span.set_str(run_telemetry::RUN_ID, &run_id);
     run_span.set_str("openwop.run_name", &name);
-    run_span.set_str("openwop.namespace", &namespace);
+    run_span.set_str(run_telemetry::NAMESPACE, &namespace);
     if let Some(w) = snap.workflow.get("id").and_then(serde_json::Value::as_str) {
         run_span.set_str("openwop.workflow_id", w);
     }
@@ -308,12 +309,22 @@ fn main() {
             std::process::exit(CRASHED);
         }
     };
-    let otel = match telemetry::endpoint_from_env(env) {
-        None => Otel::off(),
-        Some(endpoint) => Otel::to_endpoint(&endpoint).unwrap_or_else(|e| {
+    let endpoints = telemetry::endpoints_from_env(env);
+    let otel = if endpoints.is_empty() {
+        Otel::off()
+    } else {
+        // The resource names the run, so a span store can file every batch under it.
+        let run: Vec<(&'static str, String)> = [
+            (run_telemetry::RUN_ID, env(run_env::RUN_ID)),
+            (run_telemetry::NAMESPACE, env(run_env::RUN_NAMESPACE)),
+        ]
+        .into_iter()
+        .filter_map(|(k, v)| Some((k, v?)))
+        .collect();
+        Otel::to_endpoints(&endpoints, &run).unwrap_or_else(|e| {
             tracing::warn!(error = %e, "running without OTLP spans");
             Otel::off()
-        }),
+        })
     };
     let stop = StopSignal::new();
     let code = match rt.block_on(async {

@@ -1,10 +1,11 @@
 //! OpenTelemetry spans over OTLP/HTTP (protobuf): `openwop.run` → `openwop.node` →
 //! `openwop.provider.call` / `openwop.envelope`, with `openwop.*` attributes.
 //!
-//! Off unless an endpoint is configured: `OPENWOP_OTLP_ENDPOINT` or the standard
-//! `OTEL_EXPORTER_OTLP_ENDPOINT` (a base URL; `/v1/traces` is appended), or
-//! `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` (the full traces URL). Off, every span call is a
-//! no-op. Every string attribute and status message passes through the run's [`Redactor`],
+//! Off unless an endpoint is configured: `OPENWOP_OTLP_ENDPOINT` (set by the operator from
+//! chart `worker.otlpEndpoint`) or the standard `OTEL_EXPORTER_OTLP_ENDPOINT` (a base URL;
+//! `/v1/traces` is appended), or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` (the full traces URL);
+//! with the conformance seams on, also `OPENWOP_TEST_OTEL_SCRAPE_ENDPOINT` (the operator's
+//! span store, a full URL). Off, every span call is a no-op. Every string attribute and status message passes through the run's [`Redactor`],
 //! so no secret reaches the collector. Spans are batched on the SDK's own thread; the
 //! worker calls [`Otel::shutdown`] before it exits (terminal, suspended or stopped) so
 //! nothing buffered is lost.
@@ -18,6 +19,8 @@ use opentelemetry_otlp::{Protocol, WithExportConfig};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
 use openwop_protocol::redact::Redactor;
+use openwop_protocol::run::env as run_env;
+use openwop_protocol::run::telemetry::{AttrValue, ERROR_CODE};
 
 /// Why the exporter could not be set up (the worker then runs without spans and says so).
 #[derive(Debug, thiserror::Error)]
@@ -27,13 +30,21 @@ pub struct OtelError {
     pub reason: String,
 }
 
-/// The traces URL from the environment, if export is enabled.
+/// Every traces URL to export to: the collector's (if configured) and the operator's span
+/// store (conformance seams only). Empty: export is off.
+pub fn endpoints_from_env(get: impl Fn(&str) -> Option<String>) -> Vec<String> {
+    let get = |k: &str| get(k).filter(|v| !v.trim().is_empty());
+    let scrape = get(run_env::TEST_OTEL_SCRAPE_ENDPOINT);
+    endpoint_from_env(&get).into_iter().chain(scrape).collect()
+}
+
+/// The collector's traces URL from the environment, if export to one is enabled.
 pub fn endpoint_from_env(get: impl Fn(&str) -> Option<String>) -> Option<String> {
     let get = |k: &str| get(k).filter(|v| !v.trim().is_empty());
     if let Some(full) = get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") {
         return Some(full);
     }
-    let base = get("OPENWOP_OTLP_ENDPOINT").or_else(|| get("OTEL_EXPORTER_OTLP_ENDPOINT"))?;
+    let base = get(run_env::OTLP_ENDPOINT).or_else(|| get("OTEL_EXPORTER_OTLP_ENDPOINT"))?;
     let base = base.trim_end_matches('/');
     Some(if base.ends_with("/v1/traces") {
         base.to_owned()
@@ -54,29 +65,36 @@ impl Otel {
         Otel::default()
     }
 
-    /// Exports to `endpoint` (the full `/v1/traces` URL) with OTLP/HTTP protobuf.
-    pub fn to_endpoint(endpoint: &str) -> Result<Self, OtelError> {
-        let exporter = opentelemetry_otlp::SpanExporter::builder()
-            .with_http()
-            .with_protocol(Protocol::HttpBinary)
-            .with_endpoint(endpoint)
-            .with_timeout(Duration::from_secs(5))
-            .build()
-            .map_err(|e| OtelError {
-                endpoint: endpoint.to_owned(),
-                reason: e.to_string(),
-            })?;
-        let provider = SdkTracerProvider::builder()
-            .with_batch_exporter(exporter)
-            .with_resource(
-                Resource::builder()
-                    .with_service_name("openwop-worker")
-                    .with_attribute(KeyValue::new("service.version", env!("CARGO_PKG_VERSION")))
-                    .build(),
-            )
-            .build();
+    /// Exports to every URL of `endpoints` (full `/v1/traces` URLs: the cluster's collector
+    /// and, with the conformance seams on, the operator's span store) with OTLP/HTTP
+    /// protobuf. `run` (name, value) pairs go on the resource, so every exported batch names
+    /// its run ([`openwop_protocol::run::telemetry`]).
+    pub fn to_endpoints(
+        endpoints: &[String],
+        run: &[(&'static str, String)],
+    ) -> Result<Self, OtelError> {
+        let mut resource = Resource::builder()
+            .with_service_name("openwop-worker")
+            .with_attribute(KeyValue::new("service.version", env!("CARGO_PKG_VERSION")));
+        for (k, v) in run {
+            resource = resource.with_attribute(KeyValue::new(*k, v.clone()));
+        }
+        let mut provider = SdkTracerProvider::builder().with_resource(resource.build());
+        for endpoint in endpoints {
+            let exporter = opentelemetry_otlp::SpanExporter::builder()
+                .with_http()
+                .with_protocol(Protocol::HttpBinary)
+                .with_endpoint(endpoint)
+                .with_timeout(Duration::from_secs(5))
+                .build()
+                .map_err(|e| OtelError {
+                    endpoint: endpoint.clone(),
+                    reason: e.to_string(),
+                })?;
+            provider = provider.with_batch_exporter(exporter);
+        }
         Ok(Otel {
-            provider: Some(provider),
+            provider: Some(provider.build()),
         })
     }
 
@@ -199,10 +217,21 @@ impl SpanHandle {
         }
     }
 
+    /// Every attribute of `attrs` (strings redacted).
+    pub fn set_all(&self, attrs: &[(&'static str, AttrValue)]) {
+        for (k, v) in attrs {
+            match v {
+                AttrValue::Str(s) => self.set_str(k, s),
+                AttrValue::Int(i) => self.set_i64(k, *i),
+                AttrValue::Bool(b) => self.set_bool(k, *b),
+            }
+        }
+    }
+
     /// Marks the span failed with `code` (`openwop.error_code`) and a redacted message.
     pub fn fail(&self, code: &str, message: &str) {
         if let Some((cx, i)) = &self.span {
-            self.set_str("openwop.error_code", code);
+            self.set_str(ERROR_CODE, code);
             let msg = i.redactor.redact_str(message).0.into_owned();
             cx.span().set_status(Status::error(msg));
         }

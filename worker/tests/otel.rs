@@ -217,6 +217,115 @@ fn spans_for_run_node_provider_call_and_envelope_are_exported_redacted() {
     assert_eq!(str_attr(env_r, "openwop.error_code"), "envelope_refusal");
 }
 
+/// Span names per resource `openwop.run_id` in everything a receiver got.
+fn spans_by_run(r: &Receiver) -> HashMap<String, Vec<String>> {
+    let mut out: HashMap<String, Vec<String>> = HashMap::new();
+    for b in r.bodies.lock().unwrap().iter() {
+        for rs in ExportTraceServiceRequest::decode(b.as_ref())
+            .unwrap()
+            .resource_spans
+        {
+            let resource = rs.resource.unwrap();
+            let attr = |k: &str| {
+                resource
+                    .attributes
+                    .iter()
+                    .find(|kv| kv.key == k)
+                    .and_then(|kv| kv.value.clone()?.value)
+            };
+            assert_eq!(
+                attr("openwop.namespace"),
+                Some(Any::StringValue("team-otel".into()))
+            );
+            let run = match attr("openwop.run_id") {
+                Some(Any::StringValue(r)) => r,
+                other => panic!("resource without openwop.run_id: {other:?}"),
+            };
+            let names = out.entry(run).or_default();
+            names.extend(
+                rs.scope_spans
+                    .into_iter()
+                    .flat_map(|ss| ss.spans)
+                    .map(|s| s.name),
+            );
+        }
+    }
+    for names in out.values_mut() {
+        names.sort();
+    }
+    out
+}
+
+#[test]
+fn the_span_store_gets_the_same_spans_as_the_collector_under_the_run() {
+    let nats = NatsServer::start();
+    let collector = receiver();
+    let store = receiver();
+    let wf = json!({"id": "w", "nodes": [
+        {"id": "a", "typeId": "core.identity"}, {"id": "b", "typeId": "core.identity"}],
+        "edges": [{"id": "e", "sourceNodeId": "a", "targetNodeId": "b"}]});
+    let files = RunFiles::new("otel-two", "run-otel-two", wf, json!({}), json!({}));
+    let out = files
+        .command(&nats.url())
+        .env("OPENWOP_OTLP_ENDPOINT", &collector.url)
+        .env(
+            "OPENWOP_TEST_OTEL_SCRAPE_ENDPOINT",
+            format!("{}/v1/traces", store.url),
+        )
+        .env("OPENWOP_RUN_ID", "run-otel-two")
+        .env("OPENWOP_RUN_NAMESPACE", "team-otel")
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let got = spans_by_run(&store);
+    assert_eq!(
+        got.get("run-otel-two").map(Vec::as_slice),
+        Some(
+            ["openwop.node", "openwop.node", "openwop.run"]
+                .map(String::from)
+                .as_slice()
+        ),
+        "{got:?}"
+    );
+    assert_eq!(
+        spans_by_run(&collector),
+        got,
+        "both exporters got the same spans"
+    );
+}
+
+#[test]
+fn the_span_store_alone_turns_export_on() {
+    let nats = NatsServer::start();
+    let store = receiver();
+    let wf = json!({"id": "w", "nodes": [{"id": "a", "typeId": "core.identity"}]});
+    let files = RunFiles::new("otel-store", "run-otel-store", wf, json!({}), json!({}));
+    let out = files
+        .command(&nats.url())
+        .env_remove("OPENWOP_OTLP_ENDPOINT")
+        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+        .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        .env(
+            "OPENWOP_TEST_OTEL_SCRAPE_ENDPOINT",
+            format!("{}/v1/traces", store.url),
+        )
+        .env("OPENWOP_RUN_ID", "run-otel-store")
+        .env("OPENWOP_RUN_NAMESPACE", "team-otel")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(
+        spans_by_run(&store).get("run-otel-store").map(Vec::len),
+        Some(2),
+        "openwop.run + one openwop.node"
+    );
+}
+
 #[test]
 fn without_an_endpoint_nothing_is_exported() {
     let nats = NatsServer::start();
@@ -228,6 +337,7 @@ fn without_an_endpoint_nothing_is_exported() {
         .env_remove("OPENWOP_OTLP_ENDPOINT")
         .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
         .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        .env_remove("OPENWOP_TEST_OTEL_SCRAPE_ENDPOINT")
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(0));

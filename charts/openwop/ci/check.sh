@@ -98,6 +98,20 @@ want = {"enabled": True, "reviewCacheSeconds": 0, "maxBodyBytes": 65536, "maxInF
 assert cfg["rest"] == want, cfg.get("rest")
 PY
 
+# Spans: worker.otlpEndpoint reaches the config; with the seams on, the span store's URL
+# defaults to the operator Service (a value overrides it).
+python3 - "$work/seams.yaml" "$work/full.yaml" <<'PY' || fail "span export values not passed to the operator config"
+import sys, yaml
+def cfg(path):
+    d = next(d for d in yaml.safe_load_all(open(path))
+             if d and d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-operator"))
+    return yaml.safe_load(d["data"]["config.yaml"])
+seams, full = cfg(sys.argv[1]), cfg(sys.argv[2])
+assert seams["conformance"]["seams"] == {"enabled": True,
+    "spanIngestUrl": "http://openwop-check-operator.openwop-chart-check.svc:8080"}, seams["conformance"]
+assert full["worker"]["otlpEndpoint"] == "http://otel-collector.observability.svc:4318", full["worker"]
+PY
+
 echo "== invalid values are refused"
 expect_refusal() {
   local why="$1"; shift
@@ -119,6 +133,7 @@ expect_refusal "an SSE keepalive over 30 s" --set rest.keepaliveSeconds=31
 expect_refusal "no request in flight" --set rest.maxInFlight=0
 expect_refusal "a body bound under 1 KiB" --set rest.maxBodyBytes=512
 expect_refusal "a review cache over 5 minutes" --set rest.reviewCacheSeconds=301
+expect_refusal "an OTLP endpoint that is no URL" --set worker.otlpEndpoint=collector:4318
 
 if command -v nats-server >/dev/null; then
   echo "== nats.conf accepted by nats-server -t"

@@ -30,6 +30,7 @@ def nullable(s):
     return {"oneOf": [{"type": "null"}, s]}
 
 PORT = int_range(1, 65535)
+URL_OR_EMPTY = {"type": "string", "pattern": "^(https?://.+)?$"}
 QUANTITY = {"type": ["string", "integer", "number"]}
 RESOURCES = obj({
     "requests": {"type": "object", "additionalProperties": QUANTITY},
@@ -94,6 +95,7 @@ schema = {
                                      "maxLength": 63}},
             "resources": RESOURCES,
             "runAsUser": int_range(1),
+            "otlpEndpoint": URL_OR_EMPTY,
         }),
         "limits": obj({
             "clarificationRounds": int_range(),
@@ -122,7 +124,7 @@ schema = {
             "mockAgentNamespaces": {"type": "array", "items": {"type": "string", "minLength": 1}},
             "providerMockNamespaces": {"type": "array", "items": {
                 "type": "string", "pattern": "^(\\*|[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?|[a-z0-9][-a-z0-9]{0,61}\\*)$"}},
-            "seams": obj({"enabled": {"type": "boolean"}}),
+            "seams": obj({"enabled": {"type": "boolean"}, "spanIngestUrl": URL_OR_EMPTY}),
         }),
         "nodeTypes": {"type": "array", "items": obj({
             "typeId": {"type": "string", "minLength": 1},

@@ -308,6 +308,240 @@ async fn rest_review_cache_expires_and_a_removed_role_binding_is_refused() {
     f.cleanup().await;
 }
 
+/// An OTLP export of `spans` span names whose resource names `run_id` in `namespace`.
+fn otlp_export(run_id: &str, namespace: &str, names: &[String]) -> Vec<u8> {
+    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+    use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
+    use opentelemetry_proto::tonic::resource::v1::Resource;
+    use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
+    use prost::Message;
+    let kv = |k: &str, v: &str| KeyValue {
+        key: k.into(),
+        value: Some(AnyValue {
+            value: Some(any_value::Value::StringValue(v.into())),
+        }),
+        ..Default::default()
+    };
+    ExportTraceServiceRequest {
+        resource_spans: vec![ResourceSpans {
+            resource: Some(Resource {
+                attributes: vec![
+                    kv("openwop.run_id", run_id),
+                    kv("openwop.namespace", namespace),
+                ],
+                ..Default::default()
+            }),
+            scope_spans: vec![ScopeSpans {
+                spans: names
+                    .iter()
+                    .map(|n| Span {
+                        name: n.clone(),
+                        trace_id: vec![7; 16],
+                        span_id: vec![1; 8],
+                        attributes: vec![kv("openwop.node_id", "a")],
+                        ..Default::default()
+                    })
+                    .collect(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+    }
+    .encode_to_vec()
+}
+
+/// The span store behind `test/otel/spans` over real HTTP: OTLP protobuf in (from several
+/// writers at once), the spec's `{spans}` out for the run's tenant only; spans naming no Run
+/// refused as an OTLP partial success; other media types, undecodable bodies and bodies
+/// over the bound refused with a reason; the per-run cap counted in `droppedSpans`.
+#[tokio::test]
+async fn the_span_store_files_otlp_spans_under_their_run() {
+    // Workers would export to spanIngestUrl; here the test itself is the exporter.
+    let Some(f) = RestFixture::start(
+        "the_span_store_files_otlp_spans_under_their_run",
+        "opi-rest-spans",
+        "{}",
+        "conformance: {seams: {enabled: true, spanIngestUrl: 'http://operator.invalid'}}",
+    )
+    .await
+    else {
+        return;
+    };
+    let run_id = f.run("live").await;
+    let ingest = f.op.url("/v1/host/sample/test/otel/ingest/v1/traces");
+    let post = |body: Vec<u8>, content_type: &'static str| {
+        f.http
+            .post(&ingest)
+            .header("content-type", content_type)
+            .body(body)
+            .timeout(Duration::from_secs(30))
+            .send()
+    };
+    let decode = |b: &[u8]| {
+        use prost::Message;
+        opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse::decode(b)
+            .expect("an OTLP ExportTraceServiceResponse")
+    };
+    let fr = &f;
+    let spans_of = |run: &str| {
+        let url = format!("/v1/host/sample/test/otel/spans?runId={run}");
+        async move {
+            let r = fr.get(&url).send().await.unwrap();
+            let code = r.status();
+            (code, r.json::<Value>().await.unwrap())
+        }
+    };
+    assert_eq!(
+        spans_of(&run_id).await.1,
+        json!({"spans": [], "droppedSpans": 0})
+    );
+
+    // Eight writers at once (as batches from several exporters): none overwrites another.
+    let batches: Vec<Vec<String>> = (0..8)
+        .map(|w| (0..5).map(|i| format!("span-{w}-{i}")).collect())
+        .collect();
+    let sent = futures::future::join_all(batches.iter().map(|names| {
+        post(
+            otlp_export(&run_id, &f.ns.name, names),
+            "application/x-protobuf",
+        )
+    }))
+    .await;
+    for r in sent {
+        let r = r.unwrap();
+        assert_eq!(r.status(), StatusCode::OK);
+        assert_eq!(r.headers()["content-type"], "application/x-protobuf");
+        assert_eq!(decode(&r.bytes().await.unwrap()).partial_success, None);
+    }
+    let (code, v) = spans_of(&run_id).await;
+    assert_eq!(code, StatusCode::OK, "{v}");
+    let mut got: Vec<String> = v["spans"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap().to_owned())
+        .collect();
+    got.sort();
+    let mut want: Vec<String> = batches.concat();
+    want.sort();
+    assert_eq!(got, want);
+    let one = &v["spans"][0];
+    assert_eq!(
+        one["attributes"]["openwop.run_id"],
+        run_id.as_str(),
+        "{one}"
+    );
+    assert_eq!(one["attributes"]["openwop.node_id"], "a", "{one}");
+    assert_eq!(one["events"], json!([]));
+
+    // A run that does not exist, or a real run claimed for another namespace: refused as a
+    // partial success naming why, nothing stored.
+    for (run, ns) in [
+        ("no-such-run", f.ns.name.as_str()),
+        (run_id.as_str(), "elsewhere"),
+    ] {
+        let r = post(
+            otlp_export(run, ns, &["x".into(), "y".into()]),
+            "application/x-protobuf",
+        )
+        .await
+        .unwrap();
+        assert_eq!(r.status(), StatusCode::OK);
+        let partial = decode(&r.bytes().await.unwrap())
+            .partial_success
+            .expect("partial success");
+        assert_eq!(partial.rejected_spans, 2);
+        assert!(
+            partial.error_message.contains("no Run with uid"),
+            "{}",
+            partial.error_message
+        );
+    }
+    assert_eq!(
+        spans_of(&run_id).await.1["spans"].as_array().unwrap().len(),
+        40
+    );
+
+    // Refusals with a reason: JSON, garbage, too large.
+    let r = post(b"{}".to_vec(), "application/json").await.unwrap();
+    assert_eq!(r.status(), StatusCode::UNSUPPORTED_MEDIA_TYPE);
+    let (code, body) = spec_error(r).await;
+    assert_eq!(code, "unsupported_media_type", "{body}");
+    let r = post(vec![0xff; 64], "application/x-protobuf")
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    let (code, body) = spec_error(r).await;
+    assert_eq!(code, "validation_error", "{body}");
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("ExportTraceServiceRequest"),
+        "{body}"
+    );
+    // Over the bound: refused on its declared length, before the body is sent (a raw
+    // request, since an HTTP client would see the server close while it still writes).
+    let mut conn = tokio::net::TcpStream::connect(
+        ingest
+            .trim_start_matches("http://")
+            .split('/')
+            .next()
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    conn.write_all(
+        format!(
+            "POST /v1/host/sample/test/otel/ingest/v1/traces HTTP/1.1\r\nhost: x\r\ncontent-type: application/x-protobuf\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+            5 * 1024 * 1024
+        )
+        .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut head = vec![0u8; 512];
+    let n = tokio::time::timeout(Duration::from_secs(10), conn.read(&mut head))
+        .await
+        .expect("an answer before the body")
+        .unwrap();
+    let head = String::from_utf8_lossy(&head[..n]);
+    assert!(head.starts_with("HTTP/1.1 413"), "{head}");
+
+    // The per-run cap: spans beyond it are counted, not stored.
+    let long: Vec<String> = (0..3000)
+        .map(|i| format!("{i:04}-{}", "n".repeat(300)))
+        .collect();
+    let r = post(
+        otlp_export(&run_id, &f.ns.name, &long),
+        "application/x-protobuf",
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let (_, v) = spans_of(&run_id).await;
+    let stored = v["spans"].as_array().unwrap().len();
+    let dropped = v["droppedSpans"].as_u64().unwrap();
+    assert!(
+        stored > 40 && dropped > 0,
+        "stored {stored}, dropped {dropped}"
+    );
+    assert_eq!(stored as u64 + dropped, 3040);
+    assert!(serde_json::to_vec(&v["spans"]).unwrap().len() <= 768 * 1024);
+
+    // Read with the run's auth: no token 401, an unknown run 404.
+    let r = f
+        .http
+        .get(f.op.url(&format!("/v1/host/sample/test/otel/spans?runId={run_id}")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(spans_of("no-such-run").await.0, StatusCode::NOT_FOUND);
+    f.cleanup().await;
+}
+
 // ---------------------------------------------------------------- figures (make bench)
 
 /// `p` (0..=100) percentile of sorted `v`.

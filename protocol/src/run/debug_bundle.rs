@@ -40,6 +40,9 @@ pub struct BundleInput<'a> {
     pub run: &'a RunSnapshotDoc,
     /// The run's events in order, exactly as `GET /v1/runs/{runId}/events/poll` serves them.
     pub events: Vec<Value>,
+    /// The run's OpenTelemetry spans as the span store keeps them (`{name, attributes,
+    /// events, ...}`; empty when the host keeps none).
+    pub spans: Vec<Value>,
     /// RFC 3339 time of generation (this crate reads no clock).
     pub generated_at: &'a str,
     /// Size cap in bytes ([`MAX_BUNDLE_BYTES`] unless lowered).
@@ -52,12 +55,13 @@ pub fn debug_bundle(input: BundleInput<'_>, redactor: &Redactor) -> Value {
         host,
         run,
         mut events,
+        mut spans,
         generated_at,
         max_bytes,
     } = input;
     let mut run = serde_json::to_value(run).unwrap_or(Value::Null);
     redactor.redact_value(&mut run);
-    for e in &mut events {
+    for e in events.iter_mut().chain(spans.iter_mut()) {
         redactor.redact_value(e);
     }
     let build = |events: &[Value], truncated: bool| {
@@ -72,9 +76,7 @@ pub fn debug_bundle(input: BundleInput<'_>, redactor: &Redactor) -> Value {
             "host": host,
             "run": run,
             "events": events,
-            // Spans go to the OTLP collector the cluster configures; the operator cannot
-            // read them back, so the bundle carries none rather than invented ones.
-            "spans": [],
+            "spans": spans,
             "metrics": {"nodeCount": node_count, "eventCount": events.len()},
             "redactionApplied": true,
             "redactionMode": REDACTION_MODE,
@@ -140,6 +142,7 @@ mod tests {
             },
             run,
             events,
+            spans: vec![],
             generated_at: "2026-01-01T00:00:01Z",
             max_bytes,
         }
@@ -168,6 +171,25 @@ mod tests {
         assert_eq!(b["truncated"], false);
         assert!(b.get("truncatedReason").is_none());
         assert_eq!(b["spans"], json!([]));
+    }
+
+    #[test]
+    fn spans_travel_in_the_bundle_redacted() {
+        let canary = "CANARY-0b7e-span";
+        let run = snapshot();
+        let mut inp = input(vec![event(0, "a", "start")], MAX_BUNDLE_BYTES, &run);
+        inp.spans = vec![json!({"name": "openwop.provider.call", "attributes":
+            {"openwop.model": format!("m-{canary}")}, "events": []})];
+        let b = debug_bundle(
+            inp,
+            &Redactor::new([("key".to_string(), canary.to_string())]),
+        );
+        assert_eq!(b["spans"][0]["name"], "openwop.provider.call");
+        assert_eq!(
+            b["spans"][0]["attributes"]["openwop.model"],
+            "m-[REDACTED:key]"
+        );
+        assert!(!b.to_string().contains(canary));
     }
 
     #[test]

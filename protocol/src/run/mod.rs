@@ -12,7 +12,8 @@
 //!   never skipped);
 //! * [`exit`] — the worker's exit codes;
 //! * [`ending`] — the terminal event, as the worker or the operator appends it;
-//! * [`nodes`] — the node-type registry: validation, dispatch and discovery read one list.
+//! * [`nodes`] — the node-type registry: validation, dispatch and discovery read one list;
+//! * [`telemetry`] — the span attributes naming a run, read back by the operator.
 //!
 //! Run identity is the runId: the Run object's uid, unique per object and never reused. A
 //! Run deleted and re-created under the same name is a new run with its own subject, its own
@@ -30,5 +31,6 @@ pub mod sequence;
 pub mod snapshot;
 pub mod status;
 pub mod subjects;
+pub mod telemetry;
 
 pub use crate::text::truncate;

@@ -2,6 +2,7 @@
 //! pipeline, one emission per clarification turn.
 
 use super::*;
+use openwop_protocol::run::telemetry as run_telemetry;
 
 impl<P: Publisher> Executor<'_, P> {
     pub(super) async fn prompt(
@@ -413,15 +414,18 @@ impl<P: Publisher> Executor<'_, P> {
                     }
                     Action::Accept(a) => break a,
                     Action::Fail(f) => {
-                        let env_span = node_span.child("openwop.envelope");
-                        env_span.set_str("openwop.run_id", &run_id);
-                        env_span.set_str("openwop.node_id", id);
-                        env_span.set_str("openwop.correlation_id", &corr);
-                        if let Some(t) = &envelope_type {
-                            env_span.set_str("openwop.envelope_type", t);
-                        }
-                        env_span.set_str("openwop.envelope_outcome", "failed");
-                        env_span.set_i64("openwop.envelope_retry_attempt", i64::from(f.attempts));
+                        let env_span = node_span.child(run_telemetry::ENVELOPE_SPAN);
+                        let about = run_telemetry::EnvelopeSpan {
+                            run_id: &run_id,
+                            node_id: id,
+                            correlation_id: &corr,
+                            envelope_type: envelope_type.as_deref(),
+                            retry_attempt: f.attempts,
+                        };
+                        env_span.set_all(&run_telemetry::envelope_span_failed(
+                            &about,
+                            f.code.as_str(),
+                        ));
                         env_span.fail(f.code.as_str(), &f.message);
                         // The router already recorded node.failed with the spec code.
                         return Ok(NodeOutcome::Failed(ErrorInfo {
@@ -450,15 +454,7 @@ impl<P: Publisher> Executor<'_, P> {
                 .and_then(|p| p.get("reasoning"))
                 .and_then(Value::as_str)
                 .map(str::to_owned);
-            let env_span = node_span.child("openwop.envelope");
-            env_span.set_str("openwop.run_id", &run_id);
-            env_span.set_str("openwop.node_id", id);
-            env_span.set_str("openwop.correlation_id", &corr);
-            env_span.set_str("openwop.envelope_type", &kind);
-            env_span.set_i64(
-                "openwop.envelope_retry_attempt",
-                i64::from(accepted.attempts),
-            );
+            let env_span = node_span.child(run_telemetry::ENVELOPE_SPAN);
             let processed = {
                 let mut ctx = Context::new(&self.host, &self.redactor, id, &now);
                 ctx.node_contract = contract.as_ref();
@@ -471,19 +467,18 @@ impl<P: Publisher> Executor<'_, P> {
                     w.log.factory(),
                 )
             };
-            env_span.set_str("openwop.envelope_outcome", processed.outcome.status());
-            if let Outcome::Accepted(a) = &processed.outcome {
-                env_span.set_bool(
-                    "openwop.envelope_schema_version_drift",
-                    a.warnings.iter().any(|w| {
-                        w.keyword.as_deref()
-                            == Some(
-                                openwop_protocol::outcome::Code::EnvelopeSchemaVersionDrift
-                                    .as_str(),
-                            )
-                    }),
-                );
-            } else if let Some(code) = processed.outcome.code() {
+            let about = run_telemetry::EnvelopeSpan {
+                run_id: &run_id,
+                node_id: id,
+                correlation_id: &corr,
+                envelope_type: Some(&kind),
+                retry_attempt: accepted.attempts,
+            };
+            env_span.set_all(&run_telemetry::envelope_span_attributes(
+                &about,
+                &processed.outcome,
+            ));
+            if let Some(code) = processed.outcome.code() {
                 env_span.fail(
                     code.as_str(),
                     processed.outcome.message().unwrap_or_default(),

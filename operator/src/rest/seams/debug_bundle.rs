@@ -2,10 +2,11 @@
 //! `debug-bundle.md`): a run's debug bundle, synchronously.
 //!
 //! Built from what `GET /v1/runs/{runId}` and `GET /v1/runs/{runId}/events/poll` serve
-//! (one snapshot mapping, one event reader) and redacted by protocol's bundle projection
+//! (one snapshot mapping, one event reader) — for a synthetic run of the seams (events
+//! `envelope/accept` projected), from its log and the projection of it — and redacted by protocol's bundle projection
 //! with the run's sensitive inputs; the events are already redacted by the worker. The
-//! bundle's `spans` is empty: the worker exports its spans to the cluster's OTLP collector,
-//! which the operator cannot read back, and the bundle carries no invented ones.
+//! bundle's `spans` are what the span store holds for the run ([`super::otel_spans`]; none
+//! when workers cannot reach it).
 
 use axum::Json;
 use axum::body::Body;
@@ -21,8 +22,11 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::SeamCaller;
-use crate::rest::runs::{json_body, read_events, snapshot_of, visible_run};
+use crate::rest::runs::{json_body, read_events, read_subject_events, snapshot_of, visible_run};
 use crate::rest::{ApiError, ErrorBody, RestState};
+use openwop_protocol::run::api::{RunFacts, RunSnapshotDoc};
+use openwop_protocol::run::projection::Projection;
+use openwop_protocol::run::subjects::events_subject;
 
 pub fn routes() -> OpenApiRouter<RestState> {
     OpenApiRouter::new().routes(routes!(export))
@@ -58,21 +62,58 @@ async fn export(
             .with_details(json!({"field": "runId"})));
         }
     };
-    let run = visible_run(&s, &caller.caller, &run_id).await?;
-    let snapshot = snapshot_of(&s, &run);
-    let events = read_events(&s, &run, None, None).await?.events;
-    // The run's sensitive inputs, as the worker redacts them (same ids).
-    let ns = run.namespace().unwrap_or_default();
-    let inputs = run.spec.inputs.clone().unwrap_or(Value::Null);
-    let workflow = run.spec.workflow_ref.name.as_deref().and_then(|n| {
-        s.workflows
-            .state()
-            .into_iter()
-            .find(|w| w.namespace().as_deref() == Some(ns.as_str()) && w.name_any() == n)
-    });
-    let secrets = workflow
-        .map(|w| sensitive_values(&w.spec.definition(), &inputs))
-        .unwrap_or_default();
+    // A synthetic run of the seams (its snapshot is the projection of its events), else a
+    // Run the caller may see.
+    let (ns, snapshot, events, secrets) =
+        if super::is_synthetic(&s, &caller.namespace, &run_id).await? {
+            let ns = caller.namespace.clone();
+            let events = read_subject_events(&s, events_subject(&ns, &run_id)).await?;
+            let mut projection = Projection::default();
+            for e in &events {
+                projection.apply(e);
+            }
+            let ts = |i: Option<&Value>| {
+                i.and_then(|e| e.get("timestamp"))
+                    .and_then(Value::as_str)
+                    .map(str::to_owned)
+            };
+            let snapshot = RunSnapshotDoc::from_projection(
+                &projection,
+                RunFacts {
+                    run_id: &run_id,
+                    workflow_id: "",
+                    tenant: &ns,
+                    started_at: ts(events.first()),
+                    completed_at: None,
+                    attempts: None,
+                },
+            );
+            (ns, snapshot, events, Vec::new())
+        } else {
+            let run = visible_run(&s, &caller.caller, &run_id).await?;
+            let snapshot = snapshot_of(&s, &run);
+            let events = read_events(&s, &run, None, None).await?.events;
+            // The run's sensitive inputs, as the worker redacts them (same ids).
+            let ns = run.namespace().unwrap_or_default();
+            let inputs = run.spec.inputs.clone().unwrap_or(Value::Null);
+            let workflow = run.spec.workflow_ref.name.as_deref().and_then(|n| {
+                s.workflows
+                    .state()
+                    .into_iter()
+                    .find(|w| w.namespace().as_deref() == Some(ns.as_str()) && w.name_any() == n)
+            });
+            let secrets = workflow
+                .map(|w| sensitive_values(&w.spec.definition(), &inputs))
+                .unwrap_or_default();
+            (ns, snapshot, events, secrets)
+        };
+    let spans = if super::span_ingest_traces_url(&s.config).is_some()
+        || super::is_synthetic(&s, &ns, &run_id).await?
+    {
+        super::otel_spans::stored_spans(&s, &ns, &run_id).await?.0
+    } else {
+        Vec::new()
+    };
     let generated_at = k8s_openapi::jiff::Timestamp::now().to_string();
     let bundle = debug_bundle(
         BundleInput {
@@ -83,6 +124,7 @@ async fn export(
             },
             run: &snapshot,
             events,
+            spans,
             generated_at: &generated_at,
             max_bytes: MAX_BUNDLE_BYTES,
         },

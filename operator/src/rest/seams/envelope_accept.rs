@@ -16,8 +16,9 @@ use sha2::{Digest, Sha256};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::{DEDUP_BUCKET, SeamCaller, SeamError, append_synthetic, body, now, store};
+use super::{DEDUP_BUCKET, SeamCaller, SeamError, append_synthetic, body, now, otel_spans, store};
 use crate::rest::{ApiError, ErrorBody, RestState};
+use openwop_protocol::run::telemetry::{ENVELOPE_SPAN, EnvelopeSpan, envelope_span_attributes};
 
 pub fn routes() -> OpenApiRouter<RestState> {
     OpenApiRouter::new().routes(routes!(accept))
@@ -97,6 +98,29 @@ async fn accept(
         }
         None => evaluate(0)?,
     };
+    if let Some(p) = &req.project_to {
+        // The span the worker would record for this envelope, for `test/otel/spans`.
+        let envelope = &req.envelope;
+        let text = |k: &str| envelope.get(k).and_then(Value::as_str);
+        let outcome = &evaluated.processed.outcome;
+        let about = EnvelopeSpan {
+            run_id: &p.run_id,
+            node_id: p.node_id.as_deref().unwrap_or_default(),
+            correlation_id: text("correlationId").unwrap_or_default(),
+            envelope_type: text("type"),
+            retry_attempt: 1,
+        };
+        let error = outcome
+            .code()
+            .map(|c| (c.as_str(), outcome.message().unwrap_or_default()));
+        let span = otel_spans::seam_span(
+            ENVELOPE_SPAN,
+            &envelope_span_attributes(&about, outcome),
+            error,
+            &req.redactor(),
+        );
+        otel_spans::record(&s, &ns, &p.run_id, &[span]).await?;
+    }
     if let (Some((kv, key)), Some(record)) = (kv_key, &evaluated.record) {
         let bytes = serde_json::to_vec(record).unwrap_or_default();
         kv.put(key, bytes.into()).await.map_err(unavailable)?;

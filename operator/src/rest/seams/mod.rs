@@ -34,6 +34,9 @@ use super::{ApiError, Caller, Resource, RestState, Verb};
 
 pub mod debug_bundle;
 pub mod mock_ai;
+pub mod otel_spans;
+
+pub use otel_spans::span_ingest_traces_url;
 
 /// Path prefix of every seam (`host-extensions.md` §"Canonical prefixes").
 pub const PREFIX: &str = "/v1/host/sample";
@@ -51,6 +54,8 @@ pub const PATHS: &[&str] = &[
     "GET /v1/host/sample/test/mock-ai/last-dispatch-budget",
     "GET /v1/host/sample/test/mock-ai/dispatch-budgets",
     "POST /v1/host/sample/test/debug-bundle/export",
+    "GET /v1/host/sample/test/otel/spans",
+    "POST /v1/host/sample/test/otel/ingest/v1/traces",
 ];
 
 /// Key-value bucket of the envelope-accept seam's persisted dedup decisions.
@@ -61,7 +66,12 @@ pub const CAPABILITIES_BUCKET: &str = "openwop-seam-capabilities";
 pub const RUNS_BUCKET: &str = "openwop-seam-runs";
 /// Every seam bucket whose keys are `<namespace>.…`: `test/reset` clears the caller's
 /// namespace's keys in each (the overlay bucket is global and cleared whole).
-pub const BUCKETS: &[&str] = &[DEDUP_BUCKET, RUNS_BUCKET, mock_ai::BUCKET];
+pub const BUCKETS: &[&str] = &[
+    DEDUP_BUCKET,
+    RUNS_BUCKET,
+    mock_ai::BUCKET,
+    otel_spans::BUCKET,
+];
 
 /// The seams' routes, to pass to [`super::router`] as `extra` when the seams are enabled.
 pub fn router() -> OpenApiRouter<RestState> {
@@ -74,6 +84,7 @@ pub fn router() -> OpenApiRouter<RestState> {
         .merge(emit_reliability::routes())
         .merge(mock_ai::routes())
         .merge(debug_bundle::routes())
+        .merge(otel_spans::routes())
 }
 
 /// Work the seams need on every replica while the process lives (keeping the capability
@@ -208,6 +219,30 @@ async fn synthetic_run(
     Ok(events_subject(namespace, run_id))
 }
 
+/// Whether the seams wrote events for the synthetic run `run_id` in `namespace` (such ids
+/// are never a Run's uid: [`synthetic_run`] refuses those).
+pub async fn is_synthetic(
+    state: &RestState,
+    namespace: &str,
+    run_id: &str,
+) -> Result<bool, ApiError> {
+    if openwop_protocol::seams::check_run_id("runId", run_id).is_err() {
+        return Ok(false);
+    }
+    let runs = store(state, RUNS_BUCKET).await?;
+    let found = runs
+        .get(format!("{namespace}.{run_id}"))
+        .await
+        .map_err(|e| {
+            tracing::warn!(error = %e, "test seams: reading the synthetic runs");
+            ApiError::unavailable(
+                "the seam store is unavailable; retry shortly",
+                std::time::Duration::from_secs(2),
+            )
+        })?;
+    Ok(found.is_some())
+}
+
 /// Appends seam-built events to a synthetic run's log in order (each only if nothing else
 /// was appended meanwhile), and records the run so `test/reset` can purge it. `build` gets
 /// the run sequence of the first event.
@@ -221,9 +256,7 @@ async fn append_synthetic<T>(
     let js = state.jetstream().await?;
     let (first, mut expected) = tail(state, &js, &subject).await?;
     let (out, events) = build(first)?;
-    if events.is_empty() {
-        return Ok(out);
-    }
+    // Recorded even without events: the seams may keep spans for it (`test/otel/spans`).
     let runs = store(state, RUNS_BUCKET).await?;
     runs.put(
         format!("{namespace}.{run_id}"),
@@ -237,6 +270,9 @@ async fn append_synthetic<T>(
             std::time::Duration::from_secs(2),
         )
     })?;
+    if events.is_empty() {
+        return Ok(out);
+    }
     for ev in &events {
         let body = serde_json::to_vec(ev).unwrap_or_default();
         // Unique per append: JetStream's dedup window is stream-wide, and the same synthetic
