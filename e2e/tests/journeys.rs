@@ -4235,6 +4235,65 @@ async fn conformance_seams_with_kubernetes_auth() {
         failed[0]["payload"]["error"]["code"],
         "envelope_contract_violation"
     );
+    // The projected envelopes' spans (test/otel/spans), as the worker would record them,
+    // and the synthetic run's debug bundle: no canary in either.
+    let (code, out) = seam_call(
+        "GET",
+        &url("/v1/host/sample/test/otel/spans?runId=seam-run-1"),
+        Some(&token),
+        None,
+    );
+    assert_eq!(code, 200, "{out}");
+    let spans = out["spans"].as_array().unwrap();
+    assert_eq!(spans.len(), 2, "{out}");
+    assert!(
+        spans.iter().all(|s| s["name"] == "openwop.envelope"),
+        "{out}"
+    );
+    let by_corr = |c: &str| {
+        spans
+            .iter()
+            .find(|s| s["attributes"]["openwop.correlation_id"] == c)
+            .unwrap_or_else(|| panic!("no span for {c}: {out}"))
+    };
+    assert_eq!(
+        by_corr("proj:1")["attributes"]["openwop.envelope_outcome"],
+        "accepted"
+    );
+    assert_eq!(by_corr("proj:1")["attributes"]["openwop.node_id"], "writer");
+    let refused = by_corr("proj:2");
+    assert_ne!(
+        refused["attributes"]["openwop.envelope_outcome"],
+        "accepted"
+    );
+    assert!(
+        refused["attributes"]["openwop.error_code"].is_string(),
+        "{refused}"
+    );
+    assert_eq!(refused["status"]["code"], "error", "{refused}");
+    assert!(!out.to_string().contains(canary), "{out}");
+    let (code, bundle) = seam_call(
+        "POST",
+        &url("/v1/host/sample/test/debug-bundle/export"),
+        Some(&token),
+        Some(&json!({"runId": "seam-run-1"})),
+    );
+    assert_eq!(code, 200, "{bundle}");
+    assert_eq!(bundle["run"]["runId"], "seam-run-1");
+    assert_eq!(
+        bundle["events"].as_array().map(Vec::len),
+        Some(events.len())
+    );
+    assert_eq!(bundle["spans"].as_array().map(Vec::len), Some(2));
+    assert!(!bundle.to_string().contains(canary), "{bundle}");
+    // Another tenant's synthetic runs are not its own: 404.
+    let (code, _) = seam_call(
+        "GET",
+        &url("/v1/host/sample/test/otel/spans?runId=seam-run-1"),
+        Some(&other_token),
+        None,
+    );
+    assert_eq!(code, 404);
     // Another tenant reads its own namespace: nothing of this one's runs.
     let (code, out) = seam_call(
         "GET",
