@@ -726,7 +726,7 @@ impl OperatorConfig {
                 &self.conformance.seams.span_ingest_url,
             ),
         ] {
-            if !url.is_empty() && !(url.starts_with("http://") || url.starts_with("https://")) {
+            if !(url.is_empty() || url.starts_with("http://") || url.starts_with("https://")) {
                 return invalid(
                     field,
                     format!("{url:?} must be an http:// or https:// URL (or empty for none)"),

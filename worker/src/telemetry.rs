@@ -35,7 +35,7 @@ pub struct OtelError {
 pub fn endpoints_from_env(get: impl Fn(&str) -> Option<String>) -> Vec<String> {
     let get = |k: &str| get(k).filter(|v| !v.trim().is_empty());
     let scrape = get(run_env::TEST_OTEL_SCRAPE_ENDPOINT);
-    endpoint_from_env(&get).into_iter().chain(scrape).collect()
+    endpoint_from_env(get).into_iter().chain(scrape).collect()
 }
 
 /// The collector's traces URL from the environment, if export to one is enabled.

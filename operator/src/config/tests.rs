@@ -87,6 +87,14 @@ fn bad_values_name_the_field() {
             "config field rest.maxInFlight: must be at least 1, got 0",
         ),
         (
+            "worker:\n  otlpEndpoint: collector:4318\n",
+            "config field worker.otlpEndpoint: \"collector:4318\" must be an http:// or https:// URL",
+        ),
+        (
+            "conformance:\n  seams:\n    enabled: true\n    spanIngestUrl: operator.svc\n",
+            "config field conformance.seams.spanIngestUrl: \"operator.svc\" must be an http:// or https:// URL",
+        ),
+        (
             "rest:\n  reviewCacheSeconds: 301\n",
             "config field rest.reviewCacheSeconds: must be 0..300, got 301",
         ),
