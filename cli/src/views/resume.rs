@@ -7,6 +7,7 @@ use clap::Args;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use openwop_crds::{InterruptAnswer, Run};
+use openwop_protocol::run::status::AnswerMismatch;
 use serde_json::{Map, Value, json};
 
 use super::{NamespaceArg, client_and_namespace};
@@ -109,12 +110,11 @@ pub fn build_answer(run: &Run, args: &ResumeArgs) -> Result<InterruptAnswer> {
     }
     let comment = args.reason.clone();
     if args.approve || args.reject {
-        if let Some(p) = pending.filter(|p| p.interrupt_id == interrupt_id && p.kind != "approval")
+        if let Some(Err(e)) = pending
+            .filter(|p| p.interrupt_id == interrupt_id)
+            .map(|p| p.check_answer(None))
         {
-            bail!(
-                "interrupt {interrupt_id} is a {} interrupt, not an approval: answer its questions with --answer ID=VALUE",
-                p.kind
-            );
+            bail!("{e}: answer its questions with --answer ID=VALUE");
         }
         return Ok(InterruptAnswer {
             interrupt_id,
@@ -132,29 +132,27 @@ pub fn build_answer(run: &Run, args: &ResumeArgs) -> Result<InterruptAnswer> {
         }
     }
     if let Some(p) = pending.filter(|p| p.interrupt_id == interrupt_id) {
-        if p.kind == "approval" {
-            bail!("interrupt {interrupt_id} waits for an approval: use --approve or --reject");
-        }
-        if !p.questions.is_empty() {
-            let known: Vec<&str> = p.questions.iter().map(|q| q.id.as_str()).collect();
-            if let Some(unknown) = value.keys().find(|k| !known.contains(&k.as_str())) {
-                bail!(
-                    "interrupt {interrupt_id} has no question {unknown:?}; its questions are: {}",
-                    known.join(", ")
-                );
-            }
-            let missing: Vec<&str> = known
-                .iter()
-                .copied()
-                .filter(|k| !value.contains_key(*k))
-                .collect();
-            if !missing.is_empty() {
+        match p.check_answer(Some(&value)) {
+            Ok(()) => {}
+            Err(AnswerMismatch::Questions {
+                known,
+                unknown,
+                missing,
+                ..
+            }) => {
+                if let Some(unknown) = unknown.first() {
+                    bail!(
+                        "interrupt {interrupt_id} has no question {unknown:?}; its questions are: {}",
+                        known.join(", ")
+                    );
+                }
                 bail!(
                     "missing answers for question(s) {}: add --answer {}=VALUE",
                     missing.join(", "),
                     missing[0]
                 );
             }
+            Err(e) => bail!("{e}: use --approve or --reject"),
         }
     }
     Ok(InterruptAnswer {

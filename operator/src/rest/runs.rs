@@ -20,7 +20,7 @@ use openwop_crds::{InterruptAnswer, Run, RunSpec, WorkflowRef};
 use openwop_nats::reader::{From, LogMessage, RunLog};
 use openwop_protocol::run::api::{RunFacts, RunSnapshotDoc, check_inputs};
 use openwop_protocol::run::projection::Projection;
-use openwop_protocol::run::status::RunPhase;
+use openwop_protocol::run::status::{AnswerMismatch, RunPhase};
 use openwop_protocol::run::subjects::events_subject;
 use openwop_protocol::workflow::WorkflowDefinition;
 use serde::{Deserialize, Serialize};
@@ -654,7 +654,7 @@ pub fn build_answer(
         comment: req.comment,
         content_trust: trust,
     };
-    if pending.kind == "approval" {
+    if pending.is_approval() {
         let approved = match &req.resume_value {
             Value::Bool(b) => Some(*b),
             Value::String(s) => match s.as_str() {
@@ -689,26 +689,18 @@ pub fn build_answer(
         )
         .with_details(json!({"field": "resumeValue"})));
     };
-    if !pending.questions.is_empty() {
-        let known: Vec<&str> = pending.questions.iter().map(|q| q.id.as_str()).collect();
-        let unknown: Vec<&String> = value
-            .keys()
-            .filter(|k| !known.contains(&k.as_str()))
-            .collect();
-        let missing: Vec<&str> = known
-            .iter()
-            .copied()
-            .filter(|k| !value.contains_key(*k))
-            .collect();
-        if !unknown.is_empty() || !missing.is_empty() {
-            return Err(ApiError::validation(format!(
-                "resumeValue must answer exactly the questions {}",
-                known.join(", ")
-            ))
-            .with_details(
-                json!({"field": "resumeValue", "missing": missing, "unknown": unknown}),
-            ));
-        }
+    if let Err(AnswerMismatch::Questions {
+        known,
+        unknown,
+        missing,
+        ..
+    }) = pending.check_answer(Some(&value))
+    {
+        return Err(ApiError::validation(format!(
+            "resumeValue must answer exactly the questions {}",
+            known.join(", ")
+        ))
+        .with_details(json!({"field": "resumeValue", "missing": missing, "unknown": unknown})));
     }
     Ok(InterruptAnswer {
         value: Some(Value::Object(value)),

@@ -137,7 +137,79 @@ pub struct PendingInterrupt {
     pub observed: Option<f64>,
 }
 
+/// Why an answer does not fit the interrupt it names (the REST interrupts endpoint and
+/// `kubectl openwop resume` word it for their callers).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AnswerMismatch {
+    /// An approval (or rejection) for an interrupt that asks questions.
+    #[error("interrupt {interrupt_id} is a {kind} interrupt, not an approval")]
+    NotAnApproval { interrupt_id: String, kind: String },
+    /// Answers for an interrupt that waits for an approval.
+    #[error("interrupt {interrupt_id} waits for an approval, not answers")]
+    WantsApproval { interrupt_id: String },
+    /// Answers that are not exactly the interrupt's questions.
+    #[error("interrupt {interrupt_id} must get exactly one answer per question ({}); unknown: {unknown:?}, missing: {missing:?}", known.join(", "))]
+    Questions {
+        interrupt_id: String,
+        known: Vec<String>,
+        unknown: Vec<String>,
+        missing: Vec<String>,
+    },
+}
+
 impl PendingInterrupt {
+    pub fn is_approval(&self) -> bool {
+        self.kind == "approval"
+    }
+
+    /// Whether an approval (`answers: None`) or these answers (question id → answer) fit
+    /// what this interrupt waits for. An interrupt that lists questions takes exactly one
+    /// answer for each; one that lists none takes any answers.
+    pub fn check_answer(
+        &self,
+        answers: Option<&serde_json::Map<String, serde_json::Value>>,
+    ) -> Result<(), AnswerMismatch> {
+        let Some(answers) = answers else {
+            return if self.is_approval() {
+                Ok(())
+            } else {
+                Err(AnswerMismatch::NotAnApproval {
+                    interrupt_id: self.interrupt_id.clone(),
+                    kind: self.kind.clone(),
+                })
+            };
+        };
+        if self.is_approval() {
+            return Err(AnswerMismatch::WantsApproval {
+                interrupt_id: self.interrupt_id.clone(),
+            });
+        }
+        if self.questions.is_empty() {
+            return Ok(());
+        }
+        let known: Vec<String> = self.questions.iter().map(|q| q.id.clone()).collect();
+        let unknown: Vec<String> = answers
+            .keys()
+            .filter(|k| !known.contains(k))
+            .cloned()
+            .collect();
+        let missing: Vec<String> = known
+            .iter()
+            .filter(|k| !answers.contains_key(*k))
+            .cloned()
+            .collect();
+        if unknown.is_empty() && missing.is_empty() {
+            Ok(())
+        } else {
+            Err(AnswerMismatch::Questions {
+                interrupt_id: self.interrupt_id.clone(),
+                known,
+                unknown,
+                missing,
+            })
+        }
+    }
+
     /// Applies the status bounds (question count and length).
     pub fn bounded(mut self) -> Self {
         self.questions.truncate(MAX_QUESTIONS);
@@ -179,6 +251,60 @@ impl RunError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn pending(kind: &str, questions: &[&str]) -> PendingInterrupt {
+        PendingInterrupt {
+            interrupt_id: "i1".into(),
+            node_id: "n".into(),
+            kind: kind.into(),
+            questions: questions
+                .iter()
+                .map(|q| PendingQuestion {
+                    id: (*q).into(),
+                    question: "?".into(),
+                })
+                .collect(),
+            reason: None,
+            agent_id: None,
+            threshold: None,
+            observed: None,
+        }
+    }
+
+    #[test]
+    fn an_answer_must_fit_its_interrupt() {
+        let map = |keys: &[&str]| -> serde_json::Map<String, serde_json::Value> {
+            keys.iter()
+                .map(|k| ((*k).to_owned(), serde_json::json!("v")))
+                .collect()
+        };
+        let ask = pending("clarification", &["q1", "q2"]);
+        assert_eq!(ask.check_answer(Some(&map(&["q2", "q1"]))), Ok(()));
+        assert_eq!(
+            ask.check_answer(Some(&map(&["q1", "q9"]))),
+            Err(AnswerMismatch::Questions {
+                interrupt_id: "i1".into(),
+                known: vec!["q1".into(), "q2".into()],
+                unknown: vec!["q9".into()],
+                missing: vec!["q2".into()],
+            })
+        );
+        assert!(matches!(
+            ask.check_answer(None),
+            Err(AnswerMismatch::NotAnApproval { kind, .. }) if kind == "clarification"
+        ));
+        // Without listed questions any answers fit.
+        assert_eq!(
+            pending("custom", &[]).check_answer(Some(&map(&["x"]))),
+            Ok(())
+        );
+        let approval = pending("approval", &[]);
+        assert_eq!(approval.check_answer(None), Ok(()));
+        assert!(matches!(
+            approval.check_answer(Some(&map(&[]))),
+            Err(AnswerMismatch::WantsApproval { .. })
+        ));
+    }
 
     #[test]
     fn suspension_maps_kind_and_low_confidence() {
