@@ -11,7 +11,9 @@
 use axum::Json;
 use axum::body::Body;
 use axum::extract::State;
-use kube::ResourceExt;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::{Api, ResourceExt};
+use openwop_crds::Run;
 use openwop_protocol::redact::Redactor;
 use openwop_protocol::run::debug_bundle::{
     BundleHost, BundleInput, MAX_BUNDLE_BYTES, debug_bundle,
@@ -22,8 +24,10 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::SeamCaller;
+use crate::pod::snapshot_name;
 use crate::rest::runs::{json_body, read_events, read_subject_events, snapshot_of, visible_run};
 use crate::rest::{ApiError, ErrorBody, RestState};
+use crate::snapshot::read_snapshot;
 use openwop_protocol::run::api::{RunFacts, RunSnapshotDoc};
 use openwop_protocol::run::projection::Projection;
 use openwop_protocol::run::subjects::events_subject;
@@ -37,6 +41,39 @@ pub fn routes() -> OpenApiRouter<RestState> {
 #[serde(rename_all = "camelCase")]
 pub struct ExportRequest {
     pub run_id: String,
+}
+
+/// The run's sensitive inputs, as its worker redacts them (same ids): from the frozen
+/// snapshot the run executes (a Workflow edited since cannot change them), or — before the
+/// run has one — from its Workflow as it is now.
+async fn run_secrets(s: &RestState, run: &Run) -> Vec<(String, String)> {
+    let ns = run.namespace().unwrap_or_default();
+    let maps: Api<ConfigMap> = Api::namespaced(s.client.clone(), &ns);
+    match maps.get_opt(&snapshot_name(&run.name_any())).await {
+        Ok(Some(cm)) => match read_snapshot(&cm) {
+            Ok(snapshot) => return snapshot.sensitive_values(),
+            Err(e) => {
+                tracing::warn!(run = %run.name_any(), error = %e, "debug bundle: the run's snapshot is unreadable; using its Workflow")
+            }
+        },
+        Ok(None) => {}
+        Err(e) => {
+            tracing::warn!(run = %run.name_any(), error = %e, "debug bundle: reading the run's snapshot; using its Workflow")
+        }
+    }
+    let inputs = run.spec.inputs.clone().unwrap_or(Value::Null);
+    run.spec
+        .workflow_ref
+        .name
+        .as_deref()
+        .and_then(|n| {
+            s.workflows
+                .state()
+                .into_iter()
+                .find(|w| w.namespace().as_deref() == Some(ns.as_str()) && w.name_any() == n)
+        })
+        .map(|w| sensitive_values(&w.spec.definition(), &inputs))
+        .unwrap_or_default()
 }
 
 /// Export a run's debug bundle (`DebugBundle`, `debug-bundle.md`).
@@ -93,18 +130,8 @@ async fn export(
             let run = visible_run(&s, &caller.caller, &run_id).await?;
             let snapshot = snapshot_of(&s, &run);
             let events = read_events(&s, &run, None, None).await?.events;
-            // The run's sensitive inputs, as the worker redacts them (same ids).
             let ns = run.namespace().unwrap_or_default();
-            let inputs = run.spec.inputs.clone().unwrap_or(Value::Null);
-            let workflow = run.spec.workflow_ref.name.as_deref().and_then(|n| {
-                s.workflows
-                    .state()
-                    .into_iter()
-                    .find(|w| w.namespace().as_deref() == Some(ns.as_str()) && w.name_any() == n)
-            });
-            let secrets = workflow
-                .map(|w| sensitive_values(&w.spec.definition(), &inputs))
-                .unwrap_or_default();
+            let secrets = run_secrets(&s, &run).await;
             (ns, snapshot, events, secrets)
         };
     let spans = if super::span_ingest_traces_url(&s.config).is_some()
