@@ -9,6 +9,7 @@ use anyhow::Context as _;
 use openwop_nats::NatsAuth;
 use openwop_protocol::graph::Graph;
 use openwop_protocol::redact::Redactor;
+use openwop_protocol::run::ending;
 use openwop_protocol::run::env as run_env;
 use openwop_protocol::run::exit::{BAD_INPUT, CRASHED, STOPPED, SUSPENDED, TERMINAL};
 use openwop_protocol::run::projection::Projection;
@@ -247,10 +248,10 @@ async fn run(stop: StopSignal, otel: &Otel) -> anyhow::Result<i32> {
                 retryable: Some(false),
             };
             log.emit_value(
-                "run.failed",
+                ending::RUN_FAILED_STEP,
                 None,
                 openwop_protocol::events::EventType::RunFailed,
-                serde_json::json!({"error": err}),
+                ending::failed_payload(&err),
             )
             .await?;
             (RunEnd::Failed(err), log.events().to_vec())

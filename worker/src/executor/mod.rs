@@ -41,6 +41,7 @@ use openwop_protocol::pipeline::{self, Context, DedupStore, EnvelopeContract, Ho
 use openwop_protocol::redact::Redactor;
 use openwop_protocol::retry::MockProgram;
 use openwop_protocol::retry::{Action, NlToFormat, NormalizedResponse, Router, RouterConfig};
+use openwop_protocol::run::ending;
 use openwop_protocol::run::nodes::{Executor as NodeExecutor, MOCK_AGENT_TYPE_ID, executor_of};
 use openwop_protocol::run::snapshot::RunSnapshot;
 use openwop_protocol::schedule::{self, Decision, NodeState, SkipReason};
@@ -518,10 +519,10 @@ impl<'a, P: Publisher> Executor<'a, P> {
 
     async fn finish_failed(&self, e: ErrorInfo) -> Result<RunEnd, LogError> {
         self.emit_value(
-            "run.failed",
+            ending::RUN_FAILED_STEP,
             None,
             EventType::RunFailed,
-            json!({"error": e}),
+            ending::failed_payload(&e),
         )
         .await?;
         Ok(RunEnd::Failed(e))
@@ -838,10 +839,10 @@ pub async fn cancel_run<P: Publisher>(
         return Ok(end);
     }
     log.emit_value(
-        "run.cancelled",
+        ending::RUN_CANCELLED_STEP,
         None,
         EventType::RunCancelled,
-        json!({"reason": reason, "cancelledBy": "operator"}),
+        ending::cancelled_payload(reason, ending::CANCELLED_BY_OPERATOR),
     )
     .await?;
     Ok(RunEnd::Cancelled)
