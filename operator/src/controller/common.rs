@@ -142,6 +142,20 @@ impl Step {
         self.event(EventType::Warning, event_reason, message);
     }
 
+    /// Ends the run failed because no snapshot can be built from it (`refused`: undecodable
+    /// or too large): Ready=False with the refusal's reason, the error, a Warning Event.
+    pub(super) fn refuse(
+        &mut self,
+        refused: &crate::snapshot::Refused,
+        now: Timestamp,
+        generation: Option<i64>,
+    ) {
+        let msg = refused.to_string();
+        let reason = refused.reason();
+        self.set_condition("Ready", false, reason, msg.clone(), generation, now);
+        self.fail(now, generation, refused.code(), (reason, reason), msg);
+    }
+
     /// Ends the run in `phase` with condition reason `reason` and an Event of type `t` and
     /// the same reason, both carrying `message` (every ending is reported both ways).
     pub(super) fn finish(

@@ -147,22 +147,7 @@ async fn apply_run(run: Arc<Run>, ctx: Arc<Context>) -> Result<Action, Error> {
         if let Some(p) = step.status.worker_pod.take() {
             delete_ignoring_missing(&pods, &p).await?;
         }
-        let msg = refused.to_string();
-        step.set_condition(
-            "Ready",
-            false,
-            refused.reason(),
-            msg.clone(),
-            generation,
-            now,
-        );
-        step.fail(
-            now,
-            generation,
-            refused.code(),
-            (refused.reason(), refused.reason()),
-            msg,
-        );
+        step.refuse(&refused, now, generation);
         action = Action::await_change();
     } else if run.spec.cancel == Some(true) {
         action = super::cancel::cancel(&run, &ctx, &mut step, &pods, &cms, &wfs, now).await?;

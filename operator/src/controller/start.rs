@@ -13,7 +13,7 @@ use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
-use openwop_crds::{Run, RunError, RunPhase, Workflow};
+use openwop_crds::{Run, RunPhase, Workflow};
 
 use super::common::{Step, wait_until};
 use super::namespace::{ensure_nats_credentials, ensure_worker_service_account};
@@ -182,19 +182,8 @@ pub(super) async fn progress(
                 ) {
                     Ok(doc) => doc,
                     Err(refused) => {
-                        let msg = refused.to_string();
                         step.status.workflow = Some(wf.name_any());
-                        step.status.error = Some(RunError::new(refused.code(), &msg));
-                        step.set_condition(
-                            "Ready",
-                            false,
-                            refused.reason(),
-                            msg.clone(),
-                            generation,
-                            now,
-                        );
-                        let ending = (EventType::Warning, refused.reason());
-                        step.finish(RunPhase::Failed, now, generation, ending, msg);
+                        step.refuse(&refused, now, generation);
                         return Ok(Action::await_change());
                     }
                 };
@@ -257,10 +246,7 @@ pub(super) async fn progress(
         let doc = with_current_answers(&stored, run);
         if let Err(refused) = crate::snapshot::fits(&doc) {
             // The apiserver would refuse this snapshot at every retry: end the run now.
-            let msg = refused.to_string();
-            step.status.error = Some(RunError::new(refused.code(), &msg));
-            let ending = (EventType::Warning, refused.reason());
-            step.finish(RunPhase::Failed, now, generation, ending, msg);
+            step.refuse(&refused, now, generation);
             return Ok(Action::await_change());
         }
         cms.patch(
