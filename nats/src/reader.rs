@@ -1,5 +1,6 @@
-//! Reading one run's log from JetStream: the one reader behind `kubectl openwop events` and
-//! the REST API's `/v1/runs/{runId}/events` (JSON, SSE, poll).
+//! Reading one run's log from JetStream: the one reader behind `kubectl openwop events`, the
+//! REST API's `/v1/runs/{runId}/events` (JSON, SSE, poll) and the read-backs of the worker and
+//! the operator's event consumer (`stream::read_subject`).
 //!
 //! An ordered consumer (ephemeral, flow-controlled, recreated by the client on gaps) on the
 //! run's subjects, from the first message or from a stream sequence. Each message says how
@@ -61,11 +62,6 @@ impl RunLog {
         subjects: Vec<String>,
         from: From,
     ) -> Result<RunLog, ReadError> {
-        let server = |action, e: &dyn std::fmt::Display| ReadError::Server {
-            stream: stream.to_owned(),
-            action,
-            reason: e.to_string(),
-        };
         let s = js
             .get_stream(stream)
             .await
@@ -73,6 +69,21 @@ impl RunLog {
                 stream: stream.to_owned(),
                 reason: e.to_string(),
             })?;
+        RunLog::open_on(&s, subjects, from).await
+    }
+
+    /// [`RunLog::open`] on a stream already looked up.
+    pub async fn open_on(
+        s: &jetstream::stream::Stream,
+        subjects: Vec<String>,
+        from: From,
+    ) -> Result<RunLog, ReadError> {
+        let stream = s.cached_info().config.name.clone();
+        let server = |action, e: &dyn std::fmt::Display| ReadError::Server {
+            stream: stream.clone(),
+            action,
+            reason: e.to_string(),
+        };
         let deliver_policy = match from {
             From::Start => consumer::DeliverPolicy::All,
             From::StreamSequence(n) => consumer::DeliverPolicy::ByStartSequence {
@@ -98,7 +109,7 @@ impl RunLog {
             .map_err(|e| server("start reading the run's subjects", &e))?;
         Ok(RunLog {
             pending_at_start,
-            stream: stream.to_owned(),
+            stream,
             messages,
         })
     }

@@ -14,6 +14,7 @@
 
 use std::time::Duration;
 
+use crate::reader::{From, LogMessage, ReadError, RunLog};
 use async_nats::jetstream::{self, stream};
 use openwop_protocol::run::subjects::{STREAM_SUBJECTS, StreamSpec, run_subjects};
 
@@ -103,33 +104,23 @@ pub async fn ensure_stream(
         .map_err(|e| server(name, "read it after the update", e))
 }
 
-/// Reads every message stored on `subject`, in stream order, with an ordered consumer (one
-/// attempt: each read message must arrive within `timeout`). Used to read a run's log back,
-/// e.g. to fill a hole in the events a durable consumer delivered.
+/// Reads every message stored on `subject`, in stream order, with the run-log reader
+/// ([`crate::reader::RunLog`]; one attempt: each message must arrive within `timeout`). Used
+/// to read a run's log back, e.g. to fill a hole in the events a durable consumer delivered.
 pub async fn read_subject(
     stream: &stream::Stream,
     subject: &str,
     timeout: Duration,
-) -> Result<Vec<async_nats::Message>, StreamError> {
+) -> Result<Vec<LogMessage>, StreamError> {
     use futures::StreamExt as _;
     let name = stream.cached_info().config.name.clone();
-    let consumer = stream
-        .create_consumer(jetstream::consumer::pull::OrderedConfig {
-            filter_subject: subject.to_owned(),
-            deliver_policy: jetstream::consumer::DeliverPolicy::All,
-            ..Default::default()
-        })
+    let failed = |e: ReadError| server(&name, "read a subject", e);
+    let log = RunLog::open_on(stream, vec![subject.to_owned()], From::Start)
         .await
-        .map_err(|e| server(&name, "read a subject", e))?;
-    let total = consumer.cached_info().num_pending as usize;
+        .map_err(failed)?;
+    let total = log.pending_at_start as usize;
     let mut out = Vec::with_capacity(total);
-    if total == 0 {
-        return Ok(out);
-    }
-    let mut messages = consumer
-        .messages()
-        .await
-        .map_err(|e| server(&name, "read a subject", e))?;
+    let mut messages = std::pin::pin!(log.messages());
     while out.len() < total {
         match tokio::time::timeout(timeout, messages.next()).await {
             Err(_) => {
@@ -142,8 +133,8 @@ pub async fn read_subject(
                     ),
                 ));
             }
-            Ok(Some(Ok(m))) => out.push(m.message),
-            Ok(Some(Err(e))) => return Err(server(&name, "read a subject", e)),
+            Ok(Some(Ok(m))) => out.push(m),
+            Ok(Some(Err(e))) => return Err(failed(e)),
             Ok(None) => {
                 return Err(server(
                     &name,
