@@ -116,6 +116,7 @@ fn chart_conformance_fixtures_are_valid_and_advertised() {
         [
             "conformance-noop",
             "conformance-idempotent",
+            "conformance-multi-node",
             "conformance-agent-reasoning",
             "conformance-agent-low-confidence",
             "conformance-envelope-truncated",
