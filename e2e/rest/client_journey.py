@@ -87,7 +87,7 @@ a = client.runs_create(CreateRunRequest(workflowId="hello_world", inputs={"greet
 b = client.runs_create(CreateRunRequest(workflowId="hello_world", inputs={"greeting": "x"}), idempotency_key=key)
 created.append(a.runId)
 check(a.runId == b.runId, "same key and body give the same run")
-expect_error(lambda: client.runs_create(CreateRunRequest(workflowId="hello_world", inputs={"greeting": "y"}), idempotency_key=key), 409, "idempotency_key_reused")
+expect_error(lambda: client.runs_create(CreateRunRequest(workflowId="hello_world", inputs={"greeting": "y"}), idempotency_key=key), 409, "idempotency_key_mismatch")
 
 # Unknown workflow → 404; inputs not matching the declared variables → 400 with details.
 expect_error(lambda: client.runs_create(CreateRunRequest(workflowId="no_such_workflow")), 404, "not_found")

@@ -544,6 +544,7 @@ mod tests {
         // tenant scope (a tenant is a namespace).
         assert_eq!(doc["supportedTransports"], json!(["rest"]));
         assert_eq!(doc["secrets"]["scopes"], json!(["tenant"]));
+        assert_eq!(doc["secrets"]["resolution"], "host-managed");
         assert_eq!(
             doc["x-host-openwop-operator-event-stream"],
             json!({"transport": "nats-jetstream", "subject": "openwop.events.<namespace>.<runId>"})

@@ -114,6 +114,9 @@ fn chart_conformance_fixtures_are_valid_and_advertised() {
     assert_eq!(
         ids,
         [
+            "conformance-noop",
+            "conformance-idempotent",
+            "conformance-multi-node",
             "conformance-agent-reasoning",
             "conformance-agent-low-confidence",
             "conformance-envelope-truncated",

@@ -276,6 +276,17 @@ pub struct Secrets {
     pub supported: bool,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub scopes: Vec<SecretScope>,
+    /// Present when `supported`: `capabilities.md` §"Secrets" requires `host-managed` then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolution: Option<SecretResolution>,
+}
+
+/// `secrets.resolution`: who turns a secret reference into its value (`host-managed`, the
+/// only value in v1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SecretResolution {
+    HostManaged,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -627,9 +638,13 @@ pub fn build(cfg: &CapabilitiesConfig) -> Result<CapabilitiesDocument, Capabilit
         observability: (cfg.test_seams != TestSeams::default()).then_some(Observability {
             test_seams: cfg.test_seams,
         }),
-        secrets: Some(Secrets {
-            supported: !cfg.secret_scopes.is_empty(),
-            scopes: dedup(&cfg.secret_scopes),
+        secrets: Some({
+            let supported = !cfg.secret_scopes.is_empty();
+            Secrets {
+                supported,
+                scopes: dedup(&cfg.secret_scopes),
+                resolution: supported.then_some(SecretResolution::HostManaged),
+            }
         }),
         ai_providers: Some(AiProviders {
             supported: cfg.providers.clone(),

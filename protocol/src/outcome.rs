@@ -150,6 +150,113 @@ impl Outcome {
     }
 }
 
+impl Outcome {
+    /// Reads a decision a caller hands back (`priorCorrelations[].outcome` of the envelope-accept
+    /// request): this host's own serialised outcome, or the spec's minimal `EnvelopeOutcome`
+    /// (`ai-envelope.md`: `{status, recordedEventIds}` / `{status, reason, …}`) as other hosts
+    /// and the conformance suite send it — an accepted outcome without `redactedPayload`, a
+    /// gated one whose `reason` is a sentence. Fields this host's outcome has and the caller
+    /// left out take neutral values (no events, trusted, payload `null`, no redactions); a
+    /// `reason` that is not one of [`Code`] is kept as the outcome's `message`, under the code
+    /// of its status (`gated`: `envelope_contract_violation`, `invalid`: `envelope_invalid`).
+    /// The error says what is missing.
+    pub fn from_prior_value(v: &Value) -> Result<Outcome, String> {
+        if let Ok(o) = serde_json::from_value::<Outcome>(v.clone()) {
+            return Ok(o);
+        }
+        let Some(obj) = v.as_object() else {
+            return Err("is not an object: give the outcome the earlier accept returned".into());
+        };
+        let str_of = |k: &str| obj.get(k).and_then(Value::as_str);
+        let strings_of = |k: &str| -> Vec<String> {
+            obj.get(k)
+                .and_then(Value::as_array)
+                .map(|a| {
+                    a.iter()
+                        .filter_map(Value::as_str)
+                        .map(str::to_owned)
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        // The reason as a code when it is one; otherwise the caller's sentence.
+        let reason = str_of("reason");
+        let code_of = |fallback: Code| {
+            reason
+                .and_then(|r| serde_json::from_value::<Code>(Value::from(r)).ok())
+                .unwrap_or(fallback)
+        };
+        let message = str_of("message").or(reason).unwrap_or_default().to_owned();
+        match str_of("status") {
+            Some("accepted") => Ok(Outcome::Accepted(Accepted {
+                envelope_id: str_of("envelopeId").unwrap_or_default().to_owned(),
+                recorded_event_ids: strings_of("recordedEventIds"),
+                normalized_meta: obj
+                    .get("normalizedMeta")
+                    .and_then(|m| serde_json::from_value(m.clone()).ok())
+                    .unwrap_or(NormalizedMeta {
+                        content_trust: ContentTrust::Trusted,
+                    }),
+                redacted_payload: obj.get("redactedPayload").cloned().unwrap_or(Value::Null).into(),
+                redaction_count: obj.get("redactionCount").and_then(Value::as_u64).unwrap_or(0),
+                replayed: false,
+                warnings: Vec::new(),
+            })),
+            Some("gated") => {
+                let code = code_of(Code::EnvelopeContractViolation);
+                let gate = obj
+                    .get("gate")
+                    .and_then(|g| serde_json::from_value(g.clone()).ok())
+                    .unwrap_or(if code == Code::UnknownEnvelopeKind {
+                        Gate::SupportedEnvelopes
+                    } else {
+                        Gate::NodeContract
+                    });
+                Ok(Outcome::Gated(Gated {
+                    code,
+                    message,
+                    gate,
+                    refused_type: str_of("refusedType").unwrap_or_default().to_owned(),
+                    allowed_kinds: strings_of("allowedKinds"),
+                    replayed: false,
+                }))
+            }
+            Some("invalid") => Ok(Outcome::Invalid(Invalid {
+                code: code_of(Code::EnvelopeInvalid),
+                message,
+                details: obj
+                    .get("details")
+                    .and_then(|d| serde_json::from_value(d.clone()).ok())
+                    .unwrap_or_default(),
+            })),
+            Some("breached") => {
+                let Some(cap_kind) = obj
+                    .get("capKind")
+                    .and_then(|k| serde_json::from_value::<EnvelopeCapKind>(k.clone()).ok())
+                else {
+                    return Err(
+                        "is breached without a capKind: give capKind envelopes, schema or clarification"
+                            .into(),
+                    );
+                };
+                Ok(Outcome::Breached(Breached {
+                    code: Code::CapBreached,
+                    reason: reason.unwrap_or(cap_kind.limit_name()).to_owned(),
+                    message,
+                    cap_kind,
+                    limit: obj.get("limit").and_then(Value::as_u64).unwrap_or(0),
+                    observed: obj.get("observed").and_then(Value::as_u64).unwrap_or(0),
+                    replayed: false,
+                }))
+            }
+            _ => Err(
+                "has no status accepted, gated, invalid or breached: give the outcome the earlier accept returned"
+                    .into(),
+            ),
+        }
+    }
+}
+
 /// Trust resolved by the trust step.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

@@ -227,9 +227,11 @@ fn varied_config_validates_and_says_what_was_configured() {
         json!({"supported": true, "reasoning": {"verbosity": "full", "streaming": true}})
     );
     assert_eq!(v["conformance"], json!({"mockAgent": true}));
+    // capabilities.md §"Secrets" (and the suite's redaction scenario): a host that supports
+    // secrets says who resolves them.
     assert_eq!(
         v["secrets"],
-        json!({"supported": true, "scopes": ["tenant"]})
+        json!({"supported": true, "scopes": ["tenant"], "resolution": "host-managed"})
     );
     assert_eq!(
         v["aiProviders"],

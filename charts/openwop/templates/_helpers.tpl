@@ -128,6 +128,6 @@ separated; empty unless conformance.seams.enabled): discovery advertises them in
 */}}
 {{- define "openwop.conformanceFixtures" -}}
 {{- if .Values.conformance.seams.enabled -}}
-conformance-agent-reasoning,conformance-agent-low-confidence,conformance-envelope-truncated,conformance-envelope-retry-attempted,conformance-envelope-truncation-cap-exhaustion,conformance-envelope-refusal
+conformance-noop,conformance-idempotent,conformance-multi-node,conformance-agent-reasoning,conformance-agent-low-confidence,conformance-envelope-truncated,conformance-envelope-retry-attempted,conformance-envelope-truncation-cap-exhaustion,conformance-envelope-refusal
 {{- end -}}
 {{- end }}

@@ -18,7 +18,9 @@ use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Resource as _, ResourceExt};
 use openwop_crds::{InterruptAnswer, Run, RunSpec, WorkflowRef};
 use openwop_nats::reader::{From, LogMessage, RunLog};
-use openwop_protocol::run::api::{RunFacts, RunSnapshotDoc, check_inputs};
+use openwop_protocol::run::api::{
+    IDEMPOTENCY_KEY_MISMATCH, IDEMPOTENT_REPLAY_HEADER, RunFacts, RunSnapshotDoc, check_inputs,
+};
 use openwop_protocol::run::projection::Projection;
 use openwop_protocol::run::status::{AnswerMismatch, RunPhase};
 use openwop_protocol::run::subjects::events_subject;
@@ -392,6 +394,8 @@ pub async fn create_run(
         status: None,
     };
     let api: Api<Run> = Api::namespaced(s.client.clone(), &ns);
+    // True when the Idempotency-Key met the Run an earlier identical request created.
+    let mut replayed = false;
     let created = match api.create(&PostParams::default(), &run).await {
         Ok(r) => r,
         Err(kube::Error::Api(e)) if e.code == 409 && key.is_some() => {
@@ -404,12 +408,14 @@ pub async fn create_run(
                 .get(ANNOTATION_REQUEST_HASH)
                 .is_some_and(|h| *h == request_hash);
             if !same {
+                // The spec's code (`idempotency.md` §"Record shape, digest, and lease"), and
+                // nothing of the earlier run: a mismatch never hands back the cached answer.
                 return Err(ApiError::conflict(
-                    "idempotency_key_reused",
+                    IDEMPOTENCY_KEY_MISMATCH,
                     "this Idempotency-Key was already used with a different request body; use a new key",
-                )
-                .with_details(json!({"runId": existing.meta().uid})));
+                ));
             }
+            replayed = true;
             existing
         }
         Err(kube::Error::Api(e)) if e.code == 422 || e.code == 400 => {
@@ -437,7 +443,15 @@ pub async fn create_run(
         status_url: format!("/v1/runs/{run_id}"),
         run_id,
     };
-    Ok((StatusCode::CREATED, Json(body)).into_response())
+    let mut response = (StatusCode::CREATED, Json(body)).into_response();
+    if replayed {
+        // `rest-endpoints.md`: a response served for a repeated Idempotency-Key says so.
+        response.headers_mut().insert(
+            IDEMPOTENT_REPLAY_HEADER,
+            axum::http::HeaderValue::from_static("true"),
+        );
+    }
+    Ok(response)
 }
 
 fn truncate_name(s: &str, max: usize) -> &str {

@@ -265,6 +265,55 @@ async fn rest_limits_body_size_concurrency_and_sse_keepalive_over_real_http() {
     f.cleanup().await;
 }
 
+/// `POST /v1/runs` with an `Idempotency-Key` (`idempotency.md` Layer 1): the same key and
+/// body answer the same run again with `OpenWOP-Idempotent-Replay`, and another body under the
+/// key is `409 idempotency_key_mismatch` naming no run.
+#[tokio::test]
+async fn rest_idempotent_create_marks_the_replay_and_a_changed_body_is_a_mismatch() {
+    use openwop_protocol::run::api::{IDEMPOTENCY_KEY_MISMATCH, IDEMPOTENT_REPLAY_HEADER};
+    let Some(f) = RestFixture::start(
+        "rest_idempotent_create_marks_the_replay_and_a_changed_body_is_a_mismatch",
+        "opi-rest-idem",
+        "{}",
+        "",
+    )
+    .await
+    else {
+        return;
+    };
+    let create = |body: Value| {
+        f.http
+            .post(f.op.url("/v1/runs"))
+            .bearer_auth(&f.token)
+            .header("idempotency-key", "key-1")
+            .json(&body)
+            .timeout(Duration::from_secs(30))
+            .send()
+    };
+    let body = json!({"workflowId": "w", "tags": ["first"]});
+    let first = create(body.clone()).await.unwrap();
+    assert_eq!(first.status(), StatusCode::CREATED);
+    assert!(first.headers().get(IDEMPOTENT_REPLAY_HEADER).is_none());
+    let first: Value = first.json().await.unwrap();
+    let again = create(body).await.unwrap();
+    assert_eq!(again.status(), StatusCode::CREATED);
+    assert_eq!(again.headers()[IDEMPOTENT_REPLAY_HEADER], "true");
+    let again: Value = again.json().await.unwrap();
+    assert_eq!(again["runId"], first["runId"], "{again}");
+    let other = create(json!({"workflowId": "w", "tags": ["second"]}))
+        .await
+        .unwrap();
+    assert_eq!(other.status(), StatusCode::CONFLICT);
+    let (code, err) = spec_error(other).await;
+    assert_eq!(code, IDEMPOTENCY_KEY_MISMATCH, "{err}");
+    let run_id = first["runId"].as_str().unwrap();
+    assert!(
+        !err.to_string().contains(run_id),
+        "the 409 names the earlier run: {err}"
+    );
+    f.cleanup().await;
+}
+
 #[tokio::test]
 async fn rest_review_cache_expires_and_a_removed_role_binding_is_refused() {
     let Some(f) = RestFixture::start(

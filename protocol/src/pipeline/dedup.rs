@@ -11,7 +11,8 @@
 //! Recorded: `accepted`, contract-`gated` and `breached` outcomes — decisions
 //! about a well-formed envelope. Not recorded: `invalid` and kind-gated
 //! (`unknown_envelope_kind`) outcomes, which the model is asked to correct
-//! and may re-emit under the same correlationId.
+//! and may re-emit under the same correlationId. A decision the caller hands
+//! back (`priorCorrelations`) is kept whatever its status: it was taken.
 
 use std::collections::BTreeMap;
 
@@ -44,7 +45,8 @@ impl DedupStore {
         self.entries.get(correlation_id).map(Box::as_ref)
     }
 
-    /// Records a decision; the first decision for a correlationId is kept.
+    /// Records a decision the pipeline took; the first decision for a correlationId is
+    /// kept. `invalid` and kind-gated outcomes are not recorded (see the module docs).
     pub fn record(&mut self, correlation_id: &str, envelope_type: &str, outcome: &Outcome) {
         if matches!(outcome, Outcome::Invalid(_)) {
             return;
@@ -54,6 +56,12 @@ impl DedupStore {
         {
             return;
         }
+        self.insert(correlation_id, envelope_type, outcome);
+    }
+
+    /// Records a decision whatever its status (a caller's `priorCorrelations` entry); the
+    /// first decision for a correlationId is kept.
+    pub fn insert(&mut self, correlation_id: &str, envelope_type: &str, outcome: &Outcome) {
         self.entries
             .entry(correlation_id.to_owned())
             .or_insert_with(|| {

@@ -61,13 +61,21 @@ pub struct AcceptRequest {
     pub approval_gate_context: bool,
 }
 
-/// One earlier decision: `{correlationId, outcome, envelopeType}`.
+/// One earlier decision: `{correlationId, outcome, envelopeType}`. The outcome may be this
+/// host's own or the spec's minimal `EnvelopeOutcome` ([`Outcome::from_prior_value`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PriorCorrelation {
     pub correlation_id: String,
+    #[serde(deserialize_with = "prior_outcome")]
     pub outcome: Outcome,
     pub envelope_type: String,
+}
+
+fn prior_outcome<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Outcome, D::Error> {
+    let v = Value::deserialize(d)?;
+    Outcome::from_prior_value(&v)
+        .map_err(|why| serde::de::Error::custom(format!("priorCorrelations[].outcome {why}")))
 }
 
 /// A BYOK secret the outcome and events must never carry.
@@ -243,8 +251,10 @@ pub fn evaluate(
     for p in &req.prior_correlations {
         let mut corr = p.correlation_id.clone();
         redactor.redact_in_place(&mut corr);
-        // First record wins: the persisted one, when present.
-        store.record(&corr, &p.envelope_type, &p.outcome);
+        // First record wins: the persisted one, when present. A decision the caller hands
+        // back replays whatever its status (`ai-envelope.md` §"Replay determinism": the
+        // cached outcome is returned), unlike the pipeline's own, which skips `invalid`.
+        store.insert(&corr, &p.envelope_type, &p.outcome);
     }
     let run_id = req
         .project_to
@@ -267,6 +277,7 @@ pub fn evaluate(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::outcome::Code;
     use serde_json::json;
 
     fn env(kind: &str, corr: &str) -> Value {
@@ -349,6 +360,81 @@ mod tests {
             serde_json::to_value(&conflict.processed.outcome).unwrap()["reason"],
             "envelope_correlation_conflict"
         );
+    }
+
+    /// The spec's minimal `EnvelopeOutcome`, as the conformance suite's correlationReplay
+    /// scenario sends it: accepted without `redactedPayload`, gated with a sentence reason.
+    #[test]
+    fn prior_outcomes_in_the_spec_shape_replay_whatever_their_status() {
+        let prior = |corr: &str, kind: &str, outcome: Value| json!([{"correlationId": corr, "envelopeType": kind, "outcome": outcome}]);
+        // Accepted: replayed with the caller's envelopeId, no new events.
+        let r = req(
+            json!({"envelope": env("error", "c1"), "priorCorrelations": prior("c1", "error",
+            json!({"status": "accepted", "envelopeId": "env-prior", "recordedEventIds": [],
+                "normalizedMeta": {"contentTrust": "trusted"}}))}),
+        );
+        let e = eval(&r, None);
+        let Outcome::Accepted(a) = &e.processed.outcome else {
+            panic!("{:?}", e.processed.outcome)
+        };
+        assert!(a.replayed);
+        assert_eq!(a.envelope_id, "env-prior");
+        assert!(e.processed.events.is_empty());
+        // Same correlationId, another type: the conflict, not a parse error.
+        let r = req(
+            json!({"envelope": env("error", "c2"), "priorCorrelations": prior("c2",
+            "clarification.request", json!({"status": "accepted", "envelopeId": "env-prior",
+                "recordedEventIds": [], "normalizedMeta": {"contentTrust": "trusted"}}))}),
+        );
+        assert_eq!(
+            eval(&r, None).processed.outcome.code(),
+            Some(Code::EnvelopeCorrelationConflict)
+        );
+        // Gated with a sentence, although the host gate would accept the kind now: gated
+        // again, the sentence kept as the message.
+        let mut v = env("vendor.x.foo", "c3");
+        v["payload"] = json!({});
+        let r = req(
+            json!({"envelope": v, "hostSupportedEnvelopes": ["vendor.x.foo"],
+            "priorCorrelations": prior("c3", "vendor.x.foo", json!({"status": "gated",
+                "reason": "envelope type 'vendor.x.foo' not advertised",
+                "allowedKinds": ["error"]}))}),
+        );
+        let e = eval(&r, None);
+        let Outcome::Gated(g) = &e.processed.outcome else {
+            panic!("{:?}", e.processed.outcome)
+        };
+        assert!(g.replayed);
+        assert_eq!(g.message, "envelope type 'vendor.x.foo' not advertised");
+        assert_eq!(g.allowed_kinds, vec!["error".to_owned()]);
+        // Invalid replays too (a decision the caller hands back was taken).
+        let r = req(
+            json!({"envelope": env("error", "c4"), "priorCorrelations": prior("c4", "error",
+            json!({"status": "invalid", "reason": "unknown_schema_version", "details": []}))}),
+        );
+        assert_eq!(
+            eval(&r, None).processed.outcome.code(),
+            Some(Code::UnknownSchemaVersion)
+        );
+        // An unusable prior says what to give.
+        for (outcome, says) in [
+            (json!({"reason": "x"}), "has no status"),
+            (
+                json!({"status": "breached", "reason": "x"}),
+                "without a capKind",
+            ),
+            (json!("accepted"), "is not an object"),
+        ] {
+            let err =
+                serde_json::from_value::<AcceptRequest>(json!({"envelope": env("error", "c"),
+                "priorCorrelations": prior("c", "error", outcome.clone())}))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains("priorCorrelations[].outcome") && err.contains(says),
+                "{outcome}: {err}"
+            );
+        }
     }
 
     #[test]

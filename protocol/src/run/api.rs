@@ -11,6 +11,14 @@ use super::status::RunPhase;
 use crate::pipeline::shape::json_type;
 use crate::workflow::{VariableKind, WorkflowVariable};
 
+/// The error code of `POST /v1/runs` when an `Idempotency-Key` is reused with another request
+/// body (409; `idempotency.md` §"Record shape, digest, and lease").
+pub const IDEMPOTENCY_KEY_MISMATCH: &str = "idempotency_key_mismatch";
+
+/// Response header set (to `true`) when `POST /v1/runs` answers a repeated `Idempotency-Key`
+/// with the run the first request created (`rest-endpoints.md`, `OpenWOP-Idempotent-Replay`).
+pub const IDEMPOTENT_REPLAY_HEADER: &str = "openwop-idempotent-replay";
+
 /// The REST RunSnapshot.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
