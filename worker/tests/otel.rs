@@ -205,7 +205,7 @@ fn spans_for_run_node_provider_call_and_envelope_are_exported_redacted() {
     assert_eq!(str_attr(env_p, "openwop.envelope_outcome"), "accepted");
     assert_eq!(int_attr(env_p, "openwop.envelope_retry_attempt"), 2);
     assert_eq!(
-        attrs(env_p).get("openwop.envelope_schema_version_drift"),
+        attrs(env_p).get("envelope_schema_version_drift"),
         Some(&Any::BoolValue(false))
     );
     assert!(str_attr(env_p, "openwop.correlation_id").starts_with("run-otel-1:p:0"));

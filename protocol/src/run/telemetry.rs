@@ -12,6 +12,9 @@ use crate::outcome::{Code, Outcome};
 
 /// Name of the span that times one envelope's acceptance.
 pub const ENVELOPE_SPAN: &str = "openwop.envelope";
+/// On an accepted envelope's span: whether its `schemaVersion` was below the advertised
+/// floor and accepted under `envelopeStrictness: warn`.
+pub const SCHEMA_VERSION_DRIFT: &str = "envelope_schema_version_drift";
 /// The failure code on a failed span (its status is ERROR).
 pub const ERROR_CODE: &str = "openwop.error_code";
 
@@ -68,10 +71,9 @@ pub fn envelope_span_attributes(
                 .warnings
                 .iter()
                 .any(|w| w.keyword.as_deref() == Some(Code::EnvelopeSchemaVersionDrift.as_str()));
-            attrs.push((
-                "openwop.envelope_schema_version_drift",
-                AttrValue::Bool(drift),
-            ));
+            // The spec's own name (`ai-envelope.md` §"Schema discipline": "log the mismatch
+            // as `envelope_schema_version_drift` in the OTel span"), not under `openwop.`.
+            attrs.push((SCHEMA_VERSION_DRIFT, AttrValue::Bool(drift)));
         }
         refused => {
             if let Some(code) = refused.code() {
@@ -94,6 +96,49 @@ pub fn envelope_span_failed(span: &EnvelopeSpan<'_>, code: &str) -> Vec<(&'stati
 mod tests {
     use super::*;
     use crate::outcome::Outcome;
+
+    #[test]
+    fn a_below_floor_envelope_accepted_under_warn_carries_the_drift_flag() {
+        use crate::pipeline::InputLimits;
+        use crate::pipeline::request::{AcceptRequest, evaluate};
+        let outcome = |version: u32| {
+            let req: AcceptRequest = serde_json::from_value(serde_json::json!({
+                "envelope": {"type": "clarification.request", "schemaVersion": version,
+                    "correlationId": "r:n:0:d", "payload": {"questions": [{"id": "q1", "question": "why?"}]},
+                    "meta": {"source": "ai-generation", "ts": "2026-05-20T10:00:00Z"}},
+                "schemaVersionFloor": {"clarification.request": 1},
+                "envelopeStrictness": "warn"}))
+            .unwrap_or_else(|e| panic!("request fixture: {e}"));
+            evaluate(
+                &req,
+                None,
+                InputLimits::default(),
+                "r",
+                0,
+                "2026-05-20T10:00:00Z",
+            )
+            .unwrap_or_else(|e| panic!("evaluate: {e}"))
+            .processed
+            .outcome
+        };
+        let span = EnvelopeSpan {
+            run_id: "r",
+            node_id: "n",
+            correlation_id: "r:n:0:d",
+            envelope_type: Some("clarification.request"),
+            retry_attempt: 1,
+        };
+        let drift = |o: &Outcome| {
+            envelope_span_attributes(&span, o)
+                .into_iter()
+                .find(|(k, _)| *k == SCHEMA_VERSION_DRIFT)
+                .map(|(_, v)| v)
+        };
+        let below = outcome(0);
+        assert!(below.is_accepted(), "{below:?}");
+        assert_eq!(drift(&below), Some(AttrValue::Bool(true)));
+        assert_eq!(drift(&outcome(1)), Some(AttrValue::Bool(false)));
+    }
 
     #[test]
     fn an_envelope_span_names_its_outcome_and_a_refusal_its_code() {
@@ -123,7 +168,7 @@ mod tests {
             get(ERROR_CODE),
             Some(AttrValue::Str("invalid_envelope_shape".into()))
         );
-        assert_eq!(get("openwop.envelope_schema_version_drift"), None);
+        assert_eq!(get(SCHEMA_VERSION_DRIFT), None);
         let failed = envelope_span_failed(
             &EnvelopeSpan {
                 envelope_type: None,
