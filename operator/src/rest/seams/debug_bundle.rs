@@ -101,42 +101,42 @@ async fn export(
     };
     // A synthetic run of the seams (its snapshot is the projection of its events), else a
     // Run the caller may see.
-    let (ns, snapshot, events, secrets) =
-        if super::is_synthetic(&s, &caller.namespace, &run_id).await? {
-            let ns = caller.namespace.clone();
-            let events = read_subject_events(&s, events_subject(&ns, &run_id)).await?;
-            let mut projection = Projection::default();
-            for e in &events {
-                projection.apply(e);
-            }
-            let ts = |i: Option<&Value>| {
-                i.and_then(|e| e.get("timestamp"))
-                    .and_then(Value::as_str)
-                    .map(str::to_owned)
-            };
-            let snapshot = RunSnapshotDoc::from_projection(
-                &projection,
-                RunFacts {
-                    run_id: &run_id,
-                    workflow_id: "",
-                    tenant: &ns,
-                    started_at: ts(events.first()),
-                    completed_at: None,
-                    attempts: None,
-                },
-            );
-            (ns, snapshot, events, Vec::new())
-        } else {
-            let run = visible_run(&s, &caller.caller, &run_id).await?;
-            let snapshot = snapshot_of(&s, &run);
-            let events = read_events(&s, &run, None, None).await?.events;
-            let ns = run.namespace().unwrap_or_default();
-            let secrets = run_secrets(&s, &run).await;
-            (ns, snapshot, events, secrets)
+    let synthetic = super::is_synthetic(&s, &caller.namespace, &run_id).await?;
+    let (ns, snapshot, events, secrets) = if synthetic {
+        let ns = caller.namespace.clone();
+        let events = read_subject_events(&s, events_subject(&ns, &run_id)).await?;
+        let mut projection = Projection::default();
+        for e in &events {
+            projection.apply(e);
+        }
+        let ts = |i: Option<&Value>| {
+            i.and_then(|e| e.get("timestamp"))
+                .and_then(Value::as_str)
+                .map(str::to_owned)
         };
-    let spans = if super::span_ingest_traces_url(&s.config).is_some()
-        || super::is_synthetic(&s, &ns, &run_id).await?
-    {
+        let snapshot = RunSnapshotDoc::from_projection(
+            &projection,
+            RunFacts {
+                run_id: &run_id,
+                workflow_id: "",
+                tenant: &ns,
+                started_at: ts(events.first()),
+                completed_at: None,
+                attempts: None,
+            },
+        );
+        (ns, snapshot, events, Vec::new())
+    } else {
+        let run = visible_run(&s, &caller.caller, &run_id).await?;
+        let snapshot = snapshot_of(&s, &run);
+        let events = read_events(&s, &run, None, None).await?.events;
+        let ns = run.namespace().unwrap_or_default();
+        let secrets = run_secrets(&s, &run).await;
+        (ns, snapshot, events, secrets)
+    };
+    // The seams record spans for their synthetic runs; a Run's come from its workers, only
+    // when they can reach the span store.
+    let spans = if synthetic || super::span_ingest_traces_url(&s.config).is_some() {
         super::otel_spans::stored_spans(&s, &ns, &run_id).await?.0
     } else {
         Vec::new()
