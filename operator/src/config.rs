@@ -12,9 +12,9 @@ use openwop_protocol::capabilities::{
 use openwop_protocol::pipeline::Strictness;
 use openwop_protocol::retry::reasoning::ReasoningPosture;
 use openwop_protocol::run::host::HostProfile;
-use openwop_protocol::vendor::{LlmVendor, MOCK_VENDOR};
 use openwop_protocol::run::nodes::{BUILTIN_NODES, ConfigCheck};
 use openwop_protocol::run::subjects::StreamSpec;
+use openwop_protocol::vendor::{LlmVendor, MOCK_VENDOR};
 use openwop_protocol::workflow_check::{NodeRegistry, Tier1Posture};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;

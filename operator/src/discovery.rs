@@ -144,7 +144,10 @@ pub fn discovery_configmap(cfg: &OperatorConfig, doc: &Value) -> ConfigMap {
             name: Some(cfg.discovery.config_map.clone()),
             namespace: Some(cfg.discovery.namespace.clone()),
             labels: Some(BTreeMap::from([
-                (names::LABEL_MANAGED_BY.to_string(), names::MANAGER.to_string()),
+                (
+                    names::LABEL_MANAGED_BY.to_string(),
+                    names::MANAGER.to_string(),
+                ),
                 (
                     names::LABEL_COMPONENT.to_string(),
                     names::COMPONENT_DISCOVERY.to_string(),

@@ -386,8 +386,7 @@ mod tests {
     fn the_snapshot_carries_the_configured_host_profile() {
         let cfg = crate::config::OperatorConfig::from_yaml("limits:\n  clarificationRounds: 1\n")
             .unwrap();
-        let s =
-            build_snapshot(&run(), &workflow("1"), &cfg.host_profile(), false).unwrap();
+        let s = build_snapshot(&run(), &workflow("1"), &cfg.host_profile(), false).unwrap();
         assert_eq!(s.host.limits.clarification_rounds, 1);
         assert_eq!(doc(&s)["host"]["limits"]["clarificationRounds"], 1);
     }

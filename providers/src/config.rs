@@ -89,9 +89,9 @@ pub fn build_provider(config: &ProviderConfig) -> Result<Box<dyn Provider>, Prov
         .clone()
         .or_else(|| kind.default_base_url().map(str::to_string))
         .ok_or_else(|| {
-            ProviderError::Config(
-                format!("provider '{kind}' needs a base URL, e.g. http://localhost:11434/v1"),
-            )
+            ProviderError::Config(format!(
+                "provider '{kind}' needs a base URL, e.g. http://localhost:11434/v1"
+            ))
         })?;
     if config.model.trim().is_empty() {
         return Err(ProviderError::Config("model name is empty".into()));

@@ -111,8 +111,14 @@ async fn run(stop: StopSignal, otel: &Otel, wenv: &WorkerEnv) -> anyhow::Result<
         .run_namespace
         .clone()
         .unwrap_or_else(|| snap.run.namespace.clone());
-    let name = wenv.run_name.clone().unwrap_or_else(|| snap.run.name.clone());
-    let run_id = wenv.run_id.clone().unwrap_or_else(|| snap.run.run_id.clone());
+    let name = wenv
+        .run_name
+        .clone()
+        .unwrap_or_else(|| snap.run.name.clone());
+    let run_id = wenv
+        .run_id
+        .clone()
+        .unwrap_or_else(|| snap.run.run_id.clone());
     // Run identity is the runId: a re-created Run of the same name has its own subject.
     let subject = wenv.events_subject_or(&namespace, &run_id);
     let stream = wenv.stream_spec();
@@ -155,16 +161,17 @@ async fn run(stop: StopSignal, otel: &Otel, wenv: &WorkerEnv) -> anyhow::Result<
         },
         // A cancelled run calls no provider: build none.
         providers: match (&graph, snap.cancel) {
-            (Ok(g), false) => match ProviderSet::build(&snap, g, |p| {
-                wenv.provider_base_url(p).map(str::to_owned)
-            }) {
-                Ok(p) => p,
-                Err(e) => {
-                    let red = Redactor::new(secrets.clone());
-                    tracing::error!(error = %red.redact_str(&e.to_string()).0, "provider configuration");
-                    return Ok(BAD_INPUT);
+            (Ok(g), false) => {
+                match ProviderSet::build(&snap, g, |p| wenv.provider_base_url(p).map(str::to_owned))
+                {
+                    Ok(p) => p,
+                    Err(e) => {
+                        let red = Redactor::new(secrets.clone());
+                        tracing::error!(error = %red.redact_str(&e.to_string()).0, "provider configuration");
+                        return Ok(BAD_INPUT);
+                    }
                 }
-            },
+            }
             _ => ProviderSet::default(),
         },
         secrets,

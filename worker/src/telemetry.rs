@@ -283,8 +283,11 @@ mod tests {
             None
         );
         assert_eq!(
-            endpoint_from_env(None, env(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318/")]))
-                .as_deref(),
+            endpoint_from_env(
+                None,
+                env(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318/")])
+            )
+            .as_deref(),
             Some("http://c:4318/v1/traces")
         );
         assert_eq!(

@@ -310,7 +310,9 @@ fn the_mock_agent_runs_where_the_snapshot_says_the_host_opted_in() {
     let failed = events.iter().find(|e| e["type"] == "run.failed").unwrap();
     assert_eq!(failed["payload"]["error"]["code"], "capability_required");
     assert!(
-        events.iter().all(|e| !e["type"].as_str().unwrap().starts_with("agent.")),
+        events
+            .iter()
+            .all(|e| !e["type"].as_str().unwrap().starts_with("agent.")),
         "a refused mock agent emits nothing"
     );
 }

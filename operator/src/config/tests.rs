@@ -224,9 +224,13 @@ fn the_host_profile_is_the_configuration() {
     assert_eq!(h.reasoning_directive, ReasoningPosture::Mandatory);
     assert_eq!(h.truncation_budget_multiplier, 4.0);
     // Defaults are the host profile's, not restated here.
-    assert_eq!(OperatorConfig::default().host_profile(), HostProfile::default());
+    assert_eq!(
+        OperatorConfig::default().host_profile(),
+        HostProfile::default()
+    );
     // A fractional multiplier is a multiplier (RFC 0033 takes a number).
-    let cfg = OperatorConfig::from_yaml("reliability: {truncationBudgetMultiplier: 1.5}\n").unwrap();
+    let cfg =
+        OperatorConfig::from_yaml("reliability: {truncationBudgetMultiplier: 1.5}\n").unwrap();
     assert_eq!(cfg.host_profile().truncation_budget_multiplier, 1.5);
     let e = OperatorConfig::from_yaml("envelopeStrictness: loose\n").unwrap_err();
     assert!(

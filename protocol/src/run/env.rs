@@ -79,7 +79,10 @@ pub fn snapshot_path() -> String {
 
 /// `OPENWOP_PROVIDER_<NAME>_BASE_URL`: the API root of a configured provider (`-` → `_`).
 pub fn provider_base_url(provider: &str) -> String {
-    format!("{PROVIDER_PREFIX}{}{BASE_URL_SUFFIX}", provider_key(provider))
+    format!(
+        "{PROVIDER_PREFIX}{}{BASE_URL_SUFFIX}",
+        provider_key(provider)
+    )
 }
 
 /// The part of [`provider_base_url`] naming the provider.
@@ -229,7 +232,10 @@ impl WorkerEnv {
             REASONING_MAX_PER_NODE,
             t.reasoning_max_per_node.map(|n| n.to_string()),
         );
-        put(STOP_GRACE_MS, t.stop_grace.map(|d| d.as_millis().to_string()));
+        put(
+            STOP_GRACE_MS,
+            t.stop_grace.map(|d| d.as_millis().to_string()),
+        );
         let t = &self.testing;
         put(TEST_OTEL_SCRAPE_ENDPOINT, t.otel_scrape_endpoint.clone());
         put(
@@ -280,8 +286,12 @@ impl WorkerEnv {
             run_namespace: take(RUN_NAMESPACE),
             run_name: take(RUN_NAME),
             run_id: take(RUN_ID),
-            attempt: number(ATTEMPT, take(ATTEMPT), "a worker attempt number (1, 2, ...)")?
-                .map(|a| u32::try_from(a).unwrap_or(u32::MAX)),
+            attempt: number(
+                ATTEMPT,
+                take(ATTEMPT),
+                "a worker attempt number (1, 2, ...)",
+            )?
+            .map(|a| u32::try_from(a).unwrap_or(u32::MAX)),
             snapshot: take(SNAPSHOT).unwrap_or(d.snapshot),
             nats_url: take(NATS_URL).unwrap_or(d.nats_url),
             nats_credentials_dir: take(NATS_CREDENTIALS_DIR),
@@ -418,18 +428,22 @@ mod tests {
             let without: Vec<_> = vars.iter().filter(|(k, _)| k != name).cloned().collect();
             let back = WorkerEnv::from_vars(without.clone()).unwrap();
             assert_eq!(WorkerEnv::from_vars(back.to_env_vars()).unwrap(), back);
-            assert!(!back.to_env_vars().iter().any(|(k, _)| k == name) || {
-                // Defaults are written back: snapshot, NATS URL, stream and retention.
-                [SNAPSHOT, NATS_URL, EVENTS_STREAM, EVENTS_MAX_AGE_SECONDS].contains(&name.as_str())
-            });
+            assert!(
+                !back.to_env_vars().iter().any(|(k, _)| k == name) || {
+                    // Defaults are written back: snapshot, NATS URL, stream and retention.
+                    [SNAPSHOT, NATS_URL, EVENTS_STREAM, EVENTS_MAX_AGE_SECONDS]
+                        .contains(&name.as_str())
+                }
+            );
         }
-        assert_eq!(full.provider_base_url("local-llm"), Some("http://vllm:8000/v1"));
-        assert!(
-            vars.contains(&(
-                "OPENWOP_PROVIDER_LOCAL_LLM_BASE_URL".into(),
-                "http://vllm:8000/v1".into()
-            ))
+        assert_eq!(
+            full.provider_base_url("local-llm"),
+            Some("http://vllm:8000/v1")
         );
+        assert!(vars.contains(&(
+            "OPENWOP_PROVIDER_LOCAL_LLM_BASE_URL".into(),
+            "http://vllm:8000/v1".into()
+        )));
     }
 
     #[test]
@@ -444,15 +458,16 @@ mod tests {
                 "{k} is not part of the contract"
             );
         }
-        let env = WorkerEnv::from_vars([("PATH", "/bin"), ("OPENWOP_PROVIDER__BASE_URL", "x")])
-            .unwrap();
+        let env =
+            WorkerEnv::from_vars([("PATH", "/bin"), ("OPENWOP_PROVIDER__BASE_URL", "x")]).unwrap();
         assert_eq!(env, WorkerEnv::default());
     }
 
     #[test]
     fn empty_values_are_unset_and_bad_numbers_name_the_variable() {
-        let env = WorkerEnv::from_vars([(SNAPSHOT, ""), (RUN_ID, " "), (EVENTS_MAX_AGE_SECONDS, "0")])
-            .unwrap();
+        let env =
+            WorkerEnv::from_vars([(SNAPSHOT, ""), (RUN_ID, " "), (EVENTS_MAX_AGE_SECONDS, "0")])
+                .unwrap();
         assert_eq!(env, WorkerEnv::default());
         assert_eq!(env.snapshot, "/var/run/openwop/snapshot/snapshot.json");
         let e = WorkerEnv::from_vars([(EVENTS_MAX_AGE_SECONDS, "7d")]).unwrap_err();
