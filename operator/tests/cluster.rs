@@ -536,7 +536,8 @@ async fn an_opted_in_namespace_gives_its_runs_the_mock_agent_in_the_snapshot() {
     use k8s_openapi::api::core::v1::ConfigMap;
     use openwop_protocol::run::env::WorkerEnv;
     use openwop_protocol::run::snapshot::RunSnapshot;
-    let Some(c) = cluster("an_opted_in_namespace_gives_its_runs_the_mock_agent_in_the_snapshot").await
+    let Some(c) =
+        cluster("an_opted_in_namespace_gives_its_runs_the_mock_agent_in_the_snapshot").await
     else {
         return;
     };
@@ -560,7 +561,11 @@ async fn an_opted_in_namespace_gives_its_runs_the_mock_agent_in_the_snapshot() {
     )
     .await;
     let (status, reason, msg) = wait_ready(&wfs, "team-agent").await;
-    assert_eq!((status.as_str(), reason.as_str()), ("True", "Valid"), "{msg}");
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("True", "Valid"),
+        "{msg}"
+    );
     let runs: Api<Run> = Api::namespaced(c.client.clone(), &ns.name);
     create(
         &runs,

@@ -77,7 +77,7 @@ fn write_termination(path: Option<&str>, summary: &str) {
         .parent()
         .is_some_and(|d| d.exists())
     {
-        let _ = std::fs::write(&path, summary);
+        let _ = std::fs::write(path, summary);
     }
 }
 
