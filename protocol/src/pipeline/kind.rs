@@ -6,11 +6,11 @@
 //! `discard-and-warn` — the caller's override, else the refusal mode of the node's
 //! contract, else the host contract's, else the spec default `fail-node`.
 
-use crate::envelope::{AiEnvelope, ContentTrust, UNIVERSAL_KINDS, is_universal_kind};
+use crate::envelope::{AiEnvelope, ContentTrust, is_universal_kind};
 use crate::events::{EventFactory, RunEventDoc};
 use crate::outcome::{Code, Gate, Gated, Outcome};
 
-use super::Context;
+use super::{Context, union_with_universals};
 
 pub(crate) fn check(
     env: &AiEnvelope,
@@ -56,15 +56,4 @@ pub(crate) fn check(
         replayed: false,
     });
     Err((outcome, vec![super::stamp(ev, ctx, corr, trust)]))
-}
-
-/// Universal kinds first, then the given kinds, without duplicates.
-pub(crate) fn union_with_universals(kinds: &[String]) -> Vec<String> {
-    let mut out: Vec<String> = UNIVERSAL_KINDS.iter().map(|k| (*k).to_owned()).collect();
-    for k in kinds {
-        if !out.contains(k) {
-            out.push(k.clone());
-        }
-    }
-    out
 }
