@@ -201,7 +201,7 @@ pub fn worker_pod(run: &Run, inputs: &WorkerInputs<'_>, cfg: &OperatorConfig, at
             cfg.worker.otlp_endpoint.clone(),
         ));
     }
-    if let Some(url) = crate::rest::seams::span_ingest_traces_url(cfg) {
+    if let Some(url) = crate::conformance::hook::span_ingest_traces_url(cfg) {
         env.push(env_pair(run_env::TEST_OTEL_SCRAPE_ENDPOINT, url));
     }
     // The API root of each configured provider that has one (openai-compatible needs it).
