@@ -165,3 +165,39 @@ impl IntoResponse for ApiError {
         resp
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn body(e: ApiError) -> (StatusCode, Value) {
+        let resp = e.into_response();
+        let status = resp.status();
+        let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        (status, serde_json::from_slice(&bytes).unwrap())
+    }
+
+    #[tokio::test]
+    async fn one_error_type_answers_in_the_rest_or_the_seams_shape() {
+        let (status, v) =
+            body(ApiError::validation("bad").with_details(serde_json::json!({"field": "x"}))).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+        assert_eq!(
+            v,
+            serde_json::json!({"error": "validation_error", "message": "bad", "details": {"field": "x"}})
+        );
+        let (status, v) = body(ApiError::seam_refusal(
+            StatusCode::CONFLICT,
+            "conflict",
+            "taken",
+        ))
+        .await;
+        assert_eq!(status, StatusCode::CONFLICT);
+        assert_eq!(
+            v,
+            serde_json::json!({"error": {"code": "conflict", "message": "taken"}})
+        );
+    }
+}

@@ -80,3 +80,97 @@ pub fn from_value<T: DeserializeOwned>(raw: &Value, endpoint: &str) -> Result<T,
         .with_details(json!({"field": "body"}))
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use axum::body::Body;
+    use axum::http::header::CONTENT_TYPE;
+
+    use super::*;
+
+    #[derive(Debug, serde::Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    #[allow(dead_code)]
+    struct Req {
+        workflow_id: String,
+    }
+
+    /// axum's default body limit (no `DefaultBodyLimit` layer in these tests).
+    const MAX: usize = 2 * 1024 * 1024;
+
+    /// What the API answers when `body`, sent as `content_type`, is refused, as (status,
+    /// JSON body).
+    async fn refused(content_type: Option<&str>, body: String) -> (StatusCode, Value) {
+        let mut req = Request::post("/v1/runs");
+        if let Some(ct) = content_type {
+            req = req.header(CONTENT_TYPE, ct);
+        }
+        let req = req.body(Body::from(body)).unwrap();
+        let r = axum::Json::<Req>::from_request(req, &())
+            .await
+            .expect_err("refused");
+        let resp = rejection(r, "POST /v1/runs", MAX).into_response();
+        let status = resp.status();
+        assert_eq!(resp.headers()[CONTENT_TYPE], "application/json");
+        let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        (status, serde_json::from_slice(&bytes).unwrap())
+    }
+
+    #[tokio::test]
+    async fn every_refused_body_is_an_api_error_naming_what_to_do() {
+        let json = Some("application/json");
+        let (status, body) = refused(None, r#"{"workflowId": "w"}"#.into()).await;
+        assert_eq!(status, StatusCode::UNSUPPORTED_MEDIA_TYPE);
+        assert_eq!(body["error"], "unsupported_media_type");
+        assert!(
+            body["message"]
+                .as_str()
+                .unwrap()
+                .contains("Content-Type: application/json"),
+            "{body}"
+        );
+
+        let (status, body) = refused(json, r#"{"workflowId": "#.into()).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+        assert_eq!(body["error"], "validation_error");
+        assert!(
+            body["message"]
+                .as_str()
+                .unwrap()
+                .starts_with("the body of POST /v1/runs is not valid JSON"),
+            "{body}"
+        );
+
+        let (status, body) = refused(json, r#"{"workflowId": 7}"#.into()).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "never axum's 422");
+        let msg = body["message"].as_str().unwrap();
+        assert!(
+            msg.contains("workflowId") && msg.contains("/v1/openapi.json"),
+            "{body}"
+        );
+        assert_eq!(body["details"], json!({"field": "body"}));
+
+        let big = format!(r#"{{"workflowId": "{}"}}"#, "x".repeat(MAX));
+        let (status, body) = refused(json, big).await;
+        assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+        assert_eq!(body["error"], "payload_too_large");
+        assert_eq!(body["details"]["maxBytes"], MAX);
+        // Exactly the error envelope's keys.
+        assert!(
+            body.as_object()
+                .unwrap()
+                .keys()
+                .all(|k| ["error", "message", "details"].contains(&k.as_str()))
+        );
+    }
+
+    #[test]
+    fn a_parsed_body_of_the_wrong_shape_is_refused_like_an_unread_one() {
+        let e = from_value::<Req>(&json!({"workflowId": ["w"]}), "POST /v1/runs").unwrap_err();
+        assert_eq!(e.status, StatusCode::BAD_REQUEST);
+        assert_eq!(e.body.error, "validation_error");
+        assert!(e.body.message.contains("POST /v1/runs"), "{e}");
+    }
+}
