@@ -32,7 +32,6 @@ fn unavailable(e: impl std::fmt::Display) -> ApiError {
         "the capability overlay store is unavailable; retry shortly",
         Duration::from_secs(2),
     )
-    .into()
 }
 
 /// Removes every overlay entry from the bucket (and from this replica's discovery).

@@ -37,7 +37,6 @@ fn unavailable(e: impl std::fmt::Display) -> ApiError {
         "the seam's dedup store is unavailable; retry shortly",
         std::time::Duration::from_secs(2),
     )
-    .into()
 }
 
 /// Evaluate one envelope (conformance-only test seam).

@@ -253,8 +253,7 @@ async fn append_synthetic<T>(
                 return Err(ApiError::unavailable(
                     "the event stream is unavailable; retry shortly",
                     std::time::Duration::from_secs(2),
-                )
-                .into());
+                ));
             }
         }
         expected = tail(state, &js, &subject).await?.1;

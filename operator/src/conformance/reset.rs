@@ -24,7 +24,6 @@ fn unavailable(e: impl std::fmt::Display) -> ApiError {
         "the seam store is unavailable; retry shortly",
         Duration::from_secs(2),
     )
-    .into()
 }
 
 /// Reset the seams' state (conformance-only test seam).
