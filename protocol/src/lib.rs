@@ -16,6 +16,10 @@ pub mod retry;
 pub mod run;
 pub mod schedule;
 pub mod schema;
+// The pure logic of the conformance-only host test seams: built only with the `conformance`
+// feature (the operator, whose seams are a runtime option of the shipped binary, and the
+// CLI's `envelope accept`).
+#[cfg(feature = "conformance")]
 pub mod seams;
 pub mod text;
 pub mod tier1;
