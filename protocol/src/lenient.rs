@@ -64,6 +64,31 @@ pub fn option_vec<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<Value>>,
     Ok(Option::<Vec<Lenient>>::deserialize(d)?.map(|v| v.into_iter().map(|l| l.0).collect()))
 }
 
+/// `deserialize_with` for `Option<Map>` fields (free-form objects; the marker is one too).
+pub fn option_object<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<Map<String, Value>>, D::Error> {
+    match Option::<Lenient>::deserialize(d)? {
+        None => Ok(None),
+        Some(Lenient(Value::Object(m))) => Ok(Some(m)),
+        Some(Lenient(other)) => Err(serde::de::Error::invalid_type(
+            serde::de::Unexpected::Other(json_kind(&other)),
+            &"a JSON object",
+        )),
+    }
+}
+
+fn json_kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -2,6 +2,7 @@
 //!
 //! This crate performs no I/O: no Kubernetes, no NATS, no HTTP, no clock reads
 //! except where a caller passes a timestamp in. Binaries wire it to the world.
+pub mod as_written;
 pub mod capabilities;
 pub mod emission;
 pub mod envelope;
@@ -17,6 +18,7 @@ pub mod run;
 pub mod schedule;
 pub mod schema;
 pub mod seams;
+pub mod structural;
 pub mod text;
 pub mod tier1;
 pub mod trust;

@@ -22,6 +22,7 @@ use openwop_protocol::run::api::{
     IDEMPOTENCY_KEY_MISMATCH, IDEMPOTENT_REPLAY_HEADER, RunFacts, RunSnapshotDoc, check_inputs,
 };
 use openwop_protocol::run::projection::Projection;
+use openwop_protocol::run::snapshot::{AnswerError, Reply};
 use openwop_protocol::run::status::{AnswerMismatch, RunPhase};
 use openwop_protocol::run::subjects::events_subject;
 use openwop_protocol::workflow::WorkflowDefinition;
@@ -295,7 +296,7 @@ pub async fn create_run(
         ))
         .with_details(json!({"workflowId": req.workflow_id}))
     })?;
-    let def = WorkflowDefinition::from_value(wf.spec.definition()).map_err(|e| {
+    let def = WorkflowDefinition::from_value(wf.spec.definition.filled().to_value()).map_err(|e| {
         ApiError::validation(format!(
             "workflow {:?} has an invalid definition ({e}); fix the Workflow first",
             req.workflow_id
@@ -651,74 +652,28 @@ pub fn build_answer(
     pending: &openwop_protocol::run::status::PendingInterrupt,
     req: ResolveInterruptRequest,
 ) -> Result<InterruptAnswer, ApiError> {
-    let trust = match req.content_trust.as_deref() {
-        None => None,
-        Some(t @ ("trusted" | "untrusted")) => Some(t.to_owned()),
-        Some(other) => {
-            return Err(ApiError::validation(format!(
-                "contentTrust {other:?} must be trusted or untrusted"
+    InterruptAnswer::from_user_input(
+        pending.interrupt_id.clone(),
+        Some(pending),
+        Reply::ResumeValue(req.resume_value),
+        req.comment,
+        req.content_trust,
+    )
+    .map_err(|e| {
+        let field = e.field();
+        match e {
+            AnswerError::Mismatch(AnswerMismatch::Questions {
+                known,
+                unknown,
+                missing,
+                ..
+            }) => ApiError::validation(format!(
+                "resumeValue must answer exactly the questions {}",
+                known.join(", ")
             ))
-            .with_details(json!({"field": "contentTrust"})));
+            .with_details(json!({"field": field, "missing": missing, "unknown": unknown})),
+            e => ApiError::validation(e.to_string()).with_details(json!({"field": field})),
         }
-    };
-    let base = InterruptAnswer {
-        interrupt_id: pending.interrupt_id.clone(),
-        value: None,
-        approved: None,
-        comment: req.comment,
-        content_trust: trust,
-    };
-    if pending.is_approval() {
-        let approved = match &req.resume_value {
-            Value::Bool(b) => Some(*b),
-            Value::String(s) => match s.as_str() {
-                "approve" | "approved" => Some(true),
-                "reject" | "rejected" => Some(false),
-                _ => None,
-            },
-            Value::Object(o) => o.get("approved").and_then(Value::as_bool).or_else(|| {
-                match o.get("decision").and_then(Value::as_str) {
-                    Some("approve" | "approved") => Some(true),
-                    Some("reject" | "rejected") => Some(false),
-                    _ => None,
-                }
-            }),
-            _ => None,
-        };
-        let Some(approved) = approved else {
-            return Err(ApiError::validation(
-                "this interrupt waits for an approval: resumeValue must be true / false, \
-                 \"approve\" / \"reject\" or {\"approved\": bool}",
-            )
-            .with_details(json!({"field": "resumeValue"})));
-        };
-        return Ok(InterruptAnswer {
-            approved: Some(approved),
-            ..base
-        });
-    }
-    let Value::Object(value) = req.resume_value else {
-        return Err(ApiError::validation(
-            "this interrupt asks questions: resumeValue must be an object of question id → answer",
-        )
-        .with_details(json!({"field": "resumeValue"})));
-    };
-    if let Err(AnswerMismatch::Questions {
-        known,
-        unknown,
-        missing,
-        ..
-    }) = pending.check_answer(Some(&value))
-    {
-        return Err(ApiError::validation(format!(
-            "resumeValue must answer exactly the questions {}",
-            known.join(", ")
-        ))
-        .with_details(json!({"field": "resumeValue", "missing": missing, "unknown": unknown})));
-    }
-    Ok(InterruptAnswer {
-        value: Some(Value::Object(value)),
-        ..base
     })
 }
 
