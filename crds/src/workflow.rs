@@ -5,8 +5,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{ResourceRequirements, Toleration};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{CustomResource, KubeSchema};
-use schemars::JsonSchema;
-use schemars::Schema;
+use schemars::{JsonSchema, Schema};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use serde_json::value::RawValue;
@@ -276,7 +275,10 @@ impl WorkflowSpec {
         let d = &self.definition;
         let top = [
             ("metadata", object(&d.metadata)),
-            ("settings", d.settings.as_ref().and_then(|s| undecodable(s.raw()))),
+            (
+                "settings",
+                d.settings.as_ref().and_then(|s| undecodable(s.raw())),
+            ),
             ("configurableSchema", object(&d.configurable_schema)),
             ("outputSchema", object(&d.output_schema)),
         ];

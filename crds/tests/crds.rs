@@ -339,7 +339,10 @@ fn a_workflow_with_a_node_config_too_deep_to_decode_is_flagged() {
     assert!(why.contains("deeper than 128 levels"), "{why}");
     assert_eq!(wfs.items[1].spec.undecodable(), None);
     assert_eq!(
-        wfs.items[1].spec.nodes[0].config.as_ref().map(|c| Value::Object(c.clone())),
+        wfs.items[1].spec.nodes[0]
+            .config
+            .as_ref()
+            .map(|c| Value::Object(c.clone())),
         Some(json!({"x": [1]}))
     );
 }

@@ -97,7 +97,13 @@ mod tests {
         let b: AsWritten<Agent> = serde_json::from_value(json!({"agent": 5})).unwrap();
         assert!(b.typed().is_none());
         assert_eq!(b.raw(), &json!({"agent": 5}));
-        assert_eq!(AsWritten::new(Agent { agent_id: "x".into() }).raw(), &json!({"agentId": "x"}));
+        assert_eq!(
+            AsWritten::new(Agent {
+                agent_id: "x".into()
+            })
+            .raw(),
+            &json!({"agentId": "x"})
+        );
     }
 
     #[test]

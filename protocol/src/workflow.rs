@@ -348,9 +348,7 @@ impl WorkflowEdge {
 }
 
 /// When the target may run, given its incoming edges.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum TriggerRule {
     #[default]

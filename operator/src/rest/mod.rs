@@ -404,7 +404,9 @@ async fn get_workflow(
         return Err(missing());
     }
     let wf = find_workflow(&s, &ns, &workflow_id).ok_or_else(missing)?;
-    Ok(Json(WorkflowDefinition(wf.spec.definition.filled().to_value())))
+    Ok(Json(WorkflowDefinition(
+        wf.spec.definition.filled().to_value(),
+    )))
 }
 
 #[cfg(test)]

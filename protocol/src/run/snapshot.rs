@@ -492,7 +492,10 @@ mod tests {
         // Answers for an approval do not fit it.
         let e = answer(Some(&p), Reply::Answers(Map::new())).unwrap_err();
         assert!(
-            matches!(e, AnswerError::Mismatch(AnswerMismatch::WantsApproval { .. })),
+            matches!(
+                e,
+                AnswerError::Mismatch(AnswerMismatch::WantsApproval { .. })
+            ),
             "{e}"
         );
     }
@@ -510,15 +513,21 @@ mod tests {
         let e = answer(Some(&p), Reply::ResumeValue(json!("eu"))).unwrap_err();
         assert_eq!(e, AnswerError::NotAnObject);
         assert_eq!(e.field(), "resumeValue");
-        let e = answer(Some(&p), Reply::ResumeValue(json!({"region": "eu", "zone": 1})))
-            .unwrap_err();
+        let e = answer(
+            Some(&p),
+            Reply::ResumeValue(json!({"region": "eu", "zone": 1})),
+        )
+        .unwrap_err();
         let AnswerError::Mismatch(AnswerMismatch::Questions {
             unknown, missing, ..
         }) = e
         else {
             panic!("{e}")
         };
-        assert_eq!((unknown, missing), (vec!["zone".into()], vec!["tier".into()]));
+        assert_eq!(
+            (unknown, missing),
+            (vec!["zone".into()], vec!["tier".into()])
+        );
         let e = answer(Some(&p), Reply::Decision(true)).unwrap_err();
         assert!(e.to_string().contains("not an approval"), "{e}");
     }
@@ -548,7 +557,10 @@ mod tests {
         .unwrap_err();
         assert_eq!(
             (e.to_string().as_str(), e.field()),
-            ("contentTrust \"maybe\" must be trusted or untrusted", "contentTrust")
+            (
+                "contentTrust \"maybe\" must be trusted or untrusted",
+                "contentTrust"
+            )
         );
     }
 
