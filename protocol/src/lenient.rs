@@ -72,20 +72,9 @@ pub fn option_object<'de, D: Deserializer<'de>>(
         None => Ok(None),
         Some(Lenient(Value::Object(m))) => Ok(Some(m)),
         Some(Lenient(other)) => Err(serde::de::Error::invalid_type(
-            serde::de::Unexpected::Other(json_kind(&other)),
+            serde::de::Unexpected::Other(crate::pipeline::shape::json_type(&other)),
             &"a JSON object",
         )),
-    }
-}
-
-fn json_kind(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
     }
 }
 
