@@ -2,6 +2,7 @@
 //!
 //! This crate performs no I/O: no Kubernetes, no NATS, no HTTP, no clock reads
 //! except where a caller passes a timestamp in. Binaries wire it to the world.
+pub mod as_written;
 pub mod capabilities;
 pub mod emission;
 pub mod envelope;
@@ -21,6 +22,7 @@ pub mod schema;
 // CLI's `envelope accept`).
 #[cfg(feature = "conformance")]
 pub mod seams;
+pub mod structural;
 pub mod text;
 pub mod tier1;
 pub mod trust;

@@ -72,7 +72,7 @@ async fn run_secrets(s: &RestState, run: &Run) -> Vec<(String, String)> {
                 .into_iter()
                 .find(|w| w.namespace().as_deref() == Some(ns.as_str()) && w.name_any() == n)
         })
-        .map(|w| sensitive_values(&w.spec.definition(), &inputs))
+        .map(|w| sensitive_values(&w.spec.definition.filled().to_value(), &inputs))
         .unwrap_or_default()
 }
 

@@ -92,7 +92,7 @@ fn validity(
     now: k8s_openapi::jiff::Timestamp,
     previous: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
 ) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
-    let report = check_workflow(&wf.spec.definition(), opts);
+    let report = check_workflow(&wf.spec.definition.filled().to_value(), opts);
     if report.is_valid() {
         let mut msg = format!("definition is valid ({} nodes)", wf.spec.nodes.len());
         if !report.warnings.is_empty() {

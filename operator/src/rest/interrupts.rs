@@ -7,8 +7,9 @@ use axum::response::{IntoResponse, Response};
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use openwop_crds::{InterruptAnswer, Run};
+use openwop_protocol::run::snapshot::{AnswerError, Reply};
 use openwop_protocol::run::{AnswerMismatch, PendingInterrupt};
-use serde_json::{Value, json};
+use serde_json::json;
 
 use super::json::Json;
 use super::support::{kube_error, phase, visible_run};
@@ -120,74 +121,28 @@ pub fn build_answer(
     pending: &PendingInterrupt,
     req: ResolveInterruptRequest,
 ) -> Result<InterruptAnswer, ApiError> {
-    let trust = match req.content_trust.as_deref() {
-        None => None,
-        Some(t @ ("trusted" | "untrusted")) => Some(t.to_owned()),
-        Some(other) => {
-            return Err(ApiError::validation(format!(
-                "contentTrust {other:?} must be trusted or untrusted"
+    InterruptAnswer::from_user_input(
+        pending.interrupt_id.clone(),
+        Some(pending),
+        Reply::ResumeValue(req.resume_value),
+        req.comment,
+        req.content_trust,
+    )
+    .map_err(|e| {
+        let field = e.field();
+        match e {
+            AnswerError::Mismatch(AnswerMismatch::Questions {
+                known,
+                unknown,
+                missing,
+                ..
+            }) => ApiError::validation(format!(
+                "resumeValue must answer exactly the questions {}",
+                known.join(", ")
             ))
-            .with_details(json!({"field": "contentTrust"})));
+            .with_details(json!({"field": field, "missing": missing, "unknown": unknown})),
+            e => ApiError::validation(e.to_string()).with_details(json!({"field": field})),
         }
-    };
-    let base = InterruptAnswer {
-        interrupt_id: pending.interrupt_id.clone(),
-        value: None,
-        approved: None,
-        comment: req.comment,
-        content_trust: trust,
-    };
-    if pending.is_approval() {
-        let approved = match &req.resume_value {
-            Value::Bool(b) => Some(*b),
-            Value::String(s) => match s.as_str() {
-                "approve" | "approved" => Some(true),
-                "reject" | "rejected" => Some(false),
-                _ => None,
-            },
-            Value::Object(o) => o.get("approved").and_then(Value::as_bool).or_else(|| {
-                match o.get("decision").and_then(Value::as_str) {
-                    Some("approve" | "approved") => Some(true),
-                    Some("reject" | "rejected") => Some(false),
-                    _ => None,
-                }
-            }),
-            _ => None,
-        };
-        let Some(approved) = approved else {
-            return Err(ApiError::validation(
-                "this interrupt waits for an approval: resumeValue must be true / false, \
-                 \"approve\" / \"reject\" or {\"approved\": bool}",
-            )
-            .with_details(json!({"field": "resumeValue"})));
-        };
-        return Ok(InterruptAnswer {
-            approved: Some(approved),
-            ..base
-        });
-    }
-    let Value::Object(value) = req.resume_value else {
-        return Err(ApiError::validation(
-            "this interrupt asks questions: resumeValue must be an object of question id → answer",
-        )
-        .with_details(json!({"field": "resumeValue"})));
-    };
-    if let Err(AnswerMismatch::Questions {
-        known,
-        unknown,
-        missing,
-        ..
-    }) = pending.check_answer(Some(&value))
-    {
-        return Err(ApiError::validation(format!(
-            "resumeValue must answer exactly the questions {}",
-            known.join(", ")
-        ))
-        .with_details(json!({"field": "resumeValue", "missing": missing, "unknown": unknown})));
-    }
-    Ok(InterruptAnswer {
-        value: Some(Value::Object(value)),
-        ..base
     })
 }
 
@@ -195,6 +150,7 @@ pub fn build_answer(
 mod tests {
     use super::*;
     use openwop_protocol::run::{PendingInterrupt, PendingQuestion};
+    use serde_json::Value;
 
     fn pending(kind: &str, qs: &[&str]) -> PendingInterrupt {
         serde_json::from_value(json!({

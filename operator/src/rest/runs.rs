@@ -125,12 +125,13 @@ pub async fn create_run(
         ))
         .with_details(json!({"workflowId": req.workflow_id}))
     })?;
-    let def = WorkflowDefinition::from_value(wf.spec.definition()).map_err(|e| {
-        ApiError::validation(format!(
-            "workflow {:?} has an invalid definition ({e}); fix the Workflow first",
-            req.workflow_id
-        ))
-    })?;
+    let def =
+        WorkflowDefinition::from_value(wf.spec.definition.filled().to_value()).map_err(|e| {
+            ApiError::validation(format!(
+                "workflow {:?} has an invalid definition ({e}); fix the Workflow first",
+                req.workflow_id
+            ))
+        })?;
     let inputs = req.inputs.clone().unwrap_or_default();
     let problems = check_inputs(def.variables.as_deref().unwrap_or(&[]), &inputs);
     if !problems.is_empty() {

@@ -36,5 +36,7 @@ pub async fn get_workflow(
         return Err(missing());
     }
     let wf = find_workflow(&s, &ns, &workflow_id).ok_or_else(missing)?;
-    Ok(Json(WorkflowDefinition(wf.spec.definition())))
+    Ok(Json(WorkflowDefinition(
+        wf.spec.definition.filled().to_value(),
+    )))
 }
