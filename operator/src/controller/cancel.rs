@@ -5,11 +5,11 @@ use std::time::Duration;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use openwop_crds::RunPhase;
-use openwop_protocol::run::projection::Projection;
 use openwop_protocol::run::status::{EndReason, RecordedBy};
 
 use super::Error;
 use super::common::Draft;
+use super::observe::worker_finished;
 use super::reasons::{ConditionType, Reason};
 use super::start::build_worker_pod;
 use super::state::{RunReconcile, WorkerState};
@@ -92,24 +92,13 @@ fn cancel_worker_observed(
         WorkerState::Ended {
             exit_code: Some(0),
             message,
-        } => {
-            if let Some(p) = message
-                .as_deref()
-                .and_then(Projection::from_termination_message)
-            {
-                draft.status.merge_projection(&p);
-            }
-            // The log may already have ended otherwise (e.g. completed meanwhile).
-            let phase = draft
-                .status
-                .phase
-                .filter(|p| p.is_terminal())
-                .unwrap_or(RunPhase::Cancelled);
-            draft.end(phase, RecordedBy::CancelWorker);
-            Action::requeue(Duration::from_secs(
-                cfg.runs.pod_ttl_seconds_after_finished.max(1),
-            ))
-        }
+        } => worker_finished(
+            draft,
+            cfg,
+            message,
+            RunPhase::Cancelled,
+            RecordedBy::CancelWorker,
+        ),
         WorkerState::Active { .. } => Action::requeue(Duration::from_secs(2)),
         other => {
             draft.stop_worker();

@@ -31,24 +31,10 @@ pub(super) fn observe_worker(
             exit_code: Some(0),
             message,
         } => {
-            let p = message
-                .as_deref()
-                .and_then(Projection::from_termination_message)
-                .unwrap_or(Projection {
-                    phase: Some(RunPhase::Completed),
-                    ..Default::default()
-                });
-            draft.status.merge_projection(&p);
-            let phase = draft
-                .status
-                .phase
-                .filter(|p| p.is_terminal())
-                .unwrap_or(RunPhase::Completed);
-            draft.end(phase, RecordedBy::Worker);
+            let action =
+                worker_finished(draft, cfg, message, RunPhase::Completed, RecordedBy::Worker);
             draft.status.failed_attempts = None;
-            Action::requeue(Duration::from_secs(
-                cfg.runs.pod_ttl_seconds_after_finished.max(1),
-            ))
+            action
         }
         WorkerState::Ended {
             exit_code: Some(exit::SUSPENDED),
@@ -130,6 +116,34 @@ pub(super) fn observe_worker(
     }
 }
 
+/// A worker exited 0: its termination summary (`message`, when it wrote one) is merged, and
+/// the run ends in the terminal phase the status now shows, else `otherwise`, reported as
+/// recorded `by` it. The pod stays until the pod TTL.
+pub(super) fn worker_finished(
+    draft: &mut Draft,
+    cfg: &OperatorConfig,
+    message: Option<String>,
+    otherwise: RunPhase,
+    by: RecordedBy,
+) -> Action {
+    if let Some(p) = message
+        .as_deref()
+        .and_then(Projection::from_termination_message)
+    {
+        draft.status.merge_projection(&p);
+    }
+    // The log may have ended otherwise (e.g. completed while a cancel worker started).
+    let phase = draft
+        .status
+        .phase
+        .filter(|p| p.is_terminal())
+        .unwrap_or(otherwise);
+    draft.end(phase, by);
+    Action::requeue(Duration::from_secs(
+        cfg.runs.pod_ttl_seconds_after_finished.max(1),
+    ))
+}
+
 /// The worker crashed (`why`): retried after a backoff, or the run fails once the failures
 /// without progress exceed `runs.maxWorkerRetries`.
 fn crashed(draft: &mut Draft, cfg: &OperatorConfig, why: String) -> Action {
@@ -175,5 +189,107 @@ fn pending_nodes(pending: &[PendingInterrupt]) -> String {
         "-".into()
     } else {
         nodes.join(", ")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::jiff::Timestamp;
+    use openwop_crds::RunStatus;
+
+    fn running() -> Draft {
+        let status = RunStatus {
+            phase: Some(RunPhase::Running),
+            worker_pod: Some("r1-w1".into()),
+            last_sequence: Some(4),
+            ..Default::default()
+        };
+        Draft::new(
+            status,
+            Some(1),
+            Timestamp::from_second(1_750_000_000).unwrap(),
+        )
+    }
+
+    fn ended(code: i32, message: &str) -> WorkerState {
+        WorkerState::Ended {
+            exit_code: Some(code),
+            message: Some(message.into()),
+        }
+    }
+
+    /// Each worker state, what the run becomes: (phase, pod kept, pod deleted, Event reasons).
+    #[test]
+    fn the_worker_state_decides() {
+        let cfg = OperatorConfig::default();
+        let rows: Vec<(&str, WorkerState, RunPhase, bool, &[&str])> = vec![
+            (
+                "running",
+                WorkerState::Active { running: true },
+                RunPhase::Running,
+                true,
+                &[],
+            ),
+            (
+                "exit 0 with a summary",
+                ended(0, r#"{"phase":"completed","events":6,"lastSequence":5}"#),
+                RunPhase::Completed,
+                true,
+                &["Completed"],
+            ),
+            (
+                "exit 0 without a summary",
+                ended(0, "bye"),
+                RunPhase::Completed,
+                true,
+                &["Completed"],
+            ),
+            (
+                "exit 3: suspended",
+                ended(
+                    3,
+                    r#"{"phase":"waiting-input","events":6,"lastSequence":5,"pendingInterrupts":[{"interruptId":"i1","nodeId":"n","kind":"clarification"}]}"#,
+                ),
+                RunPhase::WaitingInput,
+                false,
+                &["Suspended"],
+            ),
+            (
+                "exit 2: refused input",
+                ended(2, "bad"),
+                RunPhase::Failed,
+                false,
+                &["Failed"],
+            ),
+            (
+                "crash",
+                ended(137, ""),
+                RunPhase::Running,
+                false,
+                &["WorkerCrashed"],
+            ),
+            (
+                "gone",
+                WorkerState::Missing,
+                RunPhase::Running,
+                false,
+                &["WorkerCrashed"],
+            ),
+        ];
+        for (case, state, phase, kept, reasons) in rows {
+            let mut d = running();
+            observe_worker(&mut d, &cfg, state);
+            assert_eq!(d.status.phase, Some(phase), "{case}");
+            assert_eq!(d.status.worker_pod.is_some(), kept, "{case}");
+            let deleted = if kept {
+                vec![]
+            } else {
+                vec!["r1-w1".to_owned()]
+            };
+            assert_eq!(d.delete_pods, deleted, "{case}");
+            let got: Vec<&str> = d.notes.iter().map(|n| n.reason.as_str()).collect();
+            assert_eq!(got, reasons, "{case}");
+        }
     }
 }
