@@ -144,13 +144,14 @@ async fn serve(handle: &mut MockHandle, scenario: Scenario, served: &Cell<usize>
         respond(send, expect.status, reply);
         served.set(served.get() + 1);
     }
-    while let Some((req, _)) = handle.next_request().await {
+    if let Some((req, _)) = handle.next_request().await {
         panic!(
             "a request beyond the scenario: {} {}",
             req.method(),
             req.uri()
         );
     }
+    // The client is gone: nothing more can come.
     std::future::pending::<()>().await;
 }
 
@@ -196,11 +197,14 @@ enum Reply {
     Echo,
 }
 
+/// A check of a request's body.
+type Check = Box<dyn FnOnce(&Value)>;
+
 /// One expected request: method and URI, a check of its body, and the answer.
 pub struct Expect {
     method: Method,
     uri: String,
-    checks: Vec<Box<dyn FnOnce(&Value)>>,
+    checks: Vec<Check>,
     status: u16,
     reply: Reply,
 }

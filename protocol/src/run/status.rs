@@ -429,18 +429,21 @@ mod tests {
     /// The one terminal phase → report mapping. The rows marked (*) changed when the three
     /// copies became this one: the summary path reported a failed run without an error as
     /// `Completed`; the cancel worker's path reported any phase as `Cancelled` (Normal).
+    /// (phase, error, recorded by, the report as (reason, severity, message)).
+    type Row<'a> = (
+        RunPhase,
+        Option<&'a RunError>,
+        RecordedBy,
+        Option<(EndReason, Severity, &'a str)>,
+    );
+
     #[test]
     fn ending_report_table() {
         use EndReason as R;
         use RecordedBy::*;
         use Severity::*;
         let err = RunError::new("envelope_invalid", "bad envelope");
-        let rows: Vec<(
-            RunPhase,
-            Option<&RunError>,
-            RecordedBy,
-            Option<(R, Severity, &str)>,
-        )> = vec![
+        let rows: Vec<Row> = vec![
             (
                 RunPhase::Completed,
                 None,
