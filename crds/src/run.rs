@@ -240,12 +240,13 @@ pub struct RunStatus {
     pub observed_generation: Option<i64>,
 }
 
+use openwop_protocol::run::projection::Projection;
 pub use openwop_protocol::run::status::{PendingInterrupt, PendingQuestion, RunError};
 
 impl RunStatus {
     /// The event-derived part of this status, as protocol's projection folded it.
-    pub fn projection(&self) -> openwop_protocol::run::projection::Projection {
-        openwop_protocol::run::projection::Projection {
+    pub fn projection(&self) -> Projection {
+        Projection {
             phase: self.phase,
             current_node: self.current_node.clone(),
             events: self.events.unwrap_or(0),
@@ -254,6 +255,29 @@ impl RunStatus {
             pending_interrupts: self.pending_interrupts.clone(),
             error: self.error.clone(),
         }
+    }
+
+    /// Writes `p` over the event-derived part of this status (the inverse of
+    /// [`RunStatus::projection`]); every other field is kept. No events counted and none
+    /// recorded before stays unset.
+    pub fn set_projection(&mut self, p: Projection) {
+        self.phase = p.phase;
+        self.current_node = p.current_node;
+        if p.events > 0 || self.events.is_some() {
+            self.events = Some(p.events);
+        }
+        self.last_sequence = p.last_sequence;
+        self.running_nodes = p.running_nodes;
+        self.pending_interrupts = p.pending_interrupts;
+        self.error = p.error;
+    }
+
+    /// Merges `newer` (the stored projection with new events folded in, or a worker's
+    /// termination summary) into this status by protocol's one rule
+    /// ([`openwop_protocol::run::projection::merge`]).
+    pub fn merge_projection(&mut self, newer: &Projection) {
+        let merged = openwop_protocol::run::projection::merge(&self.projection(), newer);
+        self.set_projection(merged);
     }
 }
 
