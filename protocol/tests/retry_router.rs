@@ -1,5 +1,8 @@
 //! Table tests for the RFC 0033 retry router: every path, mixed sequences, budgets and
 //! fragments per attempt, caps, and wire conformance of every emitted event.
+//!
+//! Why one file of this size: one table of cases per router path, each a few lines, read side
+//! by side against the one state machine they test (`protocol/src/retry/router.rs`).
 
 use openwop_protocol::events::{EventFactory, RunEventDoc};
 use openwop_protocol::redact::Redactor;

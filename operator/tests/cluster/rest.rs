@@ -4,6 +4,9 @@
 //! SSE streams are open), `rest.keepaliveSeconds` and `rest.reviewCacheSeconds`. Plus the
 //! REST figures `make bench` prints (JSON events of a 1,000-event run; 100 SSE followers),
 //! each beside a direct JetStream reader in the same run.
+//!
+//! Why one file of this size: these limit tests and the REST figures share one operator
+//! launcher, its tokens and the JetStream fixtures; each test is one limit.
 
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 

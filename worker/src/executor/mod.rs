@@ -16,6 +16,10 @@
 //! Everything else is re-executed and its deterministic events that are already recorded are
 //! dropped by the log. So a replayed run repeats only a provider call that was in flight (no
 //! recorded response) and publishes no duplicate event.
+//!
+//! Why one file of this size: the scheduling loop, the replay rules and the branch
+//! bookkeeping decide together which node runs and which event is appended once; they are
+//! read side by side. Every node kind's own logic lives in its own file.
 
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
