@@ -3,7 +3,7 @@ SHELL := /bin/bash
 export CARGO_TARGET_DIR ?= $(HOME)/.cache/openwop/target
 CARGO ?= cargo
 
-.PHONY: all build test chart-check test-unit lint fmt fmt-check clippy crds crds-check bench demo cluster-up cluster-down kind-test kind-up kind-down
+.PHONY: ui ui-check screenshots all build test chart-check test-unit lint fmt fmt-check clippy crds crds-check bench demo cluster-up cluster-down kind-test kind-up kind-down
 
 all: build
 
@@ -13,7 +13,7 @@ build:
 ## test: everything CI runs — formatting, lints, generated files, all tests (unit, property, integration, e2e).
 # The prerequisites run in order (no -j): the bins must exist before the cluster starts the
 # node agent, and the chart's server-side dry-run needs the cluster.
-test: fmt-check clippy crds-check build chart-check
+test: fmt-check clippy crds-check ui-check build chart-check
 	$(CARGO) test --workspace --no-fail-fast
 
 ## test-unit: the fast subset that needs no cluster (pure crates only).
@@ -40,6 +40,21 @@ crds-check:
 	  $(CARGO) run -q -p openwop-crds --bin crdgen | diff -u crds/openwop.dev_crds.yaml - \
 	    || { echo "crds/openwop.dev_crds.yaml is stale: run 'make crds' and commit it" >&2; exit 1; }; \
 	fi
+
+## ui: rebuild the web UI's committed bundle (operator/ui/dist, embedded in the operator) from operator/ui/src
+## with the front-end dependencies pinned in operator/ui/package-lock.json (Node 20 and npm; not needed to build
+## the operator itself).
+ui:
+	cd operator/ui && npm ci --no-audit --no-fund --loglevel=error && node build.mjs
+
+## ui-check: the committed bundle is what the sources build to.
+ui-check:
+	cd operator/ui && npm ci --no-audit --no-fund --loglevel=error && node build.mjs --check
+
+## screenshots: regenerate docs/webui/*.png (the README's "Web UI" pictures) in headless Chromium on the mini-cluster.
+screenshots: build
+	bash e2e/cluster/cluster.sh up
+	$(CARGO) test -p openwop-e2e --test webui -- --ignored --nocapture --test-threads=1 screenshots
 
 ## chart-check: helm lint, renders, value refusals, CRD copy in sync, server-side dry-run (needs the cluster).
 chart-check:

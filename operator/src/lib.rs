@@ -11,3 +11,4 @@ pub mod pod;
 pub mod projection;
 pub mod rest;
 pub mod snapshot;
+pub mod ui;

@@ -94,7 +94,10 @@ async fn main() -> anyhow::Result<()> {
             .with_discovery(discovery_state.clone());
         let seams = rest::seams::background(state.clone());
         (
-            Some(rest::router(state, rest::seams::mounted(&cfg))),
+            Some(openwop_operator::ui::mount(
+                rest::router(state.clone(), rest::seams::mounted(&cfg)),
+                state,
+            )),
             futures::future::Either::Left(async move {
                 futures::join!(caches, seams);
             }),

@@ -31,6 +31,7 @@
 
 pub mod auth;
 pub mod error;
+pub mod browse;
 pub mod runs;
 pub mod seams;
 
@@ -296,6 +297,9 @@ fn api_routes() -> OpenApiRouter<RestState> {
         .routes(routes!(runs::poll_events))
         .routes(routes!(runs::cancel_run))
         .routes(routes!(runs::resolve_interrupt))
+        .routes(routes!(browse::list_runs))
+        .routes(routes!(browse::list_tenants))
+        .routes(routes!(browse::run_reasoning))
 }
 
 /// 429 with `Retry-After` once `rest.maxInFlight` requests are being served. A request counts

@@ -1,0 +1,317 @@
+//! The web run viewer (`/ui/`, README "Web UI") in a real browser: headless Chromium from
+//! Debian driven over WebDriver, against the operator installed on the mini-cluster by the
+//! chart, with runs whose provider calls are scripted (`spec.providerMocks`).
+//!
+//! Each test logs in with a ServiceAccount token through the page and then does what a person
+//! would: watch a run appear and go live to completion, read each attempt of a truncated then
+//! retried call, answer a clarification and an approval, cancel a run; a read-only token sees
+//! no buttons and its forged writes are refused; model output carrying markup runs nothing;
+//! a deep link opens the right node and event. Tests run one at a time (one release).
+
+mod common;
+#[path = "webui/browser.rs"]
+mod browser;
+#[path = "webui/kit.rs"]
+mod kit;
+
+use std::time::Duration;
+
+use browser::Browser;
+use common::*;
+use kit::*;
+use serde_json::{Value, json};
+
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// The UI tests need the operator's port on 127.0.0.1 (pods share the host network).
+async fn local() -> Option<openwop_e2e::Cluster> {
+    let c = cluster().await;
+    if c.skip_unless_local(
+        "webui",
+        "the operator's HTTP port reachable on 127.0.0.1 (pods share the host network)",
+    ) {
+        return None;
+    }
+    Some(setup().await)
+}
+
+fn triage() -> String {
+    std::fs::read_to_string(repo().join("examples/05-ai-triage.yaml")).unwrap()
+}
+
+/// The page's view of one `/v1` write made with the session cookie (the page's own fetch).
+async fn page_post(b: &Browser, path: &str, body: &Value, csrf: bool) -> (u64, Value) {
+    let script = format!(
+        r#"const done = arguments[arguments.length - 1];
+        (async () => {{
+          const h = {{'Content-Type': 'application/json', Accept: 'application/json'}};
+          if ({csrf}) {{
+            const s = await (await fetch('/ui/api/session', {{credentials: 'same-origin'}})).json();
+            h['X-OpenWOP-CSRF'] = s.csrf;
+          }}
+          const r = await fetch({path:?}, {{method: 'POST', headers: h, credentials: 'same-origin', body: JSON.stringify({body})}});
+          done([r.status, await r.json().catch(() => null)]);
+        }})().catch((e) => done([0, String(e)]));"#
+    );
+    let v = b.js_async(&script).await;
+    (v[0].as_u64().unwrap_or(0), v[1].clone())
+}
+
+/// Logs in with a bad token then a good one; watches the triage example's run appear in the
+/// list and go live; reads both attempts of its truncated-then-retried call; answers its
+/// clarification through the card; sees it complete without a reload; reads the reasoning
+/// lane; follows a deep link to a node and an event; logs out (the cookie is refused after).
+#[tokio::test]
+async fn login_follow_a_run_read_its_attempts_answer_and_deep_link() {
+    let _g = SERIAL.lock().await;
+    let Some(c) = local().await else { return };
+    let base = base_url();
+    let ns = namespace(&c.client, "j-webui").await;
+    let token = sa_with_role(&c, &ns, "team", TEAM_RULES);
+
+    // Served with a strict CSP, no inline script; the SPA answers deep paths.
+    let (code, head, body) = http("GET", &format!("{base}/ui/runs/anything"), &[], None);
+    assert_eq!(code, 200, "{head}");
+    assert!(head.contains("content-security-policy: default-src 'self'"), "{head}");
+    assert!(!head.contains("unsafe-inline"), "{head}");
+    assert!(body.contains("/ui/assets/app.js") && !body.contains("<script>"), "{body}");
+    let (code, head, _) = http("GET", &format!("{base}/ui/assets/app.js"), &["Accept-Encoding: gzip"], None);
+    assert_eq!(code, 200);
+    assert!(head.contains("content-encoding: gzip") && head.contains("etag: \""), "{head}");
+    // A bad token: refused with a specific message that never repeats it.
+    let canary = "not-a-token-CANARY-7f3a";
+    let (code, _, body) = http(
+        "POST",
+        &format!("{base}/ui/api/login"),
+        &["Content-Type: application/json"],
+        Some(&json!({"token": canary}).to_string()),
+    );
+    assert_eq!(code, 401, "{body}");
+    assert!(body.contains("did not accept this token"), "{body}");
+    assert!(!body.contains(canary), "the refusal echoes the token: {body}");
+
+    let b = Browser::start(&base, false).await;
+    b.goto("/ui/").await;
+    b.type_into("#token", canary).await;
+    b.click("#login").await;
+    let err = b.wait_text("#login-error", 30, |t| !t.is_empty()).await;
+    assert!(err.contains("did not accept this token"), "{err}");
+    assert!(!b.client.source().await.unwrap().contains(canary) || b.js("return document.getElementById('token').value").await == canary,
+        "the token shows nowhere but in its own input");
+    b.js("document.getElementById('token').value = ''; document.getElementById('token').dispatchEvent(new Event('input', {bubbles: true}))").await;
+    b.type_into("#token", &token).await;
+    b.click("#login").await;
+    b.wait_text("#user", 30, |t| t.contains(&format!("system:serviceaccount:{ns}:team"))).await;
+    assert_eq!(b.js("return document.cookie").await, "", "the session cookie is HttpOnly");
+    assert!(!b.client.source().await.unwrap().contains(&token), "the token is in the page");
+    let stored = b.js("return JSON.stringify(Object.assign({}, localStorage, sessionStorage))").await;
+    assert!(!stored.as_str().unwrap().contains(&token), "the token is in web storage");
+    b.wait("#runs", 30).await;
+    assert_eq!(b.count("#runs tbody tr").await, 0);
+
+    // The run appears in the list without a reload, and its page follows it live.
+    apply(&c, &ns, &triage());
+    let id = run_id(&c, &ns, "triage-run").await;
+    b.wait(&format!("#runs tr[data-run-id='{id}']"), 60).await;
+    b.click(&format!("#runs tr[data-run-id='{id}'] a")).await;
+    b.wait("#run-page", 30).await;
+    let card = ".interrupt-card[data-kind='clarification'][data-node-id='plan']";
+    b.wait(card, 120).await;
+    assert_eq!(b.text("#run-status").await.unwrap(), "waiting-input");
+    assert!(b.wait_text(&format!("{card} h4"), 5, |t| t.contains("plan")).await.contains("Clarification"));
+
+    // Every attempt of extract's call: truncated at 64 tokens, retried with 128, accepted.
+    b.click("#graph g.node[data-node-id='extract']").await;
+    b.wait("#attempts tr.attempt[data-attempt='2']", 30).await;
+    let rows = b
+        .js("return [...document.querySelectorAll('#attempts tr.attempt')].map(r => ({attempt: r.dataset.attempt, outcome: r.dataset.outcome, budget: r.querySelector('.budget').textContent, finish: r.querySelector('.finish').textContent, next: r.querySelector('.next').textContent, text: r.textContent}))")
+        .await;
+    let rows = rows.as_array().unwrap();
+    assert_eq!(rows.len(), 2, "{rows:#?}");
+    assert_eq!(rows[0]["outcome"], "truncated", "{rows:#?}");
+    assert_eq!(rows[0]["budget"], "64", "{rows:#?}");
+    assert!(rows[0]["next"].as_str().unwrap().contains("retry"), "{rows:#?}");
+    assert_eq!(rows[1]["outcome"], "accepted", "{rows:#?}");
+    assert_eq!(rows[1]["budget"], "128", "{rows:#?}");
+    assert!(rows[0]["text"].as_str().unwrap().contains("gpt-4o-mini"), "{rows:#?}");
+
+    // The clarification answered through the card; the page shows the end without a reload.
+    b.type_into(&format!("{card} input[data-question-id='refund']"), "now").await;
+    b.click(&format!("{card} button.answer")).await;
+    b.wait_text("#run-status", 120, |t| t == "completed").await;
+    b.wait("#graph g.node[data-node-id='plan'][data-state='completed']", 30).await;
+    b.wait_text("#resolved", 30, |t| t.contains("clarification.resolved")).await;
+    // The reasoning lane, apart from the events.
+    b.click("#reasoning summary").await;
+    b.wait_text("#reasoning", 30, |t| t.contains("a billing problem") && t.contains("immediate refund")).await;
+    assert!(
+        !b.text("#timeline").await.unwrap().contains("a billing problem"),
+        "reasoning mixed into the timeline"
+    );
+
+    // A deep link to a node and an event (the truncation) opens both.
+    let seq = b
+        .js("return [...document.querySelectorAll('#timeline .event')].length")
+        .await;
+    assert!(seq.as_u64().unwrap() > 5, "timeline rows: {seq}");
+    let events = b.js_async(&format!(
+        "const done = arguments[0]; fetch('/v1/runs/{id}/events', {{headers: {{Accept: 'application/json'}}}}).then(r => r.json()).then(j => done(j.events))"
+    )).await;
+    let truncated = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["type"] == "envelope.truncated")
+        .expect("an envelope.truncated event")["sequence"]
+        .as_u64()
+        .unwrap();
+    b.goto(&format!("/ui/runs/{id}?node=extract&event={truncated}")).await;
+    b.wait("#node-panel[data-node-id='extract'] #attempts", 30).await;
+    let detail = b
+        .wait_text(&format!("#event-detail[data-seq='{truncated}']"), 30, |t| t.contains("envelope.truncated"))
+        .await;
+    assert!(detail.contains("max_tokens"), "{detail}");
+    b.wait(&format!("#timeline .event.selected[data-seq='{truncated}']"), 10).await;
+
+    // Log out: the page forgets the session and the server refuses the old cookie.
+    let cookie = b.session_cookie().await.expect("a session cookie");
+    b.click("#logout").await;
+    b.wait("#token", 30).await;
+    assert_eq!(b.session_cookie().await, None, "the cookie outlived logout");
+    let (code, _, body) = http(
+        "GET",
+        &format!("{base}/ui/api/session"),
+        &[&format!("Cookie: openwop-session={cookie}")],
+        None,
+    );
+    assert_eq!(code, 401, "a logged-out cookie still works: {body}");
+    b.close().await;
+    delete_namespace(&c.client, &ns).await;
+}
+
+fn approval_run(name: &str) -> String {
+    let wf = std::fs::read_to_string(repo().join("examples/02-conformance-mock-agent.yaml")).unwrap();
+    let run = wf.split("\n---").nth(1).expect("the example's Run");
+    run.replace("name: mock-agent-run", &format!("name: {name}"))
+}
+
+fn slow_run(name: &str, delay_ms: u64) -> String {
+    json!({"apiVersion": "openwop.dev/v1alpha1", "kind": "Run", "metadata": {"name": name},
+        "spec": {"workflowRef": {"name": "slow"}, "timeoutSeconds": 300, "providerMocks": {"q": {"responses": [
+            {"stopReason": "stop", "delayMs": delay_ms,
+             "content": {"type": "vendor.acme.plan", "payload": {"region": "eu"}}}]}}}})
+    .to_string()
+}
+
+const XSS: &str = r#"<img src=x onerror="window.__openwopXss='img'"><a href="javascript:window.__openwopXss='link'">click me</a><script>window.__openwopXss='script'</script>"#;
+
+/// Approves an approval through its card (with a comment), cancels a run after confirming, and
+/// checks a read-only token: no buttons, and writes it forges from the page are refused (no
+/// CSRF proof: 403; with it: RBAC's 403). Model output carrying markup renders as text and
+/// runs nothing.
+#[tokio::test]
+async fn approve_cancel_read_only_and_model_output_is_text() {
+    let _g = SERIAL.lock().await;
+    let Some(c) = local().await else { return };
+    let base = base_url();
+    let ns = namespace(&c.client, "j-webui-act").await;
+    let token = sa_with_role(&c, &ns, "team", TEAM_RULES);
+    let viewer = sa_with_role(&c, &ns, "viewer", VIEWER_RULES);
+    let wf = std::fs::read_to_string(repo().join("examples/02-conformance-mock-agent.yaml")).unwrap();
+    apply(&c, &ns, wf.split("\n---").next().unwrap());
+    let slow = json!({"apiVersion": "openwop.dev/v1alpha1", "kind": "Workflow", "metadata": {"name": "slow"},
+        "spec": {"id": "slow", "name": "slow", "version": "1", "nodes": [{"id": "q", "typeId": "core.ai.callPrompt",
+            "config": {"provider": "mock", "prompt": "plan", "envelopeType": "vendor.acme.plan"}}]}});
+    apply(&c, &ns, &slow.to_string());
+    let xss_wf = json!({"apiVersion": "openwop.dev/v1alpha1", "kind": "Workflow", "metadata": {"name": "echo"},
+        "spec": {"id": "echo", "name": "echo", "version": "1", "nodes": [{"id": "say", "typeId": "core.ai.callPrompt",
+            "config": {"provider": "mock", "prompt": "say it", "envelopeType": "vendor.acme.note"}}]}});
+    apply(&c, &ns, &xss_wf.to_string());
+    apply(&c, &ns, &approval_run("approve-me"));
+    apply(&c, &ns, &approval_run("leave-me"));
+    apply(&c, &ns, &slow_run("cancel-me", 120_000));
+    let xss_run = json!({"apiVersion": "openwop.dev/v1alpha1", "kind": "Run", "metadata": {"name": "xss"},
+        "spec": {"workflowRef": {"name": "echo"}, "timeoutSeconds": 300, "providerMocks": {"say": {"responses": [
+            {"stopReason": "stop", "content": {"type": "vendor.acme.note",
+              "payload": {"text": XSS, "reasoning": XSS}}}]}}}});
+    apply(&c, &ns, &xss_run.to_string());
+    let approve_id = run_id(&c, &ns, "approve-me").await;
+    let leave_id = run_id(&c, &ns, "leave-me").await;
+    let cancel_id = run_id(&c, &ns, "cancel-me").await;
+    let xss_id = run_id(&c, &ns, "xss").await;
+    wait_run(&c, &ns, "approve-me", "waiting-approval", 120).await;
+    wait_run(&c, &ns, "leave-me", "waiting-approval", 120).await;
+
+    let b = Browser::start(&base, false).await;
+    b.login(&token).await;
+    // Approve with a comment.
+    b.goto(&format!("/ui/runs/{approve_id}")).await;
+    let card = ".interrupt-card[data-kind='approval'][data-node-id='agent']";
+    b.wait(card, 60).await;
+    b.type_into(&format!("{card} textarea.comment"), "looks right").await;
+    b.click(&format!("{card} button.approve")).await;
+    b.wait_text("#run-status", 120, |t| t == "completed").await;
+    b.wait_text("#resolved", 30, |t| t.contains("approval.granted")).await;
+    assert_eq!(b.count(".interrupt-card").await, 0);
+
+    // Cancel, after confirming.
+    b.goto(&format!("/ui/runs/{cancel_id}")).await;
+    b.wait_text("#run-status", 120, |t| t == "running").await;
+    b.click("#cancel").await;
+    b.wait("#cancel-dialog", 10).await;
+    assert!(b.text("#run-status").await.unwrap() == "running", "cancelled before confirming");
+    b.click("#confirm-cancel").await;
+    b.wait_text("#run-status", 120, |t| t == "cancelled").await;
+    wait_run(&c, &ns, "cancel-me", "cancelled", 30).await;
+
+    // Model output with markup: shown as text, nothing runs, no element made of it.
+    b.goto(&format!("/ui/runs/{xss_id}?node=say")).await;
+    b.wait_text("#run-status", 120, |t| t == "completed").await;
+    b.wait_text("#node-panel", 30, |t| t.contains("onerror")).await;
+    b.click("#reasoning summary").await;
+    b.wait_text("#reasoning", 30, |t| t.contains("javascript:")).await;
+    let seq = b.js("return [...document.querySelectorAll('#timeline .event')].map(e => e.dataset.seq)").await;
+    let last = seq.as_array().unwrap().last().unwrap().as_str().unwrap().to_owned();
+    b.click(&format!("#timeline .event[data-seq='{last}']")).await;
+    b.wait_text("#event-detail", 10, |t| t.contains("<img src=x")).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let probe = b
+        .js("return {flag: window.__openwopXss === undefined ? null : window.__openwopXss, imgs: document.querySelectorAll('main img').length, scripts: [...document.scripts].filter(s => !s.src).length, jsLinks: document.querySelectorAll('a[href^=\"javascript:\"]').length}")
+        .await;
+    assert_eq!(
+        probe,
+        json!({"flag": null, "imgs": 0, "scripts": 0, "jsLinks": 0}),
+        "model output became markup"
+    );
+    b.click("#logout").await;
+    b.wait("#token", 30).await;
+
+    // Read-only: no buttons; forged writes refused by the server; the run still waits.
+    b.type_into("#token", &viewer).await;
+    b.click("#login").await;
+    b.wait("#runs", 30).await;
+    b.wait("#read-only", 30).await;
+    b.goto(&format!("/ui/runs/{leave_id}")).await;
+    b.wait(".interrupt-card[data-kind='approval']", 60).await;
+    b.wait("#download", 10).await;
+    for css in ["#cancel", "button.approve", "button.reject", "button.answer"] {
+        assert_eq!(b.count(css).await, 0, "a read-only token sees {css}");
+    }
+    let (code, body) = page_post(&b, &format!("/v1/runs/{leave_id}/cancel"), &json!({}), false).await;
+    assert_eq!(code, 403, "{body}");
+    assert!(body["message"].as_str().unwrap().contains("x-openwop-csrf"), "{body}");
+    let (code, body) = page_post(&b, &format!("/v1/runs/{leave_id}/cancel"), &json!({}), true).await;
+    assert_eq!(code, 403, "{body}");
+    assert_eq!(body["details"]["verb"], "patch", "{body}");
+    let (code, body) = page_post(
+        &b,
+        &format!("/v1/runs/{leave_id}/interrupts/agent"),
+        &json!({"resumeValue": true}),
+        true,
+    ).await;
+    assert_eq!(code, 403, "{body}");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    wait_run(&c, &ns, "leave-me", "waiting-approval", 5).await;
+    b.close().await;
+    delete_namespace(&c.client, &ns).await;
+}
