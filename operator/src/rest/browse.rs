@@ -21,13 +21,15 @@ use serde_json::json;
 
 use openwop_protocol::run::subjects::reasoning_subject;
 
-use super::runs::{read_subject_events, snapshot_of, visible_run};
+use super::runs::{snapshot_of, visible_run};
 use super::{ApiError, Caller, ErrorBody, Resource, RestState, Verb};
 
 /// Default page size of `GET /v1/runs`.
 pub const DEFAULT_PAGE: usize = 50;
 /// Largest page size of `GET /v1/runs`.
 pub const MAX_PAGE: usize = 500;
+/// Most reasoning-lane messages one read returns (the lane is rate-limited at the source).
+pub const MAX_LANE_ENTRIES: usize = 10_000;
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[serde(rename_all = "camelCase")]
@@ -303,8 +305,48 @@ pub async fn run_reasoning(
     let run = visible_run(&s, &caller, &run_id).await?;
     let subject = reasoning_subject(&run.namespace().unwrap_or_default(), &run_id);
     Ok(Json(ReasoningLane {
-        entries: read_subject_events(&s, subject).await?,
+        entries: read_lane(&s, subject).await?,
     }))
+}
+
+/// Every message stored on a reasoning subject, in order (no stream yet: none). Unlike run
+/// events, lane messages carry no run sequence, so they are kept in stream order as read.
+async fn read_lane(s: &RestState, subject: String) -> Result<Vec<serde_json::Value>, ApiError> {
+    use futures::StreamExt as _;
+    use openwop_nats::reader::{From, ReadError, RunLog};
+    let unavailable = |e: &dyn std::fmt::Display| {
+        tracing::warn!(error = %e, "reading a run's reasoning lane");
+        ApiError::unavailable(
+            "the event stream is unavailable; retry shortly",
+            std::time::Duration::from_secs(2),
+        )
+    };
+    let js = s.jetstream().await?;
+    let log = match RunLog::open(&js, &s.config.worker.events_stream, vec![subject], From::Start)
+        .await
+    {
+        Ok(l) => l,
+        Err(ReadError::NoStream { .. }) => return Ok(Vec::new()),
+        Err(e) => return Err(unavailable(&e)),
+    };
+    let mut out = Vec::new();
+    if log.pending_at_start == 0 {
+        return Ok(out);
+    }
+    let mut msgs = std::pin::pin!(log.messages());
+    // A bound per message in case the count moved under us.
+    while let Ok(Some(m)) =
+        tokio::time::timeout(std::time::Duration::from_secs(5), msgs.next()).await
+    {
+        let m = m.map_err(|e| unavailable(&e))?;
+        if let Ok(v) = serde_json::from_slice(&m.payload) {
+            out.push(v);
+        }
+        if m.pending == 0 || out.len() >= MAX_LANE_ENTRIES {
+            break;
+        }
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

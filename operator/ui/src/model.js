@@ -34,106 +34,111 @@ export function nodeStates(events) {
   return st;
 }
 
-const ATTEMPT_EVENTS = new Set([
-  'prompt.composed', 'provider.usage', 'envelope.truncated', 'envelope.refusal',
-  'envelope.retry.attempted', 'envelope.retry.exhausted', 'envelope.recovery.applied',
-  'envelope.nl-to-format.engaged', 'cap.breached',
-]);
-
-// The provider-call record of a `log.appended` event, or null.
-function callRecord(e) {
-  if (e.type !== 'log.appended') return null;
-  const f = (e.payload && e.payload.fields) || {};
-  if (f.attempt === undefined && f.providerResponse === undefined && f.maxTokens === undefined) return null;
-  return f;
-}
-
 // Every attempt of every LLM call of `node`, in order: what was asked (model, budget), what
 // came back (finish reason, tokens, latency), how the envelope fared and what the retry
-// router did next.
+// router did next. The worker records each call twice in `log.appended` (`fields.attempt`
+// before the call, `fields.providerResponse` after it), then emits `provider.usage`, the
+// `envelope.*` outcome and, on a retry, `envelope.retry.attempted` naming the next attempt.
 export function attemptsOf(events, node) {
+  const byN = new Map();
   const out = [];
   let cur = null;
-  const open = (n) => {
-    cur = {
-      attempt: n, model: null, provider: null, maxTokens: null, finishReason: null,
-      tokensIn: null, tokensOut: null, latencyMs: null, outcome: null, detail: null,
-      next: null, recovery: null, events: [],
-    };
-    out.push(cur);
-    return cur;
+  const attempt = (n) => {
+    if (!byN.has(n)) {
+      const a = {
+        attempt: n, model: null, provider: null, maxTokens: null, finishReason: null,
+        tokensIn: null, tokensOut: null, latencyMs: null, outcome: null, detail: null,
+        next: null, recovery: null, events: [], startedAt: null, answered: false,
+      };
+      byN.set(n, a);
+      out.push(a);
+    }
+    return byN.get(n);
   };
   for (const e of events) {
     if (nodeOf(e) !== node) continue;
-    const rec = callRecord(e);
-    if (!rec && !ATTEMPT_EVENTS.has(e.type)) continue;
     const p = e.payload || {};
-    if (rec) {
-      const n = rec.attempt || (cur ? cur.attempt + 1 : 1);
-      const a = cur && cur.attempt === n && cur.maxTokens === null ? cur : open(n);
+    const f = p.fields || {};
+    if (e.type === 'log.appended' && f.providerResponse) {
+      const pr = f.providerResponse;
+      const r = pr.response || {};
+      const a = attempt(pr.attempt ?? (cur ? cur.attempt : 1));
+      cur = a;
       a.events.push(e.sequence);
-      a.maxTokens = rec.maxTokens ?? a.maxTokens;
-      a.model = rec.model ?? a.model;
-      a.provider = rec.provider ?? a.provider;
-      const r = rec.providerResponse || {};
-      a.finishReason = r.stopReason ?? r.finishReason ?? rec.stopReason ?? a.finishReason;
-      a.tokensIn = r.inputTokens ?? rec.inputTokens ?? a.tokensIn;
-      a.tokensOut = r.outputTokens ?? rec.outputTokens ?? a.tokensOut;
-      a.latencyMs = r.latencyMs ?? rec.latencyMs ?? a.latencyMs;
-      if (!a.outcome) a.outcome = 'accepted';
+      a.answered = true;
+      a.maxTokens = pr.maxTokens ?? a.maxTokens;
+      a.provider = r.provider ?? a.provider;
+      a.model = r.model ?? a.model;
+      const stop = r.stop || {};
+      a.finishReason = stop.raw ?? stop.kind ?? a.finishReason;
+      if (r.usage) { a.tokensIn = r.usage.inputTokens ?? a.tokensIn; a.tokensOut = r.usage.outputTokens ?? a.tokensOut; }
+      if (a.startedAt && e.timestamp) a.latencyMs = Math.max(0, Math.round(Date.parse(e.timestamp) - Date.parse(a.startedAt)));
+      if (stop.kind === 'truncated') a.outcome = 'truncated';
+      if (r.refusalText) { a.outcome = 'refusal'; a.detail = r.refusalText; }
       continue;
     }
-    if (e.type === 'envelope.retry.attempted') {
-      // The router's decision after the previous attempt.
-      if (cur) cur.next = `retry (attempt ${p.attempt}, ${p.reason})`;
-      open(p.attempt).events.push(e.sequence);
+    if (e.type === 'log.appended' && f.attempt !== undefined) {
+      const a = attempt(f.attempt);
+      cur = a;
+      a.events.push(e.sequence);
+      a.maxTokens = f.maxTokens ?? a.maxTokens;
+      a.startedAt = e.timestamp;
       continue;
     }
-    const a = cur || open(1);
-    a.events.push(e.sequence);
+    if (!cur) continue;
+    const a = cur;
     switch (e.type) {
-      case 'prompt.composed':
-        a.model = p.model ?? a.model; a.provider = p.provider ?? a.provider;
-        a.maxTokens = p.maxTokens ?? a.maxTokens; break;
       case 'provider.usage':
-        a.model = p.model ?? a.model; a.provider = p.provider ?? a.provider;
-        a.tokensIn = p.inputTokens ?? p.promptTokens ?? a.tokensIn;
-        a.tokensOut = p.outputTokens ?? p.completionTokens ?? a.tokensOut;
-        a.latencyMs = p.latencyMs ?? a.latencyMs;
-        a.finishReason = p.stopReason ?? p.finishReason ?? a.finishReason; break;
+        a.events.push(e.sequence);
+        a.provider = p.provider ?? a.provider; a.model = p.model ?? a.model;
+        a.tokensIn = p.inputTokens ?? a.tokensIn; a.tokensOut = p.outputTokens ?? a.tokensOut;
+        break;
       case 'envelope.truncated':
+        a.events.push(e.sequence);
         a.outcome = 'truncated'; a.finishReason = p.stopReason ?? a.finishReason;
-        a.model = p.model ?? a.model; a.tokensOut = p.outputTokenCount ?? a.tokensOut; break;
+        break;
       case 'envelope.refusal':
-        a.outcome = 'refusal'; a.detail = p.refusalText || p.safetyCategory || null;
-        a.model = p.model ?? a.model; a.next = 'stop (refusals are not retried)'; break;
+        a.events.push(e.sequence);
+        a.outcome = 'refusal'; a.detail = p.refusalText || p.safetyCategory || a.detail;
+        a.next = 'stop: refusals are never retried';
+        break;
       case 'envelope.recovery.applied':
-        a.recovery = p.path; break;
+        a.events.push(e.sequence);
+        a.recovery = p.path;
+        break;
+      case 'envelope.retry.attempted':
+        a.events.push(e.sequence);
+        a.next = `retry as attempt ${p.attempt} (${p.reason})`;
+        if (p.reason === 'truncation') a.outcome = 'truncated';
+        else if (p.reason === 'schema-violation') a.outcome = 'schema violation';
+        else a.outcome = p.reason;
+        if (p.previousError && p.reason !== 'truncation') a.detail = p.previousError;
+        break;
       case 'envelope.retry.exhausted':
+        a.events.push(e.sequence);
         a.next = `give up after ${p.totalAttempts} attempts (${p.finalReason})`;
-        if (p.finalError) a.detail = p.finalError; break;
+        if (p.finalReason === 'truncation') a.outcome = 'truncated';
+        else if (p.finalReason === 'schema-violation') a.outcome = 'schema violation';
+        if (p.finalError) a.detail = p.finalError;
+        break;
       case 'cap.breached':
-        a.next = `${a.next ? a.next + '; ' : ''}cap ${p.kind} reached (${p.observed}/${p.limit})`; break;
+        a.events.push(e.sequence);
+        a.next = `${a.next ? `${a.next}; ` : ''}cap ${p.kind} reached (${p.observed} of ${p.limit})`;
+        break;
+      case 'clarification.requested':
+        if (!a.next) a.next = 'wait for the clarification';
+        break;
+      case 'node.completed':
+        if (!a.next) a.next = 'done: output accepted';
+        break;
+      case 'node.failed':
+        if (!a.next) a.next = `node failed${p.error ? `: ${p.error.code}` : ''}`;
+        break;
       default:
     }
   }
-  // A retry's reason names what went wrong with the attempt before it.
-  for (let i = 1; i < out.length; i++) {
-    const prev = out[i - 1];
-    const ev = events.find((e) => e.type === 'envelope.retry.attempted' && nodeOf(e) === node && e.payload.attempt === out[i].attempt);
-    if (!ev) continue;
-    const reason = ev.payload.reason;
-    if (reason === 'schema-violation' && prev.outcome !== 'truncated') {
-      prev.outcome = 'schema violation';
-      prev.detail = ev.payload.previousError || prev.detail;
-    } else if (reason === 'truncation') {
-      prev.outcome = 'truncated';
-    } else if (prev.outcome === 'accepted' || !prev.outcome) {
-      prev.outcome = reason;
-      prev.detail = ev.payload.previousError || prev.detail;
-    }
-  }
-  return out.filter((a) => a.events.length);
+  for (const a of out) if (!a.outcome && a.answered) a.outcome = 'accepted';
+  return out;
 }
 
 // The reasoning lane: the run's reasoning stream (`lane`, from GET /v1/runs/{runId}/reasoning)
@@ -143,7 +148,7 @@ export function reasoningOf(lane, events) {
   lane.forEach((m, i) => {
     const p = m.payload || {};
     out.push({
-      key: `lane-${i}`, seq: m.sequence ?? null, node: nodeOf(m), source: m.type || 'reasoning',
+      key: `lane-${i}`, seq: null, node: nodeOf(m), source: m.kind || 'reasoning',
       text: textOf(p.message ?? p.reasoning ?? p.delta ?? p.text ?? p),
     });
   });

@@ -191,7 +191,7 @@ function NodePanel({ node, events, onEvent, onClose }) {
           <td>${a.tokensIn ?? '?'} / ${a.tokensOut ?? '?'}</td>
           <td>${a.latencyMs === null ? '' : `${a.latencyMs} ms`}</td>
           <td class="outcome">${a.outcome || ''}${a.recovery ? ` (recovery: ${a.recovery})` : ''}${a.detail ? html`<div class="detail">${a.detail}</div>` : ''}</td>
-          <td class="next">${a.next || (a.outcome === 'accepted' ? 'done' : '')}</td>
+          <td class="next">${a.next || ''}</td>
         </tr>
         <tr class="attempt-events"><td></td><td colspan="7">events ${a.events.map((s) => html`<button class="link" onClick=${() => onEvent(s)}>#${s}</button> `)}</td></tr>`)}</tbody>
       </table>`}
