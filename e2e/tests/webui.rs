@@ -314,3 +314,61 @@ async fn approve_cancel_read_only_and_model_output_is_text() {
     b.close().await;
     delete_namespace(&c.client, &ns).await;
 }
+
+/// `make screenshots`: the README's pictures (docs/webui/*.png) from a real run of each kind,
+/// in light and dark.
+#[tokio::test]
+#[ignore = "regenerates docs/webui/*.png: make screenshots"]
+async fn screenshots() {
+    let _g = SERIAL.lock().await;
+    let Some(c) = local().await else { return };
+    let base = base_url();
+    let ns = namespace(&c.client, "j-webui-demo").await;
+    let token = sa_with_role(&c, &ns, "team", TEAM_RULES);
+    let wf = std::fs::read_to_string(repo().join("examples/02-conformance-mock-agent.yaml")).unwrap();
+    apply(&c, &ns, wf.split("\n---").next().unwrap());
+    apply(&c, &ns, &triage());
+    apply(&c, &ns, &approval_run("refund-approval"));
+    let id = run_id(&c, &ns, "triage-run").await;
+    let approval = run_id(&c, &ns, "refund-approval").await;
+    wait_run(&c, &ns, "refund-approval", "waiting-approval", 120).await;
+    let st = wait_run(&c, &ns, "triage-run", "waiting-input", 120).await;
+    let answer = json!({"spec": {"answers": [{"interruptId": st["pendingInterrupts"][0]["interruptId"], "value": {"refund": "now"}}]}});
+    ok(
+        kubectl(&c, &["patch", "run", "triage-run", "-n", &ns, "--type=merge", "-p", &answer.to_string()], None),
+        "answer the clarification",
+    );
+    wait_run(&c, &ns, "triage-run", "completed", 120).await;
+    let dir = repo().join("docs/webui");
+    std::fs::create_dir_all(&dir).unwrap();
+
+    let b = Browser::start(&base, false).await;
+    b.login(&token).await;
+    b.wait(&format!("#runs tr[data-run-id='{approval}']"), 60).await;
+    b.screenshot(&dir.join("runs.png")).await;
+    b.goto(&format!("/ui/runs/{id}?node=extract")).await;
+    b.wait_text("#run-status", 60, |t| t == "completed").await;
+    b.wait("#attempts tr.attempt[data-attempt='2']", 30).await;
+    b.click("#reasoning summary").await;
+    b.wait_text("#reasoning", 30, |t| t.contains("immediate refund")).await;
+    b.screenshot(&dir.join("run.png")).await;
+    let panel = b.wait("#node-panel", 10).await;
+    std::fs::write(dir.join("attempts.png"), panel.screenshot().await.unwrap()).unwrap();
+    b.close().await;
+
+    // Dark: from prefers-color-scheme (the browser asks for dark).
+    let b = Browser::start(&base, true).await;
+    b.login(&token).await;
+    assert_eq!(
+        b.js("return document.documentElement.dataset.theme").await,
+        "dark",
+        "prefers-color-scheme: dark is not followed"
+    );
+    b.goto(&format!("/ui/runs/{approval}?node=agent")).await;
+    b.wait(".interrupt-card[data-kind='approval']", 60).await;
+    b.type_into(".interrupt-card textarea.comment", "Refund approved: duplicate charge confirmed.").await;
+    b.screenshot(&dir.join("approval-dark.png")).await;
+    b.close().await;
+    delete_namespace(&c.client, &ns).await;
+    println!("screenshots written to {}", dir.display());
+}
