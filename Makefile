@@ -66,7 +66,8 @@ chart-check:
 ## direct JetStream reader in the same run), with release builds of the operator and worker (what users run;
 ## OPENWOP_E2E_PROFILE=debug for the debug builds of the scale figures), then the restart figures (debug builds from
 ## `build`: operator SIGKILLed 5 times over 50 Runs; nats-server and kube-apiserver restarted mid-batch; worker pods
-## force-deleted at 27 kill points). Each prints
+## force-deleted at 27 kill points), then the web UI's figures in headless Chromium (first paint and fully rendered
+## timeline of a 1,000- and a 10,000-event run, JS heap, scroll frame times; the runs list with 5,000 Runs). Each prints
 ## FIGURES lines.
 bench: build
 	$(CARGO) bench --workspace
@@ -76,6 +77,7 @@ bench: build
 	OPENWOP_E2E_PROFILE=release $(CARGO) test -p openwop-e2e --test scale -- --ignored --nocapture --test-threads=1
 	$(CARGO) test --release -p openwop-operator --test cluster rest_figures -- --ignored --nocapture
 	$(CARGO) test -p openwop-e2e --test journeys -- --ignored --nocapture --test-threads=1 restart_figures_operator_nats_and_apiserver worker_force_delete_figures
+	$(CARGO) test -p openwop-e2e --test webui -- --ignored --nocapture --test-threads=1 figures
 
 cluster-up:
 	@bash e2e/cluster/cluster.sh up

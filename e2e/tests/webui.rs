@@ -372,3 +372,160 @@ async fn screenshots() {
     delete_namespace(&c.client, &ns).await;
     println!("screenshots written to {}", dir.display());
 }
+
+/// A run of `n` synthetic events (50 nodes, each started, logged and completed in turn) on the
+/// subject of a Run waiting for a Workflow that never comes: what the page reads is exactly
+/// what a worker would have published.
+async fn synthetic_run(c: &openwop_e2e::Cluster, ns: &str, name: &str, n: u64) -> String {
+    let run = json!({"apiVersion": "openwop.dev/v1alpha1", "kind": "Run", "metadata": {"name": name},
+        "spec": {"workflowRef": {"name": "never-applied"}}});
+    apply(c, ns, &run.to_string());
+    let id = run_id(c, ns, name).await;
+    let nats = async_nats::connect(&c.nats_url).await.expect("NATS");
+    let js = async_nats::jetstream::new(nats);
+    let subject = format!("openwop.events.{ns}.{id}");
+    let mut acks = Vec::new();
+    for seq in 0..n {
+        let node = format!("n{:02}", (seq / 20) % 50);
+        let (t, payload) = match seq {
+            0 => ("run.started", json!({"workflowId": "bench"})),
+            s if s == n - 1 => ("run.completed", json!({"outputs": {}})),
+            s if s % 20 == 1 => ("node.started", json!({"nodeId": node, "typeId": "core.identity", "attempt": 1})),
+            s if s % 20 == 0 => ("node.completed", json!({"nodeId": node, "outputs": {"output": {"i": s}}})),
+            s => ("log.appended", json!({"level": "info", "nodeId": node, "message": format!("step {s} of the bench run"), "fields": {"i": s}})),
+        };
+        let doc = json!({"eventId": format!("evt-bench-{id}-{seq}"), "runId": id, "type": t,
+            "payload": payload, "timestamp": "2026-01-01T00:00:00Z", "sequence": seq,
+            "nodeId": if seq == 0 || seq == n - 1 { Value::Null } else { json!(node) }});
+        acks.push(
+            js.publish(subject.clone(), doc.to_string().into())
+                .await
+                .expect("publish"),
+        );
+        if acks.len() >= 500 {
+            for a in acks.drain(..) {
+                a.await.expect("ack");
+            }
+        }
+    }
+    for a in acks {
+        a.await.expect("ack");
+    }
+    id
+}
+
+/// Milliseconds since navigation until `done()` (a JS condition) holds, first contentful
+/// paint, the JS heap, and frame intervals while scrolling `scroller` top to bottom.
+async fn page_figures(b: &Browser, done: &str, scroller: Option<&str>) -> Value {
+    let scroll = scroller.map_or("null".to_owned(), |s| format!("{s:?}"));
+    let script = format!(
+        r#"const cb = arguments[arguments.length - 1];
+        const t0 = performance.now();
+        const ready = () => {{ try {{ return {done}; }} catch (e) {{ return false; }} }};
+        const wait = () => new Promise((res) => {{ const f = () => ready() ? res() : (performance.now() - t0 > 120000 ? res() : requestAnimationFrame(f)); f(); }});
+        (async () => {{
+          await wait();
+          const rendered = performance.now();
+          const fcp = (performance.getEntriesByName('first-contentful-paint')[0] || {{}}).startTime || null;
+          const heap = performance.memory ? performance.memory.usedJSHeapSize : null;
+          let frames = null;
+          const el = {scroll} && document.querySelector({scroll});
+          if (el) {{
+            const gaps = []; let last = performance.now();
+            const steps = 120; const max = el.scrollHeight - el.clientHeight;
+            for (let i = 1; i <= steps; i++) {{
+              el.scrollTop = max * i / steps;
+              await new Promise((r) => requestAnimationFrame(r));
+              const now = performance.now(); gaps.push(now - last); last = now;
+            }}
+            gaps.sort((a, b) => a - b);
+            frames = {{p50: gaps[Math.floor(gaps.length * 0.5)], p95: gaps[Math.floor(gaps.length * 0.95)], max: gaps[gaps.length - 1], rows: el.querySelectorAll('.event').length}};
+          }}
+          cb({{ready: ready(), renderedMs: rendered, fcpMs: fcp, heapBytes: heap, scroll: frames}});
+        }})();"#
+    );
+    b.js_async(&script).await
+}
+
+/// `make bench`: time to first paint and to a fully rendered timeline for a 1,000- and a
+/// 10,000-event run, the JS heap, scrolling frame times; the runs list with
+/// `OPENWOP_WEBUI_BENCH_RUNS` (default 5,000) Runs in one namespace. Prints FIGURES lines.
+#[tokio::test]
+#[ignore = "figures: make bench"]
+async fn figures() {
+    let _g = SERIAL.lock().await;
+    let Some(c) = local().await else { return };
+    let base = base_url();
+    let ns = namespace(&c.client, "j-webui-bench").await;
+    let token = sa_with_role(&c, &ns, "team", TEAM_RULES);
+    let b = Browser::start(&base, false).await;
+    b.login(&token).await;
+    for n in [1_000u64, 10_000] {
+        let id = synthetic_run(&c, &ns, &format!("bench-{n}"), n).await;
+        // Warm: the first read of a subject opens its consumer.
+        b.goto(&format!("/ui/runs/{id}")).await;
+        b.wait_text(".timeline-pane .count", 120, |t| t == format!("{n} events")).await;
+        for round in 0..3 {
+            b.goto(&format!("/ui/runs/{id}")).await;
+            let f = page_figures(
+                &b,
+                &format!("document.querySelector('.timeline-pane .count') && document.querySelector('.timeline-pane .count').textContent === '{n} events' && document.querySelectorAll('#timeline .event').length > 0"),
+                Some("#timeline"),
+            )
+            .await;
+            assert_eq!(f["ready"], true, "{f}");
+            println!("FIGURES webui timeline events={n} round={round} {f}");
+        }
+    }
+    let runs: usize = std::env::var("OPENWOP_WEBUI_BENCH_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5_000);
+    let mut made = 0;
+    while made < runs {
+        let batch: Vec<Value> = (made..(made + 250).min(runs))
+            .map(|i| json!({"apiVersion": "openwop.dev/v1alpha1", "kind": "Run",
+                "metadata": {"name": format!("many-{i:05}")},
+                "spec": {"workflowRef": {"name": "never-applied"}}}))
+            .collect();
+        made += batch.len();
+        apply(&c, &ns, &json!({"apiVersion": "v1", "kind": "List", "items": batch}).to_string());
+    }
+    let total = runs + 2;
+    let url = format!("{base}/v1/runs?tenantId={ns}&limit=50");
+    let auth = format!("Authorization: Bearer {token}");
+    wait_for(Duration::from_secs(600), "every Run in the operator's cache", || {
+        let (url, auth) = (url.clone(), auth.clone());
+        async move {
+            let (code, _, body) = http("GET", &url, &[&auth], None);
+            let v: Value = serde_json::from_str(&body).ok()?;
+            (code == 200 && v["total"].as_u64()? as usize >= total).then_some(())
+        }
+    })
+    .await;
+    let mut api_ms = Vec::new();
+    for _ in 0..20 {
+        let t = std::time::Instant::now();
+        let (code, _, _) = http("GET", &url, &[&auth], None);
+        api_ms.push(t.elapsed().as_secs_f64() * 1000.0);
+        assert_eq!(code, 200);
+    }
+    api_ms.sort_by(f64::total_cmp);
+    println!(
+        "FIGURES webui GET /v1/runs limit=50 of {total} runs (curl, 20 requests): p50 {:.1} ms, max {:.1} ms",
+        api_ms[10], api_ms[19]
+    );
+    for round in 0..3 {
+        b.goto(&format!("/ui/?tenant={ns}")).await;
+        let f = page_figures(
+            &b,
+            &format!("document.querySelectorAll('#runs tbody tr').length === 50 && document.getElementById('total').textContent === '{total} runs'"),
+            None,
+        )
+        .await;
+        assert_eq!(f["ready"], true, "{f}");
+        println!("FIGURES webui runs list runs={total} round={round} {f}");
+    }
+    b.close().await;
+    delete_namespace(&c.client, &ns).await;
+}
