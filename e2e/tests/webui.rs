@@ -8,9 +8,9 @@
 //! no buttons and its forged writes are refused; model output carrying markup runs nothing;
 //! a deep link opens the right node and event. Tests run one at a time (one release).
 
-mod common;
 #[path = "webui/browser.rs"]
 mod browser;
+mod common;
 #[path = "webui/kit.rs"]
 mod kit;
 
@@ -72,12 +72,26 @@ async fn login_follow_a_run_read_its_attempts_answer_and_deep_link() {
     // Served with a strict CSP, no inline script; the SPA answers deep paths.
     let (code, head, body) = http("GET", &format!("{base}/ui/runs/anything"), &[], None);
     assert_eq!(code, 200, "{head}");
-    assert!(head.contains("content-security-policy: default-src 'self'"), "{head}");
+    assert!(
+        head.contains("content-security-policy: default-src 'self'"),
+        "{head}"
+    );
     assert!(!head.contains("unsafe-inline"), "{head}");
-    assert!(body.contains("/ui/assets/app.js") && !body.contains("<script>"), "{body}");
-    let (code, head, _) = http("GET", &format!("{base}/ui/assets/app.js"), &["Accept-Encoding: gzip"], None);
+    assert!(
+        body.contains("/ui/assets/app.js") && !body.contains("<script>"),
+        "{body}"
+    );
+    let (code, head, _) = http(
+        "GET",
+        &format!("{base}/ui/assets/app.js"),
+        &["Accept-Encoding: gzip"],
+        None,
+    );
     assert_eq!(code, 200);
-    assert!(head.contains("content-encoding: gzip") && head.contains("etag: \""), "{head}");
+    assert!(
+        head.contains("content-encoding: gzip") && head.contains("etag: \""),
+        "{head}"
+    );
     // A bad token: refused with a specific message that never repeats it.
     let canary = "not-a-token-CANARY-7f3a";
     let (code, _, body) = http(
@@ -88,7 +102,10 @@ async fn login_follow_a_run_read_its_attempts_answer_and_deep_link() {
     );
     assert_eq!(code, 401, "{body}");
     assert!(body.contains("did not accept this token"), "{body}");
-    assert!(!body.contains(canary), "the refusal echoes the token: {body}");
+    assert!(
+        !body.contains(canary),
+        "the refusal echoes the token: {body}"
+    );
 
     let b = Browser::start(&base, false).await;
     b.goto("/ui/").await;
@@ -96,15 +113,33 @@ async fn login_follow_a_run_read_its_attempts_answer_and_deep_link() {
     b.click("#login").await;
     let err = b.wait_text("#login-error", 30, |t| !t.is_empty()).await;
     assert!(err.contains("did not accept this token"), "{err}");
-    assert!(!err.contains(canary), "the page repeats the refused token: {err}");
+    assert!(
+        !err.contains(canary),
+        "the page repeats the refused token: {err}"
+    );
     b.js("document.getElementById('token').value = ''; document.getElementById('token').dispatchEvent(new Event('input', {bubbles: true}))").await;
     b.type_into("#token", &token).await;
     b.click("#login").await;
-    b.wait_text("#user", 30, |t| t.contains(&format!("system:serviceaccount:{ns}:team"))).await;
-    assert_eq!(b.js("return document.cookie").await, "", "the session cookie is HttpOnly");
-    assert!(!b.client.source().await.unwrap().contains(&token), "the token is in the page");
-    let stored = b.js("return JSON.stringify(Object.assign({}, localStorage, sessionStorage))").await;
-    assert!(!stored.as_str().unwrap().contains(&token), "the token is in web storage");
+    b.wait_text("#user", 30, |t| {
+        t.contains(&format!("system:serviceaccount:{ns}:team"))
+    })
+    .await;
+    assert_eq!(
+        b.js("return document.cookie").await,
+        "",
+        "the session cookie is HttpOnly"
+    );
+    assert!(
+        !b.client.source().await.unwrap().contains(&token),
+        "the token is in the page"
+    );
+    let stored = b
+        .js("return JSON.stringify(Object.assign({}, localStorage, sessionStorage))")
+        .await;
+    assert!(
+        !stored.as_str().unwrap().contains(&token),
+        "the token is in web storage"
+    );
     b.wait("#runs", 30).await;
     assert_eq!(b.count("#runs tbody tr").await, 0);
 
@@ -117,7 +152,11 @@ async fn login_follow_a_run_read_its_attempts_answer_and_deep_link() {
     let card = ".interrupt-card[data-kind='clarification'][data-node-id='plan']";
     b.wait(card, 120).await;
     assert_eq!(b.text("#run-status").await.unwrap(), "waiting-input");
-    assert!(b.wait_text(&format!("{card} h4"), 5, |t| t.contains("plan")).await.contains("Clarification"));
+    assert!(
+        b.wait_text(&format!("{card} h4"), 5, |t| t.contains("plan"))
+            .await
+            .contains("Clarification")
+    );
 
     // Every attempt of extract's call: truncated at 64 tokens, retried with 128, accepted.
     b.click("#graph g.node[data-node-id='extract']").await;
@@ -129,22 +168,40 @@ async fn login_follow_a_run_read_its_attempts_answer_and_deep_link() {
     assert_eq!(rows.len(), 2, "{rows:#?}");
     assert_eq!(rows[0]["outcome"], "truncated", "{rows:#?}");
     assert_eq!(rows[0]["budget"], "64", "{rows:#?}");
-    assert!(rows[0]["next"].as_str().unwrap().contains("retry"), "{rows:#?}");
+    assert!(
+        rows[0]["next"].as_str().unwrap().contains("retry"),
+        "{rows:#?}"
+    );
     assert_eq!(rows[1]["outcome"], "accepted", "{rows:#?}");
     assert_eq!(rows[1]["budget"], "128", "{rows:#?}");
-    assert!(rows[0]["text"].as_str().unwrap().contains("gpt-4o-mini"), "{rows:#?}");
+    assert!(
+        rows[0]["text"].as_str().unwrap().contains("gpt-4o-mini"),
+        "{rows:#?}"
+    );
 
     // The clarification answered through the card; the page shows the end without a reload.
-    b.type_into(&format!("{card} input[data-question-id='refund']"), "now").await;
+    b.type_into(&format!("{card} input[data-question-id='refund']"), "now")
+        .await;
     b.click(&format!("{card} button.answer")).await;
     b.wait_text("#run-status", 120, |t| t == "completed").await;
-    b.wait("#graph g.node[data-node-id='plan'][data-state='completed']", 30).await;
-    b.wait_text("#resolved", 30, |t| t.contains("clarification.resolved")).await;
+    b.wait(
+        "#graph g.node[data-node-id='plan'][data-state='completed']",
+        30,
+    )
+    .await;
+    b.wait_text("#resolved", 30, |t| t.contains("clarification.resolved"))
+        .await;
     // The reasoning lane, apart from the events.
     b.click("#reasoning summary").await;
-    b.wait_text("#reasoning", 30, |t| t.contains("a billing problem") && t.contains("immediate refund")).await;
+    b.wait_text("#reasoning", 30, |t| {
+        t.contains("a billing problem") && t.contains("immediate refund")
+    })
+    .await;
     assert!(
-        !b.text("#timeline").await.unwrap().contains("a billing problem"),
+        !b.text("#timeline")
+            .await
+            .unwrap()
+            .contains("a billing problem"),
         "reasoning mixed into the timeline"
     );
 
@@ -164,13 +221,21 @@ async fn login_follow_a_run_read_its_attempts_answer_and_deep_link() {
         .expect("an envelope.truncated event")["sequence"]
         .as_u64()
         .unwrap();
-    b.goto(&format!("/ui/runs/{id}?node=extract&event={truncated}")).await;
-    b.wait("#node-panel[data-node-id='extract'] #attempts", 30).await;
+    b.goto(&format!("/ui/runs/{id}?node=extract&event={truncated}"))
+        .await;
+    b.wait("#node-panel[data-node-id='extract'] #attempts", 30)
+        .await;
     let detail = b
-        .wait_text(&format!("#event-detail[data-seq='{truncated}']"), 30, |t| t.contains("envelope.truncated"))
+        .wait_text(&format!("#event-detail[data-seq='{truncated}']"), 30, |t| {
+            t.contains("envelope.truncated")
+        })
         .await;
     assert!(detail.contains("max_tokens"), "{detail}");
-    b.wait(&format!("#timeline .event.selected[data-seq='{truncated}']"), 10).await;
+    b.wait(
+        &format!("#timeline .event.selected[data-seq='{truncated}']"),
+        10,
+    )
+    .await;
 
     // Log out: the page forgets the session and the server refuses the old cookie.
     let cookie = b.session_cookie().await.expect("a session cookie");
@@ -189,7 +254,8 @@ async fn login_follow_a_run_read_its_attempts_answer_and_deep_link() {
 }
 
 fn approval_run(name: &str) -> String {
-    let wf = std::fs::read_to_string(repo().join("examples/02-conformance-mock-agent.yaml")).unwrap();
+    let wf =
+        std::fs::read_to_string(repo().join("examples/02-conformance-mock-agent.yaml")).unwrap();
     let run = wf.split("\n---").nth(1).expect("the example's Run");
     run.replace("name: mock-agent-run", &format!("name: {name}"))
 }
@@ -216,7 +282,8 @@ async fn approve_cancel_read_only_and_model_output_is_text() {
     let ns = namespace(&c.client, "j-webui-act").await;
     let token = sa_with_role(&c, &ns, "team", TEAM_RULES);
     let viewer = sa_with_role(&c, &ns, "viewer", VIEWER_RULES);
-    let wf = std::fs::read_to_string(repo().join("examples/02-conformance-mock-agent.yaml")).unwrap();
+    let wf =
+        std::fs::read_to_string(repo().join("examples/02-conformance-mock-agent.yaml")).unwrap();
     apply(&c, &ns, wf.split("\n---").next().unwrap());
     let slow = json!({"apiVersion": "openwop.dev/v1alpha1", "kind": "Workflow", "metadata": {"name": "slow"},
         "spec": {"id": "slow", "name": "slow", "version": "1", "nodes": [{"id": "q", "typeId": "core.ai.callPrompt",
@@ -247,10 +314,12 @@ async fn approve_cancel_read_only_and_model_output_is_text() {
     b.goto(&format!("/ui/runs/{approve_id}")).await;
     let card = ".interrupt-card[data-kind='approval'][data-node-id='agent']";
     b.wait(card, 60).await;
-    b.type_into(&format!("{card} textarea.comment"), "looks right").await;
+    b.type_into(&format!("{card} textarea.comment"), "looks right")
+        .await;
     b.click(&format!("{card} button.approve")).await;
     b.wait_text("#run-status", 120, |t| t == "completed").await;
-    b.wait_text("#resolved", 30, |t| t.contains("approval.granted")).await;
+    b.wait_text("#resolved", 30, |t| t.contains("approval.granted"))
+        .await;
     assert_eq!(b.count(".interrupt-card").await, 0);
 
     // Cancel, after confirming.
@@ -258,7 +327,10 @@ async fn approve_cancel_read_only_and_model_output_is_text() {
     b.wait_text("#run-status", 120, |t| t == "running").await;
     b.click("#cancel").await;
     b.wait("#cancel-dialog", 10).await;
-    assert!(b.text("#run-status").await.unwrap() == "running", "cancelled before confirming");
+    assert!(
+        b.text("#run-status").await.unwrap() == "running",
+        "cancelled before confirming"
+    );
     b.click("#confirm-cancel").await;
     b.wait_text("#run-status", 120, |t| t == "cancelled").await;
     wait_run(&c, &ns, "cancel-me", "cancelled", 30).await;
@@ -266,13 +338,26 @@ async fn approve_cancel_read_only_and_model_output_is_text() {
     // Model output with markup: shown as text, nothing runs, no element made of it.
     b.goto(&format!("/ui/runs/{xss_id}?node=say")).await;
     b.wait_text("#run-status", 120, |t| t == "completed").await;
-    b.wait_text("#node-panel", 30, |t| t.contains("onerror")).await;
+    b.wait_text("#node-panel", 30, |t| t.contains("onerror"))
+        .await;
     b.click("#reasoning summary").await;
-    b.wait_text("#reasoning", 30, |t| t.contains("javascript:")).await;
-    let seq = b.js("return [...document.querySelectorAll('#timeline .event')].map(e => e.dataset.seq)").await;
-    let last = seq.as_array().unwrap().last().unwrap().as_str().unwrap().to_owned();
-    b.click(&format!("#timeline .event[data-seq='{last}']")).await;
-    b.wait_text("#event-detail", 10, |t| t.contains("<img src=x")).await;
+    b.wait_text("#reasoning", 30, |t| t.contains("javascript:"))
+        .await;
+    let seq = b
+        .js("return [...document.querySelectorAll('#timeline .event')].map(e => e.dataset.seq)")
+        .await;
+    let last = seq
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .as_str()
+        .unwrap()
+        .to_owned();
+    b.click(&format!("#timeline .event[data-seq='{last}']"))
+        .await;
+    b.wait_text("#event-detail", 10, |t| t.contains("<img src=x"))
+        .await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let probe = b
         .js("return {flag: window.__openwopXss === undefined ? null : window.__openwopXss, imgs: document.querySelectorAll('main img').length, scripts: [...document.scripts].filter(s => !s.src).length, jsLinks: document.querySelectorAll('a[href^=\"javascript:\"]').length}")
@@ -293,13 +378,28 @@ async fn approve_cancel_read_only_and_model_output_is_text() {
     b.goto(&format!("/ui/runs/{leave_id}")).await;
     b.wait(".interrupt-card[data-kind='approval']", 60).await;
     b.wait("#download", 10).await;
-    for css in ["#cancel", "button.approve", "button.reject", "button.answer"] {
+    for css in [
+        "#cancel",
+        "button.approve",
+        "button.reject",
+        "button.answer",
+    ] {
         assert_eq!(b.count(css).await, 0, "a read-only token sees {css}");
     }
-    let (code, body) = page_post(&b, &format!("/v1/runs/{leave_id}/cancel"), &json!({}), false).await;
+    let (code, body) = page_post(
+        &b,
+        &format!("/v1/runs/{leave_id}/cancel"),
+        &json!({}),
+        false,
+    )
+    .await;
     assert_eq!(code, 403, "{body}");
-    assert!(body["message"].as_str().unwrap().contains("x-openwop-csrf"), "{body}");
-    let (code, body) = page_post(&b, &format!("/v1/runs/{leave_id}/cancel"), &json!({}), true).await;
+    assert!(
+        body["message"].as_str().unwrap().contains("x-openwop-csrf"),
+        "{body}"
+    );
+    let (code, body) =
+        page_post(&b, &format!("/v1/runs/{leave_id}/cancel"), &json!({}), true).await;
     assert_eq!(code, 403, "{body}");
     assert_eq!(body["details"]["verb"], "patch", "{body}");
     let (code, body) = page_post(
@@ -307,7 +407,8 @@ async fn approve_cancel_read_only_and_model_output_is_text() {
         &format!("/v1/runs/{leave_id}/interrupts/agent"),
         &json!({"resumeValue": true}),
         true,
-    ).await;
+    )
+    .await;
     assert_eq!(code, 403, "{body}");
     tokio::time::sleep(Duration::from_secs(2)).await;
     wait_run(&c, &ns, "leave-me", "waiting-approval", 5).await;
@@ -325,7 +426,8 @@ async fn screenshots() {
     let base = base_url();
     let ns = namespace(&c.client, "j-webui-demo").await;
     let token = sa_with_role(&c, &ns, "team", TEAM_RULES);
-    let wf = std::fs::read_to_string(repo().join("examples/02-conformance-mock-agent.yaml")).unwrap();
+    let wf =
+        std::fs::read_to_string(repo().join("examples/02-conformance-mock-agent.yaml")).unwrap();
     apply(&c, &ns, wf.split("\n---").next().unwrap());
     apply(&c, &ns, &triage());
     apply(&c, &ns, &approval_run("refund-approval"));
@@ -335,7 +437,20 @@ async fn screenshots() {
     let st = wait_run(&c, &ns, "triage-run", "waiting-input", 120).await;
     let answer = json!({"spec": {"answers": [{"interruptId": st["pendingInterrupts"][0]["interruptId"], "value": {"refund": "now"}}]}});
     ok(
-        kubectl(&c, &["patch", "run", "triage-run", "-n", &ns, "--type=merge", "-p", &answer.to_string()], None),
+        kubectl(
+            &c,
+            &[
+                "patch",
+                "run",
+                "triage-run",
+                "-n",
+                &ns,
+                "--type=merge",
+                "-p",
+                &answer.to_string(),
+            ],
+            None,
+        ),
         "answer the clarification",
     );
     wait_run(&c, &ns, "triage-run", "completed", 120).await;
@@ -344,13 +459,15 @@ async fn screenshots() {
 
     let b = Browser::start(&base, false).await;
     b.login(&token).await;
-    b.wait(&format!("#runs tr[data-run-id='{approval}']"), 60).await;
+    b.wait(&format!("#runs tr[data-run-id='{approval}']"), 60)
+        .await;
     b.screenshot(&dir.join("runs.png")).await;
     b.goto(&format!("/ui/runs/{id}?node=extract")).await;
     b.wait_text("#run-status", 60, |t| t == "completed").await;
     b.wait("#attempts tr.attempt[data-attempt='2']", 30).await;
     b.click("#reasoning summary").await;
-    b.wait_text("#reasoning", 30, |t| t.contains("immediate refund")).await;
+    b.wait_text("#reasoning", 30, |t| t.contains("immediate refund"))
+        .await;
     b.screenshot(&dir.join("run.png")).await;
     let panel = b.wait("#node-panel", 10).await;
     std::fs::write(dir.join("attempts.png"), panel.screenshot().await.unwrap()).unwrap();
@@ -366,7 +483,11 @@ async fn screenshots() {
     );
     b.goto(&format!("/ui/runs/{approval}?node=agent")).await;
     b.wait(".interrupt-card[data-kind='approval']", 60).await;
-    b.type_into(".interrupt-card textarea.comment", "Refund approved: duplicate charge confirmed.").await;
+    b.type_into(
+        ".interrupt-card textarea.comment",
+        "Refund approved: duplicate charge confirmed.",
+    )
+    .await;
     b.screenshot(&dir.join("approval-dark.png")).await;
     b.close().await;
     delete_namespace(&c.client, &ns).await;
@@ -390,9 +511,18 @@ async fn synthetic_run(c: &openwop_e2e::Cluster, ns: &str, name: &str, n: u64) -
         let (t, payload) = match seq {
             0 => ("run.started", json!({"workflowId": "bench"})),
             s if s == n - 1 => ("run.completed", json!({"outputs": {}})),
-            s if s % 20 == 1 => ("node.started", json!({"nodeId": node, "typeId": "core.identity", "attempt": 1})),
-            s if s % 20 == 0 => ("node.completed", json!({"nodeId": node, "outputs": {"output": {"i": s}}})),
-            s => ("log.appended", json!({"level": "info", "nodeId": node, "message": format!("step {s} of the bench run"), "fields": {"i": s}})),
+            s if s % 20 == 1 => (
+                "node.started",
+                json!({"nodeId": node, "typeId": "core.identity", "attempt": 1}),
+            ),
+            s if s % 20 == 0 => (
+                "node.completed",
+                json!({"nodeId": node, "outputs": {"output": {"i": s}}}),
+            ),
+            s => (
+                "log.appended",
+                json!({"level": "info", "nodeId": node, "message": format!("step {s} of the bench run"), "fields": {"i": s}}),
+            ),
         };
         let doc = json!({"eventId": format!("evt-bench-{id}-{seq}"), "runId": id, "type": t,
             "payload": payload, "timestamp": "2026-01-01T00:00:00Z", "sequence": seq,
@@ -464,7 +594,8 @@ async fn figures() {
         let id = synthetic_run(&c, &ns, &format!("bench-{n}"), n).await;
         // Warm: the first read of a subject opens its consumer.
         b.goto(&format!("/ui/runs/{id}")).await;
-        b.wait_text(".timeline-pane .count", 120, |t| t == format!("{n} events")).await;
+        b.wait_text(".timeline-pane .count", 120, |t| t == format!("{n} events"))
+            .await;
         for round in 0..3 {
             b.goto(&format!("/ui/runs/{id}")).await;
             let f = page_figures(
@@ -484,24 +615,34 @@ async fn figures() {
     let mut made = 0;
     while made < runs {
         let batch: Vec<Value> = (made..(made + 250).min(runs))
-            .map(|i| json!({"apiVersion": "openwop.dev/v1alpha1", "kind": "Run",
+            .map(|i| {
+                json!({"apiVersion": "openwop.dev/v1alpha1", "kind": "Run",
                 "metadata": {"name": format!("many-{i:05}")},
-                "spec": {"workflowRef": {"name": "never-applied"}}}))
+                "spec": {"workflowRef": {"name": "never-applied"}}})
+            })
             .collect();
         made += batch.len();
-        apply(&c, &ns, &json!({"apiVersion": "v1", "kind": "List", "items": batch}).to_string());
+        apply(
+            &c,
+            &ns,
+            &json!({"apiVersion": "v1", "kind": "List", "items": batch}).to_string(),
+        );
     }
     let total = runs + 2;
     let url = format!("{base}/v1/runs?tenantId={ns}&limit=50");
     let auth = format!("Authorization: Bearer {token}");
-    wait_for(Duration::from_secs(600), "every Run in the operator's cache", || {
-        let (url, auth) = (url.clone(), auth.clone());
-        async move {
-            let (code, _, body) = http("GET", &url, &[&auth], None);
-            let v: Value = serde_json::from_str(&body).ok()?;
-            (code == 200 && v["total"].as_u64()? as usize >= total).then_some(())
-        }
-    })
+    wait_for(
+        Duration::from_secs(600),
+        "every Run in the operator's cache",
+        || {
+            let (url, auth) = (url.clone(), auth.clone());
+            async move {
+                let (code, _, body) = http("GET", &url, &[&auth], None);
+                let v: Value = serde_json::from_str(&body).ok()?;
+                (code == 200 && v["total"].as_u64()? as usize >= total).then_some(())
+            }
+        },
+    )
     .await;
     let mut api_ms = Vec::new();
     for _ in 0..20 {

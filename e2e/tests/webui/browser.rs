@@ -144,7 +144,13 @@ impl Browser {
     }
 
     pub async fn text(&self, css: &str) -> Option<String> {
-        self.client.find(Locator::Css(css)).await.ok()?.text().await.ok()
+        self.client
+            .find(Locator::Css(css))
+            .await
+            .ok()?
+            .text()
+            .await
+            .ok()
     }
 
     pub async fn count(&self, css: &str) -> usize {

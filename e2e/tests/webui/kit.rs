@@ -238,10 +238,16 @@ pub fn sa_with_role(c: &Cluster, ns: &str, sa: &str, rules: &str) -> String {
 /// What a team needs of the UI: read, answer and cancel runs; read workflows.
 pub const TEAM_RULES: &str = "  - apiGroups: [openwop.dev]\n    resources: [runs]\n    verbs: [get, list, create, patch]\n  - apiGroups: [openwop.dev]\n    resources: [workflows]\n    verbs: [get, list]\n";
 /// Read-only: follow runs, change nothing.
-pub const VIEWER_RULES: &str = "  - apiGroups: [openwop.dev]\n    resources: [runs, workflows]\n    verbs: [get, list]\n";
+pub const VIEWER_RULES: &str =
+    "  - apiGroups: [openwop.dev]\n    resources: [runs, workflows]\n    verbs: [get, list]\n";
 
 /// `curl`: (status, headers, body).
-pub fn http(method: &str, url: &str, headers: &[&str], body: Option<&str>) -> (u16, String, String) {
+pub fn http(
+    method: &str,
+    url: &str,
+    headers: &[&str],
+    body: Option<&str>,
+) -> (u16, String, String) {
     let mut args: Vec<String> = ["-s", "-D", "-", "--max-time", "20", "-X", method, url]
         .iter()
         .map(|s| s.to_string())

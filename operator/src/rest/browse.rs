@@ -322,8 +322,13 @@ async fn read_lane(s: &RestState, subject: String) -> Result<Vec<serde_json::Val
         )
     };
     let js = s.jetstream().await?;
-    let log = match RunLog::open(&js, &s.config.worker.events_stream, vec![subject], From::Start)
-        .await
+    let log = match RunLog::open(
+        &js,
+        &s.config.worker.events_stream,
+        vec![subject],
+        From::Start,
+    )
+    .await
     {
         Ok(l) => l,
         Err(ReadError::NoStream { .. }) => return Ok(Vec::new()),
@@ -355,7 +360,10 @@ mod tests {
 
     #[test]
     fn cursors_round_trip_and_bad_ones_are_named() {
-        let k = (Timestamp::from_millisecond(1_700_000_000_123).unwrap(), "u-1".to_owned());
+        let k = (
+            Timestamp::from_millisecond(1_700_000_000_123).unwrap(),
+            "u-1".to_owned(),
+        );
         assert_eq!(parse_cursor(&cursor_of(&k)).unwrap(), k);
         let e = parse_cursor("nonsense").unwrap_err();
         assert_eq!(e.body.error, "validation_error");
@@ -366,7 +374,10 @@ mod tests {
     fn the_listing_is_in_the_openapi_document() {
         let doc = super::super::openapi();
         assert!(doc["paths"]["/v1/runs"]["get"].is_object(), "GET /v1/runs");
-        assert!(doc["paths"]["/v1/runs"]["post"].is_object(), "POST /v1/runs");
+        assert!(
+            doc["paths"]["/v1/runs"]["post"].is_object(),
+            "POST /v1/runs"
+        );
         assert!(doc["paths"]["/v1/tenants"]["get"].is_object());
         assert!(doc["paths"]["/v1/runs/{runId}/reasoning"]["get"].is_object());
         assert!(doc["components"]["schemas"]["RunList"].is_object());

@@ -30,8 +30,8 @@
 //! ```
 
 pub mod auth;
-pub mod error;
 pub mod browse;
+pub mod error;
 pub mod runs;
 pub mod seams;
 

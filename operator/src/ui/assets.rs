@@ -115,7 +115,10 @@ mod tests {
         // The CSP allows no inline script or style: the page must not need any.
         assert!(!html.contains("<script>"), "inline script in index.html");
         assert!(!html.contains("<style"), "inline style in index.html");
-        assert!(!html.contains(" style="), "inline style attribute in index.html");
+        assert!(
+            !html.contains(" style="),
+            "inline style attribute in index.html"
+        );
         assert!(Dist::get("assets/app.js").is_some());
         assert!(Dist::get("assets/app.css").is_some());
         assert!(Dist::get("assets/app.js.gz").is_some());

@@ -145,7 +145,9 @@ mod tests {
     use super::*;
 
     fn parts(method: Method, cookie: Option<&str>, csrf: Option<&str>) -> Parts {
-        let mut b = axum::http::Request::builder().method(method).uri("/v1/runs");
+        let mut b = axum::http::Request::builder()
+            .method(method)
+            .uri("/v1/runs");
         if let Some(c) = cookie {
             b = b.header(header::COOKIE, c);
         }
@@ -193,13 +195,22 @@ mod tests {
         let e = cookie_token(&parts(Method::GET, Some("openwop-session=tok-3"), None)).unwrap_err();
         assert_eq!(e.status, 401);
         log_out("tok-4", Duration::ZERO);
-        assert!(!logged_out("tok-4"), "the refusal ends with the cookie's lifetime");
+        assert!(
+            !logged_out("tok-4"),
+            "the refusal ends with the cookie's lifetime"
+        );
     }
 
     #[test]
     fn cookies_are_http_only_secure_and_strict() {
         let c = session_cookie("t", Duration::from_secs(3600));
-        for attr in ["HttpOnly", "Secure", "SameSite=Strict", "Path=/", "Max-Age=3600"] {
+        for attr in [
+            "HttpOnly",
+            "Secure",
+            "SameSite=Strict",
+            "Path=/",
+            "Max-Age=3600",
+        ] {
             assert!(c.contains(attr), "{c}");
         }
         assert!(cleared_cookie().contains("Max-Age=0"));

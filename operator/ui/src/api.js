@@ -63,6 +63,18 @@ export function followEvents(runId, { onEvents, onState, isTerminal, runEnded })
   let ctrl = null;
   let retryMs = 500;
   const loop = async () => {
+    // The backlog in one JSON read, then the live tail over SSE from where it ended.
+    try {
+      const r = await request('GET', `/v1/runs/${enc(runId)}/events`);
+      const evs = (r && r.events) || [];
+      if (evs.length) {
+        lastId = String(evs[evs.length - 1].sequence);
+        onEvents(evs);
+      }
+      if (evs.some(isTerminal)) { onState && onState('ended'); return; }
+    } catch (e) {
+      if (closed || (e instanceof ApiError && e.status === 401)) return;
+    }
     while (!closed) {
       ctrl = new AbortController();
       let ended = false;
