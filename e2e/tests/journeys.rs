@@ -86,46 +86,6 @@ fn helm_bin() -> PathBuf {
     PathBuf::from(dir.lines().last().unwrap().trim()).join("helm")
 }
 
-fn run_cmd(c: &Cluster, program: &Path, args: &[&str], stdin: Option<&str>) -> Output {
-    use std::io::Write;
-    let mut child = Command::new(program)
-        .args(args)
-        .env("KUBECONFIG", &c.kubeconfig)
-        .env("OPENWOP_NATS_URL", &c.nats_url)
-        .stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot run {}: {e}", program.display()));
-    if let Some(input) = stdin {
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(input.as_bytes())
-            .unwrap();
-    }
-    child.wait_with_output().unwrap()
-}
-
-fn ok(out: Output, what: &str) -> String {
-    assert!(
-        out.status.success(),
-        "{what} failed: {}\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        String::from_utf8_lossy(&out.stdout)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
-fn kubectl(c: &Cluster, args: &[&str], stdin: Option<&str>) -> Output {
-    run_cmd(c, Path::new("kubectl"), args, stdin)
-}
-
 fn cli(c: &Cluster, args: &[&str]) -> Output {
     run_cmd(c, &target_bin("kubectl-openwop"), args, None)
 }

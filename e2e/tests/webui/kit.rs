@@ -3,7 +3,7 @@
 //! applied with kubectl, ServiceAccount tokens, plain HTTP with curl.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
@@ -48,45 +48,6 @@ fn target_bin(name: &str) -> PathBuf {
         p.display()
     );
     p
-}
-
-pub fn run_cmd(c: &Cluster, program: &Path, args: &[&str], stdin: Option<&str>) -> Output {
-    use std::io::Write;
-    let mut child = Command::new(program)
-        .args(args)
-        .env("KUBECONFIG", &c.kubeconfig)
-        .stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot run {}: {e}", program.display()));
-    if let Some(input) = stdin {
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(input.as_bytes())
-            .unwrap();
-    }
-    child.wait_with_output().unwrap()
-}
-
-pub fn ok(out: Output, what: &str) -> String {
-    assert!(
-        out.status.success(),
-        "{what} failed: {}\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        String::from_utf8_lossy(&out.stdout)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
-pub fn kubectl(c: &Cluster, args: &[&str], stdin: Option<&str>) -> Output {
-    run_cmd(c, Path::new("kubectl"), args, stdin)
 }
 
 pub fn apply(c: &Cluster, ns: &str, yaml: &str) {

@@ -23,7 +23,8 @@ function Card({ runId, it, canUpdate, onAnswered }) {
   const qs = it.questions || [];
   return html`<div class="interrupt-card" data-node-id=${it.nodeId} data-kind=${it.kind} data-interrupt-id=${it.interruptId}>
     <h4>${approval ? 'Approval' : 'Clarification'} needed at ${it.nodeId}</h4>
-    ${it.reason && html`<p class="reason">${it.reason}</p>`}
+    ${it.reason && html`<p class="reason">${it.reason}${typeof it.observed === 'number' && typeof it.threshold === 'number'
+      ? ` (confidence ${it.observed} below ${it.threshold})` : ''}${it.agentId ? ` · agent ${it.agentId}` : ''}</p>`}
     ${it.message && html`<p class="message">${it.message}</p>`}
     ${!approval && html`<form onSubmit=${(e) => { e.preventDefault(); send(answers); }}>
       ${qs.map((qq) => html`<label class="question">${qq.question}

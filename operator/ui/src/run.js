@@ -148,7 +148,7 @@ export function RunPage({ runId, session }) {
       <section class="graph-pane">
         <h3>Workflow</h3>
         <${Graph} def=${def} states=${states} selected=${node} onSelect=${selectNode} />
-        ${node && html`<${NodePanel} node=${node} events=${events} onEvent=${selectEvent} onClose=${() => selectNode(null)} />`}
+        ${node && html`<${NodePanel} node=${node} def=${def} events=${events} onEvent=${selectEvent} onClose=${() => selectNode(null)} />`}
       </section>
       <section class="timeline-pane">
         <h3>Timeline <span class="count">${events.length} events</span></h3>
@@ -171,13 +171,16 @@ function Value({ v }) {
   return html`<pre class="json">${textOf(v)}</pre>`;
 }
 
-function NodePanel({ node, events, onEvent, onClose }) {
+function NodePanel({ node, def, events, onEvent, onClose }) {
   const d = useMemo(() => nodeDetails(events, node), [events, node]);
+  const spec = def && (def.nodes || []).find((n) => n.id === node);
   const attempts = useMemo(() => attemptsOf(events, node), [events, node]);
   return html`<div id="node-panel" class="node-panel" data-node-id=${node}>
     <div class="panel-head"><h4>Node ${node}</h4><button class="ghost" id="close-node" onClick=${onClose}>Close</button></div>
     <div class="kv"><span>Events</span><span>${d.events}</span></div>
-    <h5>Inputs</h5><${Value} v=${d.inputs} />
+    ${spec && html`<div class="kv"><span>Type</span><span>${spec.typeId}</span></div>`}
+    <h5>Inputs</h5><${Value} v=${d.inputs ?? (spec && spec.inputs) ?? null} />
+    ${spec && spec.config && html`<details class="node-config"><summary>Configuration</summary><${Value} v=${spec.config} /></details>`}
     <h5>Outputs</h5><${Value} v=${d.outputs} />
     ${d.errors.length > 0 && html`<h5>Errors</h5>${d.errors.map((e) => html`<${Value} v=${e} />`)}`}
     ${attempts.length > 0 && html`<h5>LLM call attempts</h5>
