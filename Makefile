@@ -77,6 +77,7 @@ bench: build
 	OPENWOP_E2E_PROFILE=release $(CARGO) test -p openwop-e2e --test scale -- --ignored --nocapture --test-threads=1
 	$(CARGO) test --release -p openwop-operator --test cluster rest_figures -- --ignored --nocapture
 	$(CARGO) test -p openwop-e2e --test journeys -- --ignored --nocapture --test-threads=1 restart_figures_operator_nats_and_apiserver worker_force_delete_figures
+	$(CARGO) test --release -p openwop-operator --test runs_list -- --ignored --nocapture list_figures
 	$(CARGO) test -p openwop-e2e --test webui -- --ignored --nocapture --test-threads=1 figures
 
 cluster-up:

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use axum::body::Body as AxBody;
-use http::{Method, Request, Response, StatusCode, header};
+use http::{Request, Response, StatusCode, header};
 use http_body_util::BodyExt;
 use kube::Client;
 use kube::client::Body;
@@ -37,7 +37,11 @@ async fn call(app: &axum::Router, req: Request<AxBody>) -> (StatusCode, http::He
     let r = app.clone().oneshot(req).await.unwrap();
     let (parts, body) = r.into_parts();
     let bytes = body.collect().await.unwrap().to_bytes();
-    (parts.status, parts.headers, String::from_utf8_lossy(&bytes).into_owned())
+    (
+        parts.status,
+        parts.headers,
+        String::from_utf8_lossy(&bytes).into_owned(),
+    )
 }
 
 fn get(path: &str) -> Request<AxBody> {
@@ -55,15 +59,13 @@ fn login(token: &str) -> Request<AxBody> {
 /// when `user` is set, accepts the token as that user).
 async fn answer_token_review(handle: &mut MockHandle, user: Option<&str>) -> Value {
     let (req, send) = handle.next_request().await.expect("a TokenReview");
-    assert!(
-        req.uri().path().ends_with("/tokenreviews"),
-        "{}",
-        req.uri()
-    );
+    assert!(req.uri().path().ends_with("/tokenreviews"), "{}", req.uri());
     let body: Value =
         serde_json::from_slice(&req.into_body().collect().await.unwrap().to_bytes()).unwrap();
     let status = match user {
-        Some(u) => json!({"authenticated": true, "user": {"username": u, "uid": "u1", "groups": ["system:serviceaccounts"]}}),
+        Some(u) => {
+            json!({"authenticated": true, "user": {"username": u, "uid": "u1", "groups": ["system:serviceaccounts"]}})
+        }
         None => json!({"authenticated": false, "error": "invalid bearer token"}),
     };
     let resp = json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
@@ -95,7 +97,12 @@ async fn the_app_is_served_with_a_strict_policy_etag_and_spa_fallback() {
     assert_eq!(h[header::LOCATION], "/ui/");
     let (status, h, js) = call(&app, get("/ui/assets/app.js")).await;
     assert_eq!(status, 200);
-    assert!(h[header::CONTENT_TYPE].to_str().unwrap().starts_with("text/javascript"));
+    assert!(
+        h[header::CONTENT_TYPE]
+            .to_str()
+            .unwrap()
+            .starts_with("text/javascript")
+    );
     assert!(!js.is_empty());
     let etag = h[header::ETAG].clone();
     let again = Request::get("/ui/assets/app.js")
@@ -139,11 +146,17 @@ async fn a_refused_token_gets_a_specific_message_and_is_never_echoed() {
     let server = tokio::spawn(async move { answer_token_review(&mut h, None).await });
     let (status, headers, body) = call(&app, login(canary)).await;
     let review = server.await.unwrap();
-    assert_eq!(review["spec"]["token"], canary, "the token goes to the TokenReview");
+    assert_eq!(
+        review["spec"]["token"], canary,
+        "the token goes to the TokenReview"
+    );
     assert_eq!(status, 401, "{body}");
     assert!(body.contains("did not accept this token"), "{body}");
     assert!(body.contains("kubectl create token"), "{body}");
-    assert!(!body.contains("CANARY"), "the refusal echoes the token: {body}");
+    assert!(
+        !body.contains("CANARY"),
+        "the refusal echoes the token: {body}"
+    );
     assert!(headers.get(header::SET_COOKIE).is_none());
     // Malformed: refused before any review, without echo.
     let (status, _, body) = call(&app, login("two words;CANARY")).await;
@@ -174,13 +187,22 @@ async fn a_session_cookie_authenticates_reads_writes_need_the_csrf_proof_logout_
     let mut h = server.await.unwrap();
     assert_eq!(status, 200, "{body}");
     let cookie = headers[header::SET_COOKIE].to_str().unwrap().to_owned();
-    for attr in ["openwop-session=", "HttpOnly", "Secure", "SameSite=Strict", "Max-Age=28800"] {
+    for attr in [
+        "openwop-session=",
+        "HttpOnly",
+        "Secure",
+        "SameSite=Strict",
+        "Max-Age=28800",
+    ] {
         assert!(cookie.contains(attr), "{cookie}");
     }
     let session: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(session["username"], user);
     assert_eq!(session["defaultTenant"], "team-a");
-    assert!(!body.contains(token), "the token is in the login answer: {body}");
+    assert!(
+        !body.contains(token),
+        "the token is in the login answer: {body}"
+    );
     let csrf = session["csrf"].as_str().unwrap().to_owned();
     let pair = cookie.split(';').next().unwrap().to_owned();
 
@@ -244,7 +266,12 @@ async fn a_session_cookie_authenticates_reads_writes_need_the_csrf_proof_logout_
         .unwrap();
     let (status, headers, _) = call(&app, out).await;
     assert_eq!(status, 204);
-    assert!(headers[header::SET_COOKIE].to_str().unwrap().contains("Max-Age=0"));
+    assert!(
+        headers[header::SET_COOKIE]
+            .to_str()
+            .unwrap()
+            .contains("Max-Age=0")
+    );
     let req = Request::get("/ui/api/session")
         .header(header::COOKIE, &pair)
         .body(AxBody::empty())

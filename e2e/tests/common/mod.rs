@@ -157,4 +157,3 @@ pub fn ok(out: Output, what: &str) -> String {
 pub fn kubectl(c: &Cluster, args: &[&str], stdin: Option<&str>) -> Output {
     run_cmd(c, Path::new("kubectl"), args, stdin)
 }
-
