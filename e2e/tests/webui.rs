@@ -578,8 +578,11 @@ async fn page_figures(b: &Browser, done: &str, scroller: Option<&str>) -> Value 
 }
 
 /// `make bench`: time to first paint and to a fully rendered timeline for a 1,000- and a
-/// 10,000-event run, the JS heap, scrolling frame times; the runs list with
-/// `OPENWOP_WEBUI_BENCH_RUNS` (default 5,000) Runs in one namespace. Prints FIGURES lines.
+/// 10,000-event run, the JS heap, scrolling frame times; the runs list page with
+/// `OPENWOP_WEBUI_BENCH_RUNS` (default 500) Runs in one namespace. The listing of 5,000 Runs is
+/// timed in-process by operator/tests/runs_list.rs: 5,000 Runs created at once on the
+/// mini-cluster (one shared 2-core machine) starved the operator's leader-lease renewal.
+/// Prints FIGURES lines.
 #[tokio::test]
 #[ignore = "figures: make bench"]
 async fn figures() {
@@ -611,7 +614,7 @@ async fn figures() {
     let runs: usize = std::env::var("OPENWOP_WEBUI_BENCH_RUNS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(5_000);
+        .unwrap_or(500);
     let mut made = 0;
     while made < runs {
         let batch: Vec<Value> = (made..(made + 250).min(runs))
