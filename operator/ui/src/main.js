@@ -33,6 +33,14 @@ function Login({ onSession }) {
     try {
       const s = await post('/ui/api/login', { token: token.trim() });
       setToken('');
+      // The cookie is Secure: a browser keeps it only over HTTPS or from localhost.
+      try {
+        await get('/ui/api/session');
+      } catch (e) {
+        setError('The cluster accepted the token, but this browser did not keep the session '
+          + 'cookie (it is Secure): open the UI over HTTPS, or from localhost with kubectl port-forward.');
+        return;
+      }
       onSession(s);
     } catch (e) {
       setError(e instanceof ApiError ? e.message : String(e));
