@@ -57,7 +57,7 @@ async fn make_run(api: &Api<Run>, name: &str, status: serde_json::Value) {
     // cluster (e2e journeys) must leave these hand-written statuses alone.
     run.metadata.labels = Some(
         [(
-            "openwop.dev/instance".to_string(),
+            openwop_crds::names::LABEL_INSTANCE.to_string(),
             "cli-views-test".to_string(),
         )]
         .into(),

@@ -1,4 +1,6 @@
-//! Mapping between OpenWOP workflow ids and Kubernetes object names.
+//! Names on Kubernetes objects: the labels, annotations and finalizer the operator, the CLI
+//! and the tests read and write (one definition each), and the mapping between OpenWOP
+//! workflow ids and Kubernetes object names.
 //!
 //! An OpenWOP id matches `^[a-z][a-z0-9_-]*$` (up to 128 characters); a Kubernetes object
 //! name is a DNS subdomain (no `_`, must end with an alphanumeric). Tools that create a
@@ -6,6 +8,43 @@
 //! and keep the original id in `spec.id`; Runs may reference either.
 
 use sha2::{Digest, Sha256};
+
+/// `app.kubernetes.io/name` on every object the operator creates.
+pub const LABEL_NAME: &str = "app.kubernetes.io/name";
+/// The value of [`LABEL_NAME`].
+pub const APP_NAME: &str = "openwop";
+/// `app.kubernetes.io/component`: what an object is for ([`COMPONENT_WORKER`], ...).
+pub const LABEL_COMPONENT: &str = "app.kubernetes.io/component";
+/// `app.kubernetes.io/managed-by`: [`MANAGER`] on everything the operator creates.
+pub const LABEL_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+/// The operator: the value of [`LABEL_MANAGED_BY`] and its server-side-apply field manager.
+pub const MANAGER: &str = "openwop-operator";
+/// Component of worker pods and run snapshots.
+pub const COMPONENT_WORKER: &str = "worker";
+/// Component of the operator's pods (chart).
+pub const COMPONENT_OPERATOR: &str = "operator";
+/// Component of the discovery ConfigMap.
+pub const COMPONENT_DISCOVERY: &str = "discovery";
+/// Component of the per-namespace copies of the NATS credentials.
+pub const COMPONENT_NATS_CREDENTIALS: &str = "nats-credentials";
+/// Label with the Run name (hashed when longer than a label value may be).
+pub const LABEL_RUN: &str = "openwop.dev/run";
+/// Label with the worker attempt number.
+pub const LABEL_ATTEMPT: &str = "openwop.dev/attempt";
+/// Label assigning a Workflow or Run to one operator instance (`instanceId`).
+pub const LABEL_INSTANCE: &str = "openwop.dev/instance";
+/// Annotation `"false"` on the discovery ConfigMap: an admin's version, left alone.
+pub const ANNOTATION_MANAGED: &str = "openwop.dev/managed";
+/// Annotation: SHA-256 of the REST request that created a Run (idempotent replays match it).
+pub const ANNOTATION_REQUEST_HASH: &str = "openwop.dev/request-sha256";
+/// Annotation: who created the Run through the REST API.
+pub const ANNOTATION_CREATED_BY: &str = "openwop.dev/created-by";
+/// Annotation: `tags` of the creating REST request (JSON).
+pub const ANNOTATION_TAGS: &str = "openwop.dev/tags";
+/// Annotation: `metadata` of the creating REST request (JSON).
+pub const ANNOTATION_METADATA: &str = "openwop.dev/metadata";
+/// Finalizer on Runs: the worker pod and snapshot go promptly when a Run is deleted.
+pub const RUN_FINALIZER: &str = "openwop.dev/cleanup";
 
 /// Longest object name we generate (DNS subdomain limit).
 const MAX_NAME: usize = 253;

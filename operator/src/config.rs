@@ -3,27 +3,21 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ResourceRequirements;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use openwop_protocol::capabilities::{
+    MAX_RETRY_ATTEMPTS_RANGE, ReasoningConfig, ReliabilityConfig, TRUNCATION_MULTIPLIER_RANGE,
+};
 use openwop_protocol::pipeline::Strictness;
 use openwop_protocol::retry::reasoning::ReasoningPosture;
 use openwop_protocol::run::host::HostProfile;
 use openwop_protocol::run::nodes::{BUILTIN_NODES, ConfigCheck};
 use openwop_protocol::run::subjects::StreamSpec;
+use openwop_protocol::vendor::{LlmVendor, MOCK_VENDOR};
 use openwop_protocol::workflow_check::{NodeRegistry, Tier1Posture};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-
-/// A configuration value the host profile cannot be built from.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("config field {field} is {value:?}: {expected}")]
-pub struct ProfileError {
-    pub field: &'static str,
-    pub value: String,
-    pub expected: &'static str,
-}
 
 /// Why the configuration was refused.
 #[derive(Debug, thiserror::Error)]
@@ -50,12 +44,13 @@ pub struct OperatorConfig {
     pub limits: Limits,
     /// LLM providers configured on this host (advertised in `aiProviders.supported`).
     pub providers: Vec<ProviderConfig>,
-    pub reliability: Reliability,
+    /// RFC 0032/0033 reliability settings (protocol's type and defaults).
+    pub reliability: ReliabilityConfig,
     pub reasoning: Reasoning,
     /// `envelopeStrictness`: `warn` or `strict`.
-    pub envelope_strictness: String,
+    pub envelope_strictness: Strictness,
     /// Tier-1 posture for vendor envelope schemas: `strict`, `warn` or `off`.
-    pub tier_one_subset_compliance: String,
+    pub tier_one_subset_compliance: Tier1Posture,
     pub conformance: Conformance,
     /// Config JSON Schemas for built-in node types (the worker executes only
     /// `protocol::run::nodes::BUILTIN_NODES`; any other typeId is refused).
@@ -120,8 +115,7 @@ impl Default for RestConfig {
     }
 }
 
-/// Label that assigns a Workflow or Run to one operator instance (`instanceId`).
-pub const LABEL_INSTANCE: &str = "openwop.dev/instance";
+pub use openwop_crds::names::LABEL_INSTANCE;
 
 impl OperatorConfig {
     /// Label selector of the objects this operator instance handles.
@@ -164,10 +158,10 @@ impl Default for OperatorConfig {
             worker: WorkerConfig::default(),
             limits: Limits::default(),
             providers: Vec::new(),
-            reliability: Reliability::default(),
+            reliability: ReliabilityConfig::default(),
             reasoning: Reasoning::default(),
-            envelope_strictness: "warn".into(),
-            tier_one_subset_compliance: "warn".into(),
+            envelope_strictness: HostProfile::default().strictness,
+            tier_one_subset_compliance: HostProfile::default().tier_one_subset_compliance,
             conformance: Conformance::default(),
             node_types: Vec::new(),
             fixtures: Vec::new(),
@@ -231,7 +225,7 @@ impl Default for WorkerConfig {
     }
 }
 
-/// Engine limits advertised in `limits`.
+/// Engine limits advertised in `limits` (defaults: the host profile's).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 pub struct Limits {
@@ -246,14 +240,28 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Self {
+        let host = HostProfile::default();
+        let l = host.limits;
         Self {
-            clarification_rounds: 3,
-            schema_rounds: 3,
-            envelopes_per_turn: 32,
-            max_node_executions: Some(1000),
-            max_run_duration_ms: None,
-            max_provider_response_bytes:
-                openwop_protocol::run::host::DEFAULT_MAX_PROVIDER_RESPONSE_BYTES,
+            clarification_rounds: l.clarification_rounds,
+            schema_rounds: l.schema_rounds,
+            envelopes_per_turn: l.envelopes_per_turn,
+            max_node_executions: l.max_node_executions,
+            max_run_duration_ms: l.max_run_duration_ms,
+            max_provider_response_bytes: host.max_provider_response_bytes,
+        }
+    }
+}
+
+impl Limits {
+    /// The advertised part (`limits` of the capabilities document and the host profile).
+    pub fn advertised(&self) -> openwop_protocol::capabilities::Limits {
+        openwop_protocol::capabilities::Limits {
+            clarification_rounds: self.clarification_rounds,
+            schema_rounds: self.schema_rounds,
+            envelopes_per_turn: self.envelopes_per_turn,
+            max_node_executions: self.max_node_executions,
+            max_run_duration_ms: self.max_run_duration_ms,
         }
     }
 }
@@ -264,33 +272,10 @@ impl Default for Limits {
 pub struct ProviderConfig {
     /// Name used by Workflows (`spec.providers[].provider`).
     pub name: String,
-    /// `openai`, `anthropic`, `gemini`, `openai-compatible` or `mock`.
+    /// One of [`LlmVendor::ALL`], or [`MOCK_VENDOR`].
     pub vendor: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub base_url: Option<String>,
-}
-
-/// RFC 0032/0033 reliability settings.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
-pub struct Reliability {
-    pub supported: bool,
-    /// 1..16.
-    pub max_retry_attempts: u32,
-    pub distinguishes_truncation: bool,
-    /// 1..8.
-    pub truncation_budget_multiplier: u32,
-}
-
-impl Default for Reliability {
-    fn default() -> Self {
-        Self {
-            supported: true,
-            max_retry_attempts: 3,
-            distinguishes_truncation: true,
-            truncation_budget_multiplier: 2,
-        }
-    }
 }
 
 /// RFC 0030 reasoning posture.
@@ -299,14 +284,15 @@ impl Default for Reliability {
 pub struct Reasoning {
     pub supported: bool,
     /// `mandatory`, `advisory` or `off`.
-    pub prompt_directive: String,
+    pub prompt_directive: ReasoningPosture,
 }
 
 impl Default for Reasoning {
     fn default() -> Self {
+        let r = ReasoningConfig::default();
         Self {
-            supported: true,
-            prompt_directive: "advisory".into(),
+            supported: r.supported,
+            prompt_directive: r.prompt_directive,
         }
     }
 }
@@ -425,121 +411,6 @@ impl Default for DiscoveryConfig {
     }
 }
 
-/// The operator's consumer of the run event stream (`worker.eventsStream`).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
-pub struct EventsConfig {
-    /// NATS URL the operator reads run events from. Unset: no live status; the operator
-    /// follows runs from pod state and the worker's termination message only.
-    pub nats_url: Option<String>,
-    /// Name of the durable JetStream consumer (shared by the replicas; only the leader reads).
-    pub consumer: String,
-    /// Longest wait before a batch of events is written to the Runs' status.
-    pub flush_interval_ms: u64,
-    /// How long the stream keeps a run's events and reasoning (JetStream `max_age`): a
-    /// duration such as `168h`, `7d`, `90m`, `3600s`, or whole seconds (`3600`); `0` keeps
-    /// them until purged. A deleted Run's subjects are purged whatever this says.
-    pub retention: String,
-}
-
-/// Default `events.retention`: 7 days.
-pub const DEFAULT_RETENTION: &str = "168h";
-
-impl Default for EventsConfig {
-    fn default() -> Self {
-        Self {
-            nats_url: None,
-            consumer: "openwop-operator".into(),
-            flush_interval_ms: 250,
-            retention: DEFAULT_RETENTION.into(),
-        }
-    }
-}
-
-/// Parses a retention: whole seconds (`3600`), or one or more `<n><unit>` groups with unit
-/// `s`, `m`, `h` or `d` (`168h`, `1d12h`). `0` (or `0s`, …) = keep until purged (`None`).
-pub fn parse_retention(text: &str) -> Result<Option<Duration>, String> {
-    let t = text.trim();
-    let bad = || {
-        format!(
-            "{text:?} is not a duration: use whole seconds (`3600`) or <n><unit> groups with unit s, m, h or d (`168h`, `7d`, `1d12h`); `0` keeps events until purged"
-        )
-    };
-    if t.is_empty() {
-        return Err(bad());
-    }
-    let secs: u64 = if t.bytes().all(|b| b.is_ascii_digit()) {
-        t.parse().map_err(|_| bad())?
-    } else {
-        let mut total: u64 = 0;
-        let mut digits = String::new();
-        for c in t.chars() {
-            if c.is_ascii_digit() {
-                digits.push(c);
-                continue;
-            }
-            let unit = match c {
-                's' => 1,
-                'm' => 60,
-                'h' => 3600,
-                'd' => 86_400,
-                _ => return Err(bad()),
-            };
-            let n: u64 = digits.parse().map_err(|_| bad())?;
-            digits.clear();
-            total = n
-                .checked_mul(unit)
-                .and_then(|v| total.checked_add(v))
-                .ok_or_else(bad)?;
-        }
-        if !digits.is_empty() {
-            return Err(bad());
-        }
-        total
-    };
-    // JetStream keeps max_age in nanoseconds (i64): about 292 years.
-    if secs > MAX_RETENTION_SECONDS {
-        return Err(format!(
-            "{text:?} is longer than the 100 years JetStream can keep; use `0` to keep events until purged"
-        ));
-    }
-    Ok((secs > 0).then(|| Duration::from_secs(secs)))
-}
-
-/// Longest retention accepted (100 years).
-pub const MAX_RETENTION_SECONDS: u64 = 100 * 365 * 86_400;
-
-/// NATS credentials (chart `nats.external.credentialsSecret`).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
-pub struct NatsCredentialsConfig {
-    /// Directory with the operator's credentials (the Secret mounted as files: `nats.creds`,
-    /// or `token`, or `username` + `password`). Empty: NATS without authentication.
-    pub dir: String,
-    /// Secret the operator keeps in each Run namespace with a copy of those credentials;
-    /// worker pods mount it (a pod cannot mount a Secret of another namespace).
-    pub worker_secret: String,
-}
-
-impl Default for NatsCredentialsConfig {
-    fn default() -> Self {
-        Self {
-            dir: String::new(),
-            worker_secret: "openwop-nats-credentials".into(),
-        }
-    }
-}
-
-impl NatsCredentialsConfig {
-    /// The configured credentials, read now (so a rotated Secret is picked up).
-    pub fn load(&self) -> Result<openwop_nats::NatsAuth, openwop_nats::AuthError> {
-        if self.dir.is_empty() {
-            return Ok(openwop_nats::NatsAuth::None);
-        }
-        openwop_nats::NatsAuth::from_dir(Path::new(&self.dir))
-    }
-}
-
 /// Lease-based leader election.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
@@ -605,33 +476,25 @@ impl OperatorConfig {
                 "must be a Kubernetes label value: at most 63 characters of [A-Za-z0-9-_.], starting and ending alphanumeric".into(),
             );
         }
-        if !matches!(self.envelope_strictness.as_str(), "warn" | "strict") {
-            return invalid("envelopeStrictness", "must be warn or strict".into());
-        }
-        if openwop_protocol::workflow_check::Tier1Posture::parse(&self.tier_one_subset_compliance)
-            .is_none()
-        {
+        if !MAX_RETRY_ATTEMPTS_RANGE.contains(&self.reliability.max_retry_attempts) {
             return invalid(
-                "tierOneSubsetCompliance",
-                "must be strict, warn or off".into(),
+                "reliability.maxRetryAttempts",
+                format!(
+                    "must be {}..{}",
+                    MAX_RETRY_ATTEMPTS_RANGE.start(),
+                    MAX_RETRY_ATTEMPTS_RANGE.end()
+                ),
             );
         }
-        if !matches!(
-            self.reasoning.prompt_directive.as_str(),
-            "mandatory" | "advisory" | "off"
-        ) {
-            return invalid(
-                "reasoning.promptDirective",
-                "must be mandatory, advisory or off".into(),
-            );
-        }
-        if !(1..=16).contains(&self.reliability.max_retry_attempts) {
-            return invalid("reliability.maxRetryAttempts", "must be 1..16".into());
-        }
-        if !(1..=8).contains(&self.reliability.truncation_budget_multiplier) {
+        // NaN fails `contains` too.
+        if !TRUNCATION_MULTIPLIER_RANGE.contains(&self.reliability.truncation_budget_multiplier) {
             return invalid(
                 "reliability.truncationBudgetMultiplier",
-                "must be 1..8".into(),
+                format!(
+                    "must be {}..{}",
+                    TRUNCATION_MULTIPLIER_RANGE.start(),
+                    TRUNCATION_MULTIPLIER_RANGE.end()
+                ),
             );
         }
         if self.runs.max_concurrent_per_namespace == 0 {
@@ -710,15 +573,13 @@ impl OperatorConfig {
             );
         }
         for p in &self.providers {
-            if !matches!(
-                p.vendor.as_str(),
-                "openai" | "anthropic" | "gemini" | "openai-compatible" | "mock"
-            ) {
+            if LlmVendor::parse(&p.vendor).is_none() && p.vendor != MOCK_VENDOR {
                 return invalid(
                     "providers[].vendor",
                     format!(
-                        "provider {:?}: vendor must be openai, anthropic, gemini, openai-compatible or mock",
-                        p.name
+                        "provider {:?}: vendor must be {} or {MOCK_VENDOR}",
+                        p.name,
+                        LlmVendor::names()
                     ),
                 );
             }
@@ -854,48 +715,28 @@ impl OperatorConfig {
     /// The host profile: the limits and postures every run gets (frozen in its snapshot,
     /// enforced by the worker) and discovery advertises. One function, so the two can never
     /// differ.
-    pub fn host_profile(&self) -> Result<HostProfile, ProfileError> {
-        let err = |field, value: &str, expected| ProfileError {
-            field,
-            value: value.to_owned(),
-            expected,
-        };
-        let strictness = match self.envelope_strictness.as_str() {
-            "warn" => Strictness::Warn,
-            "strict" => Strictness::Strict,
-            other => return Err(err("envelopeStrictness", other, "use warn or strict")),
-        };
-        let tier1 = Tier1Posture::parse(&self.tier_one_subset_compliance).ok_or_else(|| {
-            err(
-                "tierOneSubsetCompliance",
-                &self.tier_one_subset_compliance,
-                "use strict, warn or off",
-            )
-        })?;
-        let directive =
-            ReasoningPosture::parse(&self.reasoning.prompt_directive).ok_or_else(|| {
-                err(
-                    "reasoning.promptDirective",
-                    &self.reasoning.prompt_directive,
-                    "use mandatory, advisory or off",
-                )
-            })?;
-        let l = &self.limits;
-        Ok(HostProfile {
-            limits: openwop_protocol::capabilities::Limits {
-                clarification_rounds: l.clarification_rounds,
-                schema_rounds: l.schema_rounds,
-                envelopes_per_turn: l.envelopes_per_turn,
-                max_node_executions: l.max_node_executions,
-                max_run_duration_ms: l.max_run_duration_ms,
-            },
-            strictness,
-            tier_one_subset_compliance: tier1,
-            reasoning_directive: directive,
-            truncation_budget_multiplier: f64::from(self.reliability.truncation_budget_multiplier),
-            max_provider_response_bytes: l.max_provider_response_bytes,
+    pub fn host_profile(&self) -> HostProfile {
+        HostProfile {
+            limits: self.limits.advertised(),
+            strictness: self.envelope_strictness,
+            tier_one_subset_compliance: self.tier_one_subset_compliance,
+            reasoning_directive: self.reasoning.prompt_directive,
+            truncation_budget_multiplier: self.reliability.truncation_budget_multiplier,
+            max_provider_response_bytes: self.limits.max_provider_response_bytes,
             node_concurrency: self.runs.node_concurrency,
-        })
+            mock_agent: false,
+        }
+    }
+
+    /// The host profile of a run in `namespace`: [`OperatorConfig::host_profile`] with the
+    /// mock-agent opt-in the Workflow controller checks that namespace's Workflows against
+    /// ([`Conformance::mock_agent_allowed_in`]), frozen in the run's snapshot so the worker
+    /// allows exactly what the operator accepted.
+    pub fn host_profile_for(&self, namespace: &str) -> HostProfile {
+        HostProfile {
+            mock_agent: self.conformance.mock_agent_allowed_in(namespace),
+            ..self.host_profile()
+        }
     }
 
     /// Namespace of the leader Lease.
@@ -907,6 +748,11 @@ impl OperatorConfig {
         }
     }
 }
+
+mod events;
+pub use events::{
+    DEFAULT_RETENTION, EventsConfig, MAX_RETENTION_SECONDS, NatsCredentialsConfig, parse_retention,
+};
 
 #[cfg(test)]
 mod tests;

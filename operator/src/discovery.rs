@@ -12,6 +12,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use openwop_crds::names;
 use openwop_protocol::capabilities::{
     self, CapabilitiesConfig, CapabilitiesError, EventStream, Implementation, ReasoningConfig,
     ReliabilityConfig, SecretScope, TestSeams, Transport,
@@ -29,7 +30,7 @@ pub const CAPABILITIES_KEY: &str = "capabilities.json";
 pub const SCHEMA_KEY_PREFIX: &str = "envelope.";
 pub const SCHEMA_KEY_SUFFIX: &str = ".schema.json";
 /// Annotation that stops the operator from overwriting an admin's ConfigMap.
-pub const MANAGED_ANNOTATION: &str = "openwop.dev/managed";
+pub use openwop_crds::names::ANNOTATION_MANAGED as MANAGED_ANNOTATION;
 /// `Cache-Control` of envelope schemas (ai-envelope.md §Canonical schema location).
 pub const SCHEMA_CACHE_CONTROL: &str = "public, max-age=300";
 
@@ -44,8 +45,6 @@ pub fn advertised_kinds() -> Vec<String> {
 /// Why the capabilities document could not be built from the operator config.
 #[derive(Debug, thiserror::Error)]
 pub enum DiscoveryError {
-    #[error(transparent)]
-    Config(#[from] crate::config::ProfileError),
     #[error("capabilities document: {0}")]
     Capabilities(#[from] CapabilitiesError),
 }
@@ -58,7 +57,7 @@ pub fn capabilities_config(
     cfg: &OperatorConfig,
     registry: &NodeRegistry,
 ) -> Result<CapabilitiesConfig, DiscoveryError> {
-    let host = cfg.host_profile()?;
+    let host = cfg.host_profile();
     // The worker runs the mock agent only where the host opted in (RFC 0023).
     let mock_registered = registry.get(MOCK_AGENT_TYPE_ID).is_some();
     Ok(CapabilitiesConfig {
@@ -67,10 +66,8 @@ pub fn capabilities_config(
         providers: cfg.providers.iter().map(|p| p.name.clone()).collect(),
         limits: host.limits,
         reliability: ReliabilityConfig {
-            supported: cfg.reliability.supported,
-            max_retry_attempts: cfg.reliability.max_retry_attempts,
-            distinguishes_truncation: cfg.reliability.distinguishes_truncation,
             truncation_budget_multiplier: host.truncation_budget_multiplier,
+            ..cfg.reliability
         },
         reasoning: ReasoningConfig {
             supported: cfg.reasoning.supported,
@@ -148,12 +145,12 @@ pub fn discovery_configmap(cfg: &OperatorConfig, doc: &Value) -> ConfigMap {
             namespace: Some(cfg.discovery.namespace.clone()),
             labels: Some(BTreeMap::from([
                 (
-                    "app.kubernetes.io/managed-by".to_string(),
-                    "openwop-operator".to_string(),
+                    names::LABEL_MANAGED_BY.to_string(),
+                    names::MANAGER.to_string(),
                 ),
                 (
-                    "app.kubernetes.io/component".to_string(),
-                    "discovery".to_string(),
+                    names::LABEL_COMPONENT.to_string(),
+                    names::COMPONENT_DISCOVERY.to_string(),
                 ),
             ])),
             ..Default::default()
@@ -377,6 +374,9 @@ pub fn router(state: DiscoveryState) -> axum::Router {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use openwop_protocol::pipeline::Strictness;
+    use openwop_protocol::retry::reasoning::ReasoningPosture;
+    use openwop_protocol::workflow_check::Tier1Posture;
 
     #[test]
     fn document_is_valid_and_truthful() {
@@ -495,9 +495,9 @@ mod tests {
         };
         let mut cfg = OperatorConfig::default();
         assert_eq!(posture(&cfg), "warn");
-        cfg.tier_one_subset_compliance = "off".into();
+        cfg.tier_one_subset_compliance = Tier1Posture::Off;
         assert_eq!(posture(&cfg), "off");
-        cfg.tier_one_subset_compliance = "strict".into();
+        cfg.tier_one_subset_compliance = Tier1Posture::Strict;
         let all_pass = advertised_kinds().iter().all(|k| {
             openwop_protocol::tier1::check(schema::kind_payload_schema(k).unwrap()).is_empty()
         });
@@ -507,16 +507,16 @@ mod tests {
     #[test]
     fn every_configured_family_is_carried_and_mirrored() {
         let cfg = OperatorConfig {
-            envelope_strictness: "strict".into(),
+            envelope_strictness: Strictness::Strict,
             reasoning: crate::config::Reasoning {
                 supported: true,
-                prompt_directive: "mandatory".into(),
+                prompt_directive: ReasoningPosture::Mandatory,
             },
-            reliability: crate::config::Reliability {
+            reliability: ReliabilityConfig {
                 supported: false,
                 max_retry_attempts: 7,
                 distinguishes_truncation: true,
-                truncation_budget_multiplier: 4,
+                truncation_budget_multiplier: 4.0,
             },
             limits: crate::config::Limits {
                 max_run_duration_ms: Some(60_000),
@@ -562,13 +562,6 @@ mod tests {
     #[test]
     fn unvalidated_config_values_are_named() {
         let mut cfg = OperatorConfig::default();
-        cfg.reasoning.prompt_directive = "loud".into();
-        let e = capabilities(&cfg, &NodeRegistry::builtin()).unwrap_err();
-        assert_eq!(
-            e.to_string(),
-            "config field reasoning.promptDirective is \"loud\": use mandatory, advisory or off"
-        );
-        let mut cfg = OperatorConfig::default();
         cfg.reliability.max_retry_attempts = 0;
         let e = capabilities(&cfg, &NodeRegistry::builtin()).unwrap_err();
         assert!(e.to_string().contains("maxRetryAttempts is 0"), "{e}");
@@ -592,7 +585,7 @@ mod tests {
         let cfg = OperatorConfig::from_yaml("limits:\n  clarificationRounds: 1\n").unwrap();
         let doc = capabilities(&cfg, &cfg.node_registry().unwrap()).unwrap();
         assert_eq!(doc["limits"]["clarificationRounds"], 1);
-        let host = cfg.host_profile().unwrap();
+        let host = cfg.host_profile();
         assert_eq!(
             serde_json::to_value(host.limits).unwrap(),
             doc["limits"],

@@ -1,7 +1,7 @@
 //! The worker Pod of a Run: a pure function of the Run, its workflow's Kubernetes-side settings
 //! and the operator config.
 
-use openwop_protocol::run::env as run_env;
+use openwop_protocol::run::env::{self as run_env, WorkerEnv};
 use std::collections::BTreeMap;
 
 use k8s_openapi::ByteString;
@@ -20,21 +20,11 @@ use openwop_protocol::run::subjects::events_subject;
 
 use crate::config::OperatorConfig;
 
-/// Label with the Run name (hashed when longer than a label value may be).
-pub const LABEL_RUN: &str = "openwop.dev/run";
-/// Label with the worker attempt number.
-pub const LABEL_ATTEMPT: &str = "openwop.dev/attempt";
-pub const LABEL_COMPONENT: &str = "app.kubernetes.io/component";
-pub const LABEL_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
-pub const MANAGER: &str = "openwop-operator";
-/// Where the snapshot ConfigMap is mounted.
-pub const SNAPSHOT_DIR: &str = "/var/run/openwop/snapshot";
-/// Where file-mounted provider credentials live (`<dir>/<provider>/<key>`).
-pub const PROVIDERS_DIR: &str = "/var/run/openwop/providers";
-/// Where worker pods mount the copy of the NATS credentials (`natsCredentials`).
-pub const NATS_CREDENTIALS_DIR: &str = "/var/run/openwop/nats";
-/// Component label of the NATS credentials copies.
-pub const NATS_CREDENTIALS_COMPONENT: &str = "nats-credentials";
+pub use openwop_crds::names::{
+    APP_NAME, COMPONENT_NATS_CREDENTIALS as NATS_CREDENTIALS_COMPONENT, COMPONENT_WORKER,
+    LABEL_ATTEMPT, LABEL_COMPONENT, LABEL_MANAGED_BY, LABEL_NAME, LABEL_RUN, MANAGER,
+};
+pub use run_env::{NATS_CREDENTIALS_MOUNT, PROVIDERS_DIR, SNAPSHOT_DIR};
 
 /// The Kubernetes-side inputs of a worker pod taken from the Workflow.
 #[derive(Debug, Clone, Default)]
@@ -128,9 +118,9 @@ pub fn owned_by(meta: &ObjectMeta, run: &Run) -> bool {
 pub fn run_labels(run: &Run) -> BTreeMap<String, String> {
     BTreeMap::from([
         (LABEL_RUN.into(), label_value(&run.name_any())),
-        (LABEL_COMPONENT.into(), "worker".into()),
+        (LABEL_COMPONENT.into(), COMPONENT_WORKER.into()),
         (LABEL_MANAGED_BY.into(), MANAGER.into()),
-        ("app.kubernetes.io/name".into(), "openwop".into()),
+        (LABEL_NAME.into(), APP_NAME.into()),
     ])
 }
 
@@ -148,7 +138,7 @@ pub fn nats_credentials_secret(
             labels: Some(BTreeMap::from([
                 (LABEL_COMPONENT.into(), NATS_CREDENTIALS_COMPONENT.into()),
                 (LABEL_MANAGED_BY.into(), MANAGER.into()),
-                ("app.kubernetes.io/name".into(), "openwop".into()),
+                (LABEL_NAME.into(), APP_NAME.into()),
             ])),
             ..Default::default()
         },
@@ -170,46 +160,44 @@ pub fn worker_pod(run: &Run, inputs: &WorkerInputs<'_>, cfg: &OperatorConfig, at
     let mut labels = run_labels(run);
     labels.insert(LABEL_ATTEMPT.into(), attempt.to_string());
 
-    let env_pair = |k: &str, v: String| EnvVar {
-        name: k.into(),
-        value: Some(v),
-        ..Default::default()
-    };
     let run_id = run.uid().unwrap_or_default();
     let stream = cfg.stream_spec();
-    let mut env = vec![
-        env_pair(run_env::RUN_NAMESPACE, namespace.clone()),
-        env_pair("OPENWOP_RUN_NAME", name.clone()),
-        env_pair(run_env::RUN_ID, run_id.clone()),
-        env_pair("OPENWOP_ATTEMPT", attempt.to_string()),
-        env_pair("OPENWOP_SNAPSHOT", format!("{SNAPSHOT_DIR}/snapshot.json")),
-        env_pair("OPENWOP_NATS_URL", cfg.worker.nats_url.clone()),
-        env_pair(run_env::EVENTS_STREAM, stream.name.clone()),
-        // The retention in seconds (0 = kept until purged): the worker's ensure_stream uses
-        // the operator's StreamSpec.
-        env_pair(
-            run_env::EVENTS_MAX_AGE_SECONDS,
-            stream.max_age.map_or(0, |a| a.as_secs()).to_string(),
-        ),
+    let mut worker_env = WorkerEnv {
+        run_namespace: Some(namespace.clone()),
+        run_name: Some(name.clone()),
         // Keyed by the runId: a Run re-created under the same name gets a new subject.
-        env_pair(run_env::EVENTS_SUBJECT, events_subject(&namespace, &run_id)),
-        env_pair("OPENWOP_PROVIDERS_DIR", PROVIDERS_DIR.into()),
-    ];
-    if !cfg.worker.otlp_endpoint.is_empty() {
-        env.push(env_pair(
-            run_env::OTLP_ENDPOINT,
-            cfg.worker.otlp_endpoint.clone(),
-        ));
-    }
-    if let Some(url) = crate::rest::seams::span_ingest_traces_url(cfg) {
-        env.push(env_pair(run_env::TEST_OTEL_SCRAPE_ENDPOINT, url));
-    }
+        events_subject: Some(events_subject(&namespace, &run_id)),
+        run_id: Some(run_id),
+        attempt: Some(attempt),
+        snapshot: run_env::snapshot_path(),
+        nats_url: cfg.worker.nats_url.clone(),
+        nats_credentials_dir: (!cfg.nats_credentials.dir.is_empty())
+            .then(|| NATS_CREDENTIALS_MOUNT.to_owned()),
+        // The worker's ensure_stream uses the operator's StreamSpec.
+        events_stream: stream.name.clone(),
+        events_max_age: stream.max_age,
+        otlp_endpoint: Some(cfg.worker.otlp_endpoint.clone()).filter(|u| !u.is_empty()),
+        testing: run_env::TestingEnv {
+            otel_scrape_endpoint: crate::rest::seams::span_ingest_traces_url(cfg),
+            fault_pause_at_sequence: None,
+        },
+        ..WorkerEnv::default()
+    };
     // The API root of each configured provider that has one (openai-compatible needs it).
     for p in &cfg.providers {
         if let Some(url) = &p.base_url {
-            env.push(env_pair(&run_env::provider_base_url(&p.name), url.clone()));
+            worker_env.set_provider_base_url(&p.name, url.clone());
         }
     }
+    let mut env: Vec<EnvVar> = worker_env
+        .to_env_vars()
+        .into_iter()
+        .map(|(name, value)| EnvVar {
+            name,
+            value: Some(value),
+            ..Default::default()
+        })
+        .collect();
     let mut volumes = vec![
         Volume {
             name: "snapshot".into(),
@@ -242,10 +230,6 @@ pub fn worker_pod(run: &Run, inputs: &WorkerInputs<'_>, cfg: &OperatorConfig, at
         },
     ];
     if !cfg.nats_credentials.dir.is_empty() {
-        env.push(env_pair(
-            "OPENWOP_NATS_CREDENTIALS_DIR",
-            NATS_CREDENTIALS_DIR.into(),
-        ));
         volumes.push(Volume {
             name: "nats-credentials".into(),
             secret: Some(SecretVolumeSource {
@@ -258,7 +242,7 @@ pub fn worker_pod(run: &Run, inputs: &WorkerInputs<'_>, cfg: &OperatorConfig, at
         });
         mounts.push(VolumeMount {
             name: "nats-credentials".into(),
-            mount_path: NATS_CREDENTIALS_DIR.into(),
+            mount_path: NATS_CREDENTIALS_MOUNT.into(),
             read_only: Some(true),
             ..Default::default()
         });
@@ -432,6 +416,38 @@ mod tests {
     }
 
     #[test]
+    fn the_pod_env_is_the_worker_env_and_the_snapshot_is_read_where_it_is_mounted() {
+        let pod = worker_pod(
+            &run(),
+            &WorkerInputs::default(),
+            &OperatorConfig::default(),
+            2,
+        );
+        let c = &pod.spec.unwrap().containers[0];
+        let vars = c
+            .env
+            .iter()
+            .flatten()
+            .map(|e| (e.name.clone(), e.value.clone().unwrap_or_default()));
+        let env = WorkerEnv::from_vars(vars).unwrap();
+        assert_eq!(
+            (env.run_id.as_deref(), env.run_name.as_deref(), env.attempt),
+            (Some("uid-123"), Some("triage-1"), Some(2))
+        );
+        assert_eq!(env.testing, run_env::TestingEnv::default());
+        let mount = c
+            .volume_mounts
+            .iter()
+            .flatten()
+            .find(|m| m.name == "snapshot")
+            .unwrap();
+        assert_eq!(
+            env.snapshot,
+            format!("{}/{}", mount.mount_path, crate::snapshot::SNAPSHOT_KEY)
+        );
+    }
+
+    #[test]
     fn security_context_is_restricted() {
         let pod = worker_pod(
             &run(),
@@ -479,7 +495,7 @@ mod tests {
             (
                 named(&pod["spec"]["volumes"], "nats-credentials"),
                 named(&c["volumeMounts"], "nats-credentials"),
-                named(&c["env"], "OPENWOP_NATS_CREDENTIALS_DIR"),
+                named(&c["env"], run_env::NATS_CREDENTIALS_DIR),
             )
         };
         assert_eq!(
@@ -496,9 +512,9 @@ mod tests {
         );
         assert_eq!(
             mount.unwrap(),
-            json!({"name": "nats-credentials", "mountPath": NATS_CREDENTIALS_DIR, "readOnly": true})
+            json!({"name": "nats-credentials", "mountPath": NATS_CREDENTIALS_MOUNT, "readOnly": true})
         );
-        assert_eq!(env.unwrap()["value"], NATS_CREDENTIALS_DIR);
+        assert_eq!(env.unwrap()["value"], NATS_CREDENTIALS_MOUNT);
     }
 
     #[test]

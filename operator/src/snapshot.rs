@@ -20,7 +20,7 @@ use serde_json::json;
 use crate::pod::{PROVIDERS_DIR, owner_ref, run_labels, snapshot_name};
 
 /// Key of the snapshot document in the ConfigMap.
-pub const SNAPSHOT_KEY: &str = "snapshot.json";
+pub const SNAPSHOT_KEY: &str = openwop_protocol::run::env::SNAPSHOT_FILE;
 
 /// Why a stored snapshot could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -386,8 +386,7 @@ mod tests {
     fn the_snapshot_carries_the_configured_host_profile() {
         let cfg = crate::config::OperatorConfig::from_yaml("limits:\n  clarificationRounds: 1\n")
             .unwrap();
-        let s =
-            build_snapshot(&run(), &workflow("1"), &cfg.host_profile().unwrap(), false).unwrap();
+        let s = build_snapshot(&run(), &workflow("1"), &cfg.host_profile(), false).unwrap();
         assert_eq!(s.host.limits.clarification_rounds, 1);
         assert_eq!(doc(&s)["host"]["limits"]["clarificationRounds"], 1);
     }

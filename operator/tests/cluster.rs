@@ -527,6 +527,85 @@ async fn workflows_are_validated_and_a_run_gets_a_restricted_owned_pod_removed_w
     .await;
 }
 
+/// Issue #23's defect: a namespace in `conformance.mockAgentNamespaces` makes a mock-agent
+/// Workflow with a non-`conformance-` id Ready, and its Run's snapshot carries that opt-in
+/// (`host.mockAgent`), which the worker obeys (worker/tests/run_contract.rs runs it). The
+/// pod's environment is the typed worker contract, and it points at the mounted snapshot.
+#[tokio::test]
+async fn an_opted_in_namespace_gives_its_runs_the_mock_agent_in_the_snapshot() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use openwop_protocol::run::env::WorkerEnv;
+    use openwop_protocol::run::snapshot::RunSnapshot;
+    let Some(c) =
+        cluster("an_opted_in_namespace_gives_its_runs_the_mock_agent_in_the_snapshot").await
+    else {
+        return;
+    };
+    ensure_crds(&c.client).await;
+    let ns = Namespace::new(&c, "opi-agent").await;
+    let _op = Operator::start(
+        &c,
+        &ns.name,
+        "op-agent",
+        &format!("conformance: {{mockAgentNamespaces: [{}]}}\n", ns.name),
+    );
+    let wfs: Api<Workflow> = Api::namespaced(c.client.clone(), &ns.name);
+    create(
+        &wfs,
+        held_workflow(
+            "team-agent",
+            "team-agent",
+            json!([{"id": "agent", "typeId": "core.conformance.mock-agent",
+                    "config": {"mockDecision": {"decision": "ship", "confidence": 0.95}}}]),
+        ),
+    )
+    .await;
+    let (status, reason, msg) = wait_ready(&wfs, "team-agent").await;
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("True", "Valid"),
+        "{msg}"
+    );
+    let runs: Api<Run> = Api::namespaced(c.client.clone(), &ns.name);
+    create(
+        &runs,
+        json!({"apiVersion": "openwop.dev/v1alpha1", "kind": "Run", "metadata": {"name": "a1"},
+               "spec": {"workflowRef": {"name": "team-agent"}}}),
+    )
+    .await;
+    let cms: Api<ConfigMap> = Api::namespaced(c.client.clone(), &ns.name);
+    let cm = wait_for(60, "snapshot ConfigMap a1-snapshot", || async {
+        cms.get_opt("a1-snapshot").await.ok().flatten()
+    })
+    .await;
+    let text = cm.data.unwrap()["snapshot.json"].clone();
+    let snap = RunSnapshot::from_json(&text, "a1-snapshot").unwrap();
+    assert!(snap.host.mock_agent, "{text}");
+    assert!(snap.host.mock_agent_allowed("team-agent"));
+    let pods: Api<Pod> = Api::namespaced(c.client.clone(), &ns.name);
+    let pod = wait_for(60, "worker pod a1-w1", || async {
+        pods.get_opt("a1-w1").await.ok().flatten()
+    })
+    .await;
+    let container = &pod.spec.unwrap().containers[0];
+    let env = WorkerEnv::from_vars(
+        container
+            .env
+            .iter()
+            .flatten()
+            .map(|e| (e.name.clone(), e.value.clone().unwrap_or_default())),
+    )
+    .unwrap();
+    let mount = container
+        .volume_mounts
+        .iter()
+        .flatten()
+        .find(|m| m.name == "snapshot")
+        .unwrap();
+    assert_eq!(env.snapshot, format!("{}/snapshot.json", mount.mount_path));
+    assert_eq!(env.run_name.as_deref(), Some("a1"));
+}
+
 #[tokio::test]
 async fn run_for_a_missing_workflow_waits_with_a_clear_condition_then_proceeds() {
     let Some(c) =

@@ -168,14 +168,24 @@ pub struct Limits {
     pub max_run_duration_ms: Option<u64>,
 }
 
+/// Default `limits.clarificationRounds`.
+pub const DEFAULT_CLARIFICATION_ROUNDS: u32 = 3;
+/// Default `limits.schemaRounds`: provider calls per emission.
+pub const DEFAULT_SCHEMA_ROUNDS: u32 = 3;
+/// Default `limits.envelopesPerTurn`.
+pub const DEFAULT_ENVELOPES_PER_TURN: u32 = 32;
+/// Default `limits.maxNodeExecutions`.
+pub const DEFAULT_MAX_NODE_EXECUTIONS: u32 = 1000;
+
 impl Default for Limits {
-    /// This project's defaults (as in the operator's config): 3 / 3 / 32, 1000 node executions.
+    /// This host's defaults (the host profile's, which the operator's config starts from):
+    /// 3 / 3 / 32, 1000 node executions.
     fn default() -> Self {
         Limits {
-            clarification_rounds: 3,
-            schema_rounds: 3,
-            envelopes_per_turn: 32,
-            max_node_executions: Some(1000),
+            clarification_rounds: DEFAULT_CLARIFICATION_ROUNDS,
+            schema_rounds: DEFAULT_SCHEMA_ROUNDS,
+            envelopes_per_turn: DEFAULT_ENVELOPES_PER_TURN,
+            max_node_executions: Some(DEFAULT_MAX_NODE_EXECUTIONS),
             max_run_duration_ms: None,
         }
     }
@@ -317,14 +327,16 @@ pub struct ServedKindSchema {
     pub schema: Value,
 }
 
-/// Reliability posture (RFC 0032 events, RFC 0033 completion criteria).
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// Reliability posture (RFC 0032 events, RFC 0033 completion criteria); also the operator
+/// config's `reliability` section (chart `reliability.*`), read as is.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 pub struct ReliabilityConfig {
     pub supported: bool,
-    /// 1..=16.
+    /// [`MAX_RETRY_ATTEMPTS_RANGE`].
     pub max_retry_attempts: u32,
     pub distinguishes_truncation: bool,
-    /// 1..=8.
+    /// [`TRUNCATION_MULTIPLIER_RANGE`]; the default of every prompt node (host profile).
     pub truncation_budget_multiplier: f64,
 }
 
@@ -332,9 +344,9 @@ impl Default for ReliabilityConfig {
     fn default() -> Self {
         ReliabilityConfig {
             supported: true,
-            max_retry_attempts: 3,
+            max_retry_attempts: crate::run::host::DEFAULT_MAX_RETRY_ATTEMPTS,
             distinguishes_truncation: true,
-            truncation_budget_multiplier: 2.0,
+            truncation_budget_multiplier: crate::run::host::DEFAULT_TRUNCATION_BUDGET_MULTIPLIER,
         }
     }
 }
@@ -353,7 +365,7 @@ impl Default for ReasoningConfig {
     fn default() -> Self {
         ReasoningConfig {
             supported: true,
-            prompt_directive: ReasoningPosture::Advisory,
+            prompt_directive: ReasoningPosture::default(),
             verbosity: ReasoningVerbosity::Summary,
             streaming: false,
         }
@@ -413,8 +425,8 @@ impl Default for CapabilitiesConfig {
             limits: Limits::default(),
             reliability: ReliabilityConfig::default(),
             reasoning: ReasoningConfig::default(),
-            strictness: Strictness::Warn,
-            tier_one_subset_compliance: TierOneSubsetCompliance::Warn,
+            strictness: Strictness::default(),
+            tier_one_subset_compliance: TierOneSubsetCompliance::default(),
             envelope_contracts: true,
             mock_agent: false,
             agents_supported: false,
@@ -530,13 +542,7 @@ impl CapabilitiesConfig {
         if self.envelope_kinds.is_empty() {
             return Vec::new();
         }
-        let mut out: Vec<String> = UNIVERSAL_KINDS.iter().map(|k| (*k).to_owned()).collect();
-        for k in &self.envelope_kinds {
-            if !out.contains(k) {
-                out.push(k.clone());
-            }
-        }
-        out
+        crate::envelope::universal_first(&self.envelope_kinds)
     }
 
     /// The payload schema served for `kind`: embedded, else host-served.

@@ -16,17 +16,41 @@ pub const UNIVERSAL_KINDS: [&str; 4] = [
     "error",
 ];
 
-/// Optional core kinds a host may advertise (payload schemas ship with the project).
+/// The media reference kinds (RFC 0055 §C): optional core kinds whose payload schemas ship
+/// with this project (`schemas/envelopes/media.*.schema.json`).
+pub const MEDIA_KINDS: [&str; 3] = ["media.image", "media.audio", "media.file"];
+
+/// The A2UI surface kind (RFC 0102): an optional core kind a host advertises only if it
+/// renders A2UI. This project does not: it ships no payload schema for it and never
+/// advertises it.
+pub const A2UI_SURFACE_KIND: &str = "ui.a2ui-surface";
+
+/// The spec's optional core kinds (`ai-envelope.md` §"Media reference payloads",
+/// §"A2UI surfaces"): not universal, advertised only by hosts that produce them.
 pub const OPTIONAL_CORE_KINDS: [&str; 4] = [
-    "media.image",
-    "media.audio",
-    "media.file",
-    "ui.a2ui-surface",
+    MEDIA_KINDS[0],
+    MEDIA_KINDS[1],
+    MEDIA_KINDS[2],
+    A2UI_SURFACE_KIND,
 ];
 
 /// True for `clarification.request`, `schema.request`, `schema.response`, `error`.
 pub fn is_universal_kind(kind: &str) -> bool {
     UNIVERSAL_KINDS.contains(&kind)
+}
+
+/// `kinds` with the universal kinds first (ai-envelope.md, RFC 0094: a host advertising any
+/// kind advertises the universal four), then the others in their order, without duplicates.
+/// The one ordering of `supportedEnvelopes`, of a contract's accepted kinds and of the
+/// kinds a refusal lists.
+pub fn universal_first(kinds: &[String]) -> Vec<String> {
+    let mut out: Vec<String> = UNIVERSAL_KINDS.iter().map(|k| (*k).to_owned()).collect();
+    for k in kinds {
+        if !out.contains(k) {
+            out.push(k.clone());
+        }
+    }
+    out
 }
 
 /// Maximum lengths of the envelope's identifier fields (from the wire schema).

@@ -20,5 +20,6 @@ pub mod seams;
 pub mod text;
 pub mod tier1;
 pub mod trust;
+pub mod vendor;
 pub mod workflow;
 pub mod workflow_check;

@@ -169,23 +169,14 @@ pub fn known_kinds() -> &'static [&'static str] {
     KINDS
 }
 
-/// The four universal kinds every engine recognises and contract gates always accept.
-pub const UNIVERSAL_KINDS: &[&str] = &[
-    "clarification.request",
-    "schema.request",
-    "schema.response",
-    "error",
-];
+pub use crate::envelope::UNIVERSAL_KINDS;
 
-const KINDS: &[&str] = &[
-    "clarification.request",
-    "schema.request",
-    "schema.response",
-    "error",
-    "media.image",
-    "media.audio",
-    "media.file",
-];
+/// Kinds with an embedded payload schema: the universal kinds, then the media kinds.
+const KINDS: &[&str] = &{
+    use crate::envelope::MEDIA_KINDS as M;
+    let u = UNIVERSAL_KINDS;
+    [u[0], u[1], u[2], u[3], M[0], M[1], M[2]]
+};
 
 /// The payload schema version advertised for `kind` in `Capabilities.schemaVersions`.
 pub fn kind_schema_version(kind: &str) -> Option<u32> {

@@ -21,6 +21,22 @@ use crate::workflow::{WorkflowDefinition, WorkflowError};
 pub use crate::run::nodes::MOCK_AGENT_TYPE_ID;
 /// Workflow ids with this prefix may use the mock agent without a host opt-in.
 pub const CONFORMANCE_ID_PREFIX: &str = "conformance-";
+
+/// Whether a workflow may run `core.conformance.mock-agent` (RFC 0023): its id starts with
+/// [`CONFORMANCE_ID_PREFIX`], or the host opted in for the workflow's tenant. The Workflow
+/// controller asks this with the namespace's opt-in, and the worker with the opt-in the
+/// operator froze in the run snapshot's host profile ([`crate::run::host::HostProfile::mock_agent`]),
+/// so a Workflow the operator accepts is one its worker runs.
+pub fn mock_agent_allowed(workflow_id: &str, host_opt_in: bool) -> bool {
+    host_opt_in || workflow_id.starts_with(CONFORMANCE_ID_PREFIX)
+}
+
+/// Why a mock-agent node was refused, and what to do about it.
+pub fn mock_agent_refusal() -> String {
+    format!(
+        "{MOCK_AGENT_TYPE_ID} is conformance-only (RFC 0023): give the workflow an id starting with {CONFORMANCE_ID_PREFIX:?}, or have the operator admin allow the mock agent for this namespace (conformance.mockAgentNamespaces)"
+    )
+}
 /// Most problems reported for one workflow; the rest are summarised by a count.
 pub const MAX_PROBLEMS: usize = 50;
 
@@ -383,17 +399,12 @@ fn check_node(
         }
     }
 
-    if type_id == MOCK_AGENT_TYPE_ID
-        && !workflow_id.starts_with(CONFORMANCE_ID_PREFIX)
-        && !opts.mock_agent_opt_in
-    {
+    if type_id == MOCK_AGENT_TYPE_ID && !mock_agent_allowed(workflow_id, opts.mock_agent_opt_in) {
         report.error(WorkflowProblem {
             code: ProblemCode::MockAgentNotAllowed,
             node_id: node_id.clone(),
             pointer: format!("{base}/typeId"),
-            message: format!(
-                "{MOCK_AGENT_TYPE_ID} is conformance-only (RFC 0023): give the workflow an id starting with {CONFORMANCE_ID_PREFIX:?}, or have the operator admin allow the mock agent for this namespace"
-            ),
+            message: mock_agent_refusal(),
         });
     }
 

@@ -7,30 +7,22 @@ use crate::{
     OpenAiProvider, Provider, ProviderError, TransportPolicy,
 };
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ProviderKind {
-    OpenAi,
-    Anthropic,
-    Gemini,
-    OpenAiCompatible,
+/// The vendor a client speaks: protocol's one list of LLM vendors.
+pub use openwop_protocol::vendor::LlmVendor as ProviderKind;
+
+/// What a client of each vendor assumes when nothing is configured.
+pub trait VendorDefaults {
+    /// The vendor's public API root; none for an OpenAI-compatible server.
+    fn default_base_url(self) -> Option<&'static str>;
+    /// Environment variable read when no key source is configured.
+    fn default_key_env(self) -> &'static str;
+    /// Conservative per-call output ceiling used when none is configured; set
+    /// `max_output_tokens` to the model's documented maximum to allow larger retries.
+    fn default_ceiling(self) -> u32;
 }
 
-impl ProviderKind {
-    pub fn parse(s: &str) -> Result<Self, ProviderError> {
-        Ok(match s {
-            "openai" => Self::OpenAi,
-            "anthropic" => Self::Anthropic,
-            "gemini" => Self::Gemini,
-            "openai-compatible" => Self::OpenAiCompatible,
-            other => {
-                return Err(ProviderError::Config(format!(
-                    "unknown provider '{other}'; expected openai|anthropic|gemini|openai-compatible"
-                )));
-            }
-        })
-    }
-
-    pub fn default_base_url(self) -> Option<&'static str> {
+impl VendorDefaults for ProviderKind {
+    fn default_base_url(self) -> Option<&'static str> {
         match self {
             Self::OpenAi => Some("https://api.openai.com/v1"),
             Self::Anthropic => Some("https://api.anthropic.com"),
@@ -39,8 +31,7 @@ impl ProviderKind {
         }
     }
 
-    /// Environment variable read when no key source is configured.
-    pub fn default_key_env(self) -> &'static str {
+    fn default_key_env(self) -> &'static str {
         match self {
             Self::OpenAi => "OPENAI_API_KEY",
             Self::Anthropic => "ANTHROPIC_API_KEY",
@@ -49,9 +40,7 @@ impl ProviderKind {
         }
     }
 
-    /// Conservative per-call output ceiling used when none is configured; set
-    /// `max_output_tokens` to the model's documented maximum to allow larger retries.
-    pub fn default_ceiling(self) -> u32 {
+    fn default_ceiling(self) -> u32 {
         match self {
             Self::OpenAi => 16_384,
             Self::Anthropic => 8_192,
@@ -100,10 +89,9 @@ pub fn build_provider(config: &ProviderConfig) -> Result<Box<dyn Provider>, Prov
         .clone()
         .or_else(|| kind.default_base_url().map(str::to_string))
         .ok_or_else(|| {
-            ProviderError::Config(
-                "provider 'openai-compatible' needs a base URL, e.g. http://localhost:11434/v1"
-                    .into(),
-            )
+            ProviderError::Config(format!(
+                "provider '{kind}' needs a base URL, e.g. http://localhost:11434/v1"
+            ))
         })?;
     if config.model.trim().is_empty() {
         return Err(ProviderError::Config("model name is empty".into()));
@@ -120,13 +108,7 @@ pub fn build_provider(config: &ProviderConfig) -> Result<Box<dyn Provider>, Prov
         .key
         .clone()
         .unwrap_or_else(|| KeySource::Env(kind.default_key_env().to_string()));
-    let name = match kind {
-        ProviderKind::OpenAi => "openai",
-        ProviderKind::Anthropic => "anthropic",
-        ProviderKind::Gemini => "gemini",
-        ProviderKind::OpenAiCompatible => "openai-compatible",
-    };
-    let key = ApiKey::load(&source, name);
+    let key = ApiKey::load(&source, kind.as_str());
     let policy = config.transport.clone();
     Ok(match kind {
         ProviderKind::OpenAi => Box::new(OpenAiProvider::new(

@@ -20,7 +20,7 @@ mod secret;
 mod transport;
 
 pub use anthropic::{AnthropicMode, AnthropicProvider};
-pub use config::{ProviderConfig, ProviderKind, build_provider};
+pub use config::{ProviderConfig, ProviderKind, VendorDefaults, build_provider};
 pub use gemini::GeminiProvider;
 #[cfg(feature = "testing")]
 pub mod testing;

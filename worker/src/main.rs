@@ -10,11 +10,11 @@ use openwop_nats::NatsAuth;
 use openwop_protocol::graph::Graph;
 use openwop_protocol::redact::Redactor;
 use openwop_protocol::run::ending;
-use openwop_protocol::run::env as run_env;
+use openwop_protocol::run::env::{self as run_env, WorkerEnv};
 use openwop_protocol::run::exit::{BAD_INPUT, CRASHED, STOPPED, SUSPENDED, TERMINAL};
 use openwop_protocol::run::projection::Projection;
 use openwop_protocol::run::snapshot::{KeyMount, RunSnapshot};
-use openwop_protocol::run::subjects::{self, StreamSpec};
+use openwop_protocol::run::subjects;
 use openwop_protocol::run::telemetry as run_telemetry;
 use openwop_worker::eventlog::{LogError, RunLog};
 use openwop_worker::executor::{ExecConfig, Executor, RunEnd, cancel_run};
@@ -28,11 +28,19 @@ fn env(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.is_empty())
 }
 
+/// The pod's environment contract, read once.
+fn worker_env() -> Result<WorkerEnv, run_env::EnvError> {
+    WorkerEnv::from_vars(std::env::vars_os().filter_map(|(k, v)| {
+        // A variable that is not Unicode is none of ours.
+        Some((k.into_string().ok()?, v.into_string().ok()?))
+    }))
+}
+
 /// Secrets to redact: provider keys, every file of `OPENWOP_SECRETS_DIR` (id = file name),
 /// and the values of workflow variables marked `sensitive` (id = variable name, so events,
 /// status, logs and spans show `[REDACTED:<name>]`; the prompt still carries the value
 /// where the workflow puts it).
-fn load_secrets(snap: &RunSnapshot) -> Vec<(String, String)> {
+fn load_secrets(snap: &RunSnapshot, secrets_dir: Option<&str>) -> Vec<(String, String)> {
     let mut out = Vec::new();
     for p in &snap.providers {
         let value = match &p.key {
@@ -43,8 +51,8 @@ fn load_secrets(snap: &RunSnapshot) -> Vec<(String, String)> {
             out.push((format!("provider:{}", p.provider), v));
         }
     }
-    if let Some(dir) = env("OPENWOP_SECRETS_DIR")
-        && let Ok(entries) = std::fs::read_dir(&dir)
+    if let Some(dir) = secrets_dir
+        && let Ok(entries) = std::fs::read_dir(dir)
     {
         for e in entries.flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
@@ -63,13 +71,13 @@ fn load_secrets(snap: &RunSnapshot) -> Vec<(String, String)> {
     out
 }
 
-fn write_termination(summary: &str) {
-    let path = env("OPENWOP_TERMINATION_LOG").unwrap_or_else(|| "/dev/termination-log".into());
+fn write_termination(path: Option<&str>, summary: &str) {
+    let path = path.unwrap_or("/dev/termination-log");
     if std::path::Path::new(&path)
         .parent()
         .is_some_and(|d| d.exists())
     {
-        let _ = std::fs::write(&path, summary);
+        let _ = std::fs::write(path, summary);
     }
 }
 
@@ -90,33 +98,35 @@ fn load_snapshot(path: &str) -> anyhow::Result<RunSnapshot> {
     Ok(RunSnapshot::from_json(&text, path)?)
 }
 
-async fn run(stop: StopSignal, otel: &Otel) -> anyhow::Result<i32> {
-    let snapshot_path =
-        env("OPENWOP_SNAPSHOT").unwrap_or_else(|| "/etc/openwop/snapshot/snapshot.json".into());
-    let snap = match load_snapshot(&snapshot_path) {
+async fn run(stop: StopSignal, otel: &Otel, wenv: &WorkerEnv) -> anyhow::Result<i32> {
+    let snapshot_path = &wenv.snapshot;
+    let snap = match load_snapshot(snapshot_path) {
         Ok(s) => s,
         Err(e) => {
             tracing::error!(error = %e, "unusable snapshot");
             return Ok(BAD_INPUT);
         }
     };
-    let namespace = env(run_env::RUN_NAMESPACE).unwrap_or_else(|| snap.run.namespace.clone());
-    let name = env("OPENWOP_RUN_NAME").unwrap_or_else(|| snap.run.name.clone());
-    let run_id = env(run_env::RUN_ID).unwrap_or_else(|| snap.run.run_id.clone());
+    let namespace = wenv
+        .run_namespace
+        .clone()
+        .unwrap_or_else(|| snap.run.namespace.clone());
+    let name = wenv
+        .run_name
+        .clone()
+        .unwrap_or_else(|| snap.run.name.clone());
+    let run_id = wenv
+        .run_id
+        .clone()
+        .unwrap_or_else(|| snap.run.run_id.clone());
     // Run identity is the runId: a re-created Run of the same name has its own subject.
-    let subject = env(run_env::EVENTS_SUBJECT)
-        .unwrap_or_else(|| subjects::events_subject(&namespace, &run_id));
-    let stream = StreamSpec::new(
-        env(run_env::EVENTS_STREAM).unwrap_or_else(|| subjects::DEFAULT_STREAM.into()),
-        env(run_env::EVENTS_MAX_AGE_SECONDS)
-            .and_then(|v| v.parse().ok())
-            .map(Duration::from_secs),
-    );
-    let url = env("OPENWOP_NATS_URL").unwrap_or_else(|| "nats://127.0.0.1:4222".into());
+    let subject = wenv.events_subject_or(&namespace, &run_id);
+    let stream = wenv.stream_spec();
+    let url = &wenv.nats_url;
     // Credentials of an external NATS: the operator's copy of the chart's Secret.
-    let nats_auth = match env("OPENWOP_NATS_CREDENTIALS_DIR") {
+    let nats_auth = match &wenv.nats_credentials_dir {
         None => NatsAuth::None,
-        Some(dir) => match NatsAuth::from_dir(std::path::Path::new(&dir)) {
+        Some(dir) => match NatsAuth::from_dir(std::path::Path::new(dir)) {
             Ok(a) => a,
             Err(e) => {
                 tracing::error!(error = %e, "unusable NATS credentials");
@@ -125,16 +135,14 @@ async fn run(stop: StopSignal, otel: &Otel) -> anyhow::Result<i32> {
         },
     };
     let mut policy = RetryPolicy::default();
-    if let Some(ms) = env("OPENWOP_PUBLISH_DEADLINE_MS").and_then(|v| v.parse().ok()) {
-        policy.deadline = Duration::from_millis(ms);
+    if let Some(deadline) = wenv.tuning.publish_deadline {
+        policy.deadline = deadline;
     }
-    let max_reasoning = env("OPENWOP_REASONING_MAX_PER_NODE")
-        .and_then(|v| v.parse().ok())
+    let max_reasoning = wenv
+        .tuning
+        .reasoning_max_per_node
         .unwrap_or(DEFAULT_MAX_PER_NODE);
-    let grace = env("OPENWOP_STOP_GRACE_MS")
-        .and_then(|v| v.parse().ok())
-        .map(Duration::from_millis)
-        .unwrap_or(DEFAULT_STOP_GRACE);
+    let grace = wenv.tuning.stop_grace.unwrap_or(DEFAULT_STOP_GRACE);
 
     // An invalid definition is recorded as run.failed below (the operator validated it; a
     // hand-edited snapshot can still be wrong).
@@ -142,9 +150,8 @@ async fn run(stop: StopSignal, otel: &Otel) -> anyhow::Result<i32> {
     if let Err(e) = &graph {
         tracing::error!(error = %e, "workflow definition invalid");
     }
-    let secrets = load_secrets(&snap);
+    let secrets = load_secrets(&snap, wenv.tuning.secrets_dir.as_deref());
     let cfg = ExecConfig {
-        allow_mock_agent: env("OPENWOP_CONFORMANCE_MOCK_AGENT").as_deref() == Some("true"),
         mock_programs: match snap.mock_programs() {
             Ok(p) => p,
             Err(e) => {
@@ -154,25 +161,28 @@ async fn run(stop: StopSignal, otel: &Otel) -> anyhow::Result<i32> {
         },
         // A cancelled run calls no provider: build none.
         providers: match (&graph, snap.cancel) {
-            (Ok(g), false) => match ProviderSet::build(&snap, g, env) {
-                Ok(p) => p,
-                Err(e) => {
-                    let red = Redactor::new(secrets.clone());
-                    tracing::error!(error = %red.redact_str(&e.to_string()).0, "provider configuration");
-                    return Ok(BAD_INPUT);
+            (Ok(g), false) => {
+                match ProviderSet::build(&snap, g, |p| wenv.provider_base_url(p).map(str::to_owned))
+                {
+                    Ok(p) => p,
+                    Err(e) => {
+                        let red = Redactor::new(secrets.clone());
+                        tracing::error!(error = %red.redact_str(&e.to_string()).0, "provider configuration");
+                        return Ok(BAD_INPUT);
+                    }
                 }
-            },
+            }
             _ => ProviderSet::default(),
         },
         secrets,
     };
 
     tracing::debug!(credentials = nats_auth.kind(), "connecting to NATS");
-    let client = nats::connect(&url, &nats_auth).await?;
+    let client = nats::connect(url, &nats_auth).await?;
     let js = nats::context(client.clone(), &policy);
     let stream = nats::ensure_stream(&js, &stream, &policy).await?;
     let existing = nats::read_run_events(&stream, &subject, &run_id, &policy).await?;
-    tracing::info!(run = %name, replayed = existing.len(), "event log read");
+    tracing::info!(run = %name, attempt = wenv.attempt, replayed = existing.len(), "event log read");
     let redactor = Arc::new(Redactor::new(cfg.secrets.clone()));
     let run_span = otel.telemetry(redactor.clone()).root("openwop.run");
     run_span.set_str(run_telemetry::RUN_ID, &run_id);
@@ -193,10 +203,10 @@ async fn run(stop: StopSignal, otel: &Otel) -> anyhow::Result<i32> {
     if snap.cancel {
         let end = cancel_run(&mut log, "cancelled by spec.cancel").await?;
         let events = log.events().to_vec();
-        return Ok(finish(&name, &end, &events, &run_span));
+        return Ok(finish(wenv, &name, &end, &events, &run_span));
     }
     log.set_stop(Some(stop.clone()));
-    log.set_fault_pause(env(run_env::FAULT_PAUSE_AT_SEQUENCE).and_then(|v| v.parse().ok()));
+    log.set_fault_pause(wenv.testing.fault_pause_at_sequence);
     let reasoning = ReasoningStream::new(
         subjects::reasoning_subject(&namespace, &run_id),
         max_reasoning,
@@ -221,7 +231,7 @@ async fn run(stop: StopSignal, otel: &Otel) -> anyhow::Result<i32> {
                 Err(LogError::Stopped) => {
                     // The operator may have asked to cancel: the kubelet refreshes the
                     // mounted snapshot, so read it again.
-                    if !load_snapshot(&snapshot_path).is_ok_and(|s| s.cancel) {
+                    if !load_snapshot(snapshot_path).is_ok_and(|s| s.cancel) {
                         tracing::warn!(run = %name, "stopped at a safe point; a later worker replays");
                         run_span.set_str("openwop.run_outcome", "stopped");
                         let _ = client.flush().await;
@@ -257,11 +267,12 @@ async fn run(stop: StopSignal, otel: &Otel) -> anyhow::Result<i32> {
             (RunEnd::Failed(err), log.events().to_vec())
         }
     };
-    Ok(finish(&name, &end, &events, &run_span))
+    Ok(finish(wenv, &name, &end, &events, &run_span))
 }
 
 /// Writes the termination summary and picks the exit code.
 fn finish(
+    wenv: &WorkerEnv,
     name: &str,
     end: &RunEnd,
     events: &[openwop_protocol::events::RunEventDoc],
@@ -280,7 +291,10 @@ fn finish(
     if let RunEnd::Failed(e) = end {
         span.fail(&e.code, &e.message);
     }
-    write_termination(&summary.to_termination_message());
+    write_termination(
+        wenv.tuning.termination_log.as_deref(),
+        &summary.to_termination_message(),
+    );
     tracing::info!(run = %name, events = events.len(), end = ?std::mem::discriminant(end), "worker done");
     match end {
         RunEnd::Suspended(_) => SUSPENDED,
@@ -291,7 +305,7 @@ fn finish(
 fn main() {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("OPENWOP_LOG")
+            tracing_subscriber::EnvFilter::try_from_env(run_env::LOG)
                 .unwrap_or_else(|_| "info".into()),
         )
         .with_writer(std::io::stderr)
@@ -310,14 +324,21 @@ fn main() {
             std::process::exit(CRASHED);
         }
     };
-    let endpoints = telemetry::endpoints_from_env(env);
+    let wenv = match worker_env() {
+        Ok(e) => e,
+        Err(e) => {
+            tracing::error!(error = %e, "unusable worker environment");
+            std::process::exit(BAD_INPUT);
+        }
+    };
+    let endpoints = telemetry::endpoints_from_env(&wenv, env);
     let otel = if endpoints.is_empty() {
         Otel::off()
     } else {
         // The resource names the run, so a span store can file every batch under it.
         let run: Vec<(&'static str, String)> = [
-            (run_telemetry::RUN_ID, env(run_env::RUN_ID)),
-            (run_telemetry::NAMESPACE, env(run_env::RUN_NAMESPACE)),
+            (run_telemetry::RUN_ID, wenv.run_id.clone()),
+            (run_telemetry::NAMESPACE, wenv.run_namespace.clone()),
         ]
         .into_iter()
         .filter_map(|(k, v)| Some((k, v?)))
@@ -330,7 +351,7 @@ fn main() {
     let stop = StopSignal::new();
     let code = match rt.block_on(async {
         stop::on_termination_signals(stop.clone()).context("installing the SIGTERM handler")?;
-        run(stop.clone(), &otel).await
+        run(stop.clone(), &otel, &wenv).await
     }) {
         Ok(code) => code,
         Err(e) => {

@@ -5,7 +5,6 @@
 use std::collections::BTreeMap;
 
 use openwop_protocol::graph::Graph;
-use openwop_protocol::run::env;
 use openwop_protocol::run::nodes::{Executor, executor_of};
 use openwop_protocol::run::snapshot::{KeyMount, RunSnapshot};
 use openwop_providers::{KeySource, Provider, ProviderConfig, ProviderKind, build_provider};
@@ -48,8 +47,9 @@ impl ProviderSet {
     }
 
     /// Builds a client for every (provider, model) an unmocked prompt node of `graph` names,
-    /// for the providers the snapshot mounts a key for. `base_url` reads the operator's
-    /// per-provider base URL (an environment lookup in the binary).
+    /// for the providers the snapshot mounts a key for. `base_url` gives the operator's base
+    /// URL of a provider by name ([`openwop_protocol::run::env::WorkerEnv::provider_base_url`]
+    /// in the binary).
     pub fn build(
         snap: &RunSnapshot,
         graph: &Graph,
@@ -75,11 +75,11 @@ impl ProviderSet {
             let Some(mount) = snap.providers.iter().find(|m| m.provider == provider) else {
                 continue;
             };
-            let Ok(kind) = ProviderKind::parse(provider) else {
+            let Some(kind) = ProviderKind::parse(provider) else {
                 continue;
             };
             let mut cfg = ProviderConfig::new(kind, model);
-            cfg.base_url = base_url(&env::provider_base_url(provider));
+            cfg.base_url = base_url(provider);
             cfg.transport.max_body_bytes = snap.host.max_provider_response_bytes;
             cfg = match &mount.key {
                 KeyMount::File { path } => cfg.with_key_file(path),

@@ -19,7 +19,7 @@ use opentelemetry_otlp::{Protocol, WithExportConfig};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
 use openwop_protocol::redact::Redactor;
-use openwop_protocol::run::env as run_env;
+use openwop_protocol::run::env::WorkerEnv;
 use openwop_protocol::run::telemetry::{AttrValue, ERROR_CODE};
 
 /// Why the exporter could not be set up (the worker then runs without spans and says so).
@@ -31,20 +31,35 @@ pub struct OtelError {
 }
 
 /// Every traces URL to export to: the collector's (if configured) and the operator's span
-/// store (conformance seams only). Empty: export is off.
-pub fn endpoints_from_env(get: impl Fn(&str) -> Option<String>) -> Vec<String> {
-    let get = |k: &str| get(k).filter(|v| !v.trim().is_empty());
-    let scrape = get(run_env::TEST_OTEL_SCRAPE_ENDPOINT);
-    endpoint_from_env(get).into_iter().chain(scrape).collect()
+/// store (conformance seams only). Empty: export is off. `get` reads the standard
+/// `OTEL_EXPORTER_OTLP_*` variables; ours come from the pod's [`WorkerEnv`].
+pub fn endpoints_from_env(wenv: &WorkerEnv, get: impl Fn(&str) -> Option<String>) -> Vec<String> {
+    let scrape = wenv
+        .testing
+        .otel_scrape_endpoint
+        .clone()
+        .filter(|v| !v.trim().is_empty());
+    endpoint_from_env(wenv.otlp_endpoint.as_deref(), get)
+        .into_iter()
+        .chain(scrape)
+        .collect()
 }
 
-/// The collector's traces URL from the environment, if export to one is enabled.
-pub fn endpoint_from_env(get: impl Fn(&str) -> Option<String>) -> Option<String> {
+/// The collector's traces URL, if export to one is enabled: the full
+/// `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`, else the base URL `otlp_endpoint`
+/// ([`openwop_protocol::run::env::OTLP_ENDPOINT`]) or `OTEL_EXPORTER_OTLP_ENDPOINT`.
+pub fn endpoint_from_env(
+    otlp_endpoint: Option<&str>,
+    get: impl Fn(&str) -> Option<String>,
+) -> Option<String> {
     let get = |k: &str| get(k).filter(|v| !v.trim().is_empty());
     if let Some(full) = get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") {
         return Some(full);
     }
-    let base = get(run_env::OTLP_ENDPOINT).or_else(|| get("OTEL_EXPORTER_OTLP_ENDPOINT"))?;
+    let base = otlp_endpoint
+        .filter(|v| !v.trim().is_empty())
+        .map(str::to_owned)
+        .or_else(|| get("OTEL_EXPORTER_OTLP_ENDPOINT"))?;
     let base = base.trim_end_matches('/');
     Some(if base.ends_with("/v1/traces") {
         base.to_owned()
@@ -262,30 +277,44 @@ mod tests {
                     .map(|(_, v)| v.to_string())
             }
         };
-        assert_eq!(endpoint_from_env(env(&[])), None);
+        assert_eq!(endpoint_from_env(None, env(&[])), None);
         assert_eq!(
-            endpoint_from_env(env(&[("OTEL_EXPORTER_OTLP_ENDPOINT", " ")])),
+            endpoint_from_env(Some(" "), env(&[("OTEL_EXPORTER_OTLP_ENDPOINT", " ")])),
             None
         );
         assert_eq!(
-            endpoint_from_env(env(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318/")])).as_deref(),
+            endpoint_from_env(
+                None,
+                env(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318/")])
+            )
+            .as_deref(),
             Some("http://c:4318/v1/traces")
         );
         assert_eq!(
-            endpoint_from_env(env(&[
-                ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318"),
-                ("OPENWOP_OTLP_ENDPOINT", "http://o:4318/v1/traces")
-            ]))
+            endpoint_from_env(
+                Some("http://o:4318/v1/traces"),
+                env(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318")])
+            )
             .as_deref(),
             Some("http://o:4318/v1/traces")
         );
         assert_eq!(
-            endpoint_from_env(env(&[
-                ("OPENWOP_OTLP_ENDPOINT", "http://o:4318"),
-                ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://t:1/x")
-            ]))
+            endpoint_from_env(
+                Some("http://o:4318"),
+                env(&[("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://t:1/x")])
+            )
             .as_deref(),
             Some("http://t:1/x")
+        );
+        // With the seams on, the operator's span store is a second destination.
+        let mut wenv = WorkerEnv {
+            otlp_endpoint: Some("http://o:4318".into()),
+            ..WorkerEnv::default()
+        };
+        wenv.testing.otel_scrape_endpoint = Some("http://op:8080/v1/traces".into());
+        assert_eq!(
+            endpoints_from_env(&wenv, env(&[])),
+            ["http://o:4318/v1/traces", "http://op:8080/v1/traces"]
         );
     }
 

@@ -272,3 +272,47 @@ fn every_registered_node_type_executes() {
         Some("run.completed")
     );
 }
+
+/// The mock-agent opt-in the operator checks a Workflow against (its namespace is in
+/// `conformance.mockAgentNamespaces`) reaches the worker in the snapshot's host profile: a
+/// mock-agent workflow whose id does not start with `conformance-` runs where the host opted
+/// in, and fails with `capability_required` where it did not.
+#[test]
+fn the_mock_agent_runs_where_the_snapshot_says_the_host_opted_in() {
+    let nats = NatsServer::start();
+    let workflow = json!({"id": "team-agent", "nodes": [{"id": "m", "typeId": "core.conformance.mock-agent",
+        "config": {"mockReasoning": true, "mockDecision": {"decision": "ship", "confidence": 0.95}}}]});
+    let opted_in = RunFiles::new(
+        "agent-opted-in",
+        "run-contract-agent-in",
+        workflow.clone(),
+        json!({}),
+        json!({}),
+    );
+    opted_in.set_snapshot_field("host", json!({"mockAgent": true}));
+    let (code, stderr) = opted_in.run(&nats.url());
+    assert_eq!(code, 0, "{stderr}");
+    let events = read_raw(&nats.url(), &opted_in.subject());
+    let t = types(&events);
+    assert!(t.iter().any(|t| t == "agent.decided"), "{t:?}");
+    assert_eq!(t.last().map(String::as_str), Some("run.completed"), "{t:?}");
+
+    let not_opted = RunFiles::new(
+        "agent-not-opted",
+        "run-contract-agent-out",
+        workflow,
+        json!({}),
+        json!({}),
+    );
+    let (code, stderr) = not_opted.run(&nats.url());
+    assert_eq!(code, 0, "{stderr}");
+    let events = read_raw(&nats.url(), &not_opted.subject());
+    let failed = events.iter().find(|e| e["type"] == "run.failed").unwrap();
+    assert_eq!(failed["payload"]["error"]["code"], "capability_required");
+    assert!(
+        events
+            .iter()
+            .all(|e| !e["type"].as_str().unwrap().starts_with("agent.")),
+        "a refused mock agent emits nothing"
+    );
+}

@@ -114,7 +114,7 @@ schema = {
             "supported": BOOL,
             "maxRetryAttempts": int_range(1, 16),
             "distinguishesTruncation": BOOL,
-            "truncationBudgetMultiplier": int_range(1, 8),
+            "truncationBudgetMultiplier": {"type": "number", "minimum": 1, "maximum": 8},
         }),
         "reasoning": obj({"supported": BOOL,
                           "promptDirective": {"enum": ["mandatory", "advisory", "off"]}}),

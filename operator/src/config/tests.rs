@@ -1,4 +1,5 @@
 use super::*;
+use std::time::Duration;
 
 #[test]
 fn defaults_are_valid_and_empty_file_gives_defaults() {
@@ -18,6 +19,10 @@ fn partial_file_overrides_only_given_fields() {
     assert_eq!(cfg.runs.max_worker_retries, 3);
     assert!(cfg.conformance.mock_agent_allowed_in("e2e"));
     assert!(!cfg.conformance.mock_agent_allowed_in("default"));
+    // The opt-in the Workflow controller checks is the one a run's snapshot carries.
+    assert!(cfg.host_profile_for("e2e").mock_agent);
+    assert!(!cfg.host_profile_for("default").mock_agent);
+    assert_eq!(cfg.host_profile_for("default"), cfg.host_profile());
 }
 
 #[test]
@@ -208,7 +213,7 @@ fn the_host_profile_is_the_configuration() {
         "limits: {clarificationRounds: 1, schemaRounds: 5}\nenvelopeStrictness: strict\ntierOneSubsetCompliance: 'off'\nreasoning: {promptDirective: mandatory}\nreliability: {truncationBudgetMultiplier: 4}\n",
     )
     .unwrap();
-    let h = cfg.host_profile().unwrap();
+    let h = cfg.host_profile();
     assert_eq!(
         (h.limits.clarification_rounds, h.limits.schema_rounds),
         (1, 5)
@@ -218,17 +223,24 @@ fn the_host_profile_is_the_configuration() {
     assert_eq!(h.tier_one_subset_compliance, Tier1Posture::Off);
     assert_eq!(h.reasoning_directive, ReasoningPosture::Mandatory);
     assert_eq!(h.truncation_budget_multiplier, 4.0);
+    // Defaults are the host profile's, not restated here.
     assert_eq!(
-        OperatorConfig::default().host_profile().unwrap(),
+        OperatorConfig::default().host_profile(),
         HostProfile::default()
     );
-    let bad = OperatorConfig {
-        envelope_strictness: "loose".into(),
-        ..Default::default()
-    };
-    assert_eq!(
-        bad.host_profile().unwrap_err().to_string(),
-        "config field envelopeStrictness is \"loose\": use warn or strict"
+    // A fractional multiplier is a multiplier (RFC 0033 takes a number).
+    let cfg =
+        OperatorConfig::from_yaml("reliability: {truncationBudgetMultiplier: 1.5}\n").unwrap();
+    assert_eq!(cfg.host_profile().truncation_budget_multiplier, 1.5);
+    let e = OperatorConfig::from_yaml("envelopeStrictness: loose\n").unwrap_err();
+    assert!(
+        e.to_string().contains("envelopeStrictness") && e.to_string().contains("loose"),
+        "{e}"
+    );
+    let e = OperatorConfig::from_yaml("reasoning: {promptDirective: loud}\n").unwrap_err();
+    assert!(
+        e.to_string().contains("promptDirective") && e.to_string().contains("loud"),
+        "{e}"
     );
 }
 
@@ -240,4 +252,36 @@ fn the_seams_allow_provider_mocks_everywhere() {
     assert!(cfg.conformance.provider_mocks_allowed_in("any-team"));
     let off = OperatorConfig::from_yaml("conformance:\n  providerMockNamespaces: [ci]\n").unwrap();
     assert!(!off.conformance.provider_mocks_allowed_in("any-team"));
+}
+
+/// The chart's default values of the host settings are the host profile's defaults: the
+/// chart passes `limits`, `reliability`, `reasoning`, the postures and `runs` to the
+/// operator as they are, so a chart default that differs would silently change the host.
+#[test]
+fn the_charts_default_host_settings_are_the_host_profiles() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../charts/openwop/values.yaml");
+    let values: serde_yaml::Value =
+        serde_yaml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let mut section = serde_yaml::Mapping::new();
+    for key in [
+        "limits",
+        "reliability",
+        "reasoning",
+        "envelopeStrictness",
+        "tierOneSubsetCompliance",
+    ] {
+        section.insert(key.into(), values[key].clone());
+    }
+    let mut runs = serde_yaml::Mapping::new();
+    runs.insert(
+        "nodeConcurrency".into(),
+        values["runs"]["nodeConcurrency"].clone(),
+    );
+    section.insert("runs".into(), runs.into());
+    let cfg = OperatorConfig::from_yaml(&serde_yaml::to_string(&section).unwrap()).unwrap();
+    let defaults = OperatorConfig::default();
+    assert_eq!(cfg.host_profile(), HostProfile::default());
+    assert_eq!(cfg.reliability, ReliabilityConfig::default());
+    assert_eq!(cfg.reasoning, defaults.reasoning);
+    assert_eq!(cfg.limits, defaults.limits);
 }

@@ -39,8 +39,7 @@ pub use run::reconcile_run;
 pub use start::{StartGate, worker_selector};
 pub use workflow::reconcile_workflow;
 
-/// Finalizer on Runs: deletes the worker pod and snapshot promptly when a Run is deleted.
-pub const RUN_FINALIZER: &str = "openwop.dev/cleanup";
+pub use openwop_crds::names::RUN_FINALIZER;
 
 /// Reconciler errors (retried with backoff by `error_policy`).
 #[derive(Debug, thiserror::Error)]
@@ -55,8 +54,6 @@ pub enum Error {
     NoNamespace { kind: &'static str, name: String },
     #[error("NATS credentials (natsCredentials.dir, chart nats.external.credentialsSecret): {0}")]
     NatsCredentials(#[from] openwop_nats::AuthError),
-    #[error("{0}")]
-    HostProfile(#[from] crate::config::ProfileError),
     #[error("run events: {0}")]
     Events(String),
 }
@@ -79,7 +76,6 @@ impl Error {
             Error::Finalizer(_) => "Finalizer",
             Error::NoNamespace { .. } => "NoNamespace",
             Error::NatsCredentials(_) => "NatsCredentials",
-            Error::HostProfile(_) => "HostProfile",
             Error::Events(_) => "Events",
         }
     }

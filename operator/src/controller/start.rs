@@ -173,7 +173,7 @@ pub(super) async fn progress(
         }
         None => match resolve_workflow(run, wfs, &ns).await? {
             Resolved::Found(wf) => {
-                let host = cfg.host_profile()?;
+                let host = cfg.host_profile_for(&ns);
                 let doc = match build_snapshot(
                     run,
                     &wf,

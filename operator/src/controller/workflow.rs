@@ -10,7 +10,7 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use openwop_crds::{Workflow, WorkflowStatus};
-use openwop_protocol::workflow_check::{CheckOptions, Tier1Posture, check_workflow};
+use openwop_protocol::workflow_check::{CheckOptions, check_workflow};
 use serde_json::json;
 
 use super::common::{condition, publish, set_condition};
@@ -33,7 +33,7 @@ pub async fn reconcile_workflow(wf: Arc<Workflow>, ctx: Arc<Context>) -> Result<
     let opts = CheckOptions {
         registry: &ctx.registry,
         advertised_kinds: &kinds,
-        tier1: Tier1Posture::parse(&ctx.config.tier_one_subset_compliance).unwrap_or_default(),
+        tier1: ctx.config.tier_one_subset_compliance,
         mock_agent_opt_in: ctx.config.conformance.mock_agent_allowed_in(&ns),
     };
     let now = (ctx.now)();

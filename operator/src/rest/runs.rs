@@ -32,14 +32,9 @@ use sha2::{Digest, Sha256};
 use super::{ApiError, Caller, ErrorBody, Resource, RestState, Verb, find_workflow};
 use crate::config::LABEL_INSTANCE;
 
-/// Annotation: SHA-256 of the creating request (idempotent replays must match it).
-pub const ANNOTATION_REQUEST_HASH: &str = "openwop.dev/request-sha256";
-/// Annotation: who created the run through the API.
-pub const ANNOTATION_CREATED_BY: &str = "openwop.dev/created-by";
-/// Annotation: `tags` of the creating request (JSON).
-pub const ANNOTATION_TAGS: &str = "openwop.dev/tags";
-/// Annotation: `metadata` of the creating request (JSON).
-pub const ANNOTATION_METADATA: &str = "openwop.dev/metadata";
+pub use openwop_crds::names::{
+    ANNOTATION_CREATED_BY, ANNOTATION_METADATA, ANNOTATION_REQUEST_HASH, ANNOTATION_TAGS,
+};
 /// How long a reader waits for this replica's cache to see a Run just created elsewhere.
 const CACHE_GRACE: Duration = Duration::from_secs(2);
 /// Longest long-poll wait (`timeout` query).

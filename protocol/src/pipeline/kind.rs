@@ -6,7 +6,7 @@
 //! `discard-and-warn` — the caller's override, else the refusal mode of the node's
 //! contract, else the host contract's, else the spec default `fail-node`.
 
-use crate::envelope::{AiEnvelope, ContentTrust, UNIVERSAL_KINDS, is_universal_kind};
+use crate::envelope::{AiEnvelope, ContentTrust, is_universal_kind};
 use crate::events::{EventFactory, RunEventDoc};
 use crate::outcome::{Code, Gate, Gated, Outcome};
 
@@ -59,12 +59,4 @@ pub(crate) fn check(
 }
 
 /// Universal kinds first, then the given kinds, without duplicates.
-pub(crate) fn union_with_universals(kinds: &[String]) -> Vec<String> {
-    let mut out: Vec<String> = UNIVERSAL_KINDS.iter().map(|k| (*k).to_owned()).collect();
-    for k in kinds {
-        if !out.contains(k) {
-            out.push(k.clone());
-        }
-    }
-    out
-}
+pub(crate) use crate::envelope::universal_first as union_with_universals;

@@ -45,7 +45,7 @@ use crate::schema::{CompiledSchema, ValidationIssue};
 
 /// Wire attempt numbers are 2..16, so a node never makes more than 16 calls per emission.
 pub const MAX_ATTEMPTS: u32 = 16;
-pub const DEFAULT_MULTIPLIER: f64 = 2.0;
+pub use crate::run::host::DEFAULT_TRUNCATION_BUDGET_MULTIPLIER as DEFAULT_MULTIPLIER;
 
 /// Anything that can validate a parsed payload: a compiled user schema, or the envelope
 /// pipeline when the node expects an `envelopeType`.
@@ -113,7 +113,7 @@ impl RouterConfig {
             model: model.into(),
             system_prompt: String::new(),
             user_prompt: String::new(),
-            schema_rounds: 3,
+            schema_rounds: crate::capabilities::DEFAULT_SCHEMA_ROUNDS,
             multiplier: DEFAULT_MULTIPLIER,
             max_tokens,
             ceiling,

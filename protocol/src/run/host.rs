@@ -5,13 +5,18 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::capabilities::Limits;
+use crate::capabilities::{Limits, TRUNCATION_MULTIPLIER_RANGE};
 use crate::pipeline::{HostPolicy, Strictness};
 use crate::retry::reasoning::ReasoningPosture;
 use crate::workflow_check::Tier1Posture;
 
 /// Largest truncation budget multiplier (RFC 0033).
-pub const MAX_MULTIPLIER: f64 = 8.0;
+pub const MAX_MULTIPLIER: f64 = *TRUNCATION_MULTIPLIER_RANGE.end();
+/// Default truncation budget multiplier: a truncated answer is retried with twice the
+/// output budget (RFC 0033).
+pub const DEFAULT_TRUNCATION_BUDGET_MULTIPLIER: f64 = 2.0;
+/// Default `envelopes.reliability.maxRetryAttempts`.
+pub const DEFAULT_MAX_RETRY_ATTEMPTS: u32 = 3;
 /// Most provider calls of one emission whatever a node asks for.
 pub const MAX_SCHEMA_ROUNDS: u32 = 16;
 /// Default bound of one provider HTTP response body (8 MiB): far above any answer a model
@@ -19,7 +24,8 @@ pub const MAX_SCHEMA_ROUNDS: u32 = 16;
 /// exhaust the worker's memory.
 pub const DEFAULT_MAX_PROVIDER_RESPONSE_BYTES: u64 = 8 * 1024 * 1024;
 
-/// What the host enforces on every run.
+/// What the host enforces on every run. Its `Default` is the host's defaults, once: the
+/// operator's configuration starts from it and the chart's values must agree with it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct HostProfile {
@@ -39,18 +45,26 @@ pub struct HostProfile {
     pub max_provider_response_bytes: u64,
     /// Nodes of one run executing at once when its workflow sets no `maxConcurrency`.
     pub node_concurrency: u32,
+    /// The host opted in to the RFC 0023 mock agent for this run's tenant (chart
+    /// `conformance.mockAgentNamespaces`), so its workflow may use
+    /// `core.conformance.mock-agent` whatever its id
+    /// ([`crate::workflow_check::mock_agent_allowed`]). Per run, not advertised: the operator
+    /// sets it for the run's namespace when it writes the snapshot, the worker obeys it.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub mock_agent: bool,
 }
 
 impl Default for HostProfile {
     fn default() -> Self {
         HostProfile {
             limits: Limits::default(),
-            strictness: Strictness::Warn,
-            tier_one_subset_compliance: Tier1Posture::Warn,
-            reasoning_directive: ReasoningPosture::Advisory,
-            truncation_budget_multiplier: 2.0,
+            strictness: Strictness::default(),
+            tier_one_subset_compliance: Tier1Posture::default(),
+            reasoning_directive: ReasoningPosture::default(),
+            truncation_budget_multiplier: DEFAULT_TRUNCATION_BUDGET_MULTIPLIER,
             max_provider_response_bytes: DEFAULT_MAX_PROVIDER_RESPONSE_BYTES,
             node_concurrency: crate::schedule::DEFAULT_NODE_CONCURRENCY,
+            mock_agent: false,
         }
     }
 }
@@ -78,12 +92,17 @@ impl HostProfile {
         node.map_or(host, |n| (n.min(u64::from(host)) as u32).max(1))
     }
 
+    /// Whether this run's workflow `workflow_id` may use the mock agent.
+    pub fn mock_agent_allowed(&self, workflow_id: &str) -> bool {
+        crate::workflow_check::mock_agent_allowed(workflow_id, self.mock_agent)
+    }
+
     /// The truncation multiplier of a node: its own `truncationMultiplier` (1..=8) or the
     /// host's.
     pub fn multiplier(&self, node: Option<f64>) -> f64 {
         node.filter(|m| m.is_finite())
             .unwrap_or(self.truncation_budget_multiplier)
-            .clamp(1.0, MAX_MULTIPLIER)
+            .clamp(*TRUNCATION_MULTIPLIER_RANGE.start(), MAX_MULTIPLIER)
     }
 }
 
@@ -126,5 +145,16 @@ mod tests {
         let empty: HostProfile = serde_json::from_str("{}").unwrap();
         assert_eq!(empty, HostProfile::default());
         assert_eq!(h.pipeline_policy().strictness, Strictness::Strict);
+    }
+
+    #[test]
+    fn the_mock_agent_opt_in_travels_in_the_profile() {
+        let h = HostProfile::default();
+        assert!(h.mock_agent_allowed("conformance-x"));
+        assert!(!h.mock_agent_allowed("team-agent"));
+        assert!(serde_json::to_value(&h).unwrap().get("mockAgent").is_none());
+        let opted: HostProfile = serde_json::from_str(r#"{"mockAgent": true}"#).unwrap();
+        assert!(opted.mock_agent_allowed("team-agent"));
+        assert_eq!(serde_json::to_value(&opted).unwrap()["mockAgent"], true);
     }
 }

@@ -70,23 +70,26 @@ pub enum Vendor {
 }
 
 impl Vendor {
+    /// The vendor whose dialect this is ([`crate::vendor::LlmVendor`] names vendors once).
+    fn vendor(self) -> crate::vendor::LlmVendor {
+        use crate::vendor::LlmVendor;
+        match self {
+            Vendor::OpenAi => LlmVendor::OpenAi,
+            Vendor::Anthropic => LlmVendor::Anthropic,
+            Vendor::Gemini => LlmVendor::Gemini,
+        }
+    }
+
     /// CLI / config name.
     pub fn as_str(self) -> &'static str {
-        match self {
-            Vendor::OpenAi => "openai",
-            Vendor::Anthropic => "anthropic",
-            Vendor::Gemini => "gemini",
-        }
+        self.vendor().as_str()
     }
 
     /// Parses `openai|anthropic|gemini` (case-insensitive).
     pub fn parse(name: &str) -> Option<Vendor> {
-        match name.to_ascii_lowercase().as_str() {
-            "openai" => Some(Vendor::OpenAi),
-            "anthropic" => Some(Vendor::Anthropic),
-            "gemini" => Some(Vendor::Gemini),
-            _ => None,
-        }
+        [Vendor::OpenAi, Vendor::Anthropic, Vendor::Gemini]
+            .into_iter()
+            .find(|d| d.as_str() == name.to_ascii_lowercase())
     }
 }
 

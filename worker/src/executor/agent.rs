@@ -6,12 +6,12 @@ impl<P: Publisher> Executor<'_, P> {
     /// RFC 0023 conformance mock agent: reasoned → tool pairs → handoff → decided → CP-1.
     pub(super) async fn mock_agent(&self, node: &Node) -> Result<NodeOutcome, LogError> {
         let id = node.id.as_str();
-        if !self.graph.id.starts_with("conformance-") && !self.cfg.allow_mock_agent {
+        // The operator's check of the Workflow asked the same question with the same opt-in
+        // (frozen in the snapshot's host profile for the run's namespace).
+        if !self.snap.host.mock_agent_allowed(&self.graph.id) {
             return Ok(NodeOutcome::Failed(error(
                 "capability_required",
-                format!(
-                    "{MOCK_AGENT_TYPE_ID} is conformance-only: use a workflow id starting with `conformance-` or enable the host's conformance.mockAgent"
-                ),
+                openwop_protocol::workflow_check::mock_agent_refusal(),
                 false,
             )));
         }

@@ -42,7 +42,7 @@ use openwop_protocol::redact::Redactor;
 use openwop_protocol::retry::MockProgram;
 use openwop_protocol::retry::{Action, NlToFormat, NormalizedResponse, Router, RouterConfig};
 use openwop_protocol::run::ending;
-use openwop_protocol::run::nodes::{Executor as NodeExecutor, MOCK_AGENT_TYPE_ID, executor_of};
+use openwop_protocol::run::nodes::{Executor as NodeExecutor, executor_of};
 use openwop_protocol::run::snapshot::RunSnapshot;
 use openwop_protocol::schedule::{self, Decision, NodeState, SkipReason};
 use openwop_protocol::schema::{self, ValidationIssue};
@@ -58,8 +58,6 @@ use crate::telemetry::SpanHandle;
 
 /// Host-side settings of the executor.
 pub struct ExecConfig {
-    /// Host opt-in for `core.conformance.mock-agent` outside `conformance-*` workflows.
-    pub allow_mock_agent: bool,
     /// Provider mocks (`Run.spec.providerMocks` via the snapshot): node id → one script per
     /// clarification turn. A listed node calls the mock provider whatever its `provider`.
     pub mock_programs: BTreeMap<String, Vec<MockProgram>>,
@@ -72,7 +70,6 @@ pub struct ExecConfig {
 impl std::fmt::Debug for ExecConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ExecConfig")
-            .field("allow_mock_agent", &self.allow_mock_agent)
             .field(
                 "mock_programs",
                 &self.mock_programs.keys().collect::<Vec<_>>(),

@@ -57,7 +57,6 @@ fn run(workflow: &Value, mocks: &Value, answers: Value, existing: Vec<RunEventDo
     .unwrap();
     let graph = Graph::parse(&snap.workflow).unwrap();
     let cfg = ExecConfig {
-        allow_mock_agent: false,
         mock_programs: snap.mock_programs().unwrap(),
         providers: ProviderSet::default(),
         secrets: vec![],

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use openwop_protocol::run::env as run_env;
 use openwop_protocol::run::subjects::{self, StreamSpec};
 use openwop_worker::nats::{self, RetryPolicy};
 use serde_json::Value;
@@ -73,15 +74,15 @@ impl RunFiles {
 
     pub fn command(&self, url: &str) -> Command {
         let mut c = Command::new(env!("CARGO_BIN_EXE_openwop-worker"));
-        c.env("OPENWOP_SNAPSHOT", self.path("snapshot.json"))
-            .env("OPENWOP_NATS_URL", url)
-            .env("OPENWOP_EVENTS_STREAM", "OPENWOP_EVENTS")
-            .env("OPENWOP_TERMINATION_LOG", self.path("termination.json"))
-            .env("OPENWOP_SECRETS_DIR", self.path("secrets"))
-            .env_remove("OPENWOP_RUN_NAMESPACE")
-            .env_remove("OPENWOP_RUN_NAME")
-            .env_remove("OPENWOP_RUN_ID")
-            .env_remove("OPENWOP_EVENTS_SUBJECT")
+        c.env(run_env::SNAPSHOT, self.path("snapshot.json"))
+            .env(run_env::NATS_URL, url)
+            .env(run_env::EVENTS_STREAM, subjects::DEFAULT_STREAM)
+            .env(run_env::TERMINATION_LOG, self.path("termination.json"))
+            .env(run_env::SECRETS_DIR, self.path("secrets"))
+            .env_remove(run_env::RUN_NAMESPACE)
+            .env_remove(run_env::RUN_NAME)
+            .env_remove(run_env::RUN_ID)
+            .env_remove(run_env::EVENTS_SUBJECT)
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
         c
