@@ -5,7 +5,6 @@
 
 pub mod names;
 pub mod run;
-mod schema;
 pub mod workflow;
 
 pub use run::{

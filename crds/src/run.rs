@@ -9,7 +9,7 @@ use openwop_protocol::lenient::Lenient;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::schema::free_object;
+use openwop_protocol::structural::free_object;
 
 /// Desired state of a Run: which workflow, with which inputs, answers to its pending
 /// interrupts, and whether to cancel it.
@@ -162,39 +162,9 @@ impl<'de> Deserialize<'de> for Configurable {
     }
 }
 
-/// An answer to an interrupt.
-#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
-#[serde(rename_all = "camelCase")]
-#[x_kube(
-    validation = Rule::new("has(self.value) || has(self.approved)")
-        .message("an answer needs value (clarification answers) or approved (approval decision)")
-)]
-pub struct InterruptAnswer {
-    /// The interrupt answered (an id in `status.pendingInterrupts`).
-    #[schemars(length(min = 1, max = 128))]
-    pub interrupt_id: String,
-    /// Clarification answers: an object keyed by question id (values are any JSON).
-    // Typed `object` (not untyped JSON) so the CEL rule below can test `has(self.value)`.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "openwop_protocol::lenient::option"
-    )]
-    #[schemars(schema_with = "free_object")]
-    pub value: Option<Value>,
-    /// Approval decision.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub approved: Option<bool>,
-    /// Free-text comment.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = 4096))]
-    pub comment: Option<String>,
-    /// Trust of the answer's content: `untrusted` when a relay forwards content it did not
-    /// author (e.g. the REST API on a caller's say-so). An untrusted answer never approves.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(regex(pattern = r"^(trusted|untrusted)$"))]
-    pub content_trust: Option<String>,
-}
+/// `spec.answers` items: protocol's answer (one type for the CRD, the REST API, the CLI and
+/// the snapshot the worker reads), built with `InterruptAnswer::from_user_input`.
+pub use openwop_protocol::run::snapshot::Answer as InterruptAnswer;
 
 pub use openwop_protocol::run::status::RunPhase;
 
@@ -270,12 +240,13 @@ pub struct RunStatus {
     pub observed_generation: Option<i64>,
 }
 
+use openwop_protocol::run::projection::Projection;
 pub use openwop_protocol::run::status::{PendingInterrupt, PendingQuestion, RunError};
 
 impl RunStatus {
     /// The event-derived part of this status, as protocol's projection folded it.
-    pub fn projection(&self) -> openwop_protocol::run::projection::Projection {
-        openwop_protocol::run::projection::Projection {
+    pub fn projection(&self) -> Projection {
+        Projection {
             phase: self.phase,
             current_node: self.current_node.clone(),
             events: self.events.unwrap_or(0),
@@ -284,6 +255,29 @@ impl RunStatus {
             pending_interrupts: self.pending_interrupts.clone(),
             error: self.error.clone(),
         }
+    }
+
+    /// Writes `p` over the event-derived part of this status (the inverse of
+    /// [`RunStatus::projection`]); every other field is kept. No events counted and none
+    /// recorded before stays unset.
+    pub fn set_projection(&mut self, p: Projection) {
+        self.phase = p.phase;
+        self.current_node = p.current_node;
+        if p.events > 0 || self.events.is_some() {
+            self.events = Some(p.events);
+        }
+        self.last_sequence = p.last_sequence;
+        self.running_nodes = p.running_nodes;
+        self.pending_interrupts = p.pending_interrupts;
+        self.error = p.error;
+    }
+
+    /// Merges `newer` (the stored projection with new events folded in, or a worker's
+    /// termination summary) into this status by protocol's one rule
+    /// ([`openwop_protocol::run::projection::merge`]).
+    pub fn merge_projection(&mut self, newer: &Projection) {
+        let merged = openwop_protocol::run::projection::merge(&self.projection(), newer);
+        self.set_projection(merged);
     }
 }
 

@@ -5,11 +5,10 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{ResourceRequirements, Toleration};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{CustomResource, KubeSchema};
-use schemars::JsonSchema;
+use schemars::{JsonSchema, Schema};
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
-
-use crate::schema::{any_json, free_object, free_object_list};
+use serde_json::Value;
+use serde_json::value::RawValue;
 
 /// Desired state of a Workflow: the OpenWOP workflow definition (`id`, `name`, `version`,
 /// `nodes`, `edges`, `variables`, `settings`, ...) plus Kubernetes-side settings (`providers`,
@@ -17,7 +16,7 @@ use crate::schema::{any_json, free_object, free_object_list};
 /// contain `_` and be up to 128 characters, which a Kubernetes name cannot.
 // Several printer columns share `type_ = "string"`, which clippy mistakes for duplicates.
 #[allow(clippy::duplicated_attributes)]
-#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[derive(CustomResource, JsonSchema, Serialize, Clone, Debug, PartialEq)]
 #[kube(
     group = "openwop.dev",
     version = "v1alpha1",
@@ -52,73 +51,13 @@ use crate::schema::{any_json, free_object, free_object_list};
         json_path = ".metadata.creationTimestamp"
     )
 )]
-#[serde(rename_all = "camelCase")]
+#[schemars(transform = crd_spec_schema)]
 pub struct WorkflowSpec {
-    /// OpenWOP workflow id: lowercase, starts with a letter, then letters, digits, `_` or `-`
-    /// (1..128 characters). Runs may reference the workflow by this id.
-    #[schemars(length(min = 1, max = 128), regex(pattern = r"^[a-z][a-z0-9_-]*$"))]
-    pub id: String,
-    /// Human-readable workflow name.
-    #[schemars(length(min = 1, max = 256))]
-    pub name: String,
-    /// Workflow version (semver-like).
-    #[schemars(length(min = 1, max = 64))]
-    pub version: String,
-    /// Free-text description.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = 4096))]
-    pub description: Option<String>,
-    /// The nodes of the graph (1..200).
-    #[schemars(length(min = 1, max = 200))]
-    pub nodes: Vec<WorkflowNode>,
-    /// Directed edges between nodes, with optional conditions and trigger rules.
-    #[serde(default)]
-    #[schemars(length(max = 1000))]
-    pub edges: Vec<WorkflowEdge>,
-    /// OpenWOP triggers (kept as written; `manual` runs are started by creating a Run).
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "openwop_protocol::lenient::option_vec"
-    )]
-    #[schemars(schema_with = "free_object_list")]
-    pub triggers: Option<Vec<Value>>,
-    /// Workflow variables.
-    #[serde(default)]
-    #[schemars(length(max = 256))]
-    pub variables: Vec<WorkflowVariable>,
-    /// OpenWOP workflow metadata (free-form object).
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "openwop_protocol::lenient::option"
-    )]
-    #[schemars(schema_with = "free_object")]
-    pub metadata: Option<Value>,
-    /// OpenWOP workflow settings (free-form object).
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "openwop_protocol::lenient::option"
-    )]
-    #[schemars(schema_with = "free_object")]
-    pub settings: Option<Value>,
-    /// JSON Schema for the run's `configurable` keys.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "openwop_protocol::lenient::option"
-    )]
-    #[schemars(schema_with = "free_object")]
-    pub configurable_schema: Option<Value>,
-    /// JSON Schema the run's outputs must satisfy.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "openwop_protocol::lenient::option"
-    )]
-    #[schemars(schema_with = "free_object")]
-    pub output_schema: Option<Value>,
+    /// The OpenWOP workflow definition: protocol's type, so what the CRD admits, what the
+    /// operator checks and what the worker runs are one definition. Its members are the
+    /// spec's own (`spec.id`, `spec.nodes`, ...); read them through `Deref`.
+    #[serde(flatten)]
+    pub definition: WorkflowDefinition,
     /// LLM provider credentials, each a reference to a key of a Secret in the Workflow's
     /// namespace. Never inline keys.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -129,244 +68,113 @@ pub struct WorkflowSpec {
     pub worker: Option<WorkerOverrides>,
 }
 
-/// One node of the workflow graph.
-#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
-#[serde(rename_all = "camelCase")]
-pub struct WorkflowNode {
-    /// Node id, unique within the workflow.
-    #[schemars(length(min = 1, max = 253))]
-    pub id: String,
-    /// Node type, e.g. `core.ai.callPrompt`, `core.identity`, `core.conformance.mock-agent`.
-    #[schemars(length(min = 1, max = 253), regex(pattern = r"^[a-z][a-zA-Z0-9._-]*$"))]
-    pub type_id: String,
-    /// Display name (defaults to the node id).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub name: Option<String>,
-    /// Canvas position (defaults to the origin).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub position: Option<Position>,
-    /// Node configuration; its shape is defined by the node type.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "openwop_protocol::lenient::option"
-    )]
-    #[schemars(schema_with = "free_object")]
-    pub config: Option<Value>,
-    /// Input ports: port name → value source.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub inputs: BTreeMap<String, PortValue>,
-    /// Agent pinned to this node (OpenWOP AgentRef).
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "openwop_protocol::lenient::option"
-    )]
-    #[schemars(schema_with = "free_object")]
-    pub agent: Option<Value>,
-    /// Envelope kinds this node accepts (universal kinds are always accepted).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub envelope_contract: Option<EnvelopeContract>,
-    /// A disabled node is skipped.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub disabled: Option<bool>,
-    /// Per-node settings (free-form object).
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "openwop_protocol::lenient::option"
-    )]
-    #[schemars(schema_with = "free_object")]
-    pub settings: Option<Value>,
+impl std::ops::Deref for WorkflowSpec {
+    type Target = WorkflowDefinition;
+    fn deref(&self) -> &WorkflowDefinition {
+        &self.definition
+    }
 }
 
-/// Canvas position of a node.
-#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
-pub struct Position {
-    /// Horizontal coordinate.
-    pub x: f64,
-    /// Vertical coordinate.
-    pub y: f64,
+impl std::ops::DerefMut for WorkflowSpec {
+    fn deref_mut(&mut self) -> &mut WorkflowDefinition {
+        &mut self.definition
+    }
 }
 
-/// Where an input port takes its value from.
-#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
-#[serde(rename_all = "camelCase")]
-// No CEL rule for `static` needing `value`: an untyped (any JSON) field is invisible to CEL
-// (`has(self.value)` does not compile on the apiserver); the Workflow controller reports it.
-#[x_kube(
-    validation = Rule::new("self.type != 'expression' || has(self.expression)").message("an expression input needs expression"),
-    validation = Rule::new("self.type != 'connection' || (has(self.nodeId) && has(self.outputKey))").message("a connection input needs nodeId and outputKey"),
-    validation = Rule::new("self.type != 'variable' || has(self.variableName)").message("a variable input needs variableName")
-)]
-pub struct PortValue {
-    /// Source kind.
-    #[serde(rename = "type")]
-    pub kind: PortValueKind,
-    /// Constant value (`static`).
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "openwop_protocol::lenient::option"
-    )]
-    #[schemars(schema_with = "any_json")]
-    pub value: Option<Value>,
-    /// Expression (`expression`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 4096))]
-    pub expression: Option<String>,
-    /// Source node (`connection`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 253))]
-    pub node_id: Option<String>,
-    /// Output port of the source node (`connection`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 253))]
-    pub output_key: Option<String>,
-    /// Variable name (`variable`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 253))]
-    pub variable_name: Option<String>,
-    /// A missing optional source yields no value instead of failing the node.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub optional: Option<bool>,
+// By hand rather than `#[serde(flatten)]`: flatten buffers the members through serde's
+// recursive content, where a value nested too deep fails the whole Workflow (and the
+// operator's list of them) before the lenient fields can read it. Raw members are skipped
+// without recursion and the definition is then read from them by serde_json itself.
+impl<'de> Deserialize<'de> for WorkflowSpec {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        let members = BTreeMap::<String, Box<RawValue>>::deserialize(d)?;
+        let mut definition = String::from("{");
+        let (mut providers, mut worker) = (Vec::new(), None);
+        for (key, raw) in &members {
+            match key.as_str() {
+                "providers" => {
+                    providers = serde_json::from_str(raw.get())
+                        .map_err(|e| D::Error::custom(format!("spec.providers: {e}")))?;
+                }
+                "worker" => {
+                    worker = serde_json::from_str(raw.get())
+                        .map_err(|e| D::Error::custom(format!("spec.worker: {e}")))?;
+                }
+                _ => {
+                    if definition.len() > 1 {
+                        definition.push(',');
+                    }
+                    // A string serializes infallibly.
+                    definition.push_str(&serde_json::to_string(key).unwrap_or_default());
+                    definition.push(':');
+                    definition.push_str(raw.get());
+                }
+            }
+        }
+        definition.push('}');
+        let definition = serde_json::from_str(&definition).map_err(D::Error::custom)?;
+        Ok(WorkflowSpec {
+            definition,
+            providers,
+            worker,
+        })
+    }
 }
 
-/// Kind of an input port source.
-#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
-#[serde(rename_all = "lowercase")]
-pub enum PortValueKind {
-    Static,
-    Expression,
-    Connection,
-    Variable,
+/// The spec's schema as v1alpha1 has it where the Kubernetes object is stricter than (or
+/// defaults differently from) the OpenWOP definition: `name` and `version` are required,
+/// and absent `edges` / `variables` are stored as empty lists.
+fn crd_spec_schema(schema: &mut Schema) {
+    let not_null = |p: &mut Value| {
+        if let Some(o) = p.as_object_mut() {
+            o.remove("nullable");
+            if let Some(Value::Array(types)) = o.get("type") {
+                let t: Vec<Value> = types.iter().filter(|t| *t != "null").cloned().collect();
+                if let [one] = t.as_slice() {
+                    o.insert("type".into(), one.clone());
+                }
+            }
+        }
+    };
+    if let Some(props) = schema.get_mut("properties").and_then(Value::as_object_mut) {
+        for k in ["name", "version", "edges", "variables"] {
+            if let Some(p) = props.get_mut(k) {
+                not_null(p);
+            }
+        }
+        for k in ["edges", "variables"] {
+            if let Some(Value::Object(p)) = props.get_mut(k) {
+                p.insert("default".into(), Value::Array(vec![]));
+            }
+        }
+    }
+    if let Some(Value::Array(required)) = schema.get_mut("required") {
+        for k in ["name", "version"] {
+            if !required.iter().any(|r| r == k) {
+                required.push(k.into());
+            }
+        }
+    }
 }
+
+/// The definition's types: protocol's (one definition for the CRD, the operator's checks
+/// and the worker's graph).
+pub use openwop_protocol::workflow::{
+    AgentRef, AsWritten, NodeSettings, PortValue, Position, WorkflowDefinition, WorkflowNode,
+    WorkflowSettings, WorkflowTrigger,
+};
 
 pub use openwop_protocol::pipeline::RefusalMode;
 /// The per-node envelope permission set (RFC 0021 Envelope Contract): protocol's type, so
 /// the CRD admits exactly what the operator validates and the worker enforces.
 pub use openwop_protocol::workflow::NodeEnvelopeContract as EnvelopeContract;
 
-/// A directed edge.
-#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
-#[serde(rename_all = "camelCase")]
-pub struct WorkflowEdge {
-    /// Edge id, unique within the workflow.
-    #[schemars(length(min = 1, max = 253))]
-    pub id: String,
-    /// Source node id.
-    #[schemars(length(min = 1, max = 253))]
-    pub source_node_id: String,
-    /// Source output port (default `output`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub source_output: Option<String>,
-    /// Target node id.
-    #[schemars(length(min = 1, max = 253))]
-    pub target_node_id: String,
-    /// Target input port (default `input`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub target_input: Option<String>,
-    /// Condition under which the edge contributes.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub condition: Option<EdgeCondition>,
-    /// Label for display.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub label: Option<String>,
-    /// When the target fires given its upstream outcomes (default `all_success`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub trigger_rule: Option<TriggerRule>,
-}
-
-/// Edge condition.
-#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
-#[serde(rename_all = "camelCase")]
-#[x_kube(
-    validation = Rule::new("self.type == 'expression' ? has(self.expression) : has(self.left)")
-        .message("an expression condition needs expression; every other operator needs left")
-)]
-pub struct EdgeCondition {
-    /// Operator.
-    #[serde(rename = "type")]
-    pub kind: ConditionOperator,
-    /// Left operand path, e.g. `output.approved`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub left: Option<String>,
-    /// Right operand (any JSON value); ignored by `truthy` / `falsy`.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "openwop_protocol::lenient::option"
-    )]
-    #[schemars(schema_with = "any_json")]
-    pub right: Option<Value>,
-    /// Expression for `type: expression`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub expression: Option<String>,
-}
-
-/// Edge condition operators.
-#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
-#[serde(rename_all = "camelCase")]
-pub enum ConditionOperator {
-    Expression,
-    Equals,
-    NotEquals,
-    Contains,
-    Regex,
-    Truthy,
-    Falsy,
-}
-
-/// Trigger rules of an edge's target.
-#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
-pub enum TriggerRule {
-    AllSuccess,
-    AnySuccess,
-    AllComplete,
-    NoneFailed,
-    AnyFailed,
-}
-
-/// A workflow variable.
-#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
-#[serde(rename_all = "camelCase")]
-pub struct WorkflowVariable {
-    /// Variable name.
-    #[schemars(length(min = 1, max = 253))]
-    pub name: String,
-    /// Value type.
-    #[serde(rename = "type")]
-    pub kind: VariableType,
-    /// Description.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub description: Option<String>,
-    /// Whether a run must supply it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub required: Option<bool>,
-    /// Default value.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "openwop_protocol::lenient::option"
-    )]
-    #[schemars(schema_with = "any_json")]
-    pub default_value: Option<Value>,
-    /// Masked in persisted events and projections.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sensitive: Option<bool>,
-}
-
-/// Variable value types.
-#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
-#[serde(rename_all = "lowercase")]
-pub enum VariableType {
-    String,
-    Number,
-    Boolean,
-    Object,
-    Array,
-}
+/// Edges and variables: protocol's types (one definition for the CRD, the operator's
+/// checks and the worker's graph).
+pub use openwop_protocol::workflow::{
+    ConditionKind, EdgeCondition, TriggerRule, VariableKind, WorkflowEdge, WorkflowVariable,
+};
 
 /// An LLM provider credential: a key of a Secret, injected into the worker pod.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, PartialEq)]
@@ -460,110 +268,47 @@ pub struct WorkflowStatus {
 }
 
 impl WorkflowSpec {
-    /// The OpenWOP workflow definition document (without the Kubernetes-side settings),
-    /// with the fields the wire schema requires filled with their neutral defaults.
-    pub fn definition(&self) -> Value {
-        let mut doc = Map::new();
-        doc.insert("id".into(), Value::String(self.id.clone()));
-        doc.insert("name".into(), Value::String(self.name.clone()));
-        doc.insert("version".into(), Value::String(self.version.clone()));
-        if let Some(d) = &self.description {
-            doc.insert("description".into(), Value::String(d.clone()));
-        }
-        let nodes = self.nodes.iter().map(WorkflowNode::definition).collect();
-        doc.insert("nodes".into(), Value::Array(nodes));
-        doc.insert("edges".into(), to_value(&self.edges));
-        doc.insert(
-            "triggers".into(),
-            Value::Array(self.triggers.clone().unwrap_or_default()),
-        );
-        doc.insert("variables".into(), to_value(&self.variables));
-        doc.insert("metadata".into(), object_or_empty(&self.metadata));
-        doc.insert("settings".into(), object_or_empty(&self.settings));
-        if let Some(s) = &self.configurable_schema {
-            doc.insert("configurableSchema".into(), s.clone());
-        }
-        if let Some(s) = &self.output_schema {
-            doc.insert("outputSchema".into(), s.clone());
-        }
-        Value::Object(doc)
-    }
-}
-
-impl WorkflowNode {
-    /// The node as an OpenWOP definition node (`name` defaults to the id, `position` to 0,0).
-    pub fn definition(&self) -> Value {
-        let mut n = Map::new();
-        n.insert("id".into(), Value::String(self.id.clone()));
-        n.insert("typeId".into(), Value::String(self.type_id.clone()));
-        n.insert(
-            "name".into(),
-            Value::String(self.name.clone().unwrap_or_else(|| self.id.clone())),
-        );
-        let (x, y) = self.position.as_ref().map_or((0.0, 0.0), |p| (p.x, p.y));
-        n.insert("position".into(), serde_json::json!({ "x": x, "y": y }));
-        n.insert("config".into(), object_or_empty(&self.config));
-        n.insert("inputs".into(), to_value(&self.inputs));
-        if let Some(a) = &self.agent {
-            n.insert("agent".into(), a.clone());
-        }
-        if let Some(c) = &self.envelope_contract {
-            n.insert("envelopeContract".into(), to_value(c));
-        }
-        if let Some(d) = self.disabled {
-            n.insert("disabled".into(), Value::Bool(d));
-        }
-        if let Some(s) = &self.settings {
-            n.insert("settings".into(), s.clone());
-        }
-        Value::Object(n)
-    }
-}
-
-fn object_or_empty(v: &Option<Value>) -> Value {
-    v.clone().unwrap_or_else(|| Value::Object(Map::new()))
-}
-
-// These types hold only strings, numbers, maps and JSON values, so serialization cannot fail.
-fn to_value<T: Serialize>(v: &T) -> Value {
-    serde_json::to_value(v).unwrap_or(Value::Null)
-}
-
-impl WorkflowSpec {
     /// The first free-form field too deep to decode (`openwop_protocol::lenient`): its
     /// path and why. Such a Workflow is not Ready and no run is snapshotted from it.
     pub fn undecodable(&self) -> Option<(String, &str)> {
-        use openwop_protocol::lenient::flagged as field;
+        use openwop_protocol::lenient::{flagged as field, undecodable};
+        let d = &self.definition;
         let top = [
-            ("metadata", &self.metadata),
-            ("settings", &self.settings),
-            ("configurableSchema", &self.configurable_schema),
-            ("outputSchema", &self.output_schema),
+            ("metadata", object(&d.metadata)),
+            (
+                "settings",
+                d.settings.as_ref().and_then(|s| undecodable(s.raw())),
+            ),
+            ("configurableSchema", object(&d.configurable_schema)),
+            ("outputSchema", object(&d.output_schema)),
         ];
         top.into_iter()
-            .find_map(|(k, v)| field(format!("spec.{k}"), v.as_ref()))
+            .find_map(|(k, why)| Some((format!("spec.{k}"), why?)))
             .or_else(|| {
-                self.triggers
+                d.triggers
                     .iter()
                     .flatten()
                     .enumerate()
-                    .find_map(|(i, t)| field(format!("spec.triggers[{i}]"), Some(t)))
+                    .find_map(|(i, t)| field(format!("spec.triggers[{i}]"), Some(t.raw())))
             })
             .or_else(|| {
-                self.nodes.iter().find_map(|n| {
+                d.nodes.iter().find_map(|n| {
                     let at = |k: &str| format!("spec.nodes[{}].{k}", n.id);
-                    field(at("config"), n.config.as_ref())
-                        .or_else(|| field(at("agent"), n.agent.as_ref()))
-                        .or_else(|| field(at("settings"), n.settings.as_ref()))
+                    object(&n.config)
+                        .map(|why| (at("config"), why))
+                        .or_else(|| field(at("agent"), n.agent.as_ref().map(AsWritten::raw)))
+                        .or_else(|| field(at("settings"), n.settings.as_ref().map(AsWritten::raw)))
                         .or_else(|| {
-                            n.inputs.iter().find_map(|(p, v)| {
-                                field(at(&format!("inputs.{p}.value")), v.value.as_ref())
+                            // Only `value` of a source can nest (the rest are strings and
+                            // booleans), so the marker of a source is its value's.
+                            n.inputs.iter().flatten().find_map(|(p, v)| {
+                                field(at(&format!("inputs.{p}.value")), Some(v.raw()))
                             })
                         })
                 })
             })
             .or_else(|| {
-                self.edges.iter().find_map(|e| {
+                d.edges().iter().find_map(|e| {
                     let c = e.condition.as_ref()?;
                     field(
                         format!("spec.edges[{}].condition.right", e.id),
@@ -572,7 +317,7 @@ impl WorkflowSpec {
                 })
             })
             .or_else(|| {
-                self.variables.iter().find_map(|v| {
+                d.variables.iter().flatten().find_map(|v| {
                     field(
                         format!("spec.variables[{}].defaultValue", v.name),
                         v.default_value.as_ref(),
@@ -580,4 +325,12 @@ impl WorkflowSpec {
                 })
             })
     }
+}
+
+/// Why a free-form object field holds the lenient marker (an object of one member, so a map
+/// field holds it as that map), if it does.
+fn object(m: &Option<serde_json::Map<String, Value>>) -> Option<&str> {
+    let m = m.as_ref().filter(|m| m.len() == 1)?;
+    m.get(openwop_protocol::lenient::UNDECODABLE_KEY)
+        .and_then(Value::as_str)
 }

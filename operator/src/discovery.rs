@@ -23,6 +23,7 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 use crate::config::OperatorConfig;
+use crate::conformance::hook as seams;
 
 /// ConfigMap key of the capabilities document.
 pub const CAPABILITIES_KEY: &str = "capabilities.json";
@@ -86,11 +87,11 @@ pub fn capabilities_config(
         // namespace.
         secret_scopes: vec![SecretScope::Tenant],
         fixtures: cfg.fixtures.clone(),
-        // The seams this host serves when they are on (`rest::seams`); spans can be read
+        // The seams this host serves when they are on (`conformance`); spans can be read
         // back only when workers can reach the operator's span store.
         test_seams: TestSeams {
-            otel_scrape: crate::rest::seams::span_ingest_traces_url(cfg).is_some(),
-            debug_bundle_export: cfg.conformance.seams.enabled,
+            otel_scrape: seams::span_ingest_traces_url(cfg).is_some(),
+            debug_bundle_export: seams::enabled(cfg),
         },
         // Discovery and the OpenWOP REST API are HTTP; NATS is not an OpenWOP transport
         // and is described in the host extension instead.
@@ -100,14 +101,7 @@ pub fn capabilities_config(
             subject: openwop_protocol::run::subjects::events_subject("<namespace>", "<runId>"),
         }),
         // Only while the conformance seams are mounted (they 404 otherwise).
-        test_seam_paths: if cfg.conformance.seams.enabled {
-            crate::rest::seams::PATHS
-                .iter()
-                .map(|p| (*p).to_owned())
-                .collect()
-        } else {
-            Vec::new()
-        },
+        test_seam_paths: seams::advertised_paths(cfg),
         implementation: Implementation {
             name: "openwop-operator".to_owned(),
             version: env!("CARGO_PKG_VERSION").to_owned(),
@@ -216,7 +210,7 @@ impl DiscoveryContent {
 pub struct DiscoveryState {
     pub content: Arc<RwLock<DiscoveryContent>>,
     pub cache_control: String,
-    /// The conformance capability-toggle overlay (`rest::seams::capability_toggle`): boolean
+    /// The conformance capability-toggle overlay (the conformance capability-toggle seam): boolean
     /// capabilities set over the ConfigMap's document. Empty unless the seams are enabled;
     /// every replica keeps it current from the shared key-value bucket.
     pub overlay: Arc<RwLock<BTreeMap<String, bool>>>,
@@ -449,7 +443,7 @@ mod tests {
         let paths = on[capabilities::TEST_SEAMS_EXTENSION]["paths"]
             .as_array()
             .unwrap();
-        assert_eq!(paths.len(), crate::rest::seams::PATHS.len());
+        assert_eq!(paths.len(), seams::PATHS.len());
         assert!(paths.contains(&json!("POST /v1/host/sample/envelope/accept")));
         assert_eq!(
             on["capabilities"][capabilities::TEST_SEAMS_EXTENSION],

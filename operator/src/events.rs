@@ -7,7 +7,7 @@
 //! configured retention, [`openwop_nats::stream::ensure_stream`]), reads it with one durable
 //! pull consumer (`events.consumer`), finds each run's Run **by uid** (the Run controller's
 //! cache, else a LIST of the namespace), folds the run's new events into its status with
-//! protocol's [`Projection`], and writes the whole (small) status back with server-side apply
+//! protocol's [`Projection`](openwop_protocol::run::projection::Projection), and writes the whole (small) status back with server-side apply
 //! under the reconciler's field manager and a resourceVersion precondition, so neither writer
 //! can overwrite the other with stale data.
 //!
@@ -32,8 +32,7 @@ use futures::StreamExt;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::reflector::Store;
 use kube::{Client, ResourceExt};
-use openwop_crds::{Run, RunPhase, RunStatus};
-use openwop_protocol::run::projection::Projection;
+use openwop_crds::{Run, RunStatus};
 use openwop_protocol::run::sequence;
 use openwop_protocol::run::subjects::{
     RunSubject, SubjectError, events_filter, events_subject, parse_events_subject,
@@ -172,19 +171,12 @@ where
 
 /// The Run status after `events`, or `None` when none of them is new.
 ///
-/// Starts from the stored status (so the fold resumes at `status.lastSequence`), applies the
-/// events in order, and keeps a terminal phase set by the operator (cancel, timeout) terminal and `cancelling`
-/// until a terminal event.
+/// Folds the events into the stored status's projection (so the fold resumes at
+/// `status.lastSequence`) and merges the result back by protocol's one rule
+/// ([`openwop_protocol::run::projection::merge`]): a terminal phase set by the operator
+/// (cancel, timeout) stays terminal and `cancelling` holds until a terminal event.
 pub fn fold(status: &RunStatus, events: &[Value]) -> Option<RunStatus> {
-    let mut p = Projection {
-        phase: status.phase,
-        current_node: status.current_node.clone(),
-        events: status.events.unwrap_or(0),
-        last_sequence: status.last_sequence,
-        running_nodes: status.running_nodes.clone(),
-        pending_interrupts: status.pending_interrupts.clone(),
-        error: status.error.clone(),
-    };
+    let mut p = status.projection();
     let mut applied = false;
     for e in events {
         applied |= p.apply(e);
@@ -193,20 +185,7 @@ pub fn fold(status: &RunStatus, events: &[Value]) -> Option<RunStatus> {
         return None;
     }
     let mut next = status.clone();
-    let was_terminal = status.phase.is_some_and(|ph| ph.is_terminal());
-    // A cancelling run stays cancelling until the stream says it ended (late events of
-    // the stopped worker must not make it look running again).
-    let cancelling =
-        status.phase == Some(RunPhase::Cancelling) && !p.phase.is_some_and(|ph| ph.is_terminal());
-    if !was_terminal && !cancelling {
-        next.phase = p.phase;
-        next.pending_interrupts = p.pending_interrupts;
-        next.running_nodes = p.running_nodes;
-        next.error = p.error;
-    }
-    next.current_node = p.current_node;
-    next.events = Some(p.events);
-    next.last_sequence = p.last_sequence;
+    next.merge_projection(&p);
     Some(next)
 }
 
@@ -640,6 +619,7 @@ async fn ack(m: &jetstream::Message, kind: AckKind) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use openwop_crds::RunPhase;
 
     fn ev(seq: u64, ty: &str, payload: Value) -> Value {
         json!({"eventId": format!("e{seq}"), "runId": "r", "type": ty, "sequence": seq,

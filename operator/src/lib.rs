@@ -2,6 +2,8 @@
 //! election. The binary (`main.rs`) wires these to a cluster.
 
 pub mod config;
+/// Conformance-only: the spec's host test seams, behind one boundary.
+pub mod conformance;
 pub mod controller;
 pub mod discovery;
 pub mod events;

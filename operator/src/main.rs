@@ -29,7 +29,7 @@ use openwop_operator::events::JetStreamSlot;
 use openwop_operator::leader::{Elector, LeaseLost, Round, Timing};
 use openwop_operator::metrics::Metrics;
 use openwop_operator::pod::{LABEL_MANAGED_BY, MANAGER};
-use openwop_operator::rest;
+use openwop_operator::{conformance, rest};
 use openwop_protocol::workflow_check::NodeRegistry;
 
 #[derive(Parser, Debug)]
@@ -90,12 +90,15 @@ async fn main() -> anyhow::Result<()> {
     // The REST API reads this replica's own caches: every replica serves it, leader or not.
     let (api, api_caches) = if cfg.rest.enabled {
         let (runs, workflows, caches) = rest::caches(&client, &cfg);
+        // The conformance seams (off unless `conformance.seams.enabled`): their routes, the
+        // run-creation hook and their background work; all empty when off.
         let state = rest::RestState::new(client.clone(), cfg.clone(), runs, workflows)
-            .with_discovery(discovery_state.clone());
-        let seams = rest::seams::background(state.clone());
+            .with_discovery(discovery_state.clone())
+            .with_run_hooks(conformance::run_hooks(&cfg));
+        let seams = conformance::background(state.clone());
         (
             Some(openwop_operator::ui::mount(
-                rest::router(state.clone(), rest::seams::mounted(&cfg)),
+                rest::router(state.clone(), conformance::mounted(&cfg)),
                 state,
             )),
             futures::future::Either::Left(async move {

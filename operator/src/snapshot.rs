@@ -234,7 +234,7 @@ fn snapshot_of(
             uid: workflow.uid(),
             generation: workflow.metadata.generation,
         },
-        workflow: workflow.spec.definition(),
+        workflow: workflow.spec.definition.filled().to_value(),
         providers,
         inputs: run.spec.inputs.clone().unwrap_or_else(|| json!({})),
         configurable: run
@@ -250,19 +250,9 @@ fn snapshot_of(
     }
 }
 
-/// The run's answers, as written in the snapshot.
+/// The run's answers, as written in the snapshot (the CRD's answer type is protocol's).
 pub fn answers(run: &Run) -> Vec<Answer> {
-    run.spec
-        .answers
-        .iter()
-        .map(|a| Answer {
-            interrupt_id: a.interrupt_id.clone(),
-            value: a.value.clone(),
-            approved: a.approved,
-            comment: a.comment.clone(),
-            content_trust: a.content_trust.clone(),
-        })
-        .collect()
+    run.spec.answers.clone()
 }
 
 /// The ConfigMap holding `snapshot` for `run`.
@@ -398,7 +388,7 @@ mod tests {
             openwop_protocol::schema::Document::WorkflowDefinition,
             &s.workflow,
         )
-        .expect("definition() output is a valid workflow definition");
+        .expect("the filled definition is a valid workflow definition");
     }
 
     #[test]

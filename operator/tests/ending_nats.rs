@@ -1,34 +1,29 @@
 //! The terminal event the operator appends when it ends a run itself: a mocked API server
 //! (tower-test) and a real nats-server.
 
+mod common;
+
 use std::sync::Arc;
 
 use async_nats::jetstream;
-use http::{Method, Request, Response};
-use http_body_util::BodyExt;
-use kube::Client;
-use kube::client::Body;
-use kube::runtime::events::Reporter;
+use common::fixtures::get_pod;
+use common::{ApiServerVerifier, Scenario, TestContext};
 use openwop_crds::Run;
 use openwop_nats::testing::NatsServer;
 use openwop_operator::config::OperatorConfig;
 use openwop_operator::controller::{Context, reconcile_run};
 use openwop_operator::events::{JetStreamSlot, fold};
-use openwop_operator::metrics::Metrics;
 use openwop_protocol::events::event_id_for;
 use openwop_protocol::run::ending::RUN_FAILED_STEP;
 use openwop_protocol::run::subjects::events_subject;
-use openwop_protocol::workflow_check::NodeRegistry;
 use serde_json::{Value, json};
-use tower_test::mock::{self, Handle, SendResponse};
 
-type MockHandle = Handle<Request<Body>, Response<Body>>;
-
-fn fixed_now() -> k8s_openapi::jiff::Timestamp {
-    k8s_openapi::jiff::Timestamp::from_second(1_750_000_000).unwrap()
-}
-
-async fn nats_context() -> (Arc<Context>, MockHandle, jetstream::Context, NatsServer) {
+async fn nats_context() -> (
+    Arc<Context>,
+    ApiServerVerifier,
+    jetstream::Context,
+    NatsServer,
+) {
     let nats = NatsServer::start();
     let js = jetstream::new(async_nats::connect(nats.url()).await.unwrap());
     let cfg = OperatorConfig::default();
@@ -37,45 +32,8 @@ async fn nats_context() -> (Arc<Context>, MockHandle, jetstream::Context, NatsSe
         .unwrap();
     let slot = JetStreamSlot::default();
     slot.set(js.clone());
-    let (svc, handle) = mock::pair::<Request<Body>, Response<Body>>();
-    let ctx = Context {
-        client: Client::new(svc, "default"),
-        config: Arc::new(cfg),
-        registry: Arc::new(NodeRegistry::builtin()),
-        metrics: Metrics::default(),
-        reporter: Reporter {
-            controller: "openwop-operator".into(),
-            instance: None,
-        },
-        now: fixed_now,
-        worker_pods: None,
-        nats_copies: Default::default(),
-        starts: Default::default(),
-        jetstream: Some(slot),
-    };
-    (Arc::new(ctx), handle, js, nats)
-}
-
-async fn next(handle: &mut MockHandle) -> (Method, String, Value, SendResponse<Response<Body>>) {
-    let (req, send) = handle.next_request().await.expect("a request");
-    let method = req.method().clone();
-    let uri = req.uri().to_string();
-    let bytes = req.into_body().collect().await.unwrap().to_bytes();
-    let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-    (method, uri, body, send)
-}
-
-fn respond(send: SendResponse<Response<Body>>, status: u16, body: Value) {
-    send.send_response(
-        Response::builder()
-            .status(status)
-            .body(Body::from(serde_json::to_vec(&body).unwrap()))
-            .unwrap(),
-    );
-}
-
-fn not_found() -> Value {
-    json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404, "message": "not found"})
+    let (ctx, api) = Context::test_with(cfg, |c| c.jetstream = Some(slot));
+    (ctx, api, js, nats)
 }
 
 fn owned_pod(phase: &str) -> Value {
@@ -124,12 +82,17 @@ async fn log(js: &jetstream::Context) -> Vec<Value> {
     out
 }
 
+/// The status write recording the log's terminal event `event_id`.
+fn records_terminal_event(event_id: String) -> common::Expect {
+    common::fixtures::run_status(move |st| assert_eq!(st["terminalEvent"], event_id))
+}
+
 /// After the crash limit the operator appends `run.failed` once, after the worker's last
 /// event and only when no worker can append any more; the projection accepts it; a second
 /// reconcile (its status write lost) records the ending without appending again.
 #[tokio::test]
 async fn the_operator_ends_a_run_it_failed_with_run_failed_exactly_once() {
-    let (ctx, mut handle, js, _nats) = nats_context().await;
+    let (ctx, mut api, js, _nats) = nats_context().await;
     for (i, t) in ["run.started", "node.started", "log.appended"]
         .iter()
         .enumerate()
@@ -138,20 +101,13 @@ async fn the_operator_ends_a_run_it_failed_with_run_failed_exactly_once() {
     }
 
     // The last worker pod is still running (e.g. terminating): nothing is appended yet.
-    let c = ctx.clone();
-    let server = tokio::spawn(async move {
-        let (m, uri, _, send) = next(&mut handle).await;
-        assert_eq!(
-            (m, uri.as_str()),
-            (Method::GET, "/api/v1/namespaces/team-a/pods/r1-w4")
-        );
-        respond(send, 200, owned_pod("Running"));
-        handle
-    });
-    reconcile_run(Arc::new(failed_by_the_operator()), c)
-        .await
-        .unwrap();
-    let mut handle = server.await.unwrap();
+    let still_running = Scenario::new().then(get_pod("r1-w4").reply(200, owned_pod("Running")));
+    api.play(
+        still_running,
+        reconcile_run(Arc::new(failed_by_the_operator()), ctx.clone()),
+    )
+    .await
+    .unwrap();
     assert_eq!(
         log(&js).await.len(),
         3,
@@ -159,27 +115,16 @@ async fn the_operator_ends_a_run_it_failed_with_run_failed_exactly_once() {
     );
 
     // The pod is gone: run.failed is appended at sequence 3 and recorded in the status.
-    let c = ctx.clone();
-    let server = tokio::spawn(async move {
-        let (_, _, _, send) = next(&mut handle).await;
-        respond(send, 404, not_found());
-        let (m, _, body, send) = next(&mut handle).await;
-        assert_eq!(m, Method::PATCH);
-        assert_eq!(
-            body["status"]["terminalEvent"],
-            event_id_for("ruid", RUN_FAILED_STEP)
-        );
-        respond(
-            send,
-            200,
-            serde_json::to_value(failed_by_the_operator()).unwrap(),
-        );
-        handle
-    });
-    reconcile_run(Arc::new(failed_by_the_operator()), c)
-        .await
-        .unwrap();
-    let mut handle = server.await.unwrap();
+    let failed_id = event_id_for("ruid", RUN_FAILED_STEP);
+    let gone = Scenario::new()
+        .then(get_pod("r1-w4").not_found())
+        .then(records_terminal_event(failed_id.clone()));
+    api.play(
+        gone,
+        reconcile_run(Arc::new(failed_by_the_operator()), ctx.clone()),
+    )
+    .await
+    .unwrap();
     let events = log(&js).await;
     assert_eq!(events.len(), 4);
     let end = &events[3];
@@ -189,7 +134,7 @@ async fn the_operator_ends_a_run_it_failed_with_run_failed_exactly_once() {
     );
     assert_eq!(end["runId"], "ruid");
     assert_eq!(end["payload"]["error"]["code"], "worker_crashed");
-    assert_eq!(end["eventId"], event_id_for("ruid", RUN_FAILED_STEP));
+    assert_eq!(end["eventId"], failed_id.as_str());
 
     // The event consumer's projection accepts the operator's own event: counters move, the
     // operator's terminal phase and error stay.
@@ -200,25 +145,15 @@ async fn the_operator_ends_a_run_it_failed_with_run_failed_exactly_once() {
     assert_eq!(next_st.error, st.error);
 
     // The status write was lost: the next reconcile finds the log ended and only records it.
-    let server = tokio::spawn(async move {
-        let (_, _, _, send) = next(&mut handle).await;
-        respond(send, 404, not_found());
-        let (m, _, body, send) = next(&mut handle).await;
-        assert_eq!(m, Method::PATCH);
-        assert_eq!(
-            body["status"]["terminalEvent"],
-            event_id_for("ruid", RUN_FAILED_STEP)
-        );
-        respond(
-            send,
-            200,
-            serde_json::to_value(failed_by_the_operator()).unwrap(),
-        );
-    });
-    reconcile_run(Arc::new(failed_by_the_operator()), ctx)
-        .await
-        .unwrap();
-    server.await.unwrap();
+    let again = Scenario::new()
+        .then(get_pod("r1-w4").not_found())
+        .then(records_terminal_event(failed_id));
+    api.play(
+        again,
+        reconcile_run(Arc::new(failed_by_the_operator()), ctx),
+    )
+    .await
+    .unwrap();
     assert_eq!(log(&js).await.len(), 4, "appended exactly once");
 }
 
@@ -226,25 +161,18 @@ async fn the_operator_ends_a_run_it_failed_with_run_failed_exactly_once() {
 /// no second terminal event.
 #[tokio::test]
 async fn a_log_the_worker_ended_gets_no_second_terminal_event() {
-    let (ctx, mut handle, js, _nats) = nats_context().await;
+    let (ctx, mut api, js, _nats) = nats_context().await;
     worker_event(&js, 0, "run.started").await;
     worker_event(&js, 1, "run.failed").await;
-    let server = tokio::spawn(async move {
-        let (_, _, _, send) = next(&mut handle).await;
-        respond(send, 200, owned_pod("Failed"));
-        let (m, _, body, send) = next(&mut handle).await;
-        assert_eq!(m, Method::PATCH);
-        assert_eq!(body["status"]["terminalEvent"], "w1");
-        respond(
-            send,
-            200,
-            serde_json::to_value(failed_by_the_operator()).unwrap(),
-        );
-    });
-    reconcile_run(Arc::new(failed_by_the_operator()), ctx)
-        .await
-        .unwrap();
-    server.await.unwrap();
+    let scenario = Scenario::new()
+        .then(get_pod("r1-w4").reply(200, owned_pod("Failed")))
+        .then(records_terminal_event("w1".into()));
+    api.play(
+        scenario,
+        reconcile_run(Arc::new(failed_by_the_operator()), ctx),
+    )
+    .await
+    .unwrap();
     assert_eq!(log(&js).await.len(), 2);
 }
 
@@ -252,7 +180,7 @@ async fn a_log_the_worker_ended_gets_no_second_terminal_event() {
 /// (otherwise empty) log ends too; a run whose log retention already removed gets nothing.
 #[tokio::test]
 async fn a_run_without_events_gets_run_failed_at_sequence_zero_unless_its_log_expired() {
-    let (ctx, mut handle, js, _nats) = nats_context().await;
+    let (ctx, mut api, js, _nats) = nats_context().await;
     let mut never_started = failed_by_the_operator();
     {
         let st = never_started.status.as_mut().unwrap();
@@ -264,23 +192,17 @@ async fn a_run_without_events_gets_run_failed_at_sequence_zero_unless_its_log_ex
             "the run snapshot is 2097152 bytes",
         ));
     }
-    let c = ctx.clone();
-    let server = tokio::spawn(async move {
-        let (m, _, body, send) = next(&mut handle).await;
-        assert_eq!(m, Method::PATCH, "no pod to wait for");
-        assert_eq!(
-            body["status"]["terminalEvent"],
-            event_id_for("ruid", RUN_FAILED_STEP)
-        );
-        respond(
-            send,
-            200,
-            serde_json::to_value(failed_by_the_operator()).unwrap(),
-        );
-        handle
-    });
-    reconcile_run(Arc::new(never_started), c).await.unwrap();
-    let mut handle = server.await.unwrap();
+    // No pod to wait for.
+    let scenario = Scenario::new().then(records_terminal_event(event_id_for(
+        "ruid",
+        RUN_FAILED_STEP,
+    )));
+    api.play(
+        scenario,
+        reconcile_run(Arc::new(never_started), ctx.clone()),
+    )
+    .await
+    .unwrap();
     let events = log(&js).await;
     assert_eq!(events.len(), 1);
     assert_eq!(
@@ -293,13 +215,10 @@ async fn a_run_without_events_gets_run_failed_at_sequence_zero_unless_its_log_ex
     let mut expired = failed_by_the_operator();
     expired.metadata.uid = Some("old-uid".into());
     expired.status.as_mut().unwrap().run_id = Some("old-uid".into());
-    let server = tokio::spawn(async move {
-        let (m, _, _, send) = next(&mut handle).await;
-        assert_eq!(m, Method::GET);
-        respond(send, 404, not_found());
-    });
-    reconcile_run(Arc::new(expired), ctx).await.unwrap();
-    server.await.unwrap();
+    let scenario = Scenario::new().then(get_pod("r1-w4").not_found());
+    api.play(scenario, reconcile_run(Arc::new(expired), ctx))
+        .await
+        .unwrap();
     assert_eq!(
         log(&js).await.len(),
         1,

@@ -2,7 +2,7 @@
 //! batch is NAK'd and redelivered later), later events are delivered first, and the status
 //! must still be the projection of the run's whole log — every transition applied once, in
 //! sequence order, none skipped. Statuses live in memory here (the apiserver side of the
-//! consumer is covered by `reconcile_mock` and the cluster tests).
+//! consumer is covered by `events_routing` and the cluster tests).
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -26,7 +26,7 @@ fn check(wf: &Workflow) -> openwop_protocol::workflow_check::CheckReport {
         .into_iter()
         .collect();
     check_workflow(
-        &wf.spec.definition(),
+        &wf.spec.definition.filled().to_value(),
         &CheckOptions {
             registry: &reg,
             advertised_kinds: &kinds,

@@ -79,11 +79,22 @@ impl Graph {
                 id: n.id.clone(),
                 type_id: n.type_id.clone(),
                 config: Value::Object(n.config.clone().unwrap_or_default()),
-                inputs: n.inputs.clone().unwrap_or_default(),
-                agent_id: n.agent.as_ref().map(|a| a.agent_id.clone()),
+                // A definition read by `from_value` passed the schema: every source, agent
+                // and settings member fits its type.
+                inputs: n
+                    .inputs
+                    .iter()
+                    .flatten()
+                    .filter_map(|(port, v)| Some((port.clone(), v.typed()?.clone())))
+                    .collect(),
+                agent_id: n
+                    .agent
+                    .as_ref()
+                    .and_then(|a| a.typed())
+                    .map(|a| a.agent_id.clone()),
                 envelope_contract: n.envelope_contract.clone(),
-                timeout_ms: n.settings.as_ref().and_then(|s| s.timeout),
-                max_retries: retries(n.settings.as_ref().and_then(|s| s.max_retries)),
+                timeout_ms: n.settings.as_ref().and_then(|s| s.typed()?.timeout),
+                max_retries: retries(n.settings.as_ref().and_then(|s| s.typed()?.max_retries)),
                 disabled: n.disabled.unwrap_or(false),
             })
             .collect();
@@ -110,7 +121,7 @@ impl Graph {
                 default: v.default_value.clone(),
             })
             .collect();
-        let settings = def.settings.as_ref();
+        let settings = def.settings.as_ref().and_then(|s| s.typed());
         Ok(Graph {
             id: def.id.clone(),
             nodes,

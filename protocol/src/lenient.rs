@@ -64,6 +64,20 @@ pub fn option_vec<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<Value>>,
     Ok(Option::<Vec<Lenient>>::deserialize(d)?.map(|v| v.into_iter().map(|l| l.0).collect()))
 }
 
+/// `deserialize_with` for `Option<Map>` fields (free-form objects; the marker is one too).
+pub fn option_object<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<Map<String, Value>>, D::Error> {
+    match Option::<Lenient>::deserialize(d)? {
+        None => Ok(None),
+        Some(Lenient(Value::Object(m))) => Ok(Some(m)),
+        Some(Lenient(other)) => Err(serde::de::Error::invalid_type(
+            serde::de::Unexpected::Other(crate::pipeline::json_type(&other)),
+            &"a JSON object",
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -2,6 +2,7 @@
 //!
 //! This crate performs no I/O: no Kubernetes, no NATS, no HTTP, no clock reads
 //! except where a caller passes a timestamp in. Binaries wire it to the world.
+pub mod as_written;
 pub mod capabilities;
 pub mod emission;
 pub mod envelope;
@@ -16,7 +17,12 @@ pub mod retry;
 pub mod run;
 pub mod schedule;
 pub mod schema;
+// The pure logic of the conformance-only host test seams: built only with the `conformance`
+// feature (the operator, whose seams are a runtime option of the shipped binary, and the
+// CLI's `envelope accept`).
+#[cfg(feature = "conformance")]
 pub mod seams;
+pub mod structural;
 pub mod text;
 pub mod tier1;
 pub mod trust;

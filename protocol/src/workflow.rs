@@ -10,65 +10,131 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Deserializer, Serialize};
-use serde_json::{Map, Number, Value};
+use serde_json::{Map, Number, Value, json};
+
+pub use crate::as_written::AsWritten;
 
 use crate::events::LogLevel;
 use crate::pipeline::{EnvelopeContract, RefusalMode};
 use crate::schema::{self, Document, ValidationIssue};
 
-/// A workflow definition.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// A workflow definition. It is also the definition part of the Workflow custom resource's
+/// spec (`openwop-crds`), hence the schema annotations: lengths, patterns and the Kubernetes
+/// structural-schema keywords (`crate::structural`) shape the CRD, while a definition read
+/// from JSON is checked against `schemas/workflow-definition.schema.json`. Members the CRD
+/// keeps free-form are [`AsWritten`], read leniently (`crate::lenient`), so every object the
+/// apiserver admits decodes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct WorkflowDefinition {
+    /// OpenWOP workflow id: lowercase, starts with a letter, then letters, digits, `_` or `-`
+    /// (1..128 characters). Runs may reference the workflow by this id.
+    #[schemars(length(min = 1, max = 128), regex(pattern = r"^[a-z][a-z0-9_-]*$"))]
     pub id: String,
+    /// Human-readable workflow name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 256))]
     pub name: Option<String>,
+    /// Free-text description.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 4096))]
     pub description: Option<String>,
+    /// Workflow version (semver-like).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 64))]
     pub version: Option<String>,
+    /// The nodes of the graph (1..200).
+    #[schemars(length(min = 1, max = 200))]
     pub nodes: Vec<WorkflowNode>,
+    /// Directed edges between nodes, with optional conditions and trigger rules.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1000))]
     pub edges: Option<Vec<WorkflowEdge>>,
+    /// OpenWOP triggers (kept as written; `manual` runs are started by creating a Run).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub triggers: Option<Vec<WorkflowTrigger>>,
+    #[schemars(schema_with = "crate::structural::free_object_list")]
+    pub triggers: Option<Vec<AsWritten<WorkflowTrigger>>>,
+    /// Workflow variables.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 256))]
     pub variables: Option<Vec<WorkflowVariable>>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// JSON Schema for the run's `configurable` keys.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::lenient::option_object"
+    )]
+    #[schemars(schema_with = "crate::structural::free_object")]
     pub configurable_schema: Option<Map<String, Value>>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// JSON Schema the run's outputs must satisfy.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::lenient::option_object"
+    )]
+    #[schemars(schema_with = "crate::structural::free_object")]
     pub output_schema: Option<Map<String, Value>>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// OpenWOP workflow metadata (free-form object).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::lenient::option_object"
+    )]
+    #[schemars(schema_with = "crate::structural::free_object")]
     pub metadata: Option<Map<String, Value>>,
+    /// OpenWOP workflow settings (free-form object).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub settings: Option<WorkflowSettings>,
+    #[schemars(schema_with = "crate::structural::free_object")]
+    pub settings: Option<AsWritten<WorkflowSettings>>,
 }
 
-/// One node.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// One node of the workflow graph.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct WorkflowNode {
+    /// Node id, unique within the workflow.
+    #[schemars(length(min = 1, max = 253))]
     pub id: String,
+    /// Node type, e.g. `core.ai.callPrompt`, `core.identity`, `core.conformance.mock-agent`.
+    #[schemars(length(min = 1, max = 253), regex(pattern = r"^[a-z][a-zA-Z0-9._-]*$"))]
     pub type_id: String,
+    /// Display name (defaults to the node id).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
-    /// Checked against the node type's own config schema (not here).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Node configuration; its shape is defined by the node type.
+    // Checked against the node type's own config schema (not here).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::lenient::option_object"
+    )]
+    #[schemars(schema_with = "crate::structural::free_object")]
     pub config: Option<Map<String, Value>>,
-    /// Input port name → value source.
+    /// Input ports: port name → value source.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub inputs: Option<BTreeMap<String, PortValue>>,
+    #[schemars(schema_with = "port_values_schema")]
+    pub inputs: Option<BTreeMap<String, AsWritten<PortValue>>>,
+    /// Agent pinned to this node (OpenWOP AgentRef).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub agent: Option<AgentRef>,
+    #[schemars(schema_with = "crate::structural::free_object")]
+    pub agent: Option<AsWritten<AgentRef>>,
+    /// Envelope kinds this node accepts (universal kinds are always accepted).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub envelope_contract: Option<NodeEnvelopeContract>,
+    /// Per-node settings (free-form object).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub settings: Option<NodeSettings>,
+    #[schemars(schema_with = "crate::structural::free_object")]
+    pub settings: Option<AsWritten<NodeSettings>>,
+    /// A disabled node is skipped.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disabled: Option<bool>,
+    /// Author notes. Not in the Workflow CRD (v1alpha1 never had it: the apiserver prunes it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(skip)]
     pub notes: Option<String>,
+    /// Canvas position (defaults to the origin).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub position: Option<Position>,
 }
@@ -79,7 +145,7 @@ impl WorkflowNode {
         self.inputs
             .iter()
             .flatten()
-            .filter_map(|(port, v)| match v {
+            .filter_map(|(port, v)| match v.typed()? {
                 PortValue::Connection { node_id, .. } => Some((port.as_str(), node_id.as_str())),
                 _ => None,
             })
@@ -111,6 +177,60 @@ pub enum PortValue {
     Expression { expression: String },
 }
 
+/// The CRD schema of `inputs`: port name → input source. A source is one flat object whose
+/// `type` names the variant, with CEL rules for each variant's required members — not the
+/// schema of the [`PortValue`] enum (a `oneOf` of variants is not a structural schema, and
+/// CEL rules are what the apiserver can enforce per variant). No rule for `static` needing
+/// `value`: an untyped (any JSON) field is invisible to CEL (`has(self.value)` does not
+/// compile on the apiserver); the Workflow controller's schema check reports it.
+fn port_values_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    let name = || json!({"type": "string", "minLength": 1, "maxLength": 253, "nullable": true});
+    let mut node_id = name();
+    node_id["description"] = json!("Source node (`connection`).");
+    let mut output_key = name();
+    output_key["description"] = json!("Output port of the source node (`connection`).");
+    let mut variable_name = name();
+    variable_name["description"] = json!("Variable name (`variable`).");
+    schemars::json_schema!({
+        "type": "object",
+        "additionalProperties": {
+            "description": "Where an input port takes its value from.",
+            "type": "object",
+            "required": ["type"],
+            "properties": {
+                "type": {
+                    "description": "Source kind.",
+                    "type": "string",
+                    "enum": ["static", "expression", "connection", "variable"]
+                },
+                "value": {
+                    "description": "Constant value (`static`).",
+                    "x-kubernetes-preserve-unknown-fields": true
+                },
+                "expression": {
+                    "description": "Expression (`expression`).",
+                    "type": "string", "minLength": 1, "maxLength": 4096, "nullable": true
+                },
+                "nodeId": node_id,
+                "outputKey": output_key,
+                "variableName": variable_name,
+                "optional": {
+                    "description": "A missing optional source yields no value instead of failing the node.",
+                    "type": "boolean", "nullable": true
+                }
+            },
+            "x-kubernetes-validations": [
+                {"rule": "self.type != 'expression' || has(self.expression)",
+                 "message": "an expression input needs expression"},
+                {"rule": "self.type != 'connection' || (has(self.nodeId) && has(self.outputKey))",
+                 "message": "a connection input needs nodeId and outputKey"},
+                {"rule": "self.type != 'variable' || has(self.variableName)",
+                 "message": "a variable input needs variableName"}
+            ]
+        }
+    })
+}
+
 /// Agent pinned to the node.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -125,7 +245,7 @@ pub struct AgentRef {
 /// The node's envelope contract (RFC 0021), with the payload schemas of the vendor kinds it
 /// accepts. The Workflow CRD uses this type too (hence the schema annotations): the contract
 /// is declared, validated and enforced as one definition.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeEnvelopeContract {
     /// Envelope kinds the node may emit besides the four universal kinds; a contract without
@@ -171,28 +291,43 @@ pub struct NodeSettings {
     pub other: Map<String, Value>,
 }
 
-/// Editor position (kept as the JSON numbers given, so a round trip is exact).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// Canvas position of a node (kept as the JSON numbers given, so a round trip is exact).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Position {
+    /// Horizontal coordinate.
+    #[schemars(with = "f64")]
     pub x: Number,
+    /// Vertical coordinate.
+    #[schemars(with = "f64")]
     pub y: Number,
 }
 
 /// A directed edge.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct WorkflowEdge {
+    /// Edge id, unique within the workflow.
+    #[schemars(length(min = 1, max = 253))]
     pub id: String,
+    /// Source node id.
+    #[schemars(length(min = 1, max = 253))]
     pub source_node_id: String,
+    /// Source output port (default `output`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source_output: Option<String>,
+    /// Target node id.
+    #[schemars(length(min = 1, max = 253))]
     pub target_node_id: String,
+    /// Target input port (default `input`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target_input: Option<String>,
+    /// Condition under which the edge contributes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub condition: Option<EdgeCondition>,
+    /// Label for display.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub label: Option<String>,
+    /// When the target fires given its upstream outcomes (default `all_success`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trigger_rule: Option<TriggerRule>,
 }
@@ -213,7 +348,7 @@ impl WorkflowEdge {
 }
 
 /// When the target may run, given its incoming edges.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum TriggerRule {
     #[default]
@@ -232,25 +367,34 @@ impl TriggerRule {
 }
 
 /// Condition under which an edge is taken.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "self.type == 'expression' ? has(self.expression) : has(self.left)",
+    "message": "an expression condition needs expression; every other operator needs left"
+}]))]
 pub struct EdgeCondition {
+    /// Operator.
     #[serde(rename = "type")]
     pub kind: ConditionKind,
-    /// Path of the left operand, e.g. `output.approved`.
+    /// Left operand path, e.g. `output.approved`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub left: Option<String>,
-    /// Any JSON value, `null` included (kept apart from absent).
+    /// Right operand (any JSON value); ignored by `truthy` / `falsy`.
+    // Any JSON value, `null` included (kept apart from absent).
     #[serde(
         default,
         deserialize_with = "present",
         skip_serializing_if = "Option::is_none"
     )]
+    #[schemars(schema_with = "crate::structural::any_json")]
     pub right: Option<Value>,
+    /// Expression for `type: expression`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expression: Option<String>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// Edge condition operators.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub enum ConditionKind {
     Expression,
@@ -298,30 +442,38 @@ pub enum TriggerKind {
     ChannelWrite,
 }
 
-/// A run variable.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// A workflow variable.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct WorkflowVariable {
+    /// Variable name.
+    #[schemars(length(min = 1, max = 253))]
     pub name: String,
+    /// Value type.
     #[serde(rename = "type")]
     pub kind: VariableKind,
+    /// Description.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
+    /// Whether a run must supply it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub required: Option<bool>,
-    /// Any JSON value, `null` included (kept apart from absent).
+    /// Default value.
+    // Any JSON value, `null` included (kept apart from absent).
     #[serde(
         default,
         deserialize_with = "present",
         skip_serializing_if = "Option::is_none"
     )]
+    #[schemars(schema_with = "crate::structural::any_json")]
     pub default_value: Option<Value>,
-    /// Mask the value in events and snapshots.
+    /// Masked in persisted events and projections.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sensitive: Option<bool>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// Variable value types.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum VariableKind {
     String,
@@ -349,9 +501,11 @@ pub struct WorkflowSettings {
     pub max_concurrency: Option<u64>,
 }
 
-/// A present member is `Some`, even when it is `null`.
+/// A present member is `Some`, even when it is `null`. Read leniently: a value nested too
+/// deep to decode becomes [`crate::lenient`]'s marker instead of failing the definition
+/// (and, in a Workflow object, the operator's whole list of Workflows).
 fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
-    Value::deserialize(d).map(Some)
+    crate::lenient::Lenient::deserialize(d).map(|l| Some(l.0))
 }
 
 /// Why a definition was refused.
@@ -474,6 +628,41 @@ impl WorkflowDefinition {
             }
         }
         Ok(())
+    }
+
+    /// The definition with the members a Workflow object may leave out filled with neutral
+    /// defaults, as the snapshot, the REST API and the checks take it: a node's `name` is
+    /// its id, `position` the origin, `config` and `inputs` empty; `edges`, `triggers` and
+    /// `variables` empty lists; `metadata` and `settings` empty objects.
+    pub fn filled(&self) -> WorkflowDefinition {
+        let origin = || Number::from_f64(0.0).unwrap_or_else(|| Number::from(0));
+        let nodes = self
+            .nodes
+            .iter()
+            .map(|n| WorkflowNode {
+                name: Some(n.name.clone().unwrap_or_else(|| n.id.clone())),
+                position: Some(n.position.clone().unwrap_or_else(|| Position {
+                    x: origin(),
+                    y: origin(),
+                })),
+                config: Some(n.config.clone().unwrap_or_default()),
+                inputs: Some(n.inputs.clone().unwrap_or_default()),
+                ..n.clone()
+            })
+            .collect();
+        WorkflowDefinition {
+            nodes,
+            edges: Some(self.edges.clone().unwrap_or_default()),
+            triggers: Some(self.triggers.clone().unwrap_or_default()),
+            variables: Some(self.variables.clone().unwrap_or_default()),
+            metadata: Some(self.metadata.clone().unwrap_or_default()),
+            settings: Some(
+                self.settings
+                    .clone()
+                    .unwrap_or_else(|| AsWritten::from_raw(Value::Object(Map::new()))),
+            ),
+            ..self.clone()
+        }
     }
 
     /// The definition as JSON.

@@ -502,6 +502,8 @@ fn config_values_the_official_schema_would_refuse_are_refused_with_a_fix() {
     assert_eq!(v["supportedTransports"], json!(["rest"]));
 }
 
+// The overlay is the conformance seams' (`seams`, feature `conformance`).
+#[cfg(feature = "conformance")]
 #[test]
 fn the_test_seams_extension_and_the_scenarios_toggles_validate_everywhere() {
     let doc = build(&varied()).unwrap().to_value();

@@ -80,24 +80,27 @@ fn typed_fields_read_as_expected() {
     let draft = def.node("draft").unwrap();
     let inputs = draft.inputs.as_ref().unwrap();
     assert_eq!(
-        inputs["topic"],
-        PortValue::Variable {
+        inputs["topic"].typed().unwrap(),
+        &PortValue::Variable {
             variable_name: "topic".into(),
             optional: None
         }
     );
-    assert_eq!(inputs["style"], PortValue::Static { value: Value::Null });
     assert_eq!(
-        inputs["prior"],
-        PortValue::Connection {
+        inputs["style"].typed().unwrap(),
+        &PortValue::Static { value: Value::Null }
+    );
+    assert_eq!(
+        inputs["prior"].typed().unwrap(),
+        &PortValue::Connection {
             node_id: "seed".into(),
             output_key: "text".into(),
             optional: Some(true)
         }
     );
     assert_eq!(
-        inputs["when"],
-        PortValue::Expression {
+        inputs["when"].typed().unwrap(),
+        &PortValue::Expression {
             expression: "run.startedAt".into()
         }
     );
@@ -112,9 +115,11 @@ fn typed_fields_read_as_expected() {
     let pc = contract.to_pipeline();
     assert_eq!(pc.accepts, ["vendor.acme.prd.create"]);
     assert_eq!(pc.refusal_mode, RefusalMode::DiscardAndWarn);
-    assert_eq!(draft.settings.as_ref().unwrap().timeout, Some(30000));
-    assert_eq!(draft.settings.as_ref().unwrap().other["custom"], true);
-    assert_eq!(draft.agent.as_ref().unwrap().agent_id, "writer-1");
+    let settings = draft.settings.as_ref().unwrap().typed().unwrap();
+    assert_eq!(settings.timeout, Some(30000));
+    assert_eq!(settings.other["custom"], true);
+    let agent = draft.agent.as_ref().unwrap().typed().unwrap();
+    assert_eq!(agent.agent_id, "writer-1");
 
     let e1 = &def.edges()[0];
     assert_eq!(
@@ -133,7 +138,7 @@ fn typed_fields_read_as_expected() {
         "explicit null kept apart from absent"
     );
     assert_eq!(
-        def.triggers.as_ref().unwrap()[0].kind,
+        def.triggers.as_ref().unwrap()[0].typed().unwrap().kind,
         TriggerKind::ChatMessage
     );
     assert_eq!(

@@ -1,6 +1,6 @@
 //! Anthropic Messages API: JSON outputs (`output_config.format`) or a forced strict tool.
 
-use openwop_protocol::retry::response::normalize_anthropic;
+use openwop_protocol::retry::normalize_anthropic;
 use openwop_protocol::retry::{NormalizedResponse, StopReason, Usage};
 use openwop_protocol::tier1::Vendor;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};

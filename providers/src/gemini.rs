@@ -1,6 +1,6 @@
 //! Gemini `models/{model}:generateContent` with `responseSchema` (the Tier-1 module lowers to its OpenAPI subset).
 
-use openwop_protocol::retry::response::normalize_gemini;
+use openwop_protocol::retry::normalize_gemini;
 use openwop_protocol::retry::{NormalizedResponse, StopReason, Usage};
 use openwop_protocol::tier1::Vendor;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};

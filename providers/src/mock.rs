@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use openwop_protocol::retry::MAX_DELAY_MS;
 use openwop_protocol::retry::MockProgram;
-use openwop_protocol::retry::mock::MAX_DELAY_MS;
 
 use crate::{CompletionRequest, Provider, ProviderError, ProviderFuture};
 

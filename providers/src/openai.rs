@@ -1,7 +1,7 @@
 //! OpenAI Chat Completions with `response_format: json_schema` (strict), and the same wire
 //! format against any OpenAI-compatible base URL (Ollama, vLLM, llama.cpp server).
 
-use openwop_protocol::retry::response::normalize_openai_chat;
+use openwop_protocol::retry::normalize_openai_chat;
 use openwop_protocol::retry::{NormalizedResponse, Usage};
 use openwop_protocol::tier1::Vendor;
 use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderValue};

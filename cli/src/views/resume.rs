@@ -7,6 +7,7 @@ use clap::Args;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use openwop_crds::{InterruptAnswer, Run};
+use openwop_protocol::run::snapshot::{AnswerError, Reply};
 use openwop_protocol::run::status::AnswerMismatch;
 use serde_json::{Map, Value, json};
 
@@ -108,59 +109,51 @@ pub fn build_answer(run: &Run, args: &ResumeArgs) -> Result<InterruptAnswer> {
             "interrupt {interrupt_id} of Run {name} is already answered (answers are append-only)"
         );
     }
-    let comment = args.reason.clone();
-    if args.approve || args.reject {
-        if let Some(Err(e)) = pending
-            .filter(|p| p.interrupt_id == interrupt_id)
-            .map(|p| p.check_answer(None))
-        {
-            bail!("{e}: answer its questions with --answer ID=VALUE");
+    let reply = if args.approve || args.reject {
+        Reply::Decision(args.approve)
+    } else {
+        let mut value = Map::new();
+        for a in &args.answer {
+            let (id, v) = parse_answer(a)?;
+            if value.insert(id.clone(), v).is_some() {
+                bail!("--answer {id}=… is given twice");
+            }
         }
-        return Ok(InterruptAnswer {
-            interrupt_id,
-            value: None,
-            approved: Some(args.approve),
-            comment,
-            content_trust: None,
-        });
-    }
-    let mut value = Map::new();
-    for a in &args.answer {
-        let (id, v) = parse_answer(a)?;
-        if value.insert(id.clone(), v).is_some() {
-            bail!("--answer {id}=… is given twice");
-        }
-    }
-    if let Some(p) = pending.filter(|p| p.interrupt_id == interrupt_id) {
-        match p.check_answer(Some(&value)) {
-            Ok(()) => {}
-            Err(AnswerMismatch::Questions {
-                known,
-                unknown,
-                missing,
-                ..
-            }) => {
-                if let Some(unknown) = unknown.first() {
-                    bail!(
-                        "interrupt {interrupt_id} has no question {unknown:?}; its questions are: {}",
-                        known.join(", ")
-                    );
-                }
+        Reply::Answers(value)
+    };
+    let pending = pending.filter(|p| p.interrupt_id == interrupt_id);
+    let answer = InterruptAnswer::from_user_input(
+        interrupt_id.clone(),
+        pending,
+        reply,
+        args.reason.clone(),
+        None,
+    );
+    answer.or_else(|e| match e {
+        AnswerError::Mismatch(AnswerMismatch::Questions {
+            known,
+            unknown,
+            missing,
+            ..
+        }) => {
+            if let Some(unknown) = unknown.first() {
                 bail!(
-                    "missing answers for question(s) {}: add --answer {}=VALUE",
-                    missing.join(", "),
-                    missing[0]
+                    "interrupt {interrupt_id} has no question {unknown:?}; its questions are: {}",
+                    known.join(", ")
                 );
             }
-            Err(e) => bail!("{e}: use --approve or --reject"),
+            bail!(
+                "missing answers for question(s) {}: add --answer {}=VALUE",
+                missing.join(", "),
+                missing[0]
+            )
         }
-    }
-    Ok(InterruptAnswer {
-        interrupt_id,
-        value: Some(Value::Object(value)),
-        approved: None,
-        comment,
-        content_trust: None,
+        AnswerError::Mismatch(e @ AnswerMismatch::NotAnApproval { .. }) => {
+            bail!("{e}: answer its questions with --answer ID=VALUE")
+        }
+        AnswerError::Mismatch(e) => bail!("{e}: use --approve or --reject"),
+        // The CLI neither sets a trust nor passes a resumeValue.
+        e => bail!("{e}"),
     })
 }
 

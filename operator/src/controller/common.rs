@@ -1,4 +1,4 @@
-//! Shared by the Run reconciler's steps: conditions, the status being computed ([`Step`]),
+//! Shared by the reconcilers: conditions, the Run status being computed ([`Draft`]),
 //! Kubernetes Events, time arithmetic and deletes that tolerate a missing object.
 
 use std::time::Duration;
@@ -9,13 +9,16 @@ use kube::Resource;
 use kube::api::{Api, DeleteParams};
 use kube::runtime::events::{Event, EventType};
 use openwop_crds::{RunError, RunPhase, RunStatus};
-use openwop_protocol::run::projection::Projection;
+use openwop_protocol::run::status::{RecordedBy, Severity, ending_report};
 
+use super::reasons::{ConditionType, Reason};
 use super::{Context, Error};
 use crate::config::OperatorConfig;
 
+/// Condition `type_`, keeping the transition time of `old`'s condition of that type when its
+/// status is unchanged. `reason` is a [`Reason`] or, for a Workflow, its check's error code.
 pub(super) fn condition(
-    type_: &str,
+    type_: ConditionType,
     ok: bool,
     reason: &str,
     message: String,
@@ -23,6 +26,7 @@ pub(super) fn condition(
     now: Timestamp,
     old: &[Condition],
 ) -> Condition {
+    let type_ = type_.as_str();
     let status = if ok { "True" } else { "False" };
     let since = old
         .iter()
@@ -45,13 +49,36 @@ pub(super) fn set_condition(list: &mut Vec<Condition>, c: Condition) {
     list.sort_by(|a, b| a.type_.cmp(&b.type_));
 }
 
+/// Whether `list` has condition `type_` True (with `reason`, when given).
+pub(super) fn has_condition(
+    list: &[Condition],
+    type_: ConditionType,
+    reason: Option<Reason>,
+) -> bool {
+    list.iter().any(|c| {
+        c.type_ == type_.as_str()
+            && c.status == "True"
+            && reason.is_none_or(|r| c.reason == r.as_str())
+    })
+}
+
+/// The Kubernetes Event type of a report's severity.
+pub(super) fn event_type(s: Severity) -> EventType {
+    match s {
+        Severity::Normal => EventType::Normal,
+        Severity::Warning => EventType::Warning,
+    }
+}
+
+/// Records a Kubernetes Event about `obj`; best effort (a failure is logged).
 pub(super) async fn publish(
     ctx: &Context,
     obj: &impl Resource<DynamicType = ()>,
     type_: EventType,
-    reason: &str,
+    reason: Reason,
     note: String,
 ) {
+    let reason = reason.as_str();
     let ev = Event {
         type_,
         reason: reason.into(),
@@ -95,65 +122,101 @@ pub fn backoff_seconds(cfg: &OperatorConfig, failures: u32) -> u64 {
         .min(cfg.runs.backoff_max_seconds)
 }
 
-pub(super) struct Step {
-    pub(super) status: RunStatus,
-    pub(super) events: Vec<(EventType, &'static str, String)>,
+/// A Kubernetes Event to record once the status is written.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct Note {
+    pub(super) type_: EventType,
+    pub(super) reason: Reason,
+    pub(super) note: String,
 }
 
-impl Step {
+/// What one Run reconcile decided: the status to write, the Events to record after it, and
+/// the deletes to make before it. Changing it has no effect until the reconcile acts
+/// ([`super::state::RunReconcile::act`]).
+pub(super) struct Draft {
+    pub(super) status: RunStatus,
+    pub(super) notes: Vec<Note>,
+    /// Pods to delete (in order) before the status is written.
+    pub(super) delete_pods: Vec<String>,
+    /// The Run's TTL after it finished has passed: delete it.
+    pub(super) delete_run: bool,
+    /// The Run's `metadata.generation`, for conditions.
+    generation: Option<i64>,
+    /// The reconcile's clock.
+    now: Timestamp,
+}
+
+impl Draft {
+    pub(super) fn new(status: RunStatus, generation: Option<i64>, now: Timestamp) -> Self {
+        Draft {
+            status,
+            notes: vec![],
+            delete_pods: vec![],
+            delete_run: false,
+            generation,
+            now,
+        }
+    }
+
+    pub(super) fn now(&self) -> Timestamp {
+        self.now
+    }
+
     /// Sets condition `type_`, keeping its transition time when its status is unchanged.
     pub(super) fn set_condition(
         &mut self,
-        type_: &str,
+        type_: ConditionType,
         ok: bool,
-        reason: &str,
+        reason: Reason,
         message: String,
-        generation: Option<i64>,
-        now: Timestamp,
     ) {
         let c = condition(
             type_,
             ok,
-            reason,
+            reason.as_str(),
             message,
-            generation,
-            now,
+            self.generation,
+            self.now,
             &self.status.conditions,
         );
         set_condition(&mut self.status.conditions, c);
     }
 
-    pub(super) fn event(&mut self, t: EventType, reason: &'static str, note: String) {
-        self.events.push((t, reason, note));
+    pub(super) fn event(&mut self, type_: EventType, reason: Reason, note: String) {
+        self.notes.push(Note {
+            type_,
+            reason,
+            note,
+        });
+    }
+
+    /// The current worker pod goes (deleted when the reconcile acts).
+    pub(super) fn stop_worker(&mut self) {
+        if let Some(p) = self.status.worker_pod.take() {
+            self.delete_pods.push(p);
+        }
     }
 
     /// Ends the run `failed` with `error.code` = `code`, condition reason `reason` and a
     /// Warning Event `event_reason`, all carrying `message`.
     pub(super) fn fail(
         &mut self,
-        now: Timestamp,
-        generation: Option<i64>,
         code: &str,
-        (reason, event_reason): (&str, &'static str),
+        (reason, event_reason): (Reason, Reason),
         message: String,
     ) {
         self.status.error = Some(RunError::new(code, &message));
-        self.close(RunPhase::Failed, now, generation, reason, message.clone());
+        self.close(RunPhase::Failed, reason, message.clone());
         self.event(EventType::Warning, event_reason, message);
     }
 
     /// Ends the run failed because no snapshot can be built from it (`refused`: undecodable
     /// or too large): Ready=False with the refusal's reason, the error, a Warning Event.
-    pub(super) fn refuse(
-        &mut self,
-        refused: &crate::snapshot::Refused,
-        now: Timestamp,
-        generation: Option<i64>,
-    ) {
+    pub(super) fn refuse(&mut self, refused: &crate::snapshot::Refused) {
         let msg = refused.to_string();
-        let reason = refused.reason();
-        self.set_condition("Ready", false, reason, msg.clone(), generation, now);
-        self.fail(now, generation, refused.code(), (reason, reason), msg);
+        let reason = Reason::Refused(refused.reason());
+        self.set_condition(ConditionType::Ready, false, reason, msg.clone());
+        self.fail(refused.code(), (reason, reason), msg);
     }
 
     /// Ends the run in `phase` with condition reason `reason` and an Event of type `t` and
@@ -161,27 +224,28 @@ impl Step {
     pub(super) fn finish(
         &mut self,
         phase: RunPhase,
-        now: Timestamp,
-        generation: Option<i64>,
-        (t, reason): (EventType, &'static str),
+        (t, reason): (EventType, Reason),
         message: String,
     ) {
-        self.close(phase, now, generation, reason, message.clone());
+        self.close(phase, reason, message.clone());
         self.event(t, reason, message);
     }
 
+    /// Ends the run in terminal `phase`, recorded by `by`, reported as protocol's one
+    /// mapping ([`ending_report`]) says. A phase that ends nothing changes nothing.
+    pub(super) fn end(&mut self, phase: RunPhase, by: RecordedBy) {
+        let Some(report) = ending_report(phase, self.status.error.as_ref(), by) else {
+            debug_assert!(false, "{phase} is not a terminal phase");
+            return;
+        };
+        let ending = (event_type(report.severity), Reason::Ended(report.reason));
+        self.finish(phase, ending, report.message);
+    }
+
     /// The terminal status: phase, completion time, `Succeeded` condition.
-    fn close(
-        &mut self,
-        phase: RunPhase,
-        now: Timestamp,
-        generation: Option<i64>,
-        reason: &str,
-        message: String,
-    ) {
-        let old = self.status.conditions.clone();
+    fn close(&mut self, phase: RunPhase, reason: Reason, message: String) {
         self.status.phase = Some(phase);
-        self.status.completion_time = Some(Time(now));
+        self.status.completion_time = Some(Time(self.now));
         self.status.retry_after = None;
         self.status.pending_interrupts.clear();
         self.status.running_nodes.clear();
@@ -191,28 +255,6 @@ impl Step {
             self.status.failed_attempts = None;
             self.status.failed_at_sequence = None;
         }
-        set_condition(
-            &mut self.status.conditions,
-            condition("Succeeded", ok, reason, message, generation, now, &old),
-        );
-    }
-}
-
-pub(super) fn apply_projection(st: &mut RunStatus, p: &Projection) {
-    st.phase = p.phase.or(st.phase);
-    if p.current_node.is_some() {
-        st.current_node = p.current_node.clone();
-    }
-    // Counters never go backwards (the event consumer may have seen more than the summary).
-    if p.events > st.events.unwrap_or(0) {
-        st.events = Some(p.events);
-    }
-    if p.last_sequence > st.last_sequence {
-        st.last_sequence = p.last_sequence;
-    }
-    st.pending_interrupts = p.pending_interrupts.clone();
-    st.running_nodes = p.running_nodes.clone();
-    if p.error.is_some() {
-        st.error = p.error.clone();
+        self.set_condition(ConditionType::Succeeded, ok, reason, message);
     }
 }

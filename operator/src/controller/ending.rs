@@ -13,18 +13,15 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
-use kube::api::Api;
 use kube::runtime::controller::Action;
-use openwop_crds::Run;
 use openwop_nats::stream::{Appended, append_after, last_on_subject};
 use openwop_protocol::run::ending::{host_ending, is_terminal};
 use openwop_protocol::run::subjects::events_subject;
 use serde_json::Value;
 
-use super::common::Step;
-use super::{Context, Error};
+use super::Error;
+use super::state::{RunReconcile, WorkerState};
 use crate::pod::pod_name;
 
 /// Longest wait for NATS while recording the ending.
@@ -35,20 +32,16 @@ const ENGINE: &str = concat!("openwop-operator/", env!("CARGO_PKG_VERSION"));
 /// Makes sure the terminal run's log ends with its terminal event. `None`: done (or nothing
 /// to do: no event stream configured); `Some(action)`: try again then (a worker may still
 /// append, NATS is not reachable yet, or the log moved while we read it).
-pub(super) async fn record_ending(
-    run: &Run,
-    ctx: &Context,
-    step: &mut Step,
-    pods: &Api<Pod>,
-) -> Result<Option<Action>, Error> {
-    if step.status.terminal_event.is_some() {
+pub(super) async fn record_ending(rr: &mut RunReconcile<'_>) -> Result<Option<Action>, Error> {
+    let (run, ctx) = (rr.run, rr.ctx);
+    if rr.status().terminal_event.is_some() {
         return Ok(None);
     }
     let (Some(slot), Some(run_id)) = (&ctx.jetstream, run.uid()) else {
         return Ok(None);
     };
     let soon = |s| Ok(Some(Action::requeue(Duration::from_secs(s))));
-    if worker_may_append(run, step, pods).await? {
+    if worker_may_append(rr).await? {
         return soon(2);
     }
     let Some(js) = slot.get() else {
@@ -70,28 +63,28 @@ pub(super) async fn record_ending(
     let (expected, next) = match &last {
         // The run had events but its subject is empty: retention removed the log (a run
         // that ended long ago, e.g. before an upgrade); there is nothing left to end.
-        None if step.status.last_sequence.is_some() => return Ok(None),
+        None if rr.draft.status.last_sequence.is_some() => return Ok(None),
         None => (0, 0),
         Some((stream_seq, body)) => {
             let v: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
             if is_terminal(&v) {
-                step.status.terminal_event =
+                rr.draft.status.terminal_event =
                     v.get("eventId").and_then(Value::as_str).map(str::to_owned);
                 return Ok(None);
             }
             let seq = v.get("sequence").and_then(Value::as_u64);
-            let next = seq.or(step.status.last_sequence).map_or(0, |s| s + 1);
+            let next = seq.or(rr.draft.status.last_sequence).map_or(0, |s| s + 1);
             (*stream_seq, next)
         }
     };
-    let phase = step.status.phase.unwrap_or_default();
+    let phase = rr.draft.status.phase.unwrap_or_default();
     let timestamp = (ctx.now)().to_string();
     let Some(doc) = host_ending(
         &run_id,
         next,
         &timestamp,
         phase,
-        step.status.error.as_ref(),
+        rr.draft.status.error.as_ref(),
         ENGINE,
     ) else {
         return Ok(None);
@@ -109,7 +102,7 @@ pub(super) async fn record_ending(
     match appended {
         Appended::Stored => {
             tracing::info!(namespace = %ns, run = %run.name_any(), event = %doc.event_type, sequence = next, "the operator recorded the run's terminal event");
-            step.status.terminal_event = Some(doc.event_id);
+            rr.draft.status.terminal_event = Some(doc.event_id);
             Ok(None)
         }
         Appended::Moved => soon(1),
@@ -119,26 +112,22 @@ pub(super) async fn record_ending(
 /// Whether a worker pod of the run may still publish: its current pod, or the pod of its
 /// last attempt (a timed-out or cancelled run's pod is still terminating), exists and its
 /// container has not ended.
-async fn worker_may_append(run: &Run, step: &Step, pods: &Api<Pod>) -> Result<bool, Error> {
-    let last = step
-        .status
+async fn worker_may_append(rr: &RunReconcile<'_>) -> Result<bool, Error> {
+    let status = rr.status();
+    let last = status
         .attempts
         .filter(|a| *a > 0)
-        .map(|a| pod_name(&run.name_any(), a));
-    let mut names: Vec<String> = step.status.worker_pod.iter().cloned().collect();
+        .map(|a| pod_name(&rr.name, a));
+    let mut names: Vec<String> = status.worker_pod.iter().cloned().collect();
     names.extend(last.filter(|l| !names.contains(l)));
     for name in names {
-        let Some(pod) = pods.get_opt(&name).await? else {
+        let Some(pod) = rr.pod(&name).await? else {
             continue;
         };
-        if !crate::pod::owned_by(&pod.metadata, run) {
+        if !crate::pod::owned_by(&pod.metadata, rr.run) {
             continue;
         }
-        let ended = matches!(
-            pod.status.as_ref().and_then(|s| s.phase.as_deref()),
-            Some("Succeeded" | "Failed")
-        );
-        if !ended {
+        if !WorkerState::of(Some(&pod)).ended() {
             return Ok(true);
         }
     }

@@ -1,15 +1,18 @@
 //! The Workflow and Run reconcilers.
 //!
 //! * [`workflow`] — Workflow validation (`Ready` / `Invalid`);
+//! * [`state`] — one Run reconcile as a value: what it reads, the status it drafts, the one
+//!   place where it acts;
 //! * [`run`] — the Run entry point: finalizer (worker pod deletion, purge of the run's
-//!   subjects), terminal phases and TTLs, timeout;
+//!   subjects), the step a reconcile takes, terminal phases and TTLs, timeout;
 //! * [`start`] — snapshot, workflow resolution, the concurrency queue and worker start;
 //! * [`observe`] — the running worker: exit codes, termination summary, crashes and backoff;
 //! * [`cancel`] — `spec.cancel`;
 //! * [`namespace`] — what a Run namespace needs: the worker ServiceAccount and the NATS
 //!   credentials copy;
 //! * [`ending`] — the terminal event of a run the operator ended itself;
-//! * [`common`] — conditions, the status [`common::Step`], Events.
+//! * [`common`] — conditions, the status draft [`common::Draft`], Events;
+//! * [`reasons`] — condition types and reasons, as they appear on the wire.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -30,8 +33,10 @@ mod common;
 mod ending;
 mod namespace;
 mod observe;
+mod reasons;
 mod run;
 mod start;
+mod state;
 mod workflow;
 
 pub use common::backoff_seconds;

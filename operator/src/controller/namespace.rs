@@ -4,12 +4,12 @@
 
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
+use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, Patch, PatchParams};
-use serde_json::json;
 
+use super::state::RunReconcile;
 use super::{Context, Error};
-use crate::pod::{LABEL_MANAGED_BY, MANAGER, nats_credentials_secret};
+use crate::pod::{MANAGER, nats_credentials_secret};
 
 /// An unchanged NATS credentials copy is re-applied after this long anyway, in case someone
 /// deleted or edited it.
@@ -17,20 +17,12 @@ const NATS_COPY_REFRESH: Duration = Duration::from_secs(300);
 
 /// The default worker service account, created in the Run's namespace when missing. It has
 /// no RBAC and its token is never mounted; it exists because pod admission requires it.
-pub(super) async fn ensure_worker_service_account(ctx: &Context, ns: &str) -> Result<(), Error> {
-    let name = &ctx.config.worker.service_account_name;
-    let api: Api<ServiceAccount> = Api::namespaced(ctx.client.clone(), ns);
-    if api.get_opt(name).await?.is_some() {
+pub(super) async fn ensure_worker_service_account(rr: &RunReconcile<'_>) -> Result<(), Error> {
+    let name = &rr.ctx.config.worker.service_account_name;
+    if rr.service_account(name).await?.is_some() {
         return Ok(());
     }
-    let sa = json!({
-        "apiVersion": "v1", "kind": "ServiceAccount",
-        "metadata": {"name": name, "labels": {LABEL_MANAGED_BY: MANAGER}},
-        "automountServiceAccountToken": false
-    });
-    api.patch(name, &PatchParams::apply(MANAGER), &Patch::Apply(&sa))
-        .await?;
-    Ok(())
+    rr.apply_service_account(name).await
 }
 
 /// With `natsCredentials` configured: the copy of the operator's NATS credentials in `ns`

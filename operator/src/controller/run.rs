@@ -1,23 +1,25 @@
 //! The Run reconciler's entry point: the finalizer (delete the worker pod and purge the
-//! run's subjects when the Run is deleted), terminal phases and their TTLs, the run timeout,
-//! and the status write.
+//! run's subjects when the Run is deleted), the step a reconcile takes ([`decide`]),
+//! terminal phases and their TTLs ([`expiry`]), the run timeout.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::finalizer::{Event as Finalizer, finalizer};
-use openwop_crds::{Run, RunPhase, Workflow};
-use serde_json::json;
+use openwop_crds::{Run, RunStatus};
+use openwop_protocol::run::status::RecordedBy;
 
-use super::common::{Step, delete_ignoring_missing, plus, publish, wait_until};
+use super::common::{delete_ignoring_missing, plus, publish, wait_until};
+use super::reasons::Reason;
+use super::state::RunReconcile;
 use super::{Context, Error, RUN_FINALIZER};
-use crate::pod::MANAGER;
+use crate::config::RunPolicy;
 
 /// Run reconciler entry: finalizer handling around [`apply_run`].
 pub async fn reconcile_run(run: Arc<Run>, ctx: Arc<Context>) -> Result<Action, Error> {
@@ -94,135 +96,247 @@ async fn purge_events(run: &Run, ctx: &Context) {
                 "could not purge the run's events (runId {run_id}) from stream {stream}: {why}; they expire with the stream's retention ({retention})"
             );
             tracing::warn!(namespace = %ns, run = %run.name_any(), "{note}");
-            publish(ctx, run, EventType::Warning, "EventsNotPurged", note).await;
+            publish(ctx, run, EventType::Warning, Reason::EventsNotPurged, note).await;
         }
     }
 }
 
 async fn apply_run(run: Arc<Run>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let ns = run.namespace().unwrap_or_default();
-    let name = run.name_any();
-
-    let now = (ctx.now)();
-    let generation = run.metadata.generation;
-    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
-    let cms: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ns);
-    let wfs: Api<Workflow> = Api::namespaced(ctx.client.clone(), &ns);
-    let original = run.status.clone().unwrap_or_default();
-    let mut step = Step {
-        status: original.clone(),
-        events: vec![],
+    let mut rr = RunReconcile::new(&run, &ctx);
+    let action = match decide(&run, rr.status(), rr.now) {
+        Path::Ended => ended(&mut rr).await?,
+        Path::Refused(refused) => {
+            // Before anything else: nothing (snapshot, pod) is ever built from the marker.
+            rr.draft.stop_worker();
+            rr.draft.refuse(&refused);
+            Action::await_change()
+        }
+        Path::Cancel => super::cancel::cancel(&mut rr).await?,
+        Path::TimedOut { limit } => {
+            rr.draft.stop_worker();
+            let msg = format!("run exceeded its timeout of {limit}s");
+            let reasons = (Reason::Timeout, Reason::Timeout);
+            rr.draft.fail("run_timeout", reasons, msg);
+            Action::requeue(IDLE_REQUEUE)
+        }
+        Path::Progress => {
+            let action = super::start::progress(&mut rr).await?;
+            deadline_requeue(&run, rr.status(), rr.now).map_or(action, Action::requeue)
+        }
     };
-    step.status.run_id = run.uid();
-    step.status.observed_generation = generation;
-    if step.status.workflow.is_none() {
-        step.status.workflow = Some(run.spec.workflow_ref.to_string());
-    }
-    let phase = step.status.phase.unwrap_or_default();
-    let mut action = Action::requeue(Duration::from_secs(60));
-
-    if phase.is_terminal() {
-        if step.status.completion_time.is_none() {
-            // Terminal through the event stream: record the outcome once, so TTLs count.
-            let (reason, msg) = match (phase, &step.status.error) {
-                (RunPhase::Failed, Some(e)) => ("Failed", format!("{}: {}", e.code, e.message)),
-                (RunPhase::Failed, None) => ("Failed", "the run failed".to_string()),
-                (RunPhase::Cancelled, _) => ("Cancelled", "the run was cancelled".to_string()),
-                _ => ("Completed", "the run completed".to_string()),
-            };
-            let t = if phase == RunPhase::Completed {
-                EventType::Normal
-            } else {
-                EventType::Warning
-            };
-            step.finish(phase, now, generation, (t, reason), msg);
-        }
-        let again = super::ending::record_ending(&run, &ctx, &mut step, &pods).await?;
-        action = finished(&run, &ctx, &mut step, &pods, now).await?;
-        if let Some(again) = again {
-            action = again;
-        }
-    } else if let Some(refused) = crate::snapshot::Refused::undecodable_run(&run) {
-        // Before anything else: nothing (snapshot, pod) is ever built from the marker.
-        if let Some(p) = step.status.worker_pod.take() {
-            delete_ignoring_missing(&pods, &p).await?;
-        }
-        step.refuse(&refused, now, generation);
-        action = Action::await_change();
-    } else if run.spec.cancel == Some(true) {
-        action = super::cancel::cancel(&run, &ctx, &mut step, &pods, &cms, &wfs, now).await?;
-    } else if let (Some(limit), Some(start)) =
-        (run.spec.timeout_seconds, step.status.start_time.clone())
-        && now >= plus(start.0, limit as u64)
-    {
-        if let Some(p) = step.status.worker_pod.take() {
-            delete_ignoring_missing(&pods, &p).await?;
-        }
-        let msg = format!("run exceeded its timeout of {limit}s");
-        step.fail(now, generation, "run_timeout", ("Timeout", "Timeout"), msg);
-    } else {
-        action = super::start::progress(&run, &ctx, &mut step, &pods, &cms, &wfs, now).await?;
-        if let (Some(limit), Some(start)) = (run.spec.timeout_seconds, &step.status.start_time)
-            && step.status.worker_pod.is_some()
-        {
-            let deadline = plus(start.0, limit as u64);
-            action = Action::requeue(wait_until(now, deadline).min(Duration::from_secs(60)));
-        }
-    }
-
-    if step.status != original {
-        let api: Api<Run> = Api::namespaced(ctx.client.clone(), &ns);
-        // The resourceVersion precondition: the event consumer writes status too; a status
-        // computed from a stale cache must not overwrite its newer one (409 → re-reconcile).
-        let patch = json!({
-            "apiVersion": "openwop.dev/v1alpha1", "kind": "Run",
-            "metadata": {"resourceVersion": run.resource_version()},
-            "status": step.status,
-        });
-        api.patch_status(
-            &name,
-            &PatchParams::apply(MANAGER).force(),
-            &Patch::Apply(&patch),
-        )
-        .await?;
-    }
-    for (t, reason, note) in step.events {
-        publish(&ctx, run.as_ref(), t, reason, note).await;
-    }
+    rr.act().await?;
     Ok(action)
 }
 
-/// Terminal run: delete the pod after the pod TTL, the Run after the run TTL.
-async fn finished(
-    run: &Run,
-    ctx: &Context,
-    step: &mut Step,
-    pods: &Api<Pod>,
-    now: Timestamp,
-) -> Result<Action, Error> {
-    let policy = &ctx.config.runs;
-    let done = step.status.completion_time.clone().map_or(now, |t| t.0);
-    let mut next: Option<Timestamp> = None;
-    if let Some(p) = step.status.worker_pod.clone() {
+/// How long a reconcile with nothing due waits before looking again.
+const IDLE_REQUEUE: Duration = Duration::from_secs(60);
+
+/// Which step a Run's reconcile takes.
+pub(super) enum Path {
+    /// Terminal: record the ending once, then the TTLs.
+    Ended,
+    /// Nothing can be built from the Run (`spec` too deep to decode): fail it.
+    Refused(crate::snapshot::Refused),
+    /// `spec.cancel`.
+    Cancel,
+    /// Running longer than `spec.timeoutSeconds`.
+    TimedOut { limit: i64 },
+    /// Start, resume or observe the worker.
+    Progress,
+}
+
+/// The step of a Run with (draft) `status` at `now`, in order: terminal, refused, cancelled,
+/// timed out, else progress.
+pub(super) fn decide(run: &Run, status: &RunStatus, now: Timestamp) -> Path {
+    if status.phase.unwrap_or_default().is_terminal() {
+        return Path::Ended;
+    }
+    if let Some(refused) = crate::snapshot::Refused::undecodable_run(run) {
+        return Path::Refused(refused);
+    }
+    if run.spec.cancel == Some(true) {
+        return Path::Cancel;
+    }
+    if let (Some(limit), Some(start)) = (run.spec.timeout_seconds, &status.start_time)
+        && now >= plus(start.0, limit as u64)
+    {
+        return Path::TimedOut { limit };
+    }
+    Path::Progress
+}
+
+/// While a worker runs under `spec.timeoutSeconds`: look again at the deadline (at most a
+/// minute from now).
+fn deadline_requeue(run: &Run, status: &RunStatus, now: Timestamp) -> Option<Duration> {
+    let (Some(limit), Some(start)) = (run.spec.timeout_seconds, &status.start_time) else {
+        return None;
+    };
+    status.worker_pod.as_ref()?;
+    let deadline = plus(start.0, limit as u64);
+    Some(wait_until(now, deadline).min(IDLE_REQUEUE))
+}
+
+/// A terminal run: its ending recorded once (Event, `Succeeded`, the log's terminal event),
+/// then the pod deleted after the pod TTL and the Run after the run TTL.
+async fn ended(rr: &mut RunReconcile<'_>) -> Result<Action, Error> {
+    if rr.status().completion_time.is_none() {
+        // Terminal through the event stream: record the outcome once, so TTLs count.
+        let phase = rr.status().phase.unwrap_or_default();
+        rr.draft.end(phase, RecordedBy::Stream);
+    }
+    let again = super::ending::record_ending(rr).await?;
+    let expiry = expiry(rr.status(), &rr.ctx.config.runs, rr.now);
+    if expiry.delete_pod {
+        rr.draft.stop_worker();
+    }
+    rr.draft.delete_run = expiry.delete_run;
+    let action = match expiry.next {
+        _ if expiry.delete_run => Action::await_change(),
+        Some(at) => Action::requeue(wait_until(rr.now, at)),
+        None => Action::await_change(),
+    };
+    Ok(again.unwrap_or(action))
+}
+
+/// What the TTLs of a finished run call for at `now`.
+#[derive(Debug, PartialEq)]
+pub(super) struct Expiry {
+    /// The pod TTL has passed: delete the worker pod.
+    pub(super) delete_pod: bool,
+    /// The run TTL has passed: delete the Run.
+    pub(super) delete_run: bool,
+    /// When the next TTL is due.
+    pub(super) next: Option<Timestamp>,
+}
+
+pub(super) fn expiry(status: &RunStatus, policy: &RunPolicy, now: Timestamp) -> Expiry {
+    let done = status.completion_time.clone().map_or(now, |t| t.0);
+    let mut e = Expiry {
+        delete_pod: false,
+        delete_run: false,
+        next: None,
+    };
+    if status.worker_pod.is_some() {
         let at = plus(done, policy.pod_ttl_seconds_after_finished);
         if now >= at {
-            delete_ignoring_missing(pods, &p).await?;
-            step.status.worker_pod = None;
+            e.delete_pod = true;
         } else {
-            next = Some(at);
+            e.next = Some(at);
         }
     }
     if let Some(ttl) = policy.run_ttl_seconds_after_finished {
         let at = plus(done, ttl);
         if now >= at {
-            let api: Api<Run> =
-                Api::namespaced(ctx.client.clone(), &run.namespace().unwrap_or_default());
-            delete_ignoring_missing(&api, &run.name_any()).await?;
-            return Ok(Action::await_change());
+            e.delete_run = true;
+        } else {
+            e.next = Some(e.next.map_or(at, |n| n.min(at)));
         }
-        next = Some(next.map_or(at, |n| n.min(at)));
     }
-    Ok(next.map_or_else(Action::await_change, |at| {
-        Action::requeue(wait_until(now, at))
-    }))
+    e
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use openwop_crds::RunPhase;
+
+    fn at(s: i64) -> Timestamp {
+        Timestamp::from_second(1_750_000_000 + s).unwrap()
+    }
+
+    fn run(cancel: bool, timeout: Option<i64>) -> Run {
+        let mut r: Run = serde_json::from_value(serde_json::json!({
+            "apiVersion": "openwop.dev/v1alpha1", "kind": "Run",
+            "metadata": {"name": "r1", "namespace": "ns", "uid": "u"},
+            "spec": {"workflowRef": {"name": "w"}}}))
+        .unwrap();
+        r.spec.cancel = cancel.then_some(true);
+        r.spec.timeout_seconds = timeout;
+        r
+    }
+
+    #[test]
+    fn the_step_is_terminal_then_cancel_then_timeout_then_progress() {
+        let started = RunStatus {
+            phase: Some(RunPhase::Running),
+            start_time: Some(Time(at(0))),
+            ..Default::default()
+        };
+        let done = RunStatus {
+            phase: Some(RunPhase::Completed),
+            ..started.clone()
+        };
+        let step = |r: &Run, st: &RunStatus, now| match decide(r, st, now) {
+            Path::Ended => "ended",
+            Path::Refused(_) => "refused",
+            Path::Cancel => "cancel",
+            Path::TimedOut { .. } => "timed out",
+            Path::Progress => "progress",
+        };
+        assert_eq!(step(&run(true, Some(5)), &done, at(10)), "ended");
+        assert_eq!(step(&run(true, Some(5)), &started, at(10)), "cancel");
+        assert_eq!(step(&run(false, Some(5)), &started, at(10)), "timed out");
+        assert_eq!(step(&run(false, Some(5)), &started, at(4)), "progress");
+        assert_eq!(step(&run(false, None), &started, at(1000)), "progress");
+        assert_eq!(
+            deadline_requeue(&run(false, Some(30)), &started, at(10)),
+            None,
+            "no worker pod, no deadline to watch"
+        );
+        let with_pod = RunStatus {
+            worker_pod: Some("r1-w1".into()),
+            ..started
+        };
+        assert_eq!(
+            deadline_requeue(&run(false, Some(30)), &with_pod, at(10)),
+            Some(Duration::from_secs(20))
+        );
+    }
+
+    #[test]
+    fn ttls_delete_the_pod_then_the_run() {
+        let policy = RunPolicy {
+            pod_ttl_seconds_after_finished: 300,
+            run_ttl_seconds_after_finished: Some(600),
+            ..Default::default()
+        };
+        let st = RunStatus {
+            phase: Some(RunPhase::Completed),
+            completion_time: Some(Time(at(0))),
+            worker_pod: Some("r1-w1".into()),
+            ..Default::default()
+        };
+        let e = |now| expiry(&st, &policy, now);
+        assert_eq!(
+            e(at(10)),
+            Expiry {
+                delete_pod: false,
+                delete_run: false,
+                next: Some(at(300))
+            }
+        );
+        assert_eq!(
+            e(at(300)),
+            Expiry {
+                delete_pod: true,
+                delete_run: false,
+                next: Some(at(600))
+            }
+        );
+        assert!(e(at(600)).delete_run);
+        let no_ttl = RunPolicy::default();
+        let gone = RunStatus {
+            worker_pod: None,
+            ..st.clone()
+        };
+        assert_eq!(
+            expiry(&gone, &no_ttl, at(10)),
+            Expiry {
+                delete_pod: false,
+                delete_run: false,
+                next: None
+            }
+        );
+    }
 }

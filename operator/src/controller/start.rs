@@ -6,18 +6,19 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
-use openwop_crds::{Run, RunPhase, Workflow};
+use openwop_crds::{Run, RunPhase, RunStatus, Workflow};
 
-use super::common::{Step, wait_until};
+use super::Error;
+use super::common::{Draft, has_condition, wait_until};
 use super::namespace::{ensure_nats_credentials, ensure_worker_service_account};
-use super::{Context, Error};
+use super::observe::observe_worker;
+use super::reasons::{ConditionType, Reason};
+use super::state::{RunReconcile, WorkerState};
 use crate::pod::{
     LABEL_COMPONENT, LABEL_MANAGED_BY, MANAGER, WorkerInputs, needed_credentials, owned_by,
     pod_name, snapshot_name, worker_pod,
@@ -31,27 +32,23 @@ enum Resolved {
     NotReady(String, String),
 }
 
-async fn resolve_workflow(run: &Run, api: &Api<Workflow>, ns: &str) -> Result<Resolved, Error> {
-    let r = &run.spec.workflow_ref;
+async fn resolve_workflow(rr: &RunReconcile<'_>) -> Result<Resolved, Error> {
+    let r = &rr.run.spec.workflow_ref;
     let found = match (&r.name, &r.id) {
-        (Some(name), _) => api.get_opt(name).await?,
-        (None, Some(id)) => api
-            .list(&ListParams::default())
-            .await?
-            .items
-            .into_iter()
-            .find(|w| &w.spec.id == id),
+        (Some(name), _) => rr.workflow(name).await?,
+        (None, Some(id)) => rr.workflows().await?.into_iter().find(|w| &w.spec.id == id),
         (None, None) => None,
     };
     let Some(wf) = found else {
         return Ok(Resolved::Missing(format!(
-            "Workflow {r} not found in namespace {ns}; the run starts when it is created"
+            "Workflow {r} not found in namespace {}; the run starts when it is created",
+            rr.ns
         )));
     };
     let ready = wf.status.as_ref().and_then(|s| {
         s.conditions
             .iter()
-            .find(|c| c.type_ == "Ready")
+            .find(|c| c.type_ == ConditionType::Ready.as_str())
             .filter(|_| s.observed_generation == wf.metadata.generation)
             .map(|c| (c.status == "True", c.message.clone()))
     });
@@ -68,79 +65,58 @@ async fn resolve_workflow(run: &Run, api: &Api<Workflow>, ns: &str) -> Result<Re
     })
 }
 
-/// Creates a worker pod as the operator's field manager; a pod that already exists (a
-/// reconcile retried after its status write was lost) counts as created.
-///
-/// Returns `false` when the name is held by a leftover of a deleted Run of the same name (a
-/// re-created Run reuses pod names while the old pods still terminate): that pod is deleted
-/// and the caller retries shortly. Adopting it would report the old run's outcome as this
-/// run's.
-pub(super) async fn create_pod(pods: &Api<Pod>, pod: &Pod, run: &Run) -> Result<bool, kube::Error> {
-    let params = PostParams {
-        field_manager: Some(MANAGER.into()),
-        ..Default::default()
-    };
-    match pods.create(&params, pod).await {
-        Ok(_) => Ok(true),
-        Err(kube::Error::Api(s)) if s.code == 409 => {
-            let name = pod.metadata.name.clone().unwrap_or_default();
-            match pods.get_opt(&name).await? {
-                Some(existing) if owned_by(&existing.metadata, run) => Ok(true),
-                Some(_) => {
-                    tracing::info!(pod = %name, "a deleted Run's worker pod holds the name; deleting it");
-                    match pods.delete(&name, &DeleteParams::background()).await {
-                        Ok(_) => Ok(false),
-                        Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
-                        Err(e) => Err(e),
-                    }
-                }
-                None => Ok(false),
-            }
-        }
-        Err(e) => Err(e),
-    }
+/// Sets `Ready=True Snapshotted` and records the matching Event.
+fn mark_snapshotted(draft: &mut Draft, msg: String) {
+    draft.set_condition(ConditionType::Ready, true, Reason::Snapshotted, msg.clone());
+    draft.event(EventType::Normal, Reason::Snapshotted, msg);
 }
 
-/// Sets `Ready=True Snapshotted` and records the matching Event.
-fn mark_snapshotted(step: &mut Step, msg: String, generation: Option<i64>, now: Timestamp) {
-    step.set_condition("Ready", true, "Snapshotted", msg.clone(), generation, now);
-    step.event(EventType::Normal, "Snapshotted", msg);
+/// The worker pod of a run that has one: its state decides ([`observe_worker`]).
+async fn observe(rr: &mut RunReconcile<'_>) -> Result<Action, Error> {
+    let Some(pod_name) = rr.status().worker_pod.clone() else {
+        return Ok(Action::await_change());
+    };
+    let state = WorkerState::of(rr.pod(&pod_name).await?.as_ref());
+    Ok(observe_worker(&mut rr.draft, &rr.ctx.config, state))
 }
-#[allow(clippy::too_many_arguments)]
-pub(super) async fn progress(
-    run: &Run,
-    ctx: &Context,
-    step: &mut Step,
-    pods: &Api<Pod>,
-    cms: &Api<ConfigMap>,
-    wfs: &Api<Workflow>,
-    now: Timestamp,
-) -> Result<Action, Error> {
+
+/// The pending interrupts of a waiting run that `spec.answers` answers and that no earlier
+/// worker consumed: any of them resumes the run (the others keep waiting).
+fn newly_answered(run: &Run, status: &RunStatus) -> Vec<String> {
+    status
+        .pending_interrupts
+        .iter()
+        .map(|p| p.interrupt_id.clone())
+        .filter(|id| {
+            run.spec.answers.iter().any(|a| &a.interrupt_id == id)
+                && !status.answered_interrupts.contains(id)
+        })
+        .collect()
+}
+
+/// A run without a terminal phase: snapshot, observe the worker, or start one.
+pub(super) async fn progress(rr: &mut RunReconcile<'_>) -> Result<Action, Error> {
+    let ctx = rr.ctx;
     let cfg = &ctx.config;
-    let generation = run.metadata.generation;
-    let ns = run.namespace().unwrap_or_default();
-    let name = run.name_any();
+    let run = rr.run;
+    let ns = rr.ns.clone();
 
     // 1. Snapshot the resolved workflow once. While a worker runs, the snapshot it mounts
     // exists (its status says so): skip the GET in the reconciles its pod's changes trigger.
-    let snap = snapshot_name(&name);
-    let snapshotted = step
-        .status
-        .conditions
-        .iter()
-        .any(|c| c.type_ == "Ready" && c.status == "True" && c.reason == "Snapshotted");
-    if snapshotted && step.status.worker_pod.is_some() {
-        return super::observe::observe_worker(ctx, step, pods, generation, now).await;
+    let snap = snapshot_name(&rr.name);
+    let snapshotted = has_condition(
+        &rr.status().conditions,
+        ConditionType::Ready,
+        Some(Reason::Snapshotted),
+    );
+    if snapshotted && rr.status().worker_pod.is_some() {
+        return observe(rr).await;
     }
-    let (snapshot_cm, workflow) = match cms.get_opt(&snap).await? {
+    let (snapshot_cm, workflow) = match rr.snapshot().await? {
         // A deleted Run of the same name left its snapshot (the garbage collector removes it
         // asynchronously): never run from it; remove it and snapshot this run afresh.
         Some(cm) if !owned_by(&cm.metadata, run) => {
-            match cms.delete(&snap, &DeleteParams::background()).await {
-                Ok(_) => {}
-                Err(kube::Error::Api(s)) if s.code == 404 => {}
-                Err(e) => return Err(e.into()),
-            }
+            rr.delete_snapshot().await?;
             return Ok(Action::requeue(Duration::from_secs(1)));
         }
         Some(cm) => {
@@ -151,27 +127,20 @@ pub(super) async fn progress(
                 .map(|s| s.workflow_ref.name)
                 .filter(|n| !n.is_empty())
             {
-                step.status.workflow = Some(n);
+                rr.draft.status.workflow = Some(n);
             }
             // ... and its Ready condition says so even if the first write was lost.
-            if !step
-                .status
-                .conditions
-                .iter()
-                .any(|c| c.type_ == "Ready" && c.status == "True")
-            {
+            if !has_condition(&rr.status().conditions, ConditionType::Ready, None) {
                 // Events go out only after a successful status write, so the one of the
                 // lost first write is recorded now.
                 mark_snapshotted(
-                    step,
+                    &mut rr.draft,
                     format!("workflow snapshotted in ConfigMap {snap}"),
-                    generation,
-                    now,
                 );
             }
             (cm, None)
         }
-        None => match resolve_workflow(run, wfs, &ns).await? {
+        None => match resolve_workflow(rr).await? {
             Resolved::Found(wf) => {
                 let host = cfg.host_profile_for(&ns);
                 let doc = match build_snapshot(
@@ -182,63 +151,50 @@ pub(super) async fn progress(
                 ) {
                     Ok(doc) => doc,
                     Err(refused) => {
-                        step.status.workflow = Some(wf.name_any());
-                        step.refuse(&refused, now, generation);
+                        rr.draft.status.workflow = Some(wf.name_any());
+                        rr.draft.refuse(&refused);
                         return Ok(Action::await_change());
                     }
                 };
-                let cm = snapshot_configmap(run, &doc);
-                let cm = cms
-                    .patch(
-                        &snap,
-                        &PatchParams::apply(MANAGER).force(),
-                        &Patch::Apply(&cm),
-                    )
-                    .await?;
-                step.status.workflow = Some(wf.name_any());
+                let cm = rr.apply_snapshot(&snapshot_configmap(run, &doc)).await?;
+                rr.draft.status.workflow = Some(wf.name_any());
                 let msg = format!(
                     "workflow {} (generation {}) snapshotted in ConfigMap {snap}",
                     wf.name_any(),
                     wf.metadata.generation.unwrap_or(0)
                 );
-                mark_snapshotted(step, msg, generation, now);
+                mark_snapshotted(&mut rr.draft, msg);
                 (cm, Some(wf))
             }
             Resolved::Missing(msg) => {
-                step.status.phase = Some(RunPhase::Pending);
-                step.set_condition("Ready", false, "WorkflowNotFound", msg, generation, now);
+                rr.draft.status.phase = Some(RunPhase::Pending);
+                let reason = Reason::WorkflowNotFound;
+                rr.draft
+                    .set_condition(ConditionType::Ready, false, reason, msg);
                 return Ok(Action::requeue(Duration::from_secs(30)));
             }
             Resolved::NotReady(wf_name, msg) => {
-                step.status.phase = Some(RunPhase::Pending);
-                step.status.workflow = Some(wf_name);
-                step.set_condition("Ready", false, "WorkflowNotReady", msg, generation, now);
+                rr.draft.status.phase = Some(RunPhase::Pending);
+                rr.draft.status.workflow = Some(wf_name);
+                let reason = Reason::WorkflowNotReady;
+                rr.draft
+                    .set_condition(ConditionType::Ready, false, reason, msg);
                 return Ok(Action::requeue(Duration::from_secs(30)));
             }
         },
     };
 
     // 2. Observe the current worker.
-    if step.status.worker_pod.is_some() {
-        return super::observe::observe_worker(ctx, step, pods, generation, now).await;
+    if rr.status().worker_pod.is_some() {
+        return observe(rr).await;
     }
 
     // 3. No worker: resume, back off, queue or start one.
-    let phase = step.status.phase.unwrap_or_default();
+    let now = rr.now;
+    let phase = rr.status().phase.unwrap_or_default();
     let mut resume = false;
     if phase.is_waiting() {
-        // Any pending interrupt with a new answer resumes the run: a new worker continues the
-        // answered branches (the others keep waiting).
-        let answered: Vec<String> = step
-            .status
-            .pending_interrupts
-            .iter()
-            .map(|p| p.interrupt_id.clone())
-            .filter(|id| {
-                run.spec.answers.iter().any(|a| &a.interrupt_id == id)
-                    && !step.status.answered_interrupts.contains(id)
-            })
-            .collect();
+        let answered = newly_answered(run, rr.status());
         if answered.is_empty() {
             return Ok(Action::await_change());
         }
@@ -246,22 +202,18 @@ pub(super) async fn progress(
         let doc = with_current_answers(&stored, run);
         if let Err(refused) = crate::snapshot::fits(&doc) {
             // The apiserver would refuse this snapshot at every retry: end the run now.
-            step.refuse(&refused, now, generation);
+            rr.draft.refuse(&refused);
             return Ok(Action::await_change());
         }
-        cms.patch(
-            &snap,
-            &PatchParams::apply(MANAGER).force(),
-            &Patch::Apply(&snapshot_configmap(run, &doc)),
-        )
-        .await?;
-        step.status
+        rr.apply_snapshot(&snapshot_configmap(run, &doc)).await?;
+        let status = &mut rr.draft.status;
+        status
             .pending_interrupts
             .retain(|p| !answered.contains(&p.interrupt_id));
-        step.status.answered_interrupts.extend(answered);
+        status.answered_interrupts.extend(answered);
         resume = true;
     }
-    if let Some(at) = step.status.retry_after.clone()
+    if let Some(at) = rr.status().retry_after.clone()
         && now < at.0
     {
         return Ok(Action::requeue(wait_until(now, at.0)));
@@ -270,87 +222,79 @@ pub(super) async fn progress(
     // the pod cache has not seen yet, so concurrent reconciles never exceed the limit.
     let gate = ctx.starts.namespace(&ns);
     let mut recent = gate.lock().await;
-    let active = active_workers(ctx, pods, &ns, &mut recent).await?;
+    let active = active_workers(&rr.worker_pods().await?, &mut recent);
     let limit = cfg.runs.max_concurrent_per_namespace as usize;
     if active >= limit {
-        step.status.phase = Some(RunPhase::Pending);
+        rr.draft.status.phase = Some(RunPhase::Pending);
         let msg = format!("{active} runs hold a worker in namespace {ns} (limit {limit}); queued");
-        step.set_condition("Scheduled", false, "Queued", msg, generation, now);
+        let scheduled = ConditionType::Scheduled;
+        rr.draft
+            .set_condition(scheduled, false, Reason::Queued, msg);
         return Ok(Action::requeue(Duration::from_secs(15)));
     }
-    let attempt = step.status.attempts.unwrap_or(0) + 1;
-    let pod = build_worker_pod(run, ctx, wfs, workflow.map(|w| w.spec), step, attempt).await?;
-    match create_pod(pods, &pod, run).await {
+    let attempt = rr.status().attempts.unwrap_or(0) + 1;
+    let pod = build_worker_pod(rr, workflow.map(|w| w.spec), attempt).await?;
+    match rr.create_pod(&pod).await {
         Ok(true) => {}
         Ok(false) => {
-            step.status.phase = Some(RunPhase::Pending);
+            rr.draft.status.phase = Some(RunPhase::Pending);
             let msg = format!(
                 "worker pod name {} is still held by a deleted Run of the same name; retrying",
                 pod.metadata.name.as_deref().unwrap_or_default()
             );
-            step.set_condition(
-                "Scheduled",
-                false,
-                "PreviousRunTerminating",
-                msg,
-                generation,
-                now,
-            );
+            let reason = Reason::PreviousRunTerminating;
+            rr.draft
+                .set_condition(ConditionType::Scheduled, false, reason, msg);
             return Ok(Action::requeue(Duration::from_secs(2)));
         }
         // Admission refused the pod (quota, policy, missing service account...): say so on
         // the Run instead of failing silently in a retry loop.
         Err(kube::Error::Api(s)) if matches!(s.code, 403 | 422) => {
-            step.status.phase = Some(RunPhase::Pending);
+            rr.draft.status.phase = Some(RunPhase::Pending);
             let msg = format!("the worker pod was refused: {}", s.message);
             // One Event per distinct refusal, not one per retry.
-            let repeated =
-                step.status.conditions.iter().any(|c| {
-                    c.type_ == "Scheduled" && c.reason == "PodRejected" && c.message == msg
-                });
-            step.set_condition(
-                "Scheduled",
-                false,
-                "PodRejected",
-                msg.clone(),
-                generation,
-                now,
-            );
+            let repeated = rr.status().conditions.iter().any(|c| {
+                c.type_ == ConditionType::Scheduled.as_str()
+                    && c.reason == Reason::PodRejected.as_str()
+                    && c.message == msg
+            });
+            let scheduled = ConditionType::Scheduled;
+            rr.draft
+                .set_condition(scheduled, false, Reason::PodRejected, msg.clone());
             if !repeated {
-                step.event(EventType::Warning, "PodRejected", msg);
+                rr.draft.event(EventType::Warning, Reason::PodRejected, msg);
             }
             return Ok(Action::requeue(Duration::from_secs(30)));
         }
         Err(e) => return Err(e.into()),
     }
-    let pod_name = pod_name(&name, attempt);
+    let pod_name = pod_name(&rr.name, attempt);
     recent.insert(pod_name.clone(), Instant::now());
     drop(recent);
-    step.status.attempts = Some(attempt);
-    step.status.worker_pod = Some(pod_name.clone());
-    step.status.retry_after = None;
-    step.status.phase = Some(RunPhase::Running);
-    step.status.start_time.get_or_insert(Time(now));
-    step.set_condition(
-        "Scheduled",
+    let draft = &mut rr.draft;
+    draft.status.attempts = Some(attempt);
+    draft.status.worker_pod = Some(pod_name.clone());
+    draft.status.retry_after = None;
+    draft.status.phase = Some(RunPhase::Running);
+    draft.status.start_time.get_or_insert(Time(now));
+    draft.set_condition(
+        ConditionType::Scheduled,
         true,
-        "WorkerStarted",
+        Reason::WorkerStarted,
         format!("worker pod {pod_name}"),
-        generation,
-        now,
     );
     let (reason, note) = if resume {
         (
-            "Resumed",
+            Reason::Resumed,
             format!("answer received; started worker pod {pod_name}"),
         )
     } else {
         (
-            "WorkerStarted",
+            Reason::WorkerStarted,
             format!("started worker pod {pod_name} (attempt {attempt})"),
         )
     };
-    step.event(EventType::Normal, reason, note);
+    draft.event(EventType::Normal, reason, note);
     Ok(Action::requeue(Duration::from_secs(60)))
 }
 
@@ -373,39 +317,11 @@ impl StartGate {
     }
 }
 
-/// Worker pods of `ns` that hold a slot (not finished), counting `recent` (pods this operator
-/// created, dropped once the cache or the list shows them). From the cache when there is one:
-/// a LIST of every worker pod per worker start made starting N runs cost O(N²) transfer.
-pub(super) async fn active_workers(
-    ctx: &Context,
-    pods: &Api<Pod>,
-    ns: &str,
-    recent: &mut HashMap<String, Instant>,
-) -> Result<usize, Error> {
-    let holds_slot = |p: &Pod| {
-        matches!(
-            p.status.as_ref().and_then(|s| s.phase.as_deref()),
-            None | Some("Pending" | "Running")
-        )
-    };
-    // (name, holds a slot) of the namespace's worker pods.
-    let listed: Vec<(String, bool)> = match &ctx.worker_pods {
-        Some(store) if store.wait_until_ready().await.is_ok() => store
-            .state()
-            .iter()
-            .filter(|p| p.metadata.namespace.as_deref() == Some(ns))
-            .map(|p| (p.name_any(), holds_slot(p)))
-            .collect(),
-        _ => pods
-            .list(&ListParams::default().labels(&worker_selector()))
-            .await?
-            .items
-            .iter()
-            .map(|p| (p.name_any(), holds_slot(p)))
-            .collect(),
-    };
+/// Worker pods that hold a slot (not finished) among `listed` (name, holds a slot),
+/// counting `recent` (pods this operator created, dropped once the listing shows them).
+fn active_workers(listed: &[(String, bool)], recent: &mut HashMap<String, Instant>) -> usize {
     recent.retain(|name, at| at.elapsed() < UNSEEN_TTL && !listed.iter().any(|(n, _)| n == name));
-    Ok(listed.iter().filter(|(_, slot)| *slot).count() + recent.len())
+    listed.iter().filter(|(_, slot)| *slot).count() + recent.len()
 }
 
 /// Label selector of the worker pods this operator creates.
@@ -416,17 +332,15 @@ pub fn worker_selector() -> String {
 /// Attempt `attempt` of the run's worker pod (workflow spec from the snapshot's Workflow);
 /// creates the default worker service account when the pod uses it.
 pub(super) async fn build_worker_pod(
-    run: &Run,
-    ctx: &Context,
-    wfs: &Api<Workflow>,
+    rr: &RunReconcile<'_>,
     wf_spec: Option<openwop_crds::WorkflowSpec>,
-    step: &Step,
     attempt: u32,
 ) -> Result<Pod, Error> {
+    let run = rr.run;
     let wf_spec = match wf_spec {
         Some(s) => Some(s),
-        None => match step.status.workflow.as_deref() {
-            Some(n) => wfs.get_opt(n).await?.map(|w| w.spec),
+        None => match rr.status().workflow.as_deref() {
+            Some(n) => rr.workflow(n).await?.map(|w| w.spec),
             None => None,
         },
     };
@@ -438,14 +352,14 @@ pub(super) async fn build_worker_pod(
         providers: &credentials,
         overrides: wf_spec.as_ref().and_then(|s| s.worker.as_ref()),
     };
-    let pod = worker_pod(run, &inputs, &ctx.config, attempt);
+    let pod = worker_pod(run, &inputs, &rr.ctx.config, attempt);
     if inputs
         .overrides
         .and_then(|o| o.service_account_name.as_ref())
         .is_none()
     {
-        ensure_worker_service_account(ctx, &run.namespace().unwrap_or_default()).await?;
+        ensure_worker_service_account(rr).await?;
     }
-    ensure_nats_credentials(ctx, &run.namespace().unwrap_or_default()).await?;
+    ensure_nats_credentials(rr.ctx, &rr.ns).await?;
     Ok(pod)
 }

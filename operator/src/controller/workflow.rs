@@ -14,6 +14,7 @@ use openwop_protocol::workflow_check::{CheckOptions, check_workflow};
 use serde_json::json;
 
 use super::common::{condition, publish, set_condition};
+use super::reasons::{ConditionType, Reason};
 use super::{Context, Error};
 use crate::discovery::advertised_kinds;
 use crate::pod::MANAGER;
@@ -42,7 +43,7 @@ pub async fn reconcile_workflow(wf: Arc<Workflow>, ctx: Arc<Context>) -> Result<
     let ready = if let Some(refused) = crate::snapshot::Refused::undecodable_workflow(&wf) {
         // Checked first: the definition is never built from the marker.
         condition(
-            "Ready",
+            ConditionType::Ready,
             false,
             refused.reason(),
             refused.to_string(),
@@ -69,12 +70,15 @@ pub async fn reconcile_workflow(wf: Arc<Workflow>, ctx: Arc<Context>) -> Result<
             &Patch::Apply(&patch),
         )
         .await?;
-        let previous = old.conditions.iter().find(|c| c.type_ == "Ready");
+        let previous = old
+            .conditions
+            .iter()
+            .find(|c| c.type_ == ConditionType::Ready.as_str());
         if previous.map(|c| (&c.status, &c.message)) != Some((&ready.status, &ready.message)) {
             let (t, reason) = if ready.status == "True" {
-                (EventType::Normal, "Validated")
+                (EventType::Normal, Reason::Validated)
             } else {
-                (EventType::Warning, "Invalid")
+                (EventType::Warning, Reason::Invalid)
             };
             publish(&ctx, wf.as_ref(), t, reason, ready.message.clone()).await;
         }
@@ -92,7 +96,7 @@ fn validity(
     now: k8s_openapi::jiff::Timestamp,
     previous: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
 ) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
-    let report = check_workflow(&wf.spec.definition(), opts);
+    let report = check_workflow(&wf.spec.definition.filled().to_value(), opts);
     if report.is_valid() {
         let mut msg = format!("definition is valid ({} nodes)", wf.spec.nodes.len());
         if !report.warnings.is_empty() {
@@ -108,7 +112,16 @@ fn validity(
                 w.join("; ")
             ));
         }
-        condition("Ready", true, "Valid", msg, generation, now, previous)
+        let valid = Reason::Valid.as_str();
+        condition(
+            ConditionType::Ready,
+            true,
+            valid,
+            msg,
+            generation,
+            now,
+            previous,
+        )
     } else {
         let e: Vec<String> = report
             .errors
@@ -122,7 +135,7 @@ fn validity(
             msg.push_str(&format!(" (and {more} more)"));
         }
         condition(
-            "Ready",
+            ConditionType::Ready,
             false,
             report.errors[0].code.as_str(),
             msg,

@@ -21,7 +21,8 @@ use serde_json::json;
 
 use openwop_protocol::run::subjects::reasoning_subject;
 
-use super::runs::{snapshot_of, visible_run};
+use super::runs::snapshot_of;
+use super::support::visible_run;
 use super::{ApiError, Caller, ErrorBody, Resource, RestState, Verb};
 
 /// Default page size of `GET /v1/runs`.

@@ -1,5 +1,8 @@
-//! The REST error body (`schemas/error-envelope.schema.json`): exactly `{error, message,
-//! details}`, with the spec's codes (`spec/v1/rest-endpoints.md` §Error response shape).
+//! The one error type of the operator's HTTP API, REST and conformance seams alike: the REST
+//! body (`schemas/error-envelope.schema.json`) is exactly `{error, message, details}`, with
+//! the spec's codes (`spec/v1/rest-endpoints.md` §Error response shape); a conformance seam's
+//! refusal of its request is `{"error": {"code", "message"}}` (`host-sample-test-seams.md`),
+//! chosen by [`ErrorShape`].
 
 use std::time::Duration;
 
@@ -22,6 +25,18 @@ pub struct ErrorBody {
     pub details: Option<Value>,
 }
 
+/// The wire shape an [`ApiError`] answers with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ErrorShape {
+    /// `{error, message, details?}`: every REST endpoint, and the seams' auth and
+    /// availability errors.
+    #[default]
+    Rest,
+    /// `{"error": {"code", "message"}}`: a conformance seam refusing its request, as the
+    /// spec's seams answer (the official suite reads `error.code`).
+    Seam,
+}
+
 /// An error response: status, body and (for 429/503) `Retry-After`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ApiError {
@@ -29,6 +44,7 @@ pub struct ApiError {
     /// Boxed: handlers return `Result<_, ApiError>` everywhere; a small error keeps them cheap.
     pub body: Box<ErrorBody>,
     pub retry_after: Option<Duration>,
+    pub shape: ErrorShape,
 }
 
 impl ApiError {
@@ -41,6 +57,15 @@ impl ApiError {
                 details: None,
             }),
             retry_after: None,
+            shape: ErrorShape::Rest,
+        }
+    }
+
+    /// A conformance seam refusing its request: `{"error": {"code", "message"}}`.
+    pub fn seam_refusal(status: StatusCode, code: &str, message: impl Into<String>) -> Self {
+        ApiError {
+            shape: ErrorShape::Seam,
+            ..Self::new(status, code, message)
         }
     }
 
@@ -67,6 +92,16 @@ impl ApiError {
     /// 400: the request is malformed; `details` names the fields.
     pub fn validation(message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, "validation_error", message)
+    }
+
+    /// 413: the body is over `rest.maxBodyBytes`; `details.maxBytes` names the limit.
+    pub fn payload_too_large(max: usize) -> Self {
+        Self::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload_too_large",
+            format!("the request body is larger than {max} bytes (rest.maxBodyBytes); send less"),
+        )
+        .with_details(serde_json::json!({ "maxBytes": max }))
     }
 
     /// 409.
@@ -112,12 +147,57 @@ impl std::error::Error for ApiError {}
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let mut resp = (self.status, axum::Json(*self.body)).into_response();
+        let mut resp = match self.shape {
+            ErrorShape::Rest => (self.status, axum::Json(*self.body)).into_response(),
+            ErrorShape::Seam => (
+                self.status,
+                axum::Json(serde_json::json!({
+                    "error": {"code": self.body.error, "message": self.body.message}
+                })),
+            )
+                .into_response(),
+        };
         if let Some(d) = self.retry_after
             && let Ok(v) = HeaderValue::from_str(&d.as_secs().max(1).to_string())
         {
             resp.headers_mut().insert(header::RETRY_AFTER, v);
         }
         resp
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn body(e: ApiError) -> (StatusCode, Value) {
+        let resp = e.into_response();
+        let status = resp.status();
+        let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        (status, serde_json::from_slice(&bytes).unwrap())
+    }
+
+    #[tokio::test]
+    async fn one_error_type_answers_in_the_rest_or_the_seams_shape() {
+        let (status, v) =
+            body(ApiError::validation("bad").with_details(serde_json::json!({"field": "x"}))).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+        assert_eq!(
+            v,
+            serde_json::json!({"error": "validation_error", "message": "bad", "details": {"field": "x"}})
+        );
+        let (status, v) = body(ApiError::seam_refusal(
+            StatusCode::CONFLICT,
+            "conflict",
+            "taken",
+        ))
+        .await;
+        assert_eq!(status, StatusCode::CONFLICT);
+        assert_eq!(
+            v,
+            serde_json::json!({"error": {"code": "conflict", "message": "taken"}})
+        );
     }
 }

@@ -5,6 +5,13 @@
 //! from JetStream; writes are ordinary Kubernetes writes (create a `Run`, patch its spec), so
 //! the leader's controllers do the rest and `kubectl` sees everything the API does.
 //!
+//! One file per resource — [`runs`] (create, read), [`cancel`], [`interrupts`], [`events`]
+//! (SSE, JSON and long-poll), [`workflows`] — over [`types`] (request and response bodies),
+//! [`support`] (cache lookups shared by several resources), [`json`] (the one JSON body
+//! extractor: a malformed body is an [`ApiError`], never axum's plain text) and [`error`]
+//! (the one error type, REST and conformance seams alike). Run creation calls optional
+//! [`RunHooks`] (the conformance seams, when on); this module knows nothing else of them.
+//!
 //! Auth is Kubernetes' ([`auth`]): a bearer token checked by `TokenReview` gives the
 //! [`Caller`] extractor; every action is checked by a `SubjectAccessReview` through
 //! [`Authenticator::authorize`] in the namespace concerned (tenant = namespace).
@@ -17,7 +24,7 @@
 //! a [`Caller`] argument (401 without a valid token) and authorize each action with
 //! `state.auth.authorize(&caller, Verb::Create, Resource::Runs, namespace).await?` (403), or
 //! [`Authenticator::allowed`] where a refusal must read as 404. Error bodies are
-//! [`ApiError`]. Everything mounted this way shares the body limit and the 429 load shedding.
+//! [`ApiError`]; JSON bodies are read with [`Json`]. Everything mounted this way shares the body limit and the 429 load shedding.
 //!
 //! ```ignore
 //! async fn reset(State(s): State<RestState>, caller: Caller) -> Result<StatusCode, ApiError> {
@@ -31,25 +38,30 @@
 
 pub mod auth;
 pub mod browse;
+mod cancel;
 pub mod error;
+pub mod events;
+pub mod hooks;
+mod interrupts;
+pub mod json;
 pub mod runs;
-pub mod seams;
+pub mod support;
+pub mod types;
+mod workflows;
 
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use axum::Json;
 use axum::body::Body;
-use axum::extract::{DefaultBodyLimit, FromRef, Path, Query, Request, State};
+use axum::extract::{DefaultBodyLimit, FromRef, Request, State};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use kube::runtime::reflector::{self, Store, reflector};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client, ResourceExt};
+use kube::{Api, Client};
 use openwop_crds::{Run, Workflow};
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use utoipa::OpenApi;
@@ -57,7 +69,10 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 pub use auth::{Authenticator, Caller, Resource, Verb};
-pub use error::{ApiError, ErrorBody};
+pub use error::{ApiError, ErrorBody, ErrorShape};
+pub use hooks::RunHooks;
+pub use json::Json;
+pub use support::{find_run, find_workflow, visible_run};
 
 use crate::config::{OperatorConfig, RestConfig};
 
@@ -78,6 +93,8 @@ pub struct RestState {
     /// The discovery document this replica serves (the capability-toggle seam reads and
     /// overlays it).
     pub discovery: crate::discovery::DiscoveryState,
+    /// What run creation asks of the conformance seams; `None` (the seams off): nothing.
+    pub run_hooks: Option<Arc<dyn RunHooks>>,
 }
 
 impl FromRef<RestState> for Arc<Authenticator> {
@@ -106,7 +123,14 @@ impl RestState {
             workflows,
             jetstream: Default::default(),
             discovery: crate::discovery::DiscoveryState::new(""),
+            run_hooks: None,
         }
+    }
+
+    /// Installs run-creation hooks (`None`: none).
+    pub fn with_run_hooks(mut self, hooks: Option<Arc<dyn RunHooks>>) -> Self {
+        self.run_hooks = hooks;
+        self
     }
 
     /// Shares `discovery` (the state the discovery routes serve) with the API.
@@ -290,13 +314,13 @@ pub fn openapi() -> Value {
 /// The OpenWOP v1 endpoints, described by their handlers' own types.
 fn api_routes() -> OpenApiRouter<RestState> {
     OpenApiRouter::with_openapi(ApiDoc::openapi())
-        .routes(routes!(get_workflow))
+        .routes(routes!(workflows::get_workflow))
         .routes(routes!(runs::create_run))
         .routes(routes!(runs::get_run))
-        .routes(routes!(runs::run_events))
-        .routes(routes!(runs::poll_events))
-        .routes(routes!(runs::cancel_run))
-        .routes(routes!(runs::resolve_interrupt))
+        .routes(routes!(events::run_events))
+        .routes(routes!(events::poll_events))
+        .routes(routes!(cancel::cancel_run))
+        .routes(routes!(interrupts::resolve_interrupt))
         .routes(routes!(browse::list_runs))
         .routes(routes!(browse::list_tenants))
         .routes(routes!(browse::run_reasoning))
@@ -346,69 +370,6 @@ impl http_body::Body for PermittedBody {
     fn size_hint(&self) -> http_body::SizeHint {
         self.body.size_hint()
     }
-}
-
-/// Query of endpoints that address a namespace-scoped object by OpenWOP id.
-#[derive(Debug, Deserialize, utoipa::IntoParams)]
-#[serde(rename_all = "camelCase")]
-pub struct TenantQuery {
-    /// Namespace to look in; defaults to the caller's ServiceAccount namespace.
-    pub tenant_id: Option<String>,
-}
-
-/// `GET /v1/workflows/{workflowId}` body: the OpenWOP workflow definition document.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-#[serde(transparent)]
-#[schema(value_type = Object)]
-pub struct WorkflowDefinition(pub Value);
-
-/// Finds a Workflow by OpenWOP id (or Kubernetes name) in one namespace of the cache.
-pub fn find_workflow(state: &RestState, namespace: &str, id: &str) -> Option<Arc<Workflow>> {
-    state
-        .workflows
-        .state()
-        .into_iter()
-        .filter(|w| w.namespace().as_deref() == Some(namespace))
-        .find(|w| w.spec.id == id)
-        .or_else(|| {
-            state
-                .workflows
-                .state()
-                .into_iter()
-                .find(|w| w.namespace().as_deref() == Some(namespace) && w.name_any() == id)
-        })
-}
-
-/// Read a workflow definition.
-#[utoipa::path(
-    get,
-    path = "/v1/workflows/{workflowId}",
-    params(("workflowId" = String, Path, description = "OpenWOP workflow id"), TenantQuery),
-    responses(
-        (status = 200, body = WorkflowDefinition),
-        (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)
-    ),
-    security(("bearer" = []))
-)]
-async fn get_workflow(
-    State(s): State<RestState>,
-    caller: Caller,
-    Path(workflow_id): Path<String>,
-    Query(q): Query<TenantQuery>,
-) -> Result<Json<WorkflowDefinition>, ApiError> {
-    let ns = s.tenant(&caller, q.tenant_id.as_deref())?;
-    let missing =
-        || ApiError::not_found(format!("workflow {workflow_id:?} not found in tenant {ns}"));
-    // A caller who may not read workflows there learns nothing about what exists.
-    if !s
-        .auth
-        .allowed(&caller, Verb::Get, Resource::Workflows, &ns)
-        .await?
-    {
-        return Err(missing());
-    }
-    let wf = find_workflow(&s, &ns, &workflow_id).ok_or_else(missing)?;
-    Ok(Json(WorkflowDefinition(wf.spec.definition())))
 }
 
 #[cfg(test)]

@@ -11,8 +11,7 @@ use crate::envelope::{AiEnvelope, ContentTrust, is_universal_kind};
 use crate::events::{ErrorInfo, EventFactory, LogAppended, LogLevel, NodeFailed, RunEventDoc};
 use crate::outcome::{Code, Gate, Gated, Outcome};
 
-use super::kind::union_with_universals;
-use super::{Context, EnvelopeContract, RefusalMode};
+use super::{Context, EnvelopeContract, RefusalMode, union_with_universals};
 
 pub(crate) fn check(
     env: &AiEnvelope,

@@ -10,7 +10,7 @@ use crate::envelope::{AiEnvelope, ContentTrust, is_universal_kind};
 use crate::events::{EventFactory, RunEventDoc};
 use crate::outcome::{Code, Gate, Gated, Outcome};
 
-use super::Context;
+use super::{Context, union_with_universals};
 
 pub(crate) fn check(
     env: &AiEnvelope,
@@ -57,6 +57,3 @@ pub(crate) fn check(
     });
     Err((outcome, vec![super::stamp(ev, ctx, corr, trust)]))
 }
-
-/// Universal kinds first, then the given kinds, without duplicates.
-pub(crate) use crate::envelope::universal_first as union_with_universals;

@@ -19,17 +19,22 @@
 // only add an allocation on a path that is as common as success.
 #![allow(clippy::result_large_err)]
 
-pub mod contract;
-pub mod dedup;
-pub mod handler;
-pub mod kind;
-pub mod limits;
-pub mod parse;
-pub mod payload;
-pub mod redaction;
+// The steps are private: callers use the `pub use` list below, so a step's internals can
+// change without touching another crate.
+mod contract;
+mod dedup;
+mod handler;
+mod kind;
+mod limits;
+mod parse;
+mod payload;
+mod redaction;
+// The conformance seam `envelope/accept` and `kubectl-openwop envelope accept`: not part of
+// the production pipeline, so only built with the `conformance` feature.
+#[cfg(feature = "conformance")]
 pub mod request;
-pub mod shape;
-pub mod trust;
+mod shape;
+mod trust;
 
 use std::collections::BTreeMap;
 
@@ -47,6 +52,8 @@ pub use crate::recovery::RecoveryPath;
 pub use dedup::{DedupEntry, DedupStore};
 pub use handler::interrupt_id_for;
 pub use parse::{InputLimits, Recovery};
+pub use shape::is_iso8601;
+pub(crate) use shape::json_type;
 
 /// `envelopeStrictness` from the capabilities document.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -436,3 +443,7 @@ pub(crate) fn quote_kind(kind: &str) -> String {
     }
     out
 }
+
+/// Universal kinds first (the allowed list both the kind gate and the contract gate report;
+/// re-exported here so neither step imports the other).
+pub(crate) use crate::envelope::universal_first as union_with_universals;

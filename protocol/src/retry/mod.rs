@@ -8,10 +8,15 @@ pub mod reasoning;
 pub mod response;
 pub mod router;
 
-pub use journal::{Journal, ResponseRecord};
-pub use mock::{MockCursor, MockExhausted, MockProgram, MockResponse};
+pub use journal::{Journal, ResponseRecord, calls_in_earlier_attempts, dispatch_budgets, step_key};
+pub use mock::{
+    MAX_DELAY_MS, MockCursor, MockError, MockExhausted, MockProgram, MockResponse, ProviderMock,
+};
 pub use reasoning::ReasoningPosture;
-pub use response::{NormalizedResponse, StopReason, Usage};
+pub use response::{
+    NormalizedResponse, StopReason, Usage, normalize_anthropic, normalize_any, normalize_gemini,
+    normalize_openai_chat,
+};
 pub use router::{
     Accepted, Action, CallPurpose, CallRequest, Failure, FailureCode, FragmentKind, NlToFormat,
     PayloadValidator, Router, RouterConfig, RouterConfigError, RouterError, Step, SystemFragment,

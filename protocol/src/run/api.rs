@@ -8,7 +8,7 @@ use serde_json::{Map, Value};
 
 use super::projection::Projection;
 use super::status::RunPhase;
-use crate::pipeline::shape::json_type;
+use crate::pipeline::json_type;
 use crate::workflow::{VariableKind, WorkflowVariable};
 
 /// The error code of `POST /v1/runs` when an `Idempotency-Key` is reused with another request

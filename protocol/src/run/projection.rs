@@ -300,6 +300,47 @@ impl Projection {
     }
 }
 
+/// The status a run shows once `newer` is known: the stored projection (`stored`, what the
+/// Run's status says) merged with a projection that knows more — the stored one with the
+/// run's new events folded in (the operator's event consumer), or the worker's termination
+/// summary (the reconciler). Field by field:
+///
+/// * **phase** — a terminal phase never changes (a run the operator failed or cancelled
+///   stays so, whatever late events say); `cancelling` holds until `newer` is terminal (late
+///   events of the stopped worker must not make it look running again); otherwise `newer`'s,
+///   else the stored one;
+/// * **pending interrupts, running nodes, error** — they belong to the phase: the stored ones
+///   while the phase is held, else `newer`'s (the error: `newer`'s, else the stored one);
+/// * **current node** — `newer`'s, else the stored one (informational: the last node named);
+/// * **events, lastSequence** — the larger: counters never go backwards (the consumer may
+///   have seen more than a summary, or the other way round).
+pub fn merge(stored: &Projection, newer: &Projection) -> Projection {
+    let newer_ends = newer.phase.is_some_and(RunPhase::is_terminal);
+    let held = stored.phase.is_some_and(RunPhase::is_terminal)
+        || (stored.phase == Some(RunPhase::Cancelling) && !newer_ends);
+    let from = if held { stored } else { newer };
+    Projection {
+        phase: if held {
+            stored.phase
+        } else {
+            newer.phase.or(stored.phase)
+        },
+        current_node: newer
+            .current_node
+            .clone()
+            .or_else(|| stored.current_node.clone()),
+        events: stored.events.max(newer.events),
+        last_sequence: stored.last_sequence.max(newer.last_sequence),
+        running_nodes: from.running_nodes.clone(),
+        pending_interrupts: from.pending_interrupts.clone(),
+        error: if held {
+            stored.error.clone()
+        } else {
+            newer.error.clone().or_else(|| stored.error.clone())
+        },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -486,5 +527,169 @@ mod tests {
         }
         assert_eq!(p.pending_interrupts.len(), MAX_PENDING_INTERRUPTS);
         assert!(p.to_termination_message().len() <= TERMINATION_MESSAGE_BYTES);
+    }
+
+    /// A projection for the merge table: `phase`, `node`, `(events, lastSequence)`, pending
+    /// interrupt ids, running nodes, error code.
+    fn pj(
+        phase: Option<RunPhase>,
+        node: Option<&str>,
+        (events, last): (u64, Option<u64>),
+        pending: &[&str],
+        running: &[&str],
+        error: Option<&str>,
+    ) -> Projection {
+        Projection {
+            phase,
+            current_node: node.map(str::to_owned),
+            events,
+            last_sequence: last,
+            running_nodes: running.iter().map(|n| (*n).to_owned()).collect(),
+            pending_interrupts: pending
+                .iter()
+                .map(|id| PendingInterrupt {
+                    interrupt_id: (*id).into(),
+                    node_id: "n".into(),
+                    kind: "clarification".into(),
+                    questions: vec![],
+                    reason: None,
+                    agent_id: None,
+                    threshold: None,
+                    observed: None,
+                })
+                .collect(),
+            error: error.map(|c| RunError::new(c, "m")),
+        }
+    }
+
+    /// The merge rule, case by case. The rows marked (*) are where the operator's two earlier
+    /// merges disagreed: the reconciler's (a worker summary overwrote phase, interrupts and
+    /// running nodes) and the event consumer's (which held terminal and cancelling phases,
+    /// but took the fold's counters and current node as they were).
+    #[test]
+    fn merge_table() {
+        use RunPhase::*;
+        let rows: Vec<(&str, Projection, Projection, Projection)> = vec![
+            (
+                "(*) a terminal phase the operator set is never revived by a later summary or event",
+                pj(
+                    Some(Failed),
+                    Some("a"),
+                    (3, Some(2)),
+                    &[],
+                    &[],
+                    Some("run_timeout"),
+                ),
+                pj(
+                    Some(Running),
+                    Some("b"),
+                    (5, Some(4)),
+                    &["i1"],
+                    &["b"],
+                    None,
+                ),
+                pj(
+                    Some(Failed),
+                    Some("b"),
+                    (5, Some(4)),
+                    &[],
+                    &[],
+                    Some("run_timeout"),
+                ),
+            ),
+            (
+                "(*) a terminal phase is not replaced by another terminal phase either",
+                pj(Some(Cancelled), None, (2, Some(1)), &[], &[], None),
+                pj(Some(Failed), None, (3, Some(2)), &[], &[], Some("boom")),
+                pj(Some(Cancelled), None, (3, Some(2)), &[], &[], None),
+            ),
+            (
+                "(*) cancelling holds against a non-terminal projection (late events of the stopped worker)",
+                pj(Some(Cancelling), Some("a"), (2, Some(1)), &[], &[], None),
+                pj(
+                    Some(WaitingInput),
+                    Some("a"),
+                    (3, Some(2)),
+                    &["i1"],
+                    &[],
+                    None,
+                ),
+                pj(Some(Cancelling), Some("a"), (3, Some(2)), &[], &[], None),
+            ),
+            (
+                "cancelling ends when the projection is terminal",
+                pj(
+                    Some(Cancelling),
+                    Some("a"),
+                    (2, Some(1)),
+                    &["i0"],
+                    &[],
+                    None,
+                ),
+                pj(Some(Cancelled), Some("a"), (3, Some(2)), &[], &[], None),
+                pj(Some(Cancelled), Some("a"), (3, Some(2)), &[], &[], None),
+            ),
+            (
+                "a running run follows the projection: phase, interrupts, running nodes",
+                pj(Some(Running), Some("a"), (2, Some(1)), &[], &["a"], None),
+                pj(
+                    Some(WaitingInput),
+                    Some("a"),
+                    (4, Some(3)),
+                    &["i1"],
+                    &[],
+                    None,
+                ),
+                pj(
+                    Some(WaitingInput),
+                    Some("a"),
+                    (4, Some(3)),
+                    &["i1"],
+                    &[],
+                    None,
+                ),
+            ),
+            (
+                "(*) counters never go backwards: a summary that saw fewer events than the consumer",
+                pj(Some(Running), Some("a"), (10, Some(9)), &[], &["a"], None),
+                pj(Some(Completed), Some("a"), (4, Some(3)), &[], &[], None),
+                pj(Some(Completed), Some("a"), (10, Some(9)), &[], &[], None),
+            ),
+            (
+                "(*) a projection naming no node keeps the stored current node",
+                pj(Some(Running), Some("a"), (2, Some(1)), &[], &["a"], None),
+                pj(Some(Running), None, (3, Some(2)), &[], &[], None),
+                pj(Some(Running), Some("a"), (3, Some(2)), &[], &[], None),
+            ),
+            (
+                "the error is the projection's, else the stored one",
+                pj(Some(Running), None, (1, Some(0)), &[], &[], Some("earlier")),
+                pj(
+                    Some(Failed),
+                    None,
+                    (2, Some(1)),
+                    &[],
+                    &[],
+                    Some("envelope_invalid"),
+                ),
+                pj(
+                    Some(Failed),
+                    None,
+                    (2, Some(1)),
+                    &[],
+                    &[],
+                    Some("envelope_invalid"),
+                ),
+            ),
+            (
+                "a projection without a phase or error keeps the stored ones",
+                pj(Some(Pending), None, (0, None), &[], &[], Some("earlier")),
+                pj(None, None, (0, None), &[], &[], None),
+                pj(Some(Pending), None, (0, None), &[], &[], Some("earlier")),
+            ),
+        ];
+        for (case, stored, newer, want) in rows {
+            assert_eq!(merge(&stored, &newer), want, "{case}");
+        }
     }
 }

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::host::HostProfile;
+use super::status::{AnswerMismatch, PendingInterrupt};
 use crate::retry::mock::{MockError, MockProgram, ProviderMock};
 
 /// Where the run lives and who it is.
@@ -54,20 +55,145 @@ pub struct ProviderMount {
     pub key: KeyMount,
 }
 
-/// An answer to an interrupt (`Run.spec.answers[]`, or the REST interrupts endpoint).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// An answer to an interrupt.
+// An item of the Run CRD's `spec.answers` (hence the schema annotations, with the Kubernetes
+// CEL rule as a plain schema keyword), copied as is into the snapshot the worker reads. Built
+// from what a person replied with `Answer::from_user_input`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "has(self.value) || has(self.approved)",
+    "message": "an answer needs value (clarification answers) or approved (approval decision)"
+}]))]
 pub struct Answer {
+    /// The interrupt answered (an id in `status.pendingInterrupts`).
+    #[schemars(length(min = 1, max = 128))]
     pub interrupt_id: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Clarification answers: an object keyed by question id (values are any JSON).
+    // Typed `object` (not untyped JSON) so the CEL rule above can test `has(self.value)`.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::lenient::option"
+    )]
+    #[schemars(schema_with = "crate::structural::free_object")]
     pub value: Option<Value>,
+    /// Approval decision.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approved: Option<bool>,
+    /// Free-text comment.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 4096))]
     pub comment: Option<String>,
-    /// Set by a relay that forwards content it did not author; `untrusted` can never approve.
+    /// Trust of the answer's content: `untrusted` when a relay forwards content it did not
+    /// author (e.g. the REST API on a caller's say-so). An untrusted answer never approves.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^(trusted|untrusted)$"))]
     pub content_trust: Option<String>,
+}
+
+/// What a person replied to an interrupt, before it is checked against the interrupt.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reply {
+    /// An approval decision: `true` approves, `false` rejects.
+    Decision(bool),
+    /// Answers keyed by question id.
+    Answers(Map<String, Value>),
+    /// A `resumeValue` as the REST API takes it: for an approval `true` / `false`,
+    /// `"approve"` / `"reject"` (or `"approved"` / `"rejected"`), `{"approved": bool}` or
+    /// `{"decision": "approve" | "reject"}`; for any other interrupt an object of answers.
+    ResumeValue(Value),
+}
+
+/// Why a reply cannot become an [`Answer`].
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum AnswerError {
+    /// `contentTrust` is neither `trusted` nor `untrusted`.
+    #[error("contentTrust {0:?} must be trusted or untrusted")]
+    ContentTrust(String),
+    /// A `resumeValue` for an approval that spells no decision.
+    #[error(
+        "this interrupt waits for an approval: resumeValue must be true / false, \"approve\" / \"reject\" or {{\"approved\": bool}}"
+    )]
+    NotADecision,
+    /// A `resumeValue` for a question interrupt that is not an object.
+    #[error("this interrupt asks questions: resumeValue must be an object of question id → answer")]
+    NotAnObject,
+    /// The reply does not fit what the interrupt waits for.
+    #[error(transparent)]
+    Mismatch(#[from] AnswerMismatch),
+}
+
+impl AnswerError {
+    /// The request member at fault (`contentTrust` or `resumeValue`).
+    pub fn field(&self) -> &'static str {
+        match self {
+            AnswerError::ContentTrust(_) => "contentTrust",
+            _ => "resumeValue",
+        }
+    }
+}
+
+impl Answer {
+    /// The answer to interrupt `interrupt_id` from what a person replied. `pending` is the
+    /// interrupt as the Run's status lists it: the reply is checked against it (a decision
+    /// for an approval, exactly one answer per listed question otherwise); `None` when the
+    /// caller names an interrupt the status does not list (yet), which is taken unchecked.
+    pub fn from_user_input(
+        interrupt_id: String,
+        pending: Option<&PendingInterrupt>,
+        reply: Reply,
+        comment: Option<String>,
+        content_trust: Option<String>,
+    ) -> Result<Answer, AnswerError> {
+        if let Some(t) = content_trust
+            .as_deref()
+            .filter(|t| !matches!(*t, "trusted" | "untrusted"))
+        {
+            return Err(AnswerError::ContentTrust(t.to_owned()));
+        }
+        let approval = pending.map(PendingInterrupt::is_approval);
+        // Answers (`Some`) or a decision.
+        let (answers, approved) = match reply {
+            Reply::Decision(b) => (None, Some(b)),
+            Reply::Answers(m) => (Some(m), None),
+            Reply::ResumeValue(v) if approval == Some(true) => {
+                (None, Some(decision(&v).ok_or(AnswerError::NotADecision)?))
+            }
+            Reply::ResumeValue(Value::Object(m)) => (Some(m), None),
+            Reply::ResumeValue(Value::Bool(b)) if approval.is_none() => (None, Some(b)),
+            Reply::ResumeValue(_) => return Err(AnswerError::NotAnObject),
+        };
+        if let Some(p) = pending {
+            p.check_answer(answers.as_ref())?;
+        }
+        let value = answers.map(Value::Object);
+        Ok(Answer {
+            interrupt_id,
+            value,
+            approved,
+            comment,
+            content_trust,
+        })
+    }
+}
+
+/// The decision a `resumeValue` spells for an approval, if any.
+fn decision(v: &Value) -> Option<bool> {
+    let word = |s: &str| match s {
+        "approve" | "approved" => Some(true),
+        "reject" | "rejected" => Some(false),
+        _ => None,
+    };
+    match v {
+        Value::Bool(b) => Some(*b),
+        Value::String(s) => word(s),
+        Value::Object(o) => o
+            .get("approved")
+            .and_then(Value::as_bool)
+            .or_else(|| o.get("decision").and_then(Value::as_str).and_then(word)),
+        _ => None,
+    }
 }
 
 /// The snapshot document (`snapshot.json`).
@@ -329,5 +455,124 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("bogus"), "{e}");
+    }
+
+    fn pending(kind: &str, questions: &[&str]) -> PendingInterrupt {
+        serde_json::from_value(json!({
+            "interruptId": "i1", "nodeId": "n", "kind": kind,
+            "questions": questions.iter().map(|q| json!({"id": q, "question": "?"})).collect::<Vec<_>>(),
+        }))
+        .unwrap()
+    }
+
+    fn answer(p: Option<&PendingInterrupt>, reply: Reply) -> Result<Answer, AnswerError> {
+        Answer::from_user_input("i1".into(), p, reply, None, None)
+    }
+
+    #[test]
+    fn a_resume_value_for_an_approval_takes_the_usual_spellings() {
+        let p = pending("approval", &[]);
+        for (v, want) in [
+            (json!(true), true),
+            (json!(false), false),
+            (json!("approve"), true),
+            (json!("rejected"), false),
+            (json!({"approved": true}), true),
+            (json!({"decision": "reject"}), false),
+        ] {
+            let a = answer(Some(&p), Reply::ResumeValue(v.clone())).unwrap();
+            assert_eq!((a.approved, a.value), (Some(want), None), "{v}");
+        }
+        for v in [json!({"region": "eu"}), json!("maybe"), json!(1)] {
+            assert_eq!(
+                answer(Some(&p), Reply::ResumeValue(v)).unwrap_err(),
+                AnswerError::NotADecision
+            );
+        }
+        // Answers for an approval do not fit it.
+        let e = answer(Some(&p), Reply::Answers(Map::new())).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                AnswerError::Mismatch(AnswerMismatch::WantsApproval { .. })
+            ),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn answers_must_be_an_object_with_exactly_the_questions() {
+        let p = pending("clarification", &["region", "tier"]);
+        let a = answer(
+            Some(&p),
+            Reply::ResumeValue(json!({"region": "eu", "tier": "gold"})),
+        )
+        .unwrap();
+        assert_eq!(a.value, Some(json!({"region": "eu", "tier": "gold"})));
+        assert_eq!((a.interrupt_id.as_str(), a.approved), ("i1", None));
+        let e = answer(Some(&p), Reply::ResumeValue(json!("eu"))).unwrap_err();
+        assert_eq!(e, AnswerError::NotAnObject);
+        assert_eq!(e.field(), "resumeValue");
+        let e = answer(
+            Some(&p),
+            Reply::ResumeValue(json!({"region": "eu", "zone": 1})),
+        )
+        .unwrap_err();
+        let AnswerError::Mismatch(AnswerMismatch::Questions {
+            unknown, missing, ..
+        }) = e
+        else {
+            panic!("{e}")
+        };
+        assert_eq!(
+            (unknown, missing),
+            (vec!["zone".into()], vec!["tier".into()])
+        );
+        let e = answer(Some(&p), Reply::Decision(true)).unwrap_err();
+        assert!(e.to_string().contains("not an approval"), "{e}");
+    }
+
+    #[test]
+    fn trust_and_comment_are_kept_and_a_bad_trust_is_named() {
+        let p = pending("approval", &[]);
+        let a = Answer::from_user_input(
+            "i1".into(),
+            Some(&p),
+            Reply::Decision(false),
+            Some("too risky".into()),
+            Some("untrusted".into()),
+        )
+        .unwrap();
+        assert_eq!(
+            serde_json::to_value(&a).unwrap(),
+            json!({"interruptId": "i1", "approved": false, "comment": "too risky", "contentTrust": "untrusted"})
+        );
+        let e = Answer::from_user_input(
+            "i1".into(),
+            Some(&p),
+            Reply::Decision(true),
+            None,
+            Some("maybe".into()),
+        )
+        .unwrap_err();
+        assert_eq!(
+            (e.to_string().as_str(), e.field()),
+            (
+                "contentTrust \"maybe\" must be trusted or untrusted",
+                "contentTrust"
+            )
+        );
+    }
+
+    #[test]
+    fn an_interrupt_the_status_does_not_list_is_answered_unchecked() {
+        let a = answer(None, Reply::Answers(Map::new())).unwrap();
+        assert_eq!(a.value, Some(json!({})));
+        let a = answer(None, Reply::ResumeValue(json!(true))).unwrap();
+        assert_eq!(a.approved, Some(true));
+        assert_eq!(
+            answer(None, Reply::ResumeValue(json!("yes"))).unwrap_err(),
+            AnswerError::NotAnObject
+        );
     }
 }

@@ -87,6 +87,97 @@ impl fmt::Display for RunPhase {
     }
 }
 
+/// How a run's end is reported to people: a Kubernetes Event and the reason and message of
+/// its `Succeeded` condition. One mapping, whichever way the operator learnt the run ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EndingReport {
+    pub reason: EndReason,
+    pub severity: Severity,
+    pub message: String,
+}
+
+/// The reason of a run's end: its terminal phase.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EndReason {
+    Completed,
+    Failed,
+    Cancelled,
+}
+
+impl EndReason {
+    /// The wire string (a Kubernetes reason).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EndReason::Completed => "Completed",
+            EndReason::Failed => "Failed",
+            EndReason::Cancelled => "Cancelled",
+        }
+    }
+}
+
+/// Whether a report calls for attention (a Kubernetes `Warning` Event) or not (`Normal`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Severity {
+    Normal,
+    Warning,
+}
+
+/// Who recorded the terminal phase the operator reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecordedBy {
+    /// The run's event stream (the status already shows the phase).
+    Stream,
+    /// The worker, in its termination summary.
+    Worker,
+    /// The cancel worker `spec.cancel` started: a cancellation someone asked for.
+    CancelWorker,
+}
+
+/// The report of a run that ended in `phase` with `error`, as `by` recorded it; `None` for a
+/// phase that ends nothing. Completed is `Normal`; failed is a `Warning` quoting the error;
+/// cancelled is a `Warning` unless it is the cancellation `spec.cancel` asked for.
+pub fn ending_report(
+    phase: RunPhase,
+    error: Option<&RunError>,
+    by: RecordedBy,
+) -> Option<EndingReport> {
+    let (reason, severity, message) = match phase {
+        RunPhase::Completed => (
+            EndReason::Completed,
+            Severity::Normal,
+            "the run completed".to_owned(),
+        ),
+        RunPhase::Failed => (
+            EndReason::Failed,
+            Severity::Warning,
+            error.map_or_else(
+                || "the run failed".to_owned(),
+                |e| format!("{}: {}", e.code, e.message),
+            ),
+        ),
+        RunPhase::Cancelled => {
+            let message = match by {
+                RecordedBy::Stream => "the run was cancelled",
+                RecordedBy::Worker | RecordedBy::CancelWorker => {
+                    "the worker recorded the run as cancelled"
+                }
+            };
+            let severity = if by == RecordedBy::CancelWorker {
+                Severity::Normal
+            } else {
+                Severity::Warning
+            };
+            (EndReason::Cancelled, severity, message.to_owned())
+        }
+        _ => return None,
+    };
+    Some(EndingReport {
+        reason,
+        severity,
+        message,
+    })
+}
+
 /// The phase and the interrupt kind of a suspension (`node.suspended`): a low-confidence
 /// decision waits for approval whatever kind the event names; a clarification waits for
 /// input; anything else waits for an external event.
@@ -333,5 +424,107 @@ mod tests {
             assert_eq!(v, p.as_str());
             assert_eq!(serde_json::from_value::<RunPhase>(v).unwrap(), p);
         }
+    }
+
+    /// The one terminal phase → report mapping. The rows marked (*) changed when the three
+    /// copies became this one: the summary path reported a failed run without an error as
+    /// `Completed`; the cancel worker's path reported any phase as `Cancelled` (Normal).
+    /// (phase, error, recorded by, the report as (reason, severity, message)).
+    type Row<'a> = (
+        RunPhase,
+        Option<&'a RunError>,
+        RecordedBy,
+        Option<(EndReason, Severity, &'a str)>,
+    );
+
+    #[test]
+    fn ending_report_table() {
+        use EndReason as R;
+        use RecordedBy::*;
+        use Severity::*;
+        let err = RunError::new("envelope_invalid", "bad envelope");
+        let rows: Vec<Row> = vec![
+            (
+                RunPhase::Completed,
+                None,
+                Stream,
+                Some((R::Completed, Normal, "the run completed")),
+            ),
+            (
+                RunPhase::Completed,
+                None,
+                Worker,
+                Some((R::Completed, Normal, "the run completed")),
+            ),
+            // (*) was reason Cancelled, "the worker recorded the run as completed"
+            (
+                RunPhase::Completed,
+                None,
+                CancelWorker,
+                Some((R::Completed, Normal, "the run completed")),
+            ),
+            (
+                RunPhase::Failed,
+                Some(&err),
+                Stream,
+                Some((R::Failed, Warning, "envelope_invalid: bad envelope")),
+            ),
+            (
+                RunPhase::Failed,
+                Some(&err),
+                Worker,
+                Some((R::Failed, Warning, "envelope_invalid: bad envelope")),
+            ),
+            (
+                RunPhase::Failed,
+                None,
+                Stream,
+                Some((R::Failed, Warning, "the run failed")),
+            ),
+            // (*) was reason Completed, "the run completed"
+            (
+                RunPhase::Failed,
+                None,
+                Worker,
+                Some((R::Failed, Warning, "the run failed")),
+            ),
+            (
+                RunPhase::Cancelled,
+                None,
+                Stream,
+                Some((R::Cancelled, Warning, "the run was cancelled")),
+            ),
+            (
+                RunPhase::Cancelled,
+                None,
+                Worker,
+                Some((
+                    R::Cancelled,
+                    Warning,
+                    "the worker recorded the run as cancelled",
+                )),
+            ),
+            (
+                RunPhase::Cancelled,
+                None,
+                CancelWorker,
+                Some((
+                    R::Cancelled,
+                    Normal,
+                    "the worker recorded the run as cancelled",
+                )),
+            ),
+            (RunPhase::Running, None, Worker, None),
+            (RunPhase::Cancelling, None, CancelWorker, None),
+        ];
+        for (phase, error, by, want) in rows {
+            let got = ending_report(phase, error, by).map(|r| (r.reason, r.severity, r.message));
+            let want = want.map(|(r, s, m)| (r, s, m.to_owned()));
+            assert_eq!(got, want, "{phase} recorded by {by:?}");
+        }
+        assert_eq!(
+            [R::Completed, R::Failed, R::Cancelled].map(R::as_str),
+            ["Completed", "Failed", "Cancelled"]
+        );
     }
 }

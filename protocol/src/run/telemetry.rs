@@ -97,6 +97,8 @@ mod tests {
     use super::*;
     use crate::outcome::Outcome;
 
+    // Drives the envelope-accept seam's request (`pipeline::request`, feature `conformance`).
+    #[cfg(feature = "conformance")]
     #[test]
     fn a_below_floor_envelope_accepted_under_warn_carries_the_drift_flag() {
         use crate::pipeline::InputLimits;

@@ -188,7 +188,7 @@ impl<P: Publisher> Executor<'_, P> {
                 max_tokens,
                 provider.output_ceiling(),
             );
-            rc.step_key = openwop_protocol::retry::journal::step_key(id, turn, attempt);
+            rc.step_key = openwop_protocol::retry::step_key(id, turn, attempt);
             rc.system_prompt = c
                 .get("systemPrompt")
                 .and_then(Value::as_str)
@@ -246,7 +246,7 @@ impl<P: Publisher> Executor<'_, P> {
             if std::ptr::addr_eq(provider, &self.mock) {
                 // The mock answers by position, and its position lives in this process: a
                 // restarted worker moves it past the calls of the earlier node attempts.
-                let made = openwop_protocol::retry::journal::calls_in_earlier_attempts(
+                let made = openwop_protocol::retry::calls_in_earlier_attempts(
                     self.writer.lock().await.log.events(),
                     id,
                     turn,

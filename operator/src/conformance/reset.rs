@@ -5,27 +5,25 @@
 
 use std::time::Duration;
 
-use axum::Json;
 use axum::extract::State;
 use futures::StreamExt;
 use serde_json::{Value, json};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::{BUCKETS, RUNS_BUCKET, SeamCaller, SeamError, capability_toggle, store};
-use crate::rest::{ApiError, ErrorBody, RestState};
+use super::{BUCKETS, RUNS_BUCKET, SeamCaller, capability_toggle, store};
+use crate::rest::{ApiError, ErrorBody, Json, RestState};
 
 pub fn routes() -> OpenApiRouter<RestState> {
     OpenApiRouter::new().routes(routes!(reset))
 }
 
-fn unavailable(e: impl std::fmt::Display) -> SeamError {
+fn unavailable(e: impl std::fmt::Display) -> ApiError {
     tracing::warn!(error = %e, "reset seam");
     ApiError::unavailable(
         "the seam store is unavailable; retry shortly",
         Duration::from_secs(2),
     )
-    .into()
 }
 
 /// Reset the seams' state (conformance-only test seam).
@@ -37,7 +35,7 @@ fn unavailable(e: impl std::fmt::Display) -> SeamError {
     ),
     security(("bearer" = []))
 )]
-async fn reset(State(s): State<RestState>, caller: SeamCaller) -> Result<Json<Value>, SeamError> {
+async fn reset(State(s): State<RestState>, caller: SeamCaller) -> Result<Json<Value>, ApiError> {
     let prefix = format!("{}.", caller.namespace);
     let js = s.jetstream().await?;
     for bucket in BUCKETS {

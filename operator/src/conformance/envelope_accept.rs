@@ -5,8 +5,6 @@
 //! `projectTo` appends the projected events to the named (synthetic) run's log, read back
 //! with `test/runs/{runId}/events`.
 
-use axum::Json;
-use axum::body::Body;
 use axum::extract::State;
 use openwop_protocol::pipeline::request::{self, AcceptRequest};
 use openwop_protocol::pipeline::{DedupEntry, InputLimits};
@@ -16,8 +14,10 @@ use sha2::{Digest, Sha256};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::{DEDUP_BUCKET, SeamCaller, SeamError, append_synthetic, body, now, otel_spans, store};
-use crate::rest::{ApiError, ErrorBody, RestState};
+use super::{
+    DEDUP_BUCKET, SeamCaller, SeamJson, append_synthetic, invalid, now, otel_spans, store,
+};
+use crate::rest::{ApiError, ErrorBody, Json, RestState};
 use openwop_protocol::run::telemetry::{ENVELOPE_SPAN, EnvelopeSpan, envelope_span_attributes};
 
 pub fn routes() -> OpenApiRouter<RestState> {
@@ -31,13 +31,12 @@ pub fn dedup_key(namespace: &str, run_id: &str, correlation_id: &str) -> String 
     format!("{namespace}.{}.{}", h(run_id), h(correlation_id))
 }
 
-fn unavailable(e: impl std::fmt::Display) -> SeamError {
+fn unavailable(e: impl std::fmt::Display) -> ApiError {
     tracing::warn!(error = %e, "envelope-accept seam: dedup store");
     ApiError::unavailable(
         "the seam's dedup store is unavailable; retry shortly",
         std::time::Duration::from_secs(2),
     )
-    .into()
 }
 
 /// Evaluate one envelope (conformance-only test seam).
@@ -54,11 +53,9 @@ fn unavailable(e: impl std::fmt::Display) -> SeamError {
 async fn accept(
     State(s): State<RestState>,
     caller: SeamCaller,
-    raw: Body,
-) -> Result<Json<Value>, SeamError> {
-    let req: AcceptRequest = body(&s, raw).await?;
-    req.validate()
-        .map_err(|e| SeamError::invalid(e.to_string()))?;
+    SeamJson(req): SeamJson<AcceptRequest>,
+) -> Result<Json<Value>, ApiError> {
+    req.validate().map_err(|e| invalid(e.to_string()))?;
     if s.discovery.overlay().get(AI_ENVELOPE_CAPABILITY) == Some(&false) {
         return Ok(Json(
             serde_json::to_value(capability_required()).unwrap_or_default(),
@@ -85,7 +82,7 @@ async fn accept(
     let ts = now();
     let evaluate = |first: u64| {
         request::evaluate(&req, persisted.clone(), limits, "seam", first, &ts)
-            .map_err(|e| SeamError::invalid(e.to_string()))
+            .map_err(|e| invalid(e.to_string()))
     };
     let evaluated = match &req.project_to {
         Some(p) => {

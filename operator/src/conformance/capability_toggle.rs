@@ -12,8 +12,6 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use async_nats::jetstream::kv::Operation;
-use axum::Json;
-use axum::body::Body;
 use axum::extract::State;
 use futures::StreamExt;
 use openwop_protocol::seams::{SeamRefusal, Toggle, apply_overlay, check_document};
@@ -21,24 +19,23 @@ use serde_json::{Value, json};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::{CAPABILITIES_BUCKET, SeamCaller, SeamError, body, store};
-use crate::rest::{ApiError, ErrorBody, RestState};
+use super::{CAPABILITIES_BUCKET, SeamCaller, SeamJson, store};
+use crate::rest::{ApiError, ErrorBody, Json, RestState};
 
 pub fn routes() -> OpenApiRouter<RestState> {
     OpenApiRouter::new().routes(routes!(toggle))
 }
 
-fn unavailable(e: impl std::fmt::Display) -> SeamError {
+fn unavailable(e: impl std::fmt::Display) -> ApiError {
     tracing::warn!(error = %e, "capability-toggle seam: overlay store");
     ApiError::unavailable(
         "the capability overlay store is unavailable; retry shortly",
         Duration::from_secs(2),
     )
-    .into()
 }
 
 /// Removes every overlay entry from the bucket (and from this replica's discovery).
-pub async fn clear(s: &RestState) -> Result<(), SeamError> {
+pub async fn clear(s: &RestState) -> Result<(), ApiError> {
     let kv = store(s, CAPABILITIES_BUCKET).await?;
     let keys: Vec<String> = kv
         .keys()
@@ -68,9 +65,8 @@ pub async fn clear(s: &RestState) -> Result<(), SeamError> {
 async fn toggle(
     State(s): State<RestState>,
     _caller: SeamCaller,
-    raw: Body,
-) -> Result<Json<Value>, SeamError> {
-    let req: Value = body(&s, raw).await?;
+    SeamJson(req): SeamJson<Value>,
+) -> Result<Json<Value>, ApiError> {
     match Toggle::parse(&req)? {
         Toggle::Reset => {
             clear(&s).await?;

@@ -16,21 +16,20 @@
 
 use std::collections::BTreeMap;
 
-use axum::Json;
-use axum::body::Body;
 use axum::extract::{Query, State};
-use openwop_crds::ProviderMock;
+use futures::future::BoxFuture;
+use openwop_crds::{ProviderMock, Run};
 use openwop_protocol::events::RunEventDoc;
-use openwop_protocol::retry::journal::dispatch_budgets;
-use openwop_protocol::retry::mock::{ProgrammedCall, staged_mock};
+use openwop_protocol::retry::dispatch_budgets;
+use openwop_protocol::seams::{ProgrammedCall, staged_mock};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::{SeamCaller, store};
-use crate::rest::runs::{find_run, json_body, read_events};
-use crate::rest::{ApiError, ErrorBody, RestState};
+use crate::rest::events::read_events;
+use crate::rest::{ApiError, ErrorBody, Json, RestState, RunHooks, find_run};
 
 /// The key-value bucket of staged programs (`test/reset` clears it).
 pub const BUCKET: &str = "openwop-seam-mock-ai";
@@ -46,6 +45,9 @@ pub fn routes() -> OpenApiRouter<RestState> {
 }
 
 /// `POST .../mock-ai/program` body.
+// Read by the OpenAPI document only: the handler reads the body as JSON, to say exactly
+// which field (or program entry) is wrong.
+#[allow(dead_code)]
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ProgramRequest {
@@ -123,9 +125,8 @@ async fn put_staged(
 async fn program(
     State(s): State<RestState>,
     caller: SeamCaller,
-    body: Body,
+    Json(raw): Json<Value>,
 ) -> Result<Json<ProgramResponse>, ApiError> {
-    let raw: Value = json_body(body, s.config.rest.max_body_bytes).await?;
     let node_id = match raw.get("nodeId") {
         Some(Value::String(n)) if !n.is_empty() && n.chars().count() <= MAX_NODE_ID_CHARS => {
             n.clone()
@@ -179,9 +180,44 @@ async fn program(
     }))
 }
 
-/// The programs staged for the nodes of a workflow in `namespace`, as `spec.providerMocks`
-/// (called by `POST /v1/runs` when the seams are on).
-pub async fn provider_mocks_for(
+/// `POST /v1/runs`'s hook while the seams are on ([`super::run_hooks`]): the programs
+/// staged for a workflow's nodes become the new Run's `spec.providerMocks`, and the Run is
+/// recorded as the one the budgets seams read.
+pub struct StagedPrograms;
+
+impl RunHooks for StagedPrograms {
+    fn provider_mocks<'a>(
+        &'a self,
+        state: &'a RestState,
+        namespace: &'a str,
+        node_ids: &'a [String],
+    ) -> BoxFuture<'a, Result<BTreeMap<String, ProviderMock>, ApiError>> {
+        Box::pin(provider_mocks_for(state, namespace, node_ids))
+    }
+
+    fn run_created<'a>(
+        &'a self,
+        state: &'a RestState,
+        namespace: &'a str,
+        run: &'a Run,
+    ) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            let mocks = &run.spec.provider_mocks;
+            let run_id = run.metadata.uid.as_deref().unwrap_or_default();
+            if mocks.is_empty() {
+                return;
+            }
+            // The run exists whatever happens here: a failed record only leaves the budgets
+            // seams reading the previous run, so it is logged, not returned.
+            if let Err(e) = record_run(state, namespace, mocks, run_id).await {
+                tracing::warn!(run_id = %run_id, error = %e.body.message, "test seams: recording the run of a mock-ai program");
+            }
+        })
+    }
+}
+
+/// The programs staged for the nodes of a workflow in `namespace`, as `spec.providerMocks`.
+async fn provider_mocks_for(
     s: &RestState,
     namespace: &str,
     node_ids: &[String],
@@ -198,7 +234,7 @@ pub async fn provider_mocks_for(
 
 /// Records that run `run_id` plays the programs of `node_ids`: the budgets seams read its
 /// log. A program restaged meanwhile keeps its own (empty) record.
-pub async fn record_run(
+async fn record_run(
     s: &RestState,
     namespace: &str,
     mocks: &BTreeMap<String, ProviderMock>,
@@ -222,6 +258,8 @@ pub struct BudgetQuery {
     /// The programmed node.
     pub node_id: Option<String>,
     /// Namespace; defaults to the caller's ServiceAccount namespace.
+    // Documented here, read by `SeamCaller`.
+    #[allow(dead_code)]
     pub tenant_id: Option<String>,
 }
 
@@ -328,7 +366,7 @@ mod tests {
     /// every schema they reference, the bearer requirement and their query parameters.
     #[test]
     fn the_seams_are_documented_with_their_schemas() {
-        let (_, doc) = crate::rest::seams::router().split_for_parts();
+        let (_, doc) = crate::conformance::router().split_for_parts();
         let doc = serde_json::to_value(&doc).unwrap();
         let paths = doc["paths"].as_object().unwrap();
         for (path, method) in [

@@ -1,5 +1,12 @@
-//! The spec's conformance-only host test seams (`spec/v1/host-sample-test-seams.md`) under
-//! `/v1/host/sample/...`.
+//! Everything conformance-only in the operator, behind one boundary: the spec's host test
+//! seams (`spec/v1/host-sample-test-seams.md`) under `/v1/host/sample/...`, the mock-ai
+//! programs, the span store and their shared state.
+//!
+//! The production path reaches this module through two narrow hooks only, each a no-op with
+//! the seams off: [`hook`] (what discovery advertises, what a worker pod's env carries) and
+//! the [`crate::rest::RunHooks`] that [`run_hooks`] gives `POST /v1/runs` (a staged mock-ai
+//! program becomes the new Run's provider mock). No production module imports anything
+//! else from here; `main.rs` mounts [`mounted`] and runs [`background`].
 //!
 //! Mounted only when `conformance.seams.enabled` is set (chart `conformance.seams.enabled`,
 //! default false): otherwise none of these paths exists and each answers 404, as the spec asks
@@ -12,51 +19,34 @@
 //! [`router`].
 
 mod capability_toggle;
+mod debug_bundle;
 mod emit_reliability;
 mod envelope_accept;
+pub mod hook;
+mod mock_ai;
+mod otel_spans;
 mod prompt_wrap;
 mod reset;
 mod test_events;
 
-use axum::Json;
-use axum::extract::{FromRequestParts, Query};
+use std::sync::Arc;
+
+use axum::extract::{FromRequest, FromRequestParts, Query, Request};
 use axum::http::StatusCode;
 use axum::http::request::Parts;
-use axum::response::{IntoResponse, Response};
 use openwop_protocol::events::RunEventDoc;
-use openwop_protocol::run::subjects::events_subject;
+use openwop_protocol::run::events_subject;
 use openwop_protocol::seams::SeamRefusal;
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde::de::DeserializeOwned;
+use serde_json::Value;
 use utoipa_axum::router::OpenApiRouter;
 
-use super::{ApiError, Caller, Resource, RestState, Verb};
-
-pub mod debug_bundle;
-pub mod mock_ai;
-pub mod otel_spans;
-
-pub use otel_spans::span_ingest_traces_url;
+use crate::config::OperatorConfig;
+use crate::rest::{ApiError, Caller, Json, Resource, RestState, RunHooks, Verb};
 
 /// Path prefix of every seam (`host-extensions.md` §"Canonical prefixes").
 pub const PREFIX: &str = "/v1/host/sample";
-
-/// Every seam served when enabled, as `METHOD path` (advertised in discovery under the
-/// `x-host-openwop-operator-test-seams` extension; each seam module adds its own).
-pub const PATHS: &[&str] = &[
-    "POST /v1/host/sample/envelope/accept",
-    "GET /v1/host/sample/test/runs/{runId}/events",
-    "POST /v1/host/sample/test/reset",
-    "POST /v1/host/sample/test/capability-toggle",
-    "POST /v1/host/sample/test/llm-prompt-wrap",
-    "POST /v1/host/sample/test/emit-envelope-reliability",
-    "POST /v1/host/sample/test/mock-ai/program",
-    "GET /v1/host/sample/test/mock-ai/last-dispatch-budget",
-    "GET /v1/host/sample/test/mock-ai/dispatch-budgets",
-    "POST /v1/host/sample/test/debug-bundle/export",
-    "GET /v1/host/sample/test/otel/spans",
-    "POST /v1/host/sample/test/otel/ingest/v1/traces",
-];
 
 /// Key-value bucket of the envelope-accept seam's persisted dedup decisions.
 pub const DEDUP_BUCKET: &str = "openwop-seam-envelope-dedup";
@@ -90,73 +80,40 @@ pub fn router() -> OpenApiRouter<RestState> {
 /// Work the seams need on every replica while the process lives (keeping the capability
 /// overlay current); pending forever when the seams are off.
 pub async fn background(state: RestState) {
-    if state.config.conformance.seams.enabled {
+    if hook::enabled(&state.config) {
         capability_toggle::watch_overlay(state).await;
     } else {
         std::future::pending::<()>().await;
     }
 }
 
-/// A seam's failure: an API error (auth, unavailable) in the REST shape, or a refusal of the
-/// request in the shape the conformance seams use, `{"error": {"code", "message"}}`.
-#[derive(Debug)]
-pub enum SeamError {
-    Api(ApiError),
-    Refused(StatusCode, SeamRefusal),
-}
-
-impl From<ApiError> for SeamError {
-    fn from(e: ApiError) -> Self {
-        SeamError::Api(e)
-    }
-}
-
-impl From<SeamRefusal> for SeamError {
+/// A seam's own refusal of its request, in the seams' shape (`{"error": {"code",
+/// "message"}}`, 400).
+impl From<SeamRefusal> for ApiError {
     fn from(r: SeamRefusal) -> Self {
-        SeamError::Refused(StatusCode::BAD_REQUEST, r)
+        ApiError::seam_refusal(StatusCode::BAD_REQUEST, r.code, r.message)
     }
 }
 
-impl SeamError {
-    pub fn invalid(message: impl Into<String>) -> Self {
-        SeamError::Refused(
-            StatusCode::BAD_REQUEST,
-            SeamRefusal {
-                code: "invalid_argument",
-                message: message.into(),
-            },
-        )
-    }
+/// 400 `invalid_argument` in the seams' shape.
+pub fn invalid(message: impl Into<String>) -> ApiError {
+    ApiError::seam_refusal(StatusCode::BAD_REQUEST, "invalid_argument", message)
 }
 
-impl IntoResponse for SeamError {
-    fn into_response(self) -> Response {
-        match self {
-            SeamError::Api(e) => e.into_response(),
-            SeamError::Refused(status, r) => (
-                status,
-                Json(json!({"error": {"code": r.code, "message": r.message}})),
-            )
-                .into_response(),
+/// A seam's JSON body: the API's [`Json`] extractor (same limit, 413 and 415), with a body
+/// that is not JSON or does not fit refused in the seams' shape (`invalid_argument`).
+pub struct SeamJson<T>(pub T);
+
+impl<T: DeserializeOwned + Send> FromRequest<RestState> for SeamJson<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &RestState) -> Result<Self, Self::Rejection> {
+        match Json::<T>::from_request(req, state).await {
+            Ok(Json(v)) => Ok(SeamJson(v)),
+            Err(e) if e.status == StatusCode::BAD_REQUEST => Err(invalid(e.body.message)),
+            Err(e) => Err(e),
         }
     }
-}
-
-/// Reads a seam's JSON body (bounded by the API's body limit) as `T`.
-pub async fn body<T: serde::de::DeserializeOwned>(
-    state: &RestState,
-    body: axum::body::Body,
-) -> Result<T, SeamError> {
-    let max = state.config.rest.max_body_bytes;
-    let bytes = axum::body::to_bytes(body, max).await.map_err(|_| {
-        SeamError::Api(ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "payload_too_large",
-            format!("the request body is larger than {max} bytes"),
-        ))
-    })?;
-    serde_json::from_slice(&bytes)
-        .map_err(|e| SeamError::invalid(format!("the request body is not usable: {e}")))
 }
 
 fn now() -> String {
@@ -169,7 +126,7 @@ async fn tail(
     state: &RestState,
     js: &async_nats::jetstream::Context,
     subject: &str,
-) -> Result<(u64, u64), SeamError> {
+) -> Result<(u64, u64), ApiError> {
     let last =
         openwop_nats::stream::last_on_subject(js, &state.config.worker.events_stream, subject)
             .await
@@ -198,7 +155,7 @@ async fn synthetic_run(
     state: &RestState,
     namespace: &str,
     run_id: &str,
-) -> Result<String, SeamError> {
+) -> Result<String, ApiError> {
     openwop_protocol::seams::check_run_id("runId", run_id)?;
     let real = state
         .runs
@@ -206,14 +163,12 @@ async fn synthetic_run(
         .into_iter()
         .any(|r| r.metadata.uid.as_deref() == Some(run_id));
     if real {
-        return Err(SeamError::Refused(
+        return Err(ApiError::seam_refusal(
             StatusCode::CONFLICT,
-            SeamRefusal {
-                code: "conflict",
-                message: format!(
-                    "{run_id} is a Run's id: the seams write events only for synthetic run ids, never into a real run's log; pick another runId"
-                ),
-            },
+            "conflict",
+            format!(
+                "{run_id} is a Run's id: the seams write events only for synthetic run ids, never into a real run's log; pick another runId"
+            ),
         ));
     }
     Ok(events_subject(namespace, run_id))
@@ -250,8 +205,8 @@ async fn append_synthetic<T>(
     state: &RestState,
     namespace: &str,
     run_id: &str,
-    build: impl FnOnce(u64) -> Result<(T, Vec<RunEventDoc>), SeamError>,
-) -> Result<T, SeamError> {
+    build: impl FnOnce(u64) -> Result<(T, Vec<RunEventDoc>), ApiError>,
+) -> Result<T, ApiError> {
     let subject = synthetic_run(state, namespace, run_id).await?;
     let js = state.jetstream().await?;
     let (first, mut expected) = tail(state, &js, &subject).await?;
@@ -287,14 +242,10 @@ async fn append_synthetic<T>(
         {
             Ok(openwop_nats::stream::Appended::Stored) => {}
             Ok(openwop_nats::stream::Appended::Moved) => {
-                return Err(SeamError::Refused(
+                return Err(ApiError::seam_refusal(
                     StatusCode::CONFLICT,
-                    SeamRefusal {
-                        code: "conflict",
-                        message: format!(
-                            "another writer appended to run {run_id} meanwhile; retry"
-                        ),
-                    },
+                    "conflict",
+                    format!("another writer appended to run {run_id} meanwhile; retry"),
                 ));
             }
             Err(e) => {
@@ -302,8 +253,7 @@ async fn append_synthetic<T>(
                 return Err(ApiError::unavailable(
                     "the event stream is unavailable; retry shortly",
                     std::time::Duration::from_secs(2),
-                )
-                .into());
+                ));
             }
         }
         expected = tail(state, &js, &subject).await?.1;
@@ -312,12 +262,18 @@ async fn append_synthetic<T>(
 }
 
 /// The routes to mount for `config`: the seams when enabled, nothing otherwise.
-pub fn mounted(config: &crate::config::OperatorConfig) -> OpenApiRouter<RestState> {
-    if config.conformance.seams.enabled {
+pub fn mounted(config: &OperatorConfig) -> OpenApiRouter<RestState> {
+    if hook::enabled(config) {
         router()
     } else {
         OpenApiRouter::new()
     }
+}
+
+/// The run-creation hooks for `config` (`RestState::with_run_hooks`): a staged mock-ai
+/// program becomes the new Run's provider mock. `None` with the seams off.
+pub fn run_hooks(config: &OperatorConfig) -> Option<Arc<dyn RunHooks>> {
+    hook::enabled(config).then(|| Arc::new(mock_ai::StagedPrograms) as Arc<dyn RunHooks>)
 }
 
 /// The caller of a seam: authenticated, not anonymous, and allowed to create Runs in

@@ -1,7 +1,9 @@
-//! Schema helpers for fields whose content is free-form JSON.
+//! Schema helpers for protocol types that the Kubernetes CRDs embed (`openwop-crds`).
 //!
 //! The apiserver only accepts *structural* schemas, so a field that may hold any JSON must be
 //! marked `x-kubernetes-preserve-unknown-fields` (otherwise the apiserver prunes its content).
+//! These are plain `schemars` schemas with Kubernetes' vendor keywords in them: protocol stays
+//! free of `kube` and `k8s-openapi`.
 
 use schemars::{Schema, SchemaGenerator, json_schema};
 

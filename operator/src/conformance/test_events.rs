@@ -3,7 +3,6 @@
 //! `nodeId`. Read through the REST API's own JetStream reader, and only from the caller's
 //! namespace (tenant): a run of another tenant reads as no events, never as its log.
 
-use axum::Json;
 use axum::extract::{Path, Query, State};
 use openwop_protocol::run::subjects::events_subject;
 use openwop_protocol::seams::{EventFilter, check_run_id};
@@ -11,8 +10,8 @@ use serde_json::{Value, json};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::{SeamCaller, SeamError};
-use crate::rest::{ErrorBody, RestState, runs};
+use super::{SeamCaller, invalid};
+use crate::rest::{ApiError, ErrorBody, Json, RestState, events};
 
 pub fn routes() -> OpenApiRouter<RestState> {
     OpenApiRouter::new().routes(routes!(run_events))
@@ -47,8 +46,8 @@ async fn run_events(
     caller: SeamCaller,
     Path(run_id): Path<String>,
     query: Result<Query<EventsQuery>, axum::extract::rejection::QueryRejection>,
-) -> Result<Json<Value>, SeamError> {
-    let Query(q) = query.map_err(|e| SeamError::invalid(e.body_text()))?;
+) -> Result<Json<Value>, ApiError> {
+    let Query(q) = query.map_err(|e| invalid(e.body_text()))?;
     check_run_id("runId", &run_id)?;
     let filter = EventFilter {
         event_type: q.event_type,
@@ -57,7 +56,7 @@ async fn run_events(
         node_id: q.node_id,
     };
     let events: Vec<Value> =
-        runs::read_subject_events(&s, events_subject(&caller.namespace, &run_id))
+        events::read_subject_events(&s, events_subject(&caller.namespace, &run_id))
             .await?
             .into_iter()
             .filter(|e| filter.matches(e))

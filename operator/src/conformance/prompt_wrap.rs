@@ -3,16 +3,13 @@
 //! inside `<UNTRUSTED …>` markers, by the protocol crate's one wrap
 //! ([`openwop_protocol::seams::PromptWrapRequest::prompt`]).
 
-use axum::Json;
-use axum::body::Body;
-use axum::extract::State;
 use openwop_protocol::seams::PromptWrapRequest;
 use serde_json::{Value, json};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::{SeamCaller, SeamError, body};
-use crate::rest::{ErrorBody, RestState};
+use super::{SeamCaller, SeamJson};
+use crate::rest::{ApiError, ErrorBody, Json, RestState};
 
 pub fn routes() -> OpenApiRouter<RestState> {
     OpenApiRouter::new().routes(routes!(wrap))
@@ -30,10 +27,8 @@ pub fn routes() -> OpenApiRouter<RestState> {
     security(("bearer" = []))
 )]
 async fn wrap(
-    State(s): State<RestState>,
     _caller: SeamCaller,
-    raw: Body,
-) -> Result<Json<Value>, SeamError> {
-    let req: PromptWrapRequest = body(&s, raw).await?;
+    SeamJson(req): SeamJson<PromptWrapRequest>,
+) -> Result<Json<Value>, ApiError> {
     Ok(Json(json!({"prompt": req.prompt()?})))
 }

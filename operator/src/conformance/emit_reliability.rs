@@ -3,16 +3,14 @@
 //! against the typed payloads and schemas the worker emits with, to a synthetic run's log
 //! (read back with `test/runs/{runId}/events`). Answers `{event}`.
 
-use axum::Json;
-use axum::body::Body;
 use axum::extract::State;
 use openwop_protocol::seams::ReliabilityEmitRequest;
 use serde_json::{Value, json};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::{SeamCaller, SeamError, append_synthetic, body, now};
-use crate::rest::{ErrorBody, RestState};
+use super::{SeamCaller, SeamJson, append_synthetic, now};
+use crate::rest::{ApiError, ErrorBody, Json, RestState};
 
 pub fn routes() -> OpenApiRouter<RestState> {
     OpenApiRouter::new().routes(routes!(emit))
@@ -33,9 +31,8 @@ pub fn routes() -> OpenApiRouter<RestState> {
 async fn emit(
     State(s): State<RestState>,
     caller: SeamCaller,
-    raw: Body,
-) -> Result<Json<Value>, SeamError> {
-    let req: ReliabilityEmitRequest = body(&s, raw).await?;
+    SeamJson(req): SeamJson<ReliabilityEmitRequest>,
+) -> Result<Json<Value>, ApiError> {
     // Checked before anything is written (append_synthetic builds after reading the tail).
     req.event(0, "1970-01-01T00:00:00Z")?;
     let ts = now();

@@ -8,35 +8,35 @@
 //! bundle's `spans` are what the span store holds for the run ([`super::otel_spans`]; none
 //! when workers cannot reach it).
 
-use axum::Json;
-use axum::body::Body;
 use axum::extract::State;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::{Api, ResourceExt};
 use openwop_crds::Run;
 use openwop_protocol::redact::Redactor;
-use openwop_protocol::run::debug_bundle::{
-    BundleHost, BundleInput, MAX_BUNDLE_BYTES, debug_bundle,
-};
 use openwop_protocol::run::snapshot::sensitive_values;
+use openwop_protocol::run::{
+    BundleHost, BundleInput, MAX_BUNDLE_BYTES, Projection, RunFacts, RunSnapshotDoc, debug_bundle,
+    events_subject,
+};
 use serde_json::{Value, json};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::SeamCaller;
 use crate::pod::snapshot_name;
-use crate::rest::runs::{json_body, read_events, read_subject_events, snapshot_of, visible_run};
-use crate::rest::{ApiError, ErrorBody, RestState};
+use crate::rest::events::{read_events, read_subject_events};
+use crate::rest::runs::snapshot_of;
+use crate::rest::{ApiError, ErrorBody, Json, RestState, visible_run};
 use crate::snapshot::read_snapshot;
-use openwop_protocol::run::api::{RunFacts, RunSnapshotDoc};
-use openwop_protocol::run::projection::Projection;
-use openwop_protocol::run::subjects::events_subject;
 
 pub fn routes() -> OpenApiRouter<RestState> {
     OpenApiRouter::new().routes(routes!(export))
 }
 
 /// `POST .../debug-bundle/export` body.
+// Read by the OpenAPI document only: the handler reads the body as JSON, to say exactly
+// which field is wrong.
+#[allow(dead_code)]
 #[derive(Debug, serde::Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ExportRequest {
@@ -72,7 +72,7 @@ async fn run_secrets(s: &RestState, run: &Run) -> Vec<(String, String)> {
                 .into_iter()
                 .find(|w| w.namespace().as_deref() == Some(ns.as_str()) && w.name_any() == n)
         })
-        .map(|w| sensitive_values(&w.spec.definition(), &inputs))
+        .map(|w| sensitive_values(&w.spec.definition.filled().to_value(), &inputs))
         .unwrap_or_default()
 }
 
@@ -87,9 +87,8 @@ async fn run_secrets(s: &RestState, run: &Run) -> Vec<(String, String)> {
 async fn export(
     State(s): State<RestState>,
     caller: SeamCaller,
-    body: Body,
+    Json(raw): Json<Value>,
 ) -> Result<Json<Value>, ApiError> {
-    let raw: Value = json_body(body, s.config.rest.max_body_bytes).await?;
     let run_id = match raw.get("runId") {
         Some(Value::String(r)) if !r.is_empty() => r.clone(),
         _ => {
@@ -136,7 +135,7 @@ async fn export(
     };
     // The seams record spans for their synthetic runs; a Run's come from its workers, only
     // when they can reach the span store.
-    let spans = if synthetic || super::span_ingest_traces_url(&s.config).is_some() {
+    let spans = if synthetic || super::hook::span_ingest_traces_url(&s.config).is_some() {
         super::otel_spans::stored_spans(&s, &ns, &run_id).await?.0
     } else {
         Vec::new()

@@ -4,7 +4,11 @@
 //! capability overlay and the event-log filter. The operator does the I/O (HTTP, JetStream);
 //! the decisions are here, where they are unit-tested and shared with anything else that
 //! needs them. The envelope-accept seam's request and evaluation live in
-//! [`crate::pipeline::request`], shared with `kubectl-openwop envelope accept`.
+//! `crate::pipeline::request`, shared with `kubectl-openwop envelope accept`.
+
+mod mock_ai;
+
+pub use mock_ai::{MAX_PROGRAMMED_CALLS, ProgrammedCall, staged_mock};
 
 use std::collections::BTreeMap;
 
@@ -391,7 +395,7 @@ fn official_capabilities() -> Option<&'static crate::schema::CompiledSchema> {
     OFFICIAL
         .get_or_init(|| {
             let v: Value = serde_json::from_str(include_str!(
-                "../../schemas/official/capabilities.schema.json"
+                "../../../schemas/official/capabilities.schema.json"
             ))
             .ok()?;
             crate::schema::compile(&v).ok()

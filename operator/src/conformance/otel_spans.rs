@@ -4,7 +4,7 @@
 //!
 //! Workers export spans over OTLP/HTTP to the collector the cluster configures; the operator
 //! cannot read those back. So with the seams on, every worker pod also gets
-//! `OPENWOP_TEST_OTEL_SCRAPE_ENDPOINT` ([`span_ingest_traces_url`]) and exports the same
+//! `OPENWOP_TEST_OTEL_SCRAPE_ENDPOINT` ([`super::hook::span_ingest_traces_url`]) and exports the same
 //! spans, protobuf-encoded exactly as a collector receives them, to this operator's span
 //! store: `POST /v1/host/sample/test/otel/ingest/v1/traces`. Each batch is filed under the
 //! run its resource names (`openwop.run_id` + `openwop.namespace`, which must be a Run this
@@ -22,7 +22,6 @@
 
 use std::collections::BTreeMap;
 
-use axum::Json;
 use axum::body::Body;
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
@@ -42,28 +41,16 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::{SeamCaller, is_synthetic, store};
-use crate::config::OperatorConfig;
-use crate::rest::runs::{find_run, visible_run};
-use crate::rest::{ApiError, ErrorBody, RestState};
+use crate::rest::{ApiError, ErrorBody, Json, RestState, find_run, visible_run};
 
 /// The key-value bucket of stored spans, keyed `<namespace>.<runId>` (`test/reset` clears
 /// the caller's namespace's).
 pub const BUCKET: &str = "openwop-seam-otel-spans";
-/// The span store's OTLP/HTTP traces path (below the operator's base URL).
-pub const INGEST_PATH: &str = "/v1/host/sample/test/otel/ingest/v1/traces";
 /// Spans kept per run, in bytes of their JSON (a key-value entry must stay under NATS's
 /// 1 MiB message limit).
 pub const MAX_STORED_BYTES: usize = 768 * 1024;
 /// Largest OTLP request the store takes (the worker's batches are up to 512 spans).
 pub const MAX_INGEST_BYTES: usize = 4 * 1024 * 1024;
-
-/// The traces URL workers export to with the seams on, or `None` when there is no span
-/// store (seams off, or no `conformance.seams.spanIngestUrl`).
-pub fn span_ingest_traces_url(cfg: &OperatorConfig) -> Option<String> {
-    let base = &cfg.conformance.seams.span_ingest_url;
-    (cfg.conformance.seams.enabled && !base.is_empty())
-        .then(|| format!("{}{INGEST_PATH}", base.trim_end_matches('/')))
-}
 
 pub fn routes() -> OpenApiRouter<RestState> {
     OpenApiRouter::new()
@@ -456,19 +443,5 @@ mod tests {
         assert_eq!(v["status"], json!({"code": "error", "message": "boom"}));
         assert_eq!(v["parentSpanId"], "0303030303030303");
         assert_eq!(v["traceId"], "01".repeat(16));
-    }
-
-    #[test]
-    fn the_ingest_url_exists_only_with_the_seams_and_a_base_url() {
-        let mut cfg = OperatorConfig::default();
-        cfg.conformance.seams.span_ingest_url = "http://op.ns.svc:8080/".into();
-        assert_eq!(span_ingest_traces_url(&cfg), None);
-        cfg.conformance.seams.enabled = true;
-        assert_eq!(
-            span_ingest_traces_url(&cfg).as_deref(),
-            Some("http://op.ns.svc:8080/v1/host/sample/test/otel/ingest/v1/traces")
-        );
-        cfg.conformance.seams.span_ingest_url.clear();
-        assert_eq!(span_ingest_traces_url(&cfg), None);
     }
 }

@@ -1,0 +1,133 @@
+//! The condition types and the reasons the reconcilers write on conditions and Kubernetes
+//! Events. The wire strings are the enums' `as_str`; users and scripts read them
+//! (`kubectl get events`, `kubectl wait --for=condition=Ready`), so they never change.
+
+use openwop_protocol::run::status::EndReason;
+
+/// A condition type on a Workflow or a Run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConditionType {
+    /// Workflow: the definition is valid. Run: its workflow is snapshotted.
+    Ready,
+    /// Run: a worker pod was started (or why not).
+    Scheduled,
+    /// Run: how it ended.
+    Succeeded,
+}
+
+impl ConditionType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConditionType::Ready => "Ready",
+            ConditionType::Scheduled => "Scheduled",
+            ConditionType::Succeeded => "Succeeded",
+        }
+    }
+}
+
+/// The reason of a condition or of a Kubernetes Event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    // Ready (Run).
+    Snapshotted,
+    WorkflowNotFound,
+    WorkflowNotReady,
+    // Scheduled.
+    Queued,
+    PreviousRunTerminating,
+    PodRejected,
+    WorkerStarted,
+    CancelWorkerStarted,
+    // Succeeded, and the Events of an ending.
+    /// The run ended in this terminal phase (protocol's one mapping).
+    Ended(EndReason),
+    Timeout,
+    WorkerInputInvalid,
+    WorkerCrashed,
+    /// A snapshot the operator refuses to build (`snapshot::Refused::reason`: the run is
+    /// too deep to decode, too large, ...).
+    Refused(&'static str),
+    // Events only.
+    Cancelling,
+    Suspended,
+    Resumed,
+    EventsNotPurged,
+    /// A Workflow became valid.
+    Validated,
+    /// A Workflow is not valid.
+    Invalid,
+    // Ready (Workflow).
+    Valid,
+}
+
+impl Reason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::Snapshotted => "Snapshotted",
+            Reason::WorkflowNotFound => "WorkflowNotFound",
+            Reason::WorkflowNotReady => "WorkflowNotReady",
+            Reason::Queued => "Queued",
+            Reason::PreviousRunTerminating => "PreviousRunTerminating",
+            Reason::PodRejected => "PodRejected",
+            Reason::WorkerStarted => "WorkerStarted",
+            Reason::CancelWorkerStarted => "CancelWorkerStarted",
+            Reason::Ended(r) => r.as_str(),
+            Reason::Timeout => "Timeout",
+            Reason::WorkerInputInvalid => "WorkerInputInvalid",
+            Reason::WorkerCrashed => "WorkerCrashed",
+            Reason::Refused(r) => r,
+            Reason::Cancelling => "Cancelling",
+            Reason::Suspended => "Suspended",
+            Reason::Resumed => "Resumed",
+            Reason::EventsNotPurged => "EventsNotPurged",
+            Reason::Validated => "Validated",
+            Reason::Invalid => "Invalid",
+            Reason::Valid => "Valid",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The wire strings: a rename here would break `kubectl wait` and every script reading
+    /// Events.
+    #[test]
+    fn wire_strings_are_stable() {
+        assert_eq!(
+            [
+                ConditionType::Ready,
+                ConditionType::Scheduled,
+                ConditionType::Succeeded
+            ]
+            .map(ConditionType::as_str),
+            ["Ready", "Scheduled", "Succeeded"]
+        );
+        let reasons = [
+            (Reason::Snapshotted, "Snapshotted"),
+            (Reason::WorkflowNotFound, "WorkflowNotFound"),
+            (Reason::WorkflowNotReady, "WorkflowNotReady"),
+            (Reason::Queued, "Queued"),
+            (Reason::PreviousRunTerminating, "PreviousRunTerminating"),
+            (Reason::PodRejected, "PodRejected"),
+            (Reason::WorkerStarted, "WorkerStarted"),
+            (Reason::CancelWorkerStarted, "CancelWorkerStarted"),
+            (Reason::Ended(EndReason::Failed), "Failed"),
+            (Reason::Timeout, "Timeout"),
+            (Reason::WorkerInputInvalid, "WorkerInputInvalid"),
+            (Reason::WorkerCrashed, "WorkerCrashed"),
+            (Reason::Refused("InputTooDeep"), "InputTooDeep"),
+            (Reason::Cancelling, "Cancelling"),
+            (Reason::Suspended, "Suspended"),
+            (Reason::Resumed, "Resumed"),
+            (Reason::EventsNotPurged, "EventsNotPurged"),
+            (Reason::Validated, "Validated"),
+            (Reason::Invalid, "Invalid"),
+            (Reason::Valid, "Valid"),
+        ];
+        for (r, s) in reasons {
+            assert_eq!(r.as_str(), s);
+        }
+    }
+}

@@ -1,0 +1,288 @@
+//! One Run reconcile as a value ([`RunReconcile`]): what it reads, the status it drafts, and
+//! the one place where it acts.
+//!
+//! The steps ([`super::run`], [`super::start`], [`super::observe`], [`super::cancel`]) read
+//! through its read methods — the pods, ConfigMaps, Workflows and ServiceAccounts a start
+//! needs go through here, so a cache can replace a GET in one place — decide in pure
+//! functions over the draft ([`Draft`]), and leave the deletes, the status write and the
+//! Events to [`RunReconcile::act`]. The writes whose answer decides what follows (the
+//! snapshot apply, the pod create) are methods here too.
+
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, ServiceAccount};
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use openwop_crds::{Run, RunStatus, Workflow};
+use serde_json::json;
+
+use super::common::{Draft, delete_ignoring_missing, publish};
+use super::{Context, Error};
+use crate::pod::{MANAGER, owned_by, snapshot_name};
+
+/// The state of one Run reconcile: built once, passed to every step.
+pub(super) struct RunReconcile<'a> {
+    pub(super) run: &'a Run,
+    pub(super) ctx: &'a Context,
+    pub(super) ns: String,
+    pub(super) name: String,
+    /// The reconcile's clock (`ctx.now`, read once).
+    pub(super) now: Timestamp,
+    /// The status as read; the status is written only when the draft differs from it.
+    original: RunStatus,
+    /// What this reconcile decided.
+    pub(super) draft: Draft,
+    pods: Api<Pod>,
+    cms: Api<ConfigMap>,
+    wfs: Api<Workflow>,
+    sas: Api<ServiceAccount>,
+    runs: Api<Run>,
+}
+
+impl<'a> RunReconcile<'a> {
+    /// The reconcile of `run`: its draft starts from the stored status, stamped with the
+    /// runId, the generation it reflects and the workflow reference.
+    pub(super) fn new(run: &'a Run, ctx: &'a Context) -> Self {
+        let ns = run.namespace().unwrap_or_default();
+        let now = (ctx.now)();
+        let generation = run.metadata.generation;
+        let original = run.status.clone().unwrap_or_default();
+        let mut status = original.clone();
+        status.run_id = run.uid();
+        status.observed_generation = generation;
+        if status.workflow.is_none() {
+            status.workflow = Some(run.spec.workflow_ref.to_string());
+        }
+        let client = &ctx.client;
+        RunReconcile {
+            run,
+            ctx,
+            name: run.name_any(),
+            now,
+            original,
+            draft: Draft::new(status, generation, now),
+            pods: Api::namespaced(client.clone(), &ns),
+            cms: Api::namespaced(client.clone(), &ns),
+            wfs: Api::namespaced(client.clone(), &ns),
+            sas: Api::namespaced(client.clone(), &ns),
+            runs: Api::namespaced(client.clone(), &ns),
+            ns,
+        }
+    }
+
+    /// The draft status.
+    pub(super) fn status(&self) -> &RunStatus {
+        &self.draft.status
+    }
+
+    // Reads.
+
+    /// Pod `name` of the Run's namespace.
+    pub(super) async fn pod(&self, name: &str) -> Result<Option<Pod>, Error> {
+        Ok(self.pods.get_opt(name).await?)
+    }
+
+    /// The Run's snapshot ConfigMap.
+    pub(super) async fn snapshot(&self) -> Result<Option<ConfigMap>, Error> {
+        Ok(self.cms.get_opt(&snapshot_name(&self.name)).await?)
+    }
+
+    /// Workflow `name` of the Run's namespace.
+    pub(super) async fn workflow(&self, name: &str) -> Result<Option<Workflow>, Error> {
+        Ok(self.wfs.get_opt(name).await?)
+    }
+
+    /// The Workflows of the Run's namespace.
+    pub(super) async fn workflows(&self) -> Result<Vec<Workflow>, Error> {
+        Ok(self.wfs.list(&ListParams::default()).await?.items)
+    }
+
+    /// ServiceAccount `name` of the Run's namespace.
+    pub(super) async fn service_account(
+        &self,
+        name: &str,
+    ) -> Result<Option<ServiceAccount>, Error> {
+        Ok(self.sas.get_opt(name).await?)
+    }
+
+    /// The worker pods of the Run's namespace, (name, holds a slot: not finished): from the
+    /// pod cache when there is one (a LIST per worker start made starting N runs cost O(N²)
+    /// transfer), else a LIST.
+    pub(super) async fn worker_pods(&self) -> Result<Vec<(String, bool)>, Error> {
+        let holds_slot = |p: &Pod| {
+            matches!(
+                p.status.as_ref().and_then(|s| s.phase.as_deref()),
+                None | Some("Pending" | "Running")
+            )
+        };
+        Ok(match &self.ctx.worker_pods {
+            Some(store) if store.wait_until_ready().await.is_ok() => store
+                .state()
+                .iter()
+                .filter(|p| p.metadata.namespace.as_deref() == Some(self.ns.as_str()))
+                .map(|p| (p.name_any(), holds_slot(p)))
+                .collect(),
+            _ => self
+                .pods
+                .list(&ListParams::default().labels(&super::worker_selector()))
+                .await?
+                .items
+                .iter()
+                .map(|p| (p.name_any(), holds_slot(p)))
+                .collect(),
+        })
+    }
+
+    // Writes whose answer decides what follows.
+
+    /// Applies the Run's snapshot ConfigMap.
+    pub(super) async fn apply_snapshot(&self, cm: &ConfigMap) -> Result<ConfigMap, Error> {
+        let snap = snapshot_name(&self.name);
+        Ok(self
+            .cms
+            .patch(
+                &snap,
+                &PatchParams::apply(MANAGER).force(),
+                &Patch::Apply(cm),
+            )
+            .await?)
+    }
+
+    /// Deletes the snapshot ConfigMap (a deleted Run's of the same name).
+    pub(super) async fn delete_snapshot(&self) -> Result<(), Error> {
+        delete_ignoring_missing(&self.cms, &snapshot_name(&self.name)).await
+    }
+
+    /// Creates the worker ServiceAccount `name` (no RBAC, token never mounted).
+    pub(super) async fn apply_service_account(&self, name: &str) -> Result<(), Error> {
+        let sa = json!({
+            "apiVersion": "v1", "kind": "ServiceAccount",
+            "metadata": {"name": name, "labels": {crate::pod::LABEL_MANAGED_BY: MANAGER}},
+            "automountServiceAccountToken": false
+        });
+        self.sas
+            .patch(name, &PatchParams::apply(MANAGER), &Patch::Apply(&sa))
+            .await?;
+        Ok(())
+    }
+
+    /// Creates a worker pod as the operator's field manager; a pod that already exists (a
+    /// reconcile retried after its status write was lost) counts as created.
+    ///
+    /// Returns `false` when the name is held by a leftover of a deleted Run of the same name
+    /// (a re-created Run reuses pod names while the old pods still terminate): that pod is
+    /// deleted and the caller retries shortly. Adopting it would report the old run's outcome
+    /// as this run's.
+    pub(super) async fn create_pod(&self, pod: &Pod) -> Result<bool, kube::Error> {
+        let params = PostParams {
+            field_manager: Some(MANAGER.into()),
+            ..Default::default()
+        };
+        match self.pods.create(&params, pod).await {
+            Ok(_) => Ok(true),
+            Err(kube::Error::Api(s)) if s.code == 409 => {
+                let name = pod.metadata.name.clone().unwrap_or_default();
+                match self.pods.get_opt(&name).await? {
+                    Some(existing) if owned_by(&existing.metadata, self.run) => Ok(true),
+                    Some(_) => {
+                        tracing::info!(pod = %name, "a deleted Run's worker pod holds the name; deleting it");
+                        match self.pods.delete(&name, &DeleteParams::background()).await {
+                            Ok(_) => Ok(false),
+                            Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
+                            Err(e) => Err(e),
+                        }
+                    }
+                    None => Ok(false),
+                }
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    // The one place the reconcile acts.
+
+    /// Performs what the draft says, in order: the pod deletes, the Run's deletion (its TTL
+    /// passed), the status write when the status changed, then the Events (so an Event never
+    /// reports a status that was not written).
+    pub(super) async fn act(self) -> Result<(), Error> {
+        let RunReconcile {
+            run,
+            ctx,
+            name,
+            original,
+            draft,
+            pods,
+            runs,
+            ..
+        } = self;
+        for p in &draft.delete_pods {
+            delete_ignoring_missing(&pods, p).await?;
+        }
+        if draft.delete_run {
+            delete_ignoring_missing(&runs, &name).await?;
+        }
+        if draft.status != original {
+            // The resourceVersion precondition: the event consumer writes status too; a
+            // status computed from a stale cache must not overwrite its newer one (409 →
+            // re-reconcile).
+            let patch = json!({
+                "apiVersion": "openwop.dev/v1alpha1", "kind": "Run",
+                "metadata": {"resourceVersion": run.resource_version()},
+                "status": draft.status,
+            });
+            runs.patch_status(
+                &name,
+                &PatchParams::apply(MANAGER).force(),
+                &Patch::Apply(&patch),
+            )
+            .await?;
+        }
+        for n in draft.notes {
+            publish(ctx, run, n.type_, n.reason, n.note).await;
+        }
+        Ok(())
+    }
+}
+
+/// A worker pod's state as the reconcile reads it.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum WorkerState {
+    /// No such pod.
+    Missing,
+    /// The pod exists and has not ended; `running`: its phase is `Running`.
+    Active { running: bool },
+    /// The pod ended (`Succeeded` or `Failed`): its worker container's exit code and
+    /// termination message, when the container's termination is recorded.
+    Ended {
+        exit_code: Option<i32>,
+        message: Option<String>,
+    },
+}
+
+impl WorkerState {
+    pub(super) fn of(pod: Option<&Pod>) -> Self {
+        let Some(pod) = pod else {
+            return WorkerState::Missing;
+        };
+        let status = pod.status.as_ref();
+        let phase = status.and_then(|s| s.phase.as_deref());
+        if !matches!(phase, Some("Succeeded" | "Failed")) {
+            return WorkerState::Active {
+                running: phase == Some("Running"),
+            };
+        }
+        let terminated = status
+            .and_then(|s| s.container_statuses.as_ref())
+            .and_then(|cs| cs.iter().find(|c| c.name == "worker"))
+            .and_then(|c| c.state.as_ref())
+            .and_then(|s| s.terminated.as_ref());
+        WorkerState::Ended {
+            exit_code: terminated.map(|t| t.exit_code),
+            message: terminated.and_then(|t| t.message.clone()),
+        }
+    }
+
+    /// Whether the pod can no longer publish (ended or gone).
+    pub(super) fn ended(&self) -> bool {
+        !matches!(self, WorkerState::Active { .. })
+    }
+}

@@ -1,0 +1,251 @@
+//! The reconcilers against a mocked API server (tower-test): a test [`Context`]
+//! ([`TestContext::test`]) and an [`ApiServerVerifier`] that plays a [`Scenario`] — the
+//! requests a reconcile must make, in order, each checked and answered — and fails on any
+//! request beyond it or any it left out.
+
+// Each test binary uses a part of this module.
+#![allow(dead_code)]
+
+pub mod fixtures;
+
+use std::cell::Cell;
+use std::future::Future;
+use std::sync::Arc;
+
+use http::{Method, Request, Response};
+use http_body_util::BodyExt;
+use kube::Client;
+use kube::client::Body;
+use kube::runtime::events::Reporter;
+use openwop_operator::config::OperatorConfig;
+use openwop_operator::controller::Context;
+use openwop_operator::metrics::Metrics;
+use openwop_protocol::workflow_check::NodeRegistry;
+use serde_json::Value;
+use tower_test::mock::{self, Handle, SendResponse};
+
+type MockHandle = Handle<Request<Body>, Response<Body>>;
+
+/// The clock of every test reconcile: 2025-06-15T15:06:40Z.
+pub fn fixed_now() -> k8s_openapi::jiff::Timestamp {
+    k8s_openapi::jiff::Timestamp::from_second(1_750_000_000).unwrap()
+}
+
+/// `Context::test()`: the reconcilers' context over a mocked API server.
+pub trait TestContext {
+    /// The default configuration, no pod cache, no NATS.
+    fn test() -> (Arc<Context>, ApiServerVerifier);
+    /// `config`, then `edit` (a pod cache, a JetStream slot, ...).
+    fn test_with(
+        config: OperatorConfig,
+        edit: impl FnOnce(&mut Context),
+    ) -> (Arc<Context>, ApiServerVerifier);
+}
+
+impl TestContext for Context {
+    fn test() -> (Arc<Context>, ApiServerVerifier) {
+        Self::test_with(OperatorConfig::default(), |_| {})
+    }
+
+    fn test_with(
+        config: OperatorConfig,
+        edit: impl FnOnce(&mut Context),
+    ) -> (Arc<Context>, ApiServerVerifier) {
+        let (client, verifier) = ApiServerVerifier::pair();
+        let mut ctx = Context {
+            client,
+            config: Arc::new(config),
+            registry: Arc::new(NodeRegistry::builtin()),
+            metrics: Metrics::default(),
+            reporter: Reporter {
+                controller: "openwop-operator".into(),
+                instance: None,
+            },
+            now: fixed_now,
+            worker_pods: None,
+            nats_copies: Default::default(),
+            starts: Default::default(),
+            jetstream: None,
+        };
+        edit(&mut ctx);
+        (Arc::new(ctx), verifier)
+    }
+}
+
+/// The mocked API server's side: receives the client's requests.
+pub struct ApiServerVerifier(MockHandle);
+
+impl ApiServerVerifier {
+    /// A client whose requests this verifier receives.
+    pub fn pair() -> (Client, ApiServerVerifier) {
+        let (svc, handle) = mock::pair::<Request<Body>, Response<Body>>();
+        (Client::new(svc, "default"), ApiServerVerifier(handle))
+    }
+
+    /// Runs `reconcile` while serving `scenario`: each request must be the scenario's next
+    /// (method, URI, body check) and gets its answer. Fails on a request beyond the scenario
+    /// and when the reconcile ends before making all of them.
+    pub async fn play<T>(&mut self, scenario: Scenario, reconcile: impl Future<Output = T>) -> T {
+        let total = scenario.0.len();
+        let expected: Vec<String> = scenario.0.iter().map(Expect::describe).collect();
+        let served = Cell::new(0usize);
+        let out = tokio::select! {
+            biased;
+            _ = serve(&mut self.0, scenario, &served) => unreachable!("serving never ends"),
+            out = reconcile => out,
+        };
+        let n = served.get();
+        assert_eq!(
+            n,
+            total,
+            "the reconcile ended after {n} of the scenario's {total} requests; missing: {:?}",
+            &expected[n..]
+        );
+        out
+    }
+
+    /// Answers every request with `answer(method, path, body)` until the client is dropped
+    /// (for reconciles running concurrently, whose requests interleave).
+    pub fn answer_all<S: Send + 'static>(
+        self,
+        mut state: S,
+        mut answer: impl FnMut(&mut S, &Method, &str, Value) -> (u16, Value) + Send + 'static,
+    ) -> tokio::task::JoinHandle<S> {
+        let mut handle = self.0;
+        tokio::spawn(async move {
+            while let Some((req, send)) = handle.next_request().await {
+                let (m, path) = (req.method().clone(), req.uri().path().to_owned());
+                let body = body_of(req).await;
+                let (status, reply) = answer(&mut state, &m, &path, body);
+                respond(send, status, reply);
+            }
+            state
+        })
+    }
+}
+
+async fn serve(handle: &mut MockHandle, scenario: Scenario, served: &Cell<usize>) {
+    for expect in scenario.0 {
+        let want = expect.describe();
+        let (req, send) = handle
+            .next_request()
+            .await
+            .unwrap_or_else(|| panic!("the client is gone; expected {want}"));
+        let (method, uri) = (req.method().clone(), req.uri().to_string());
+        assert_eq!(format!("{method} {uri}"), want, "request {}", served.get());
+        let body = body_of(req).await;
+        for check in expect.checks {
+            check(&body);
+        }
+        let reply = match expect.reply {
+            Reply::Json(v) => v,
+            Reply::Echo => body,
+        };
+        respond(send, expect.status, reply);
+        served.set(served.get() + 1);
+    }
+    if let Some((req, _)) = handle.next_request().await {
+        panic!(
+            "a request beyond the scenario: {} {}",
+            req.method(),
+            req.uri()
+        );
+    }
+    // The client is gone: nothing more can come.
+    std::future::pending::<()>().await;
+}
+
+async fn body_of(req: Request<Body>) -> Value {
+    let bytes = req.into_body().collect().await.unwrap().to_bytes();
+    serde_json::from_slice(&bytes).unwrap_or(Value::Null)
+}
+
+fn respond(send: SendResponse<Response<Body>>, status: u16, body: Value) {
+    send.send_response(
+        Response::builder()
+            .status(status)
+            .body(Body::from(serde_json::to_vec(&body).unwrap()))
+            .unwrap(),
+    );
+}
+
+/// The requests one reconcile must make, in order.
+#[derive(Default)]
+pub struct Scenario(Vec<Expect>);
+
+impl Scenario {
+    pub fn new() -> Self {
+        Scenario::default()
+    }
+
+    /// Then `e`.
+    pub fn then(mut self, e: Expect) -> Self {
+        self.0.push(e);
+        self
+    }
+
+    /// Then every request of `other`.
+    pub fn and(mut self, other: Scenario) -> Self {
+        self.0.extend(other.0);
+        self
+    }
+}
+
+enum Reply {
+    Json(Value),
+    /// The request's own body (a created object, a recorded Event).
+    Echo,
+}
+
+/// A check of a request's body.
+type Check = Box<dyn FnOnce(&Value)>;
+
+/// One expected request: method and URI, a check of its body, and the answer.
+pub struct Expect {
+    method: Method,
+    uri: String,
+    checks: Vec<Check>,
+    status: u16,
+    reply: Reply,
+}
+
+impl Expect {
+    pub fn new(method: Method, uri: impl Into<String>) -> Self {
+        Expect {
+            method,
+            uri: uri.into(),
+            checks: vec![],
+            status: 200,
+            reply: Reply::Echo,
+        }
+    }
+
+    /// Checks the request's body (JSON; `null` when empty), after the checks added before.
+    pub fn body(mut self, check: impl FnOnce(&Value) + 'static) -> Self {
+        self.checks.push(Box::new(check));
+        self
+    }
+
+    /// Answers `status` with `body`.
+    pub fn reply(mut self, status: u16, body: Value) -> Self {
+        self.status = status;
+        self.reply = Reply::Json(body);
+        self
+    }
+
+    /// Answers `status` with the request's body.
+    pub fn echo(mut self, status: u16) -> Self {
+        self.status = status;
+        self.reply = Reply::Echo;
+        self
+    }
+
+    /// Answers 404 Not Found.
+    pub fn not_found(self) -> Self {
+        self.reply(404, fixtures::not_found())
+    }
+
+    fn describe(&self) -> String {
+        format!("{} {}", self.method, self.uri)
+    }
+}

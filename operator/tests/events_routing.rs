@@ -1,0 +1,121 @@
+//! The event consumer's status writes against a mocked API server (`common`): events reach
+//! their Run by uid, never by name.
+
+mod common;
+
+use common::{ApiServerVerifier, Expect, Scenario};
+use http::Method;
+use openwop_crds::Run;
+use openwop_operator::config::OperatorConfig;
+use openwop_operator::events::{EventError, RunLog, apply_to_run};
+use serde_json::{Value, json};
+
+fn run_with_uid(uid: &str, last_sequence: Option<u64>) -> Value {
+    let mut r = json!({"apiVersion": "openwop.dev/v1alpha1", "kind": "Run",
+        "metadata": {"name": "r1", "namespace": "team-a", "uid": uid, "resourceVersion": "7"},
+        "spec": {"workflowRef": {"name": "triage"}}});
+    if let Some(seq) = last_sequence {
+        r["status"] = json!({"phase": "running", "lastSequence": seq, "events": seq + 1});
+    }
+    r
+}
+
+fn event(run_id: &str, seq: u64, ty: &str) -> Value {
+    json!({"eventId": format!("{run_id}-{seq}"), "runId": run_id, "type": ty, "sequence": seq,
+           "timestamp": "2026-01-01T00:00:00Z", "payload": {}})
+}
+
+/// Every event here continues its run's status: nothing is read back.
+struct NoReadBack;
+
+impl RunLog for NoReadBack {
+    async fn read_run(&self, _: &str, _: &str) -> Result<Vec<Value>, EventError> {
+        panic!("no hole in these events: the log must not be read back")
+    }
+}
+
+fn get_r1(uid: &str, last_sequence: u64) -> Expect {
+    Expect::new(
+        Method::GET,
+        "/apis/openwop.dev/v1alpha1/namespaces/team-a/runs/r1",
+    )
+    .reply(200, run_with_uid(uid, Some(last_sequence)))
+}
+
+/// Run r1 was deleted and re-created: the old run's late events (its uid) never touch the
+/// new Run of the same name; the new run's events do.
+#[tokio::test]
+async fn events_are_routed_by_uid_across_delete_and_recreate() {
+    let (client, mut api) = ApiServerVerifier::pair();
+    let cfg = OperatorConfig::default();
+    let old = [event("uid-old", 5, "run.failed")];
+    // Old uid, no cache: a LIST of the namespace finds only the new r1; nothing else.
+    let list = Expect::new(
+        Method::GET,
+        "/apis/openwop.dev/v1alpha1/namespaces/team-a/runs?&labelSelector=%21openwop.dev%2Finstance",
+    )
+    .reply(
+        200,
+        json!({"apiVersion": "openwop.dev/v1alpha1", "kind": "RunList", "metadata": {},
+               "items": [run_with_uid("uid-new", Some(0))]}),
+    );
+    let applied = api
+        .play(
+            Scenario::new().then(list),
+            apply_to_run(&client, &cfg, None, &NoReadBack, "team-a", "uid-old", &old),
+        )
+        .await;
+    assert!(!applied.unwrap(), "dropped");
+
+    // New uid: found in the cache (no LIST), read fresh, patched.
+    let (store, mut writer) = kube::runtime::reflector::store::<Run>();
+    let new_run: Run = serde_json::from_value(run_with_uid("uid-new", Some(0))).unwrap();
+    writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(new_run));
+    let new = [event("uid-new", 1, "run.completed")];
+    let write = Expect::new(
+        Method::PATCH,
+        "/apis/openwop.dev/v1alpha1/namespaces/team-a/runs/r1/status?&force=true&fieldManager=openwop-operator",
+    )
+    .body(|body| {
+        assert_eq!(body["status"]["phase"], "completed");
+        assert_eq!(body["status"]["lastSequence"], 1);
+        assert_eq!(body["metadata"]["resourceVersion"], "7");
+    })
+    .reply(200, run_with_uid("uid-new", Some(1)));
+    let applied = api
+        .play(
+            Scenario::new().then(get_r1("uid-new", 0)).then(write),
+            apply_to_run(
+                &client,
+                &cfg,
+                Some(&store),
+                &NoReadBack,
+                "team-a",
+                "uid-new",
+                &new,
+            ),
+        )
+        .await;
+    assert!(applied.unwrap());
+
+    // A stale cache that still maps the old uid to r1 does not misroute either: the GET
+    // shows the name now has another uid.
+    let (stale, mut w) = kube::runtime::reflector::store::<Run>();
+    let old_run: Run = serde_json::from_value(run_with_uid("uid-old", Some(3))).unwrap();
+    w.apply_watcher_event(&kube::runtime::watcher::Event::Apply(old_run));
+    let applied = api
+        .play(
+            Scenario::new().then(get_r1("uid-new", 1)),
+            apply_to_run(
+                &client,
+                &cfg,
+                Some(&stale),
+                &NoReadBack,
+                "team-a",
+                "uid-old",
+                &old,
+            ),
+        )
+        .await;
+    assert!(!applied.unwrap());
+}

@@ -1,0 +1,371 @@
+//! The Run reconciler against a mocked API server — starting, observing the worker, crashes,
+//! refusals, the namespace limit: the requests it makes, scenario by scenario (`common`).
+//! `spec.cancel` and the finalizer are in `reconcile_cancel.rs`.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::fixtures::{
+    delete_pod, ended_worker, event, event_of, get_pod, get_snapshot, get_workflow, not_found, pod,
+    run, run_echo, run_status, running_run, too_deep,
+};
+use common::{Scenario, TestContext};
+use http::Method;
+use kube::runtime::controller::Action;
+use openwop_crds::Run;
+use openwop_operator::config::OperatorConfig;
+use openwop_operator::controller::{Context, reconcile_run};
+use serde_json::{Value, json};
+
+#[tokio::test]
+async fn run_with_missing_workflow_waits_with_a_clear_condition() {
+    let (ctx, mut api) = Context::test();
+    let scenario = Scenario::new()
+        .then(get_snapshot().not_found())
+        .then(get_workflow("triage").not_found())
+        .then(run_status(|st| {
+            assert_eq!(st["phase"], "pending");
+            let c = &st["conditions"][0];
+            assert_eq!(
+                (
+                    c["type"].as_str(),
+                    c["status"].as_str(),
+                    c["reason"].as_str()
+                ),
+                (Some("Ready"), Some("False"), Some("WorkflowNotFound"))
+            );
+            assert_eq!(
+                c["message"],
+                "Workflow triage not found in namespace team-a; the run starts when it is created"
+            );
+        }));
+    api.play(scenario, reconcile_run(Arc::new(run(None)), ctx))
+        .await
+        .expect("reconcile");
+}
+
+/// A running worker's reconciles (one per change of its pod) read the pod only: the snapshot
+/// it mounts exists, so no ConfigMap GET (issue 7: a round trip per reconcile at 200 runs).
+#[tokio::test]
+async fn a_running_worker_is_observed_without_reading_the_snapshot() {
+    let (ctx, mut api) = Context::test();
+    let scenario = Scenario::new().then(get_pod("r1-w1").reply(200, pod("r1-w1", "Running")));
+    let action = api
+        .play(scenario, reconcile_run(Arc::new(running_run()), ctx))
+        .await
+        .expect("reconcile");
+    assert_eq!(action, Action::requeue(Duration::from_secs(60)));
+}
+
+#[tokio::test]
+async fn a_worker_refusing_its_input_fails_the_run_at_once_quoting_why() {
+    let (ctx, mut api) = Context::test();
+    let tail = concat!(
+        r#"{"level":"INFO","fields":{"message":"event log read"},"target":"w"}"#,
+        "\n",
+        r#"{"level":"ERROR","fields":{"message":"provider configuration","error":"provider 'openai-compatible' needs a base URL"},"target":"w"}"#
+    );
+    let scenario = Scenario::new()
+        .then(get_pod("r1-w1").reply(200, ended_worker(2, tail)))
+        .then(delete_pod("r1-w1"))
+        .then(run_status(|st| {
+            assert_eq!(st["phase"], "failed", "no retry: {st:#}");
+            assert_eq!(st["error"]["code"], "worker_input_invalid");
+            assert_eq!(
+                st["error"]["message"],
+                "the worker refused its input (exit 2): provider configuration: provider 'openai-compatible' needs a base URL; fix the Workflow or the operator configuration, then create a new Run"
+            );
+            assert!(
+                st.get("failedAttempts").is_none_or(Value::is_null),
+                "{st:#}"
+            );
+        }))
+        .then(event_of("Run", "Warning", "Failed"));
+    api.play(scenario, reconcile_run(Arc::new(running_run()), ctx))
+        .await
+        .expect("reconcile");
+}
+
+#[tokio::test]
+async fn a_crashed_worker_is_retried_and_its_last_error_quoted() {
+    let (ctx, mut api) = Context::test();
+    let tail = concat!(
+        r#"{"level":"ERROR","fields":{"message":"worker crashed; the operator will retry","error":"event evt-1 not durable after 7 attempts"},"target":"w"}"#,
+        "\n"
+    );
+    let scenario = Scenario::new()
+        .then(get_pod("r1-w1").reply(200, ended_worker(1, tail)))
+        .then(delete_pod("r1-w1"))
+        .then(run_status(|st| {
+            assert_eq!(st["failedAttempts"], 1, "{st:#}");
+            assert_eq!(st["phase"], "running");
+        }))
+        .then(event("WorkerCrashed").body(|b| {
+            let note = b["note"].as_str().unwrap();
+            assert!(
+                note.starts_with("worker exited with code 1 (worker crashed; the operator will retry: event evt-1 not durable after 7 attempts); retrying in"),
+                "{note}"
+            );
+        }));
+    api.play(scenario, reconcile_run(Arc::new(running_run()), ctx))
+        .await
+        .expect("reconcile");
+}
+
+fn crashed_again(last_sequence: u64, failed_at: u64, failed: u32) -> Run {
+    let mut r = running_run();
+    let st = r.status.as_mut().unwrap();
+    st.attempts = Some(failed + 1);
+    st.last_sequence = Some(last_sequence);
+    st.failed_at_sequence = Some(failed_at);
+    st.failed_attempts = Some(failed);
+    r
+}
+
+/// The crash budget counts consecutive failures without progress: the default limit is 3,
+/// and this is the 4th crash — but the worker appended events (sequence 4 → 9) since the last
+/// counted failure, so the count starts again instead of failing the run.
+#[tokio::test]
+async fn a_crash_after_progress_restarts_the_budget() {
+    let (ctx, mut api) = Context::test();
+    let scenario = Scenario::new()
+        .then(get_pod("r1-w1").reply(200, ended_worker(137, "")))
+        .then(delete_pod("r1-w1"))
+        .then(run_status(|st| {
+            assert_eq!(st["phase"], "running", "retried, not failed: {st:#}");
+            assert_eq!(
+                (
+                    st["failedAttempts"].as_u64(),
+                    st["failedAtSequence"].as_u64()
+                ),
+                (Some(1), Some(9))
+            );
+        }))
+        .then(event("WorkerCrashed").body(|b| {
+            assert!(
+                b["note"]
+                    .as_str()
+                    .unwrap()
+                    .contains("failure 1 of 3 without progress"),
+                "{b:#}"
+            );
+        }));
+    api.play(
+        scenario,
+        reconcile_run(Arc::new(crashed_again(9, 4, 3)), ctx),
+    )
+    .await
+    .expect("reconcile");
+}
+
+/// Without new events since the last counted failure, the 4th consecutive crash exhausts the
+/// budget and names it.
+#[tokio::test]
+async fn consecutive_crashes_without_progress_exhaust_the_budget() {
+    let (ctx, mut api) = Context::test();
+    let scenario = Scenario::new()
+        .then(get_pod("r1-w1").reply(200, ended_worker(137, "")))
+        .then(delete_pod("r1-w1"))
+        .then(run_status(|st| {
+            assert_eq!(st["phase"], "failed", "{st:#}");
+            assert_eq!(st["failedAttempts"], 4);
+            assert_eq!(st["error"]["code"], "worker_crashed");
+            let msg = st["error"]["message"].as_str().unwrap();
+            assert!(
+                msg.ends_with("4 consecutive worker failures without progress (limit 3, chart value runs.maxWorkerRetries)"),
+                "{msg}"
+            );
+        }))
+        .then(event_of("Run", "Warning", "Failed"));
+    api.play(
+        scenario,
+        reconcile_run(Arc::new(crashed_again(9, 9, 3)), ctx),
+    )
+    .await
+    .expect("reconcile");
+}
+
+/// A run that completes after crashes shows no stale failure count.
+#[tokio::test]
+async fn a_completed_run_clears_its_failure_count() {
+    let (ctx, mut api) = Context::test();
+    let mut r = crashed_again(9, 9, 2);
+    r.status.as_mut().unwrap().phase = Some(openwop_crds::RunPhase::Completed);
+    r.status.as_mut().unwrap().worker_pod = None;
+    let scenario = Scenario::new()
+        .then(run_status(|st| {
+            assert_eq!(st["phase"], "completed");
+            assert!(
+                st.get("failedAttempts").is_none_or(Value::is_null),
+                "{st:#}"
+            );
+            assert!(
+                st.get("failedAtSequence").is_none_or(Value::is_null),
+                "{st:#}"
+            );
+        }))
+        .then(event_of("Run", "Normal", "Completed").body(|b| {
+            assert_eq!(b["note"], "the run completed");
+        }));
+    api.play(scenario, reconcile_run(Arc::new(r), ctx))
+        .await
+        .expect("reconcile");
+}
+
+/// A run the event stream ended `failed` without naming an error is reported `Failed`, never
+/// `Completed` (the summary path once reported it so).
+#[tokio::test]
+async fn a_worker_summary_failed_without_an_error_is_reported_failed() {
+    let (ctx, mut api) = Context::test();
+    let summary = r#"{"phase":"failed","events":3,"lastSequence":2}"#;
+    let scenario = Scenario::new()
+        .then(get_pod("r1-w1").reply(
+            200,
+            common::fixtures::ended_pod("r1-w1", "Failed", 0, summary),
+        ))
+        .then(run_status(|st| {
+            assert_eq!(st["phase"], "failed");
+            let c = &st["conditions"][1];
+            assert_eq!(
+                (&c["type"], &c["reason"]),
+                (&json!("Succeeded"), &json!("Failed"))
+            );
+        }))
+        .then(event_of("Run", "Warning", "Failed").body(|b| {
+            assert_eq!(b["note"], "the run failed");
+        }));
+    api.play(scenario, reconcile_run(Arc::new(running_run()), ctx))
+        .await
+        .expect("reconcile");
+}
+
+#[tokio::test]
+async fn a_run_too_deep_to_decode_is_failed_at_once_naming_the_limit() {
+    let (ctx, mut api) = Context::test();
+    // As the watch decodes it: from the apiserver's bytes.
+    let text = format!(
+        r#"{{"apiVersion": "openwop.dev/v1alpha1", "kind": "Run",
+        "metadata": {{"name": "r1", "namespace": "team-a", "uid": "ruid", "generation": 1,
+                     "finalizers": ["openwop.dev/cleanup"]}},
+        "spec": {{"workflowRef": {{"name": "triage"}}, "inputs": {{"x": {}}}}}}}"#,
+        too_deep()
+    );
+    let deep: Run = serde_json::from_str(&text).expect("a deep Run decodes leniently");
+    // No snapshot lookup, no Workflow read, no pod: the status write comes first.
+    let scenario = Scenario::new()
+        .then(run_status(|st| {
+            assert_eq!(st["phase"], "failed", "{st:#}");
+            assert_eq!(st["error"]["code"], "input_too_deep");
+            let msg = st["error"]["message"].as_str().unwrap();
+            assert!(
+                msg.starts_with("spec.inputs cannot be decoded: ")
+                    && msg.contains("nested deeper than 128 levels")
+                    && msg.contains("flatten the value"),
+                "{msg}"
+            );
+            assert!(msg.len() < 600, "bounded: {msg}");
+            for type_ in ["Ready", "Succeeded"] {
+                let cond = st["conditions"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .find(|c| c["type"] == type_)
+                    .expect("condition");
+                assert_eq!(
+                    (&cond["status"], &cond["reason"]),
+                    (&json!("False"), &json!("InputTooDeep")),
+                    "{type_}"
+                );
+            }
+        }))
+        .then(event_of("Run", "Warning", "InputTooDeep").body(|b| {
+            assert!(b["note"].as_str().unwrap().contains("128 levels"));
+        }));
+    api.play(scenario, reconcile_run(Arc::new(deep), ctx))
+        .await
+        .expect("reconcile");
+}
+
+/// Issue #14 item 8b: reconciles run concurrently, and the pod cache lags behind the pods
+/// just created; the per-namespace limit must still be exact. Six snapshotted Runs reconciled
+/// at once with a limit of 2 and an empty (ready) pod cache: exactly two worker pods are
+/// created, the others are queued.
+#[tokio::test]
+async fn concurrent_starts_never_exceed_the_namespace_limit() {
+    use kube::runtime::{reflector, watcher};
+    let (store, mut writer) = reflector::store::<k8s_openapi::api::core::v1::Pod>();
+    writer.apply_watcher_event(&watcher::Event::InitDone);
+    let mut cfg = OperatorConfig::default();
+    cfg.runs.max_concurrent_per_namespace = 2;
+    let (ctx, api) = Context::test_with(cfg, |c| c.worker_pods = Some(store));
+    let n = 6;
+    let runs: Vec<Run> = (0..n)
+        .map(|i| {
+            serde_json::from_value(json!({
+                "apiVersion": "openwop.dev/v1alpha1", "kind": "Run",
+                "metadata": {"name": format!("r{i}"), "namespace": "team-a", "uid": format!("u{i}"),
+                             "generation": 1, "finalizers": ["openwop.dev/cleanup"]},
+                "spec": {"workflowRef": {"name": "triage"}},
+                "status": {"phase": "pending", "runId": format!("u{i}"), "workflow": "triage",
+                           "observedGeneration": 1,
+                           "conditions": [{"type": "Ready", "status": "True", "reason": "Snapshotted",
+                                           "message": "workflow snapshotted", "lastTransitionTime": "2025-06-15T15:00:00Z"}]}
+            }))
+            .unwrap()
+        })
+        .collect();
+    // (worker pods created, runs queued)
+    let server = api.answer_all((0, 0), |(created, queued), m, path, body| {
+        if *m == Method::GET && path.ends_with("-snapshot") {
+            let run = path
+                .rsplit('/')
+                .next()
+                .unwrap()
+                .trim_end_matches("-snapshot");
+            let uid = format!("u{}", &run[1..]);
+            let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": format!("{run}-snapshot"), "namespace": "team-a",
+                    "ownerReferences": [{"apiVersion": "openwop.dev/v1alpha1", "kind": "Run",
+                                         "name": run, "uid": uid, "controller": true}]},
+                "data": {"snapshot.json": "{}"}});
+            (200, cm)
+        } else if *m == Method::GET && path.contains("/serviceaccounts/") {
+            let sa = json!({"apiVersion": "v1", "kind": "ServiceAccount",
+                            "metadata": {"name": "openwop-worker"}});
+            (200, sa)
+        } else if *m == Method::GET {
+            (404, not_found())
+        } else if *m == Method::POST && path.ends_with("/pods") {
+            *created += 1;
+            (201, body)
+        } else if *m == Method::PATCH && path.ends_with("/status") {
+            let c = body["status"]["conditions"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            if c.iter().any(|c| c["reason"] == "Queued") {
+                *queued += 1;
+            }
+            (200, run_echo())
+        } else if *m == Method::POST && path.ends_with("/events") {
+            (201, body)
+        } else {
+            panic!("unexpected request {m} {path}");
+        }
+    });
+    let all = runs
+        .into_iter()
+        .map(|r| reconcile_run(Arc::new(r), ctx.clone()));
+    for r in futures::future::join_all(all).await {
+        r.expect("reconcile");
+    }
+    drop(ctx);
+    let (created, queued) = server.await.unwrap();
+    assert_eq!(
+        (created, queued),
+        (2, n - 2),
+        "worker pods created, runs queued"
+    );
+}
