@@ -75,17 +75,6 @@ fn target_bin(name: &str) -> PathBuf {
     p
 }
 
-fn helm_bin() -> PathBuf {
-    let out = Command::new("bash")
-        .arg(repo().join("e2e/cluster/build-binaries.sh"))
-        .stderr(Stdio::inherit())
-        .output()
-        .expect("build-binaries.sh");
-    assert!(out.status.success(), "build-binaries.sh failed");
-    let dir = String::from_utf8(out.stdout).unwrap();
-    PathBuf::from(dir.lines().last().unwrap().trim()).join("helm")
-}
-
 fn cli(c: &Cluster, args: &[&str]) -> Output {
     run_cmd(c, &target_bin("kubectl-openwop"), args, None)
 }
@@ -2051,16 +2040,7 @@ fn sa_token(c: &Cluster, ns: &str, sa: &str) -> String {
         kubectl(c, &["create", "serviceaccount", sa, "-n", ns], None),
         "create serviceaccount",
     );
-    ok(
-        kubectl(
-            c,
-            &["create", "token", sa, "-n", ns, "--duration", "1h"],
-            None,
-        ),
-        "kubectl create token",
-    )
-    .trim()
-    .to_owned()
+    create_token(c, ns, sa)
 }
 
 /// The OpenWOP REST API driven by the real PyPI `openwop-client` (e2e/rest/client_journey.py):

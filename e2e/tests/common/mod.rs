@@ -157,3 +157,30 @@ pub fn ok(out: Output, what: &str) -> String {
 pub fn kubectl(c: &Cluster, args: &[&str], stdin: Option<&str>) -> Output {
     run_cmd(c, Path::new("kubectl"), args, stdin)
 }
+
+/// The mini-cluster's helm (built or found by e2e/cluster/build-binaries.sh).
+pub fn helm_bin() -> std::path::PathBuf {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let out = Command::new("bash")
+        .arg(repo.join("e2e/cluster/build-binaries.sh"))
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("build-binaries.sh");
+    assert!(out.status.success(), "build-binaries.sh failed");
+    let dir = String::from_utf8(out.stdout).unwrap();
+    std::path::PathBuf::from(dir.lines().last().unwrap().trim()).join("helm")
+}
+
+/// A token of ServiceAccount `sa` (`kubectl create token`, valid for an hour).
+pub fn create_token(c: &Cluster, ns: &str, sa: &str) -> String {
+    ok(
+        kubectl(
+            c,
+            &["create", "token", sa, "-n", ns, "--duration", "1h"],
+            None,
+        ),
+        "kubectl create token",
+    )
+    .trim()
+    .to_owned()
+}

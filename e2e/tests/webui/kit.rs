@@ -3,7 +3,7 @@
 //! applied with kubectl, ServiceAccount tokens, plain HTTP with curl.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
@@ -60,21 +60,7 @@ pub fn apply(c: &Cluster, ns: &str, yaml: &str) {
 /// Installs (or re-applies) the release exactly as the journeys do: one operator on the
 /// host network at [`operator_port`], the mock provider, mocks allowed in `j-*` namespaces.
 pub fn install(c: &Cluster) {
-    let out = Command::new("bash")
-        .arg(repo().join("e2e/cluster/build-binaries.sh"))
-        .stderr(Stdio::inherit())
-        .output()
-        .expect("build-binaries.sh");
-    assert!(out.status.success(), "build-binaries.sh failed");
-    let helm = PathBuf::from(
-        String::from_utf8(out.stdout)
-            .unwrap()
-            .lines()
-            .last()
-            .unwrap()
-            .trim(),
-    )
-    .join("helm");
+    let helm = helm_bin();
     let crds = repo().join("charts/openwop/crds/openwop.dev_crds.yaml");
     ok(
         kubectl(
@@ -184,16 +170,7 @@ pub fn sa_with_role(c: &Cluster, ns: &str, sa: &str, rules: &str) -> String {
         "apiVersion: v1\nkind: ServiceAccount\nmetadata: {{name: {sa}}}\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {{name: {sa}}}\nrules:\n{rules}---\napiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {{name: {sa}}}\nroleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: {sa}}}\nsubjects:\n  - {{kind: ServiceAccount, name: {sa}}}\n"
     );
     apply(c, ns, &yaml);
-    ok(
-        kubectl(
-            c,
-            &["create", "token", sa, "-n", ns, "--duration", "1h"],
-            None,
-        ),
-        "kubectl create token",
-    )
-    .trim()
-    .to_owned()
+    create_token(c, ns, sa)
 }
 
 /// What a team needs of the UI: read, answer and cancel runs; read workflows.
