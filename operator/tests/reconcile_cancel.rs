@@ -51,12 +51,12 @@ async fn cancel_marks_the_snapshot_and_stops_the_running_worker() {
                "workflow": "triage", "observedGeneration": 1}),
     );
     let scenario = mark_snapshot_cancelled()
-        .then(delete_pod("r1-w1"))
         .then(run_status(|st| {
             assert_eq!(st["phase"], "cancelling");
             assert!(st.get("workerPod").is_none());
             assert!(st.get("completionTime").is_none());
         }))
+        .then(delete_pod("r1-w1"))
         .then(event("Cancelling"));
     api.play(scenario, reconcile_run(Arc::new(r), ctx))
         .await
@@ -160,7 +160,6 @@ async fn cancel_without_worker_nats_falls_back_and_says_so() {
                "workflow": "triage", "observedGeneration": 1}),
     );
     let scenario = Scenario::new()
-        .then(delete_pod("r1-w1"))
         .then(run_status(|st| {
             assert_eq!(st["phase"], "cancelled");
             let c = &st["conditions"][0];
@@ -173,6 +172,7 @@ async fn cancel_without_worker_nats_falls_back_and_says_so() {
                 "{c}"
             );
         }))
+        .then(delete_pod("r1-w1"))
         .then(event("Cancelled"));
     api.play(scenario, reconcile_run(Arc::new(r), ctx))
         .await

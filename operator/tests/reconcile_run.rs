@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use common::fixtures::{
     delete_pod, ended_worker, event, event_of, get_pod, get_snapshot, get_workflow, not_found, pod,
-    run, run_echo, run_status, running_run, too_deep,
+    run, run_echo, run_status, running_run, snapshot_cm, too_deep,
 };
 use common::{Scenario, TestContext};
 use http::Method;
@@ -69,7 +69,6 @@ async fn a_worker_refusing_its_input_fails_the_run_at_once_quoting_why() {
     );
     let scenario = Scenario::new()
         .then(get_pod("r1-w1").reply(200, ended_worker(2, tail)))
-        .then(delete_pod("r1-w1"))
         .then(run_status(|st| {
             assert_eq!(st["phase"], "failed", "no retry: {st:#}");
             assert_eq!(st["error"]["code"], "worker_input_invalid");
@@ -82,6 +81,7 @@ async fn a_worker_refusing_its_input_fails_the_run_at_once_quoting_why() {
                 "{st:#}"
             );
         }))
+        .then(delete_pod("r1-w1"))
         .then(event_of("Run", "Warning", "Failed"));
     api.play(scenario, reconcile_run(Arc::new(running_run()), ctx))
         .await
@@ -97,11 +97,11 @@ async fn a_crashed_worker_is_retried_and_its_last_error_quoted() {
     );
     let scenario = Scenario::new()
         .then(get_pod("r1-w1").reply(200, ended_worker(1, tail)))
-        .then(delete_pod("r1-w1"))
         .then(run_status(|st| {
             assert_eq!(st["failedAttempts"], 1, "{st:#}");
             assert_eq!(st["phase"], "running");
         }))
+        .then(delete_pod("r1-w1"))
         .then(event("WorkerCrashed").body(|b| {
             let note = b["note"].as_str().unwrap();
             assert!(
@@ -132,7 +132,6 @@ async fn a_crash_after_progress_restarts_the_budget() {
     let (ctx, mut api) = Context::test();
     let scenario = Scenario::new()
         .then(get_pod("r1-w1").reply(200, ended_worker(137, "")))
-        .then(delete_pod("r1-w1"))
         .then(run_status(|st| {
             assert_eq!(st["phase"], "running", "retried, not failed: {st:#}");
             assert_eq!(
@@ -143,6 +142,7 @@ async fn a_crash_after_progress_restarts_the_budget() {
                 (Some(1), Some(9))
             );
         }))
+        .then(delete_pod("r1-w1"))
         .then(event("WorkerCrashed").body(|b| {
             assert!(
                 b["note"]
@@ -167,7 +167,6 @@ async fn consecutive_crashes_without_progress_exhaust_the_budget() {
     let (ctx, mut api) = Context::test();
     let scenario = Scenario::new()
         .then(get_pod("r1-w1").reply(200, ended_worker(137, "")))
-        .then(delete_pod("r1-w1"))
         .then(run_status(|st| {
             assert_eq!(st["phase"], "failed", "{st:#}");
             assert_eq!(st["failedAttempts"], 4);
@@ -178,6 +177,7 @@ async fn consecutive_crashes_without_progress_exhaust_the_budget() {
                 "{msg}"
             );
         }))
+        .then(delete_pod("r1-w1"))
         .then(event_of("Run", "Warning", "Failed"));
     api.play(
         scenario,
@@ -368,4 +368,34 @@ async fn concurrent_starts_never_exceed_the_namespace_limit() {
         (2, n - 2),
         "worker pods created, runs queued"
     );
+}
+
+/// A waiting run answered while its worker start backs off (a crash set `retryAfter`): the
+/// answer is left unconsumed until the backoff ends. Consuming it first (recording it as
+/// answered, dropping the pending interrupt) and then waiting left the run `waiting-input`
+/// with nothing pending and no worker for ever: no later reconcile found a new answer.
+#[tokio::test]
+async fn an_answer_during_a_backoff_is_consumed_only_when_the_worker_starts() {
+    let (ctx, mut api) = Context::test();
+    // 1_750_000_000 is the test clock; the backoff ends 30 s later.
+    let mut r = run(Some(json!({
+        "phase": "waiting-input", "attempts": 1, "failedAttempts": 1, "runId": "ruid",
+        "workflow": "triage", "observedGeneration": 1,
+        "retryAfter": "2025-06-15T15:07:10Z",
+        "pendingInterrupts": [{"interruptId": "i1", "kind": "clarification", "nodeId": "ask",
+                               "questions": [{"id": "q1", "question": "which?"}]}],
+        "conditions": [{"type": "Ready", "status": "True", "reason": "Snapshotted",
+                        "message": "workflow snapshotted in ConfigMap r1-snapshot",
+                        "lastTransitionTime": "2025-06-15T15:00:00Z"}]
+    })));
+    r.spec.answers = vec![
+        serde_json::from_value(json!({"interruptId": "i1", "value": {"q1": "this"}})).unwrap(),
+    ];
+    // The snapshot is read; nothing is written while the backoff runs.
+    let scenario = Scenario::new().then(get_snapshot().reply(200, snapshot_cm(false)));
+    let action = api
+        .play(scenario, reconcile_run(Arc::new(r), ctx))
+        .await
+        .expect("reconcile");
+    assert_eq!(action, Action::requeue(Duration::from_secs(30)));
 }

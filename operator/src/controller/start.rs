@@ -193,11 +193,19 @@ pub(super) async fn progress(rr: &mut RunReconcile<'_>) -> Result<Action, Error>
     let now = rr.now;
     let phase = rr.status().phase.unwrap_or_default();
     let mut resume = false;
+    let answered = newly_answered(run, rr.status());
+    if phase.is_waiting() && answered.is_empty() {
+        return Ok(Action::await_change());
+    }
+    // Back off before an answer is consumed: a consumed answer is never "newly answered"
+    // again, so consuming it and then waiting would leave the run waiting with nothing
+    // pending and no worker.
+    if let Some(at) = rr.status().retry_after.clone()
+        && now < at.0
+    {
+        return Ok(Action::requeue(wait_until(now, at.0)));
+    }
     if phase.is_waiting() {
-        let answered = newly_answered(run, rr.status());
-        if answered.is_empty() {
-            return Ok(Action::await_change());
-        }
         let stored = read_snapshot(&snapshot_cm)?;
         let doc = with_current_answers(&stored, run);
         if let Err(refused) = crate::snapshot::fits(&doc) {
@@ -212,11 +220,6 @@ pub(super) async fn progress(rr: &mut RunReconcile<'_>) -> Result<Action, Error>
             .retain(|p| !answered.contains(&p.interrupt_id));
         status.answered_interrupts.extend(answered);
         resume = true;
-    }
-    if let Some(at) = rr.status().retry_after.clone()
-        && now < at.0
-    {
-        return Ok(Action::requeue(wait_until(now, at.0)));
     }
     // Starts in one namespace are serialized and count the pods this operator created that
     // the pod cache has not seen yet, so concurrent reconciles never exceed the limit.

@@ -200,9 +200,14 @@ impl<'a> RunReconcile<'a> {
 
     // The one place the reconcile acts.
 
-    /// Performs what the draft says, in order: the pod deletes, the Run's deletion (its TTL
-    /// passed), the status write when the status changed, then the Events (so an Event never
+    /// Performs what the draft says, in order: the status write when the status changed, the
+    /// pod deletes, the Run's deletion (its TTL passed), then the Events (so an Event never
     /// reports a status that was not written).
+    ///
+    /// The status goes first: its write can lose a race (409 on the resourceVersion
+    /// precondition), and a pod deleted before a lost write leaves a status that still names
+    /// it, which the next reconcile would read as a crashed worker (a suspended run then
+    /// counted a crash and backed off). Written first, a 409 leaves everything as it was.
     pub(super) async fn act(self) -> Result<(), Error> {
         let RunReconcile {
             run,
@@ -214,12 +219,6 @@ impl<'a> RunReconcile<'a> {
             runs,
             ..
         } = self;
-        for p in &draft.delete_pods {
-            delete_ignoring_missing(&pods, p).await?;
-        }
-        if draft.delete_run {
-            delete_ignoring_missing(&runs, &name).await?;
-        }
         if draft.status != original {
             // The resourceVersion precondition: the event consumer writes status too; a
             // status computed from a stale cache must not overwrite its newer one (409 →
@@ -235,6 +234,12 @@ impl<'a> RunReconcile<'a> {
                 &Patch::Apply(&patch),
             )
             .await?;
+        }
+        for p in &draft.delete_pods {
+            delete_ignoring_missing(&pods, p).await?;
+        }
+        if draft.delete_run {
+            delete_ignoring_missing(&runs, &name).await?;
         }
         for n in draft.notes {
             publish(ctx, run, n.type_, n.reason, n.note).await;
