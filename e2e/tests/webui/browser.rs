@@ -3,6 +3,7 @@
 //! network needs (no background networking, updates or sync; otherwise the browser hangs).
 
 use std::net::TcpListener;
+use std::os::unix::process::CommandExt as _;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -48,7 +49,9 @@ impl Browser {
             .local_addr()
             .unwrap()
             .port();
+        // Its own process group: the browser it starts goes with it (see Drop).
         let driver = Command::new(&driver_bin)
+            .process_group(0)
             .arg(format!("--port={port}"))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -215,9 +218,19 @@ impl Browser {
         std::fs::write(path, png).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     }
 
-    pub async fn close(mut self) {
+    /// Ends the WebDriver session (the browser quits), then the driver.
+    pub async fn close(self) {
         let _ = self.client.clone().close().await;
-        let _ = self.driver.kill();
+    }
+}
+
+impl Drop for Browser {
+    /// Also on a failed assertion: the driver's process group (driver and browser) is killed.
+    fn drop(&mut self) {
+        // SAFETY: kill(2) on the process group this struct created; no memory is involved.
+        unsafe {
+            libc::kill(-(self.driver.id() as i32), libc::SIGKILL);
+        }
         let _ = self.driver.wait();
     }
 }
