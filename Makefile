@@ -3,7 +3,7 @@ SHELL := /bin/bash
 export CARGO_TARGET_DIR ?= $(HOME)/.cache/openwop/target
 CARGO ?= cargo
 
-.PHONY: all build test chart-check test-unit lint fmt fmt-check clippy crds crds-check bench demo cluster-up cluster-down kind-test kind-up kind-down
+.PHONY: ui ui-check screenshots all build test chart-check test-unit lint fmt fmt-check clippy crds crds-check bench demo cluster-up cluster-down kind-test kind-up kind-down
 
 all: build
 
@@ -13,7 +13,7 @@ build:
 ## test: everything CI runs — formatting, lints, generated files, all tests (unit, property, integration, e2e).
 # The prerequisites run in order (no -j): the bins must exist before the cluster starts the
 # node agent, and the chart's server-side dry-run needs the cluster.
-test: fmt-check clippy crds-check build chart-check
+test: fmt-check clippy crds-check ui-check build chart-check
 	$(CARGO) test --workspace --no-fail-fast
 
 ## test-unit: the fast subset that needs no cluster (pure crates only).
@@ -41,6 +41,21 @@ crds-check:
 	    || { echo "crds/openwop.dev_crds.yaml is stale: run 'make crds' and commit it" >&2; exit 1; }; \
 	fi
 
+## ui: rebuild the web UI's committed bundle (operator/ui/dist, embedded in the operator) from operator/ui/src
+## with the front-end dependencies pinned in operator/ui/package-lock.json (Node 20 and npm; not needed to build
+## the operator itself).
+ui:
+	cd operator/ui && npm ci --no-audit --no-fund --loglevel=error && node build.mjs
+
+## ui-check: the committed bundle is what the sources build to.
+ui-check:
+	cd operator/ui && npm ci --no-audit --no-fund --loglevel=error && node build.mjs --check
+
+## screenshots: regenerate docs/webui/*.png (the README's "Web UI" pictures) in headless Chromium on the mini-cluster.
+screenshots: build
+	bash e2e/cluster/cluster.sh up
+	$(CARGO) test -p openwop-e2e --test webui -- --ignored --nocapture --test-threads=1 screenshots
+
 ## chart-check: helm lint, renders, value refusals, CRD copy in sync, server-side dry-run (needs the cluster).
 chart-check:
 	bash e2e/cluster/cluster.sh up
@@ -51,7 +66,8 @@ chart-check:
 ## direct JetStream reader in the same run), with release builds of the operator and worker (what users run;
 ## OPENWOP_E2E_PROFILE=debug for the debug builds of the scale figures), then the restart figures (debug builds from
 ## `build`: operator SIGKILLed 5 times over 50 Runs; nats-server and kube-apiserver restarted mid-batch; worker pods
-## force-deleted at 27 kill points). Each prints
+## force-deleted at 27 kill points), then the web UI's figures in headless Chromium (first paint and fully rendered
+## timeline of a 1,000- and a 10,000-event run, JS heap, scroll frame times; the runs list with 5,000 Runs). Each prints
 ## FIGURES lines.
 bench: build
 	$(CARGO) bench --workspace
@@ -61,6 +77,8 @@ bench: build
 	OPENWOP_E2E_PROFILE=release $(CARGO) test -p openwop-e2e --test scale -- --ignored --nocapture --test-threads=1
 	$(CARGO) test --release -p openwop-operator --test cluster rest_figures -- --ignored --nocapture
 	$(CARGO) test -p openwop-e2e --test journeys -- --ignored --nocapture --test-threads=1 restart_figures_operator_nats_and_apiserver worker_force_delete_figures
+	$(CARGO) test --release -p openwop-operator --test runs_list -- --ignored --nocapture list_figures
+	$(CARGO) test -p openwop-e2e --test webui -- --ignored --nocapture --test-threads=1 figures
 
 cluster-up:
 	@bash e2e/cluster/cluster.sh up

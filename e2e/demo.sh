@@ -93,6 +93,35 @@ if command -v jq >/dev/null; then
     | jq 'select(.message.type == "run.completed") | .message.payload.outputs | map_values(.output)'
 fi
 
+step "the web UI: a ServiceAccount that may follow, answer and cancel runs in $demo_ns, and a token for it"
+kubectl -n "$demo_ns" apply -f - >/dev/null <<EOF
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: openwop-ui}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: openwop-ui}
+rules:
+  - {apiGroups: [openwop.dev], resources: [runs], verbs: [get, list, create, patch]}
+  - {apiGroups: [openwop.dev], resources: [workflows], verbs: [get, list]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: openwop-ui}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: openwop-ui}
+subjects: [{kind: ServiceAccount, name: openwop-ui}]
+EOF
+# Pods share the host network here: the operator's port is the host's.
+ui_port="$(kubectl -n "$release_ns" get deployment -l app.kubernetes.io/component=operator \
+  -o jsonpath='{.items[0].spec.template.spec.containers[0].ports[0].containerPort}')"
+run_id="$(kubectl -n "$demo_ns" get run "$run" -o jsonpath='{.metadata.uid}')"
+token_file="${OPENWOP_STATE_DIR:-$HOME/.cache/openwop/cluster}/demo-ui-token"
+mkdir -p "$(dirname "$token_file")"
+(umask 077 && kubectl -n "$demo_ns" create token openwop-ui --duration 8h >"$token_file")
+ui_url="http://127.0.0.1:$ui_port/ui/runs/$run_id"
+curl -fsS -o /dev/null "$ui_url" || die "the web UI does not answer at $ui_url"
+
 cat >&2 <<EOF
 
 Done. The cluster keeps running:
@@ -100,4 +129,8 @@ Done. The cluster keeps running:
   kubectl get workflows,runs -n $demo_ns
   $bin/kubectl-openwop events $run -n $demo_ns              # the timeline again (--json for machines)
   make cluster-down      # stop everything
+
+The run in the web UI: log in with the token in $token_file
+(or: kubectl -n $demo_ns create token openwop-ui), then follow, inspect and answer runs there.
 EOF
+echo "$ui_url"

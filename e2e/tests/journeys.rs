@@ -75,57 +75,6 @@ fn target_bin(name: &str) -> PathBuf {
     p
 }
 
-fn helm_bin() -> PathBuf {
-    let out = Command::new("bash")
-        .arg(repo().join("e2e/cluster/build-binaries.sh"))
-        .stderr(Stdio::inherit())
-        .output()
-        .expect("build-binaries.sh");
-    assert!(out.status.success(), "build-binaries.sh failed");
-    let dir = String::from_utf8(out.stdout).unwrap();
-    PathBuf::from(dir.lines().last().unwrap().trim()).join("helm")
-}
-
-fn run_cmd(c: &Cluster, program: &Path, args: &[&str], stdin: Option<&str>) -> Output {
-    use std::io::Write;
-    let mut child = Command::new(program)
-        .args(args)
-        .env("KUBECONFIG", &c.kubeconfig)
-        .env("OPENWOP_NATS_URL", &c.nats_url)
-        .stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot run {}: {e}", program.display()));
-    if let Some(input) = stdin {
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(input.as_bytes())
-            .unwrap();
-    }
-    child.wait_with_output().unwrap()
-}
-
-fn ok(out: Output, what: &str) -> String {
-    assert!(
-        out.status.success(),
-        "{what} failed: {}\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        String::from_utf8_lossy(&out.stdout)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
-fn kubectl(c: &Cluster, args: &[&str], stdin: Option<&str>) -> Output {
-    run_cmd(c, Path::new("kubectl"), args, stdin)
-}
-
 fn cli(c: &Cluster, args: &[&str]) -> Output {
     run_cmd(c, &target_bin("kubectl-openwop"), args, None)
 }
@@ -2091,16 +2040,7 @@ fn sa_token(c: &Cluster, ns: &str, sa: &str) -> String {
         kubectl(c, &["create", "serviceaccount", sa, "-n", ns], None),
         "create serviceaccount",
     );
-    ok(
-        kubectl(
-            c,
-            &["create", "token", sa, "-n", ns, "--duration", "1h"],
-            None,
-        ),
-        "kubectl create token",
-    )
-    .trim()
-    .to_owned()
+    create_token(c, ns, sa)
 }
 
 /// The OpenWOP REST API driven by the real PyPI `openwop-client` (e2e/rest/client_journey.py):

@@ -88,27 +88,6 @@ fn run_cmd(c: &Cluster, program: &Path, args: &[&str]) -> Output {
         .unwrap_or_else(|e| panic!("cannot run {}: {e}", program.display()))
 }
 
-fn ok(out: Output, what: &str) -> String {
-    assert!(
-        out.status.success(),
-        "{what} failed: {}\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        String::from_utf8_lossy(&out.stdout)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
-fn helm_bin() -> PathBuf {
-    let out = Command::new("bash")
-        .arg(repo().join("e2e/cluster/build-binaries.sh"))
-        .stderr(Stdio::inherit())
-        .output()
-        .expect("build-binaries.sh");
-    assert!(out.status.success(), "build-binaries.sh failed");
-    let dir = String::from_utf8(out.stdout).unwrap();
-    PathBuf::from(dir.lines().last().unwrap().trim()).join("helm")
-}
-
 /// The release with the journeys' mini-cluster values, all 200 Runs allowed at once.
 fn install(c: &Cluster) {
     let chart = repo().join("charts/openwop");

@@ -74,6 +74,8 @@ pub struct OperatorConfig {
     pub listen: String,
     /// The OpenWOP REST API.
     pub rest: RestConfig,
+    /// The web run viewer at `/ui/`.
+    pub ui: crate::ui::UiConfig,
 }
 
 /// The OpenWOP REST API (`/v1/...`).
@@ -172,6 +174,7 @@ impl Default for OperatorConfig {
             instance_id: String::new(),
             listen: "0.0.0.0:8080".into(),
             rest: RestConfig::default(),
+            ui: crate::ui::UiConfig::default(),
         }
     }
 }
@@ -528,6 +531,7 @@ impl OperatorConfig {
                 "must be > 0 and not above runs.backoffMaxSeconds".into(),
             );
         }
+        self.ui.validate()?;
         let rest = &self.rest;
         if !(1..=MAX_KEEPALIVE_SECONDS).contains(&rest.keepalive_seconds) {
             return invalid(

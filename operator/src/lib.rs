@@ -13,3 +13,4 @@ pub mod pod;
 pub mod projection;
 pub mod rest;
 pub mod snapshot;
+pub mod ui;

@@ -97,7 +97,10 @@ async fn main() -> anyhow::Result<()> {
             .with_run_hooks(conformance::run_hooks(&cfg));
         let seams = conformance::background(state.clone());
         (
-            Some(rest::router(state, conformance::mounted(&cfg))),
+            Some(openwop_operator::ui::mount(
+                rest::router(state.clone(), conformance::mounted(&cfg)),
+                state,
+            )),
             futures::future::Either::Left(async move {
                 futures::join!(caches, seams);
             }),

@@ -98,6 +98,18 @@ want = {"enabled": True, "reviewCacheSeconds": 0, "maxBodyBytes": 65536, "maxInF
 assert cfg["rest"] == want, cfg.get("rest")
 PY
 
+# ui.*: on by default; the values reach the operator config.
+helm template "$RELEASE" "$CHART" -n "$NAMESPACE" --set ui.enabled=false --set ui.sessionSeconds=3600 >"$work/ui-off.yaml"
+python3 - "$work/default.yaml" "$work/ui-off.yaml" <<'PY' || fail "ui.* values not passed to the operator config"
+import sys, yaml
+def cfg(path):
+    d = next(d for d in yaml.safe_load_all(open(path))
+             if d and d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-operator"))
+    return yaml.safe_load(d["data"]["config.yaml"])
+assert cfg(sys.argv[1])["ui"] == {"enabled": True, "sessionSeconds": 28800}, cfg(sys.argv[1]).get("ui")
+assert cfg(sys.argv[2])["ui"] == {"enabled": False, "sessionSeconds": 3600}, cfg(sys.argv[2]).get("ui")
+PY
+
 # Spans: worker.otlpEndpoint reaches the config; with the seams on, the span store's URL
 # defaults to the operator Service (a value overrides it).
 python3 - "$work/seams.yaml" "$work/full.yaml" <<'PY' || fail "span export values not passed to the operator config"
@@ -130,6 +142,7 @@ expect_refusal "runAsUser 0" --set worker.runAsUser=0
 expect_refusal "a retention that is no duration" --set nats.stream.maxAge=7days
 expect_refusal "ServiceMonitor without its API" --set serviceMonitor.enabled=true
 expect_refusal "an SSE keepalive over 30 s" --set rest.keepaliveSeconds=31
+expect_refusal "a web UI session under a minute" --set ui.sessionSeconds=10
 expect_refusal "no request in flight" --set rest.maxInFlight=0
 expect_refusal "a body bound under 1 KiB" --set rest.maxBodyBytes=512
 expect_refusal "a review cache over 5 minutes" --set rest.reviewCacheSeconds=301

@@ -147,6 +147,7 @@ schema = {
             "maxInFlight": int_range(1),
             "keepaliveSeconds": int_range(1, 30),
         }),
+        "ui": obj({"enabled": BOOL, "sessionSeconds": int_range(60, 86400)}),
         "discovery": obj({"configMap": {"type": "string", "minLength": 1, "maxLength": 253},
                           "cacheControl": STR}),
         "nats": obj({

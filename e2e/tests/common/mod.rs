@@ -2,6 +2,8 @@
 #![allow(dead_code)]
 
 use std::future::Future;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
@@ -113,4 +115,72 @@ pub fn process_alive(pid: i32) -> bool {
             .unwrap_or(false),
         Err(_) => false,
     }
+}
+
+/// Runs `program` against the cluster (its kubeconfig and NATS URL in the environment).
+pub fn run_cmd(c: &Cluster, program: &Path, args: &[&str], stdin: Option<&str>) -> Output {
+    use std::io::Write;
+    let mut child = Command::new(program)
+        .args(args)
+        .env("KUBECONFIG", &c.kubeconfig)
+        .env("OPENWOP_NATS_URL", &c.nats_url)
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", program.display()));
+    if let Some(input) = stdin {
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(input.as_bytes())
+            .unwrap();
+    }
+    child.wait_with_output().unwrap()
+}
+
+pub fn ok(out: Output, what: &str) -> String {
+    assert!(
+        out.status.success(),
+        "{what} failed: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stdout)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+pub fn kubectl(c: &Cluster, args: &[&str], stdin: Option<&str>) -> Output {
+    run_cmd(c, Path::new("kubectl"), args, stdin)
+}
+
+/// The mini-cluster's helm (built or found by e2e/cluster/build-binaries.sh).
+pub fn helm_bin() -> std::path::PathBuf {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let out = Command::new("bash")
+        .arg(repo.join("e2e/cluster/build-binaries.sh"))
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("build-binaries.sh");
+    assert!(out.status.success(), "build-binaries.sh failed");
+    let dir = String::from_utf8(out.stdout).unwrap();
+    std::path::PathBuf::from(dir.lines().last().unwrap().trim()).join("helm")
+}
+
+/// A token of ServiceAccount `sa` (`kubectl create token`, valid for an hour).
+pub fn create_token(c: &Cluster, ns: &str, sa: &str) -> String {
+    ok(
+        kubectl(
+            c,
+            &["create", "token", sa, "-n", ns, "--duration", "1h"],
+            None,
+        ),
+        "kubectl create token",
+    )
+    .trim()
+    .to_owned()
 }

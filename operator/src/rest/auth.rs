@@ -345,14 +345,19 @@ where
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
-        let token = bearer_token(parts)?.ok_or_else(|| {
-            ApiError::unauthenticated(
-                "this endpoint needs `Authorization: Bearer <token>`, e.g. a ServiceAccount \
-                 token from `kubectl create token <serviceaccount> -n <namespace>`",
-            )
-        })?;
+        // The web UI's session cookie stands in for the header (unsafe methods must then
+        // carry its CSRF proof); a bearer token, when present, always wins.
+        let token = match bearer_token(parts)? {
+            Some(t) => t.to_owned(),
+            None => crate::ui::session::cookie_token(parts)?.ok_or_else(|| {
+                ApiError::unauthenticated(
+                    "this endpoint needs `Authorization: Bearer <token>`, e.g. a ServiceAccount \
+                     token from `kubectl create token <serviceaccount> -n <namespace>`",
+                )
+            })?,
+        };
         let auth = Arc::<Authenticator>::from_ref(state);
-        auth.authenticate(token).await
+        auth.authenticate(&token).await
     }
 }
 

@@ -37,6 +37,7 @@
 //! ```
 
 pub mod auth;
+pub mod browse;
 mod cancel;
 pub mod error;
 pub mod events;
@@ -320,6 +321,9 @@ fn api_routes() -> OpenApiRouter<RestState> {
         .routes(routes!(events::poll_events))
         .routes(routes!(cancel::cancel_run))
         .routes(routes!(interrupts::resolve_interrupt))
+        .routes(routes!(browse::list_runs))
+        .routes(routes!(browse::list_tenants))
+        .routes(routes!(browse::run_reasoning))
 }
 
 /// 429 with `Retry-After` once `rest.maxInFlight` requests are being served. A request counts
