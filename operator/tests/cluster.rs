@@ -543,23 +543,27 @@ async fn an_opted_in_namespace_gives_its_runs_the_mock_agent_in_the_snapshot() {
     };
     ensure_crds(&c.client).await;
     let ns = Namespace::new(&c, "opi-agent").await;
+    // Its own instance: an operator installed in the cluster without the opt-in (the journeys'
+    // Helm release watches every namespace) must not judge these objects too.
     let _op = Operator::start(
         &c,
         &ns.name,
         "op-agent",
-        &format!("conformance: {{mockAgentNamespaces: [{}]}}\n", ns.name),
-    );
-    let wfs: Api<Workflow> = Api::namespaced(c.client.clone(), &ns.name);
-    create(
-        &wfs,
-        held_workflow(
-            "team-agent",
-            "team-agent",
-            json!([{"id": "agent", "typeId": "core.conformance.mock-agent",
-                    "config": {"mockDecision": {"decision": "ship", "confidence": 0.95}}}]),
+        &format!(
+            "instanceId: opt-in\nconformance: {{mockAgentNamespaces: [{}]}}\n",
+            ns.name
         ),
-    )
-    .await;
+    );
+    let instance = json!({"openwop.dev/instance": "opt-in"});
+    let wfs: Api<Workflow> = Api::namespaced(c.client.clone(), &ns.name);
+    let mut wf = held_workflow(
+        "team-agent",
+        "team-agent",
+        json!([{"id": "agent", "typeId": "core.conformance.mock-agent",
+                "config": {"mockDecision": {"decision": "ship", "confidence": 0.95}}}]),
+    );
+    wf["metadata"]["labels"] = instance.clone();
+    create(&wfs, wf).await;
     let (status, reason, msg) = wait_ready(&wfs, "team-agent").await;
     assert_eq!(
         (status.as_str(), reason.as_str()),
@@ -569,7 +573,8 @@ async fn an_opted_in_namespace_gives_its_runs_the_mock_agent_in_the_snapshot() {
     let runs: Api<Run> = Api::namespaced(c.client.clone(), &ns.name);
     create(
         &runs,
-        json!({"apiVersion": "openwop.dev/v1alpha1", "kind": "Run", "metadata": {"name": "a1"},
+        json!({"apiVersion": "openwop.dev/v1alpha1", "kind": "Run",
+               "metadata": {"name": "a1", "labels": instance},
                "spec": {"workflowRef": {"name": "team-agent"}}}),
     )
     .await;
