@@ -11,6 +11,7 @@ use std::collections::BTreeSet;
 
 use axum::Json;
 use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
 use k8s_openapi::jiff::Timestamp;
 use kube::{Resource as _, ResourceExt};
 use openwop_crds::Run;
@@ -22,7 +23,7 @@ use serde_json::json;
 use openwop_protocol::run::subjects::reasoning_subject;
 
 use super::runs::snapshot_of;
-use super::support::visible_run;
+use super::support::{phase, visible_run};
 use super::{ApiError, Caller, ErrorBody, Resource, RestState, Verb};
 
 /// Default page size of `GET /v1/runs`.
@@ -101,13 +102,6 @@ fn parse_cursor(c: &str) -> Result<(Timestamp, String), ApiError> {
         Timestamp::from_millisecond(ms).map_err(|_| bad())?,
         uid.to_owned(),
     ))
-}
-
-fn phase(run: &Run) -> RunPhase {
-    run.status
-        .as_ref()
-        .and_then(|s| s.phase)
-        .unwrap_or_default()
 }
 
 /// List a tenant's runs.
@@ -314,7 +308,6 @@ pub async fn run_reasoning(
 /// events, lane messages carry no run sequence, so they are kept in stream order as read.
 async fn read_lane(s: &RestState, subject: String) -> Result<Vec<serde_json::Value>, ApiError> {
     use futures::StreamExt as _;
-    use openwop_nats::reader::{From, ReadError, RunLog};
     let unavailable = |e: &dyn std::fmt::Display| {
         tracing::warn!(error = %e, "reading a run's reasoning lane");
         ApiError::unavailable(
@@ -322,18 +315,11 @@ async fn read_lane(s: &RestState, subject: String) -> Result<Vec<serde_json::Val
             std::time::Duration::from_secs(2),
         )
     };
-    let js = s.jetstream().await?;
-    let log = match RunLog::open(
-        &js,
-        &s.config.worker.events_stream,
-        vec![subject],
-        From::Start,
-    )
-    .await
-    {
+    let log = match super::events::open_subject_log(s, subject).await {
         Ok(l) => l,
-        Err(ReadError::NoStream { .. }) => return Ok(Vec::new()),
-        Err(e) => return Err(unavailable(&e)),
+        // No stream yet: no reasoning either.
+        Err(e) if e.status == StatusCode::NOT_FOUND => return Ok(Vec::new()),
+        Err(e) => return Err(e),
     };
     let mut out = Vec::new();
     if log.pending_at_start == 0 {

@@ -61,7 +61,7 @@ async fn open_log(s: &RestState, run: &Run) -> Result<RunLog, ApiError> {
     open_subject_log(s, run_subject(run)).await
 }
 
-async fn open_subject_log(s: &RestState, subject: String) -> Result<RunLog, ApiError> {
+pub(super) async fn open_subject_log(s: &RestState, subject: String) -> Result<RunLog, ApiError> {
     let js = s.jetstream().await?;
     match RunLog::open(
         &js,
