@@ -18,7 +18,6 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
@@ -43,53 +42,17 @@ fn release_ns() -> &'static str {
     V.as_str()
 }
 
-fn env_or(name: &str, default: &str) -> String {
-    std::env::var(name)
-        .ok()
-        .filter(|v| !v.is_empty())
-        .unwrap_or_else(|| default.into())
-}
-
 /// Journeys run one at a time (shared release, operator and NATS restarts).
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 /// Whether this process installed the release (uninstall resets it).
 static INSTALLED: std::sync::Mutex<bool> = std::sync::Mutex::new(false);
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .into()
-}
-
-fn target_bin(name: &str) -> PathBuf {
-    let dir = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo().join("target"));
-    let p = dir.join("debug").join(name);
-    assert!(
-        p.is_file(),
-        "{} is missing: build it first (cargo build -p openwop-operator -p openwop-worker -p kubectl-openwop)",
-        p.display()
-    );
-    p
-}
-
 fn cli(c: &Cluster, args: &[&str]) -> Output {
-    run_cmd(c, &target_bin("kubectl-openwop"), args, None)
+    run_cmd(c, &target_bin("debug", "kubectl-openwop"), args, None)
 }
 
 fn helm(c: &Cluster, args: &[&str]) -> Output {
     run_cmd(c, &helm_bin(), args, None)
-}
-
-/// The journeys' operator port: pods share the host network on the mini-cluster, so a second
-/// mini-cluster beside the first (`OPENWOP_PORT_OFFSET`) needs its own (`OPENWOP_E2E_OPERATOR_PORT`).
-fn operator_port() -> u16 {
-    std::env::var("OPENWOP_E2E_OPERATOR_PORT")
-        .ok()
-        .and_then(|p| p.parse().ok())
-        .unwrap_or(8080)
 }
 
 /// `helm upgrade --install` with the mini-cluster values plus `extra` `--set`s (a later
@@ -139,10 +102,10 @@ fn helm_install(c: &Cluster, extra: &[&str]) -> String {
 async fn setup() -> (Cluster, tokio::sync::MutexGuard<'static, ()>) {
     let guard = SERIAL.lock().await;
     let c = cluster().await;
-    target_bin("kubectl-openwop");
+    target_bin("debug", "kubectl-openwop");
     if c.local {
-        target_bin("openwop-operator");
-        target_bin("openwop-worker");
+        target_bin("debug", "openwop-operator");
+        target_bin("debug", "openwop-worker");
         let mut installed = INSTALLED.lock().unwrap_or_else(|e| e.into_inner());
         if !*installed {
             // Helm installs crds/ only on first install: apply them so the release has the
@@ -1226,7 +1189,7 @@ async fn external_nats_with_a_credentials_secret() {
         !o.status.success() && err.contains("authorization violation"),
         "{err}"
     );
-    let mut cmd = Command::new(target_bin("kubectl-openwop"));
+    let mut cmd = Command::new(target_bin("debug", "kubectl-openwop"));
     cmd.args(events_args)
         .args(["--nats-user", "openwop"])
         .env("KUBECONFIG", &c.kubeconfig)
@@ -3381,7 +3344,7 @@ async fn crash_limit_ends_the_log_with_run_failed_and_follow_returns() {
     );
 
     // `events -f` follows until the terminal event: it must return.
-    let cli_bin = target_bin("kubectl-openwop");
+    let cli_bin = target_bin("debug", "kubectl-openwop");
     let (kubeconfig, nats_url, ns2) = (c.kubeconfig.clone(), c.nats_url.clone(), ns.clone());
     let follow = tokio::task::spawn_blocking(move || {
         Command::new(cli_bin)

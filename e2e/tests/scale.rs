@@ -18,7 +18,7 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
@@ -42,13 +42,6 @@ const INSTANCE: &str = "scale";
 const OPERATOR_PORT: u16 = 18191;
 const LABEL_INSTANCE: &str = "openwop.dev/instance";
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .into()
-}
-
 /// `debug` (default) or `release`: which cargo profile's operator and worker run.
 fn build_profile() -> String {
     let p = std::env::var("OPENWOP_E2E_PROFILE").unwrap_or_else(|_| "debug".into());
@@ -66,16 +59,6 @@ fn image_tag() -> &'static str {
     } else {
         "dev"
     }
-}
-
-/// A binary of the given cargo profile (`debug` or `release`).
-fn target_bin(profile: &str, name: &str) -> PathBuf {
-    let dir = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo().join("target"));
-    let p = dir.join(profile).join(name);
-    assert!(p.is_file(), "{} is missing: build it first", p.display());
-    p
 }
 
 fn run_cmd(c: &Cluster, program: &Path, args: &[&str]) -> Output {

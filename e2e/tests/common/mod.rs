@@ -2,7 +2,7 @@
 #![allow(dead_code)]
 
 use std::future::Future;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
@@ -158,9 +158,48 @@ pub fn kubectl(c: &Cluster, args: &[&str], stdin: Option<&str>) -> Output {
     run_cmd(c, Path::new("kubectl"), args, stdin)
 }
 
+/// The repository root.
+pub fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .into()
+}
+
+/// `name` from the environment, `default` when unset or empty.
+pub fn env_or(name: &str, default: &str) -> String {
+    std::env::var(name)
+        .ok()
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| default.into())
+}
+
+/// A binary of the given cargo profile (`debug` or `release`) in `$CARGO_TARGET_DIR`.
+pub fn target_bin(profile: &str, name: &str) -> PathBuf {
+    let dir = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo().join("target"));
+    let p = dir.join(profile).join(name);
+    assert!(
+        p.is_file(),
+        "{} is missing: build it first (cargo build -p openwop-operator -p openwop-worker -p kubectl-openwop)",
+        p.display()
+    );
+    p
+}
+
+/// The operator's port on the host: pods share the host network on the mini-cluster, so a
+/// second mini-cluster beside the first (`OPENWOP_PORT_OFFSET`) needs its own
+/// (`OPENWOP_E2E_OPERATOR_PORT`).
+pub fn operator_port() -> u16 {
+    env_or("OPENWOP_E2E_OPERATOR_PORT", "8080")
+        .parse()
+        .unwrap_or(8080)
+}
+
 /// The mini-cluster's helm (built or found by e2e/cluster/build-binaries.sh).
-pub fn helm_bin() -> std::path::PathBuf {
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+pub fn helm_bin() -> PathBuf {
+    let repo = repo();
     let out = Command::new("bash")
         .arg(repo.join("e2e/cluster/build-binaries.sh"))
         .stderr(Stdio::inherit())
@@ -168,7 +207,7 @@ pub fn helm_bin() -> std::path::PathBuf {
         .expect("build-binaries.sh");
     assert!(out.status.success(), "build-binaries.sh failed");
     let dir = String::from_utf8(out.stdout).unwrap();
-    std::path::PathBuf::from(dir.lines().last().unwrap().trim()).join("helm")
+    PathBuf::from(dir.lines().last().unwrap().trim()).join("helm")
 }
 
 /// A token of ServiceAccount `sa` (`kubectl create token`, valid for an hour).

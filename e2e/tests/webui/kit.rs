@@ -2,7 +2,6 @@
 //! release and values, so running after journeys.rs changes nothing), Workflows and Runs
 //! applied with kubectl, ServiceAccount tokens, plain HTTP with curl.
 
-use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
@@ -12,42 +11,8 @@ use serde_json::Value;
 
 use crate::common::*;
 
-pub fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .into()
-}
-
-fn env_or(name: &str, default: &str) -> String {
-    std::env::var(name)
-        .ok()
-        .filter(|v| !v.is_empty())
-        .unwrap_or_else(|| default.into())
-}
-
-/// The operator's port on the host (`OPENWOP_E2E_OPERATOR_PORT`, as for the journeys).
-pub fn operator_port() -> u16 {
-    env_or("OPENWOP_E2E_OPERATOR_PORT", "8080")
-        .parse()
-        .unwrap_or(8080)
-}
-
 pub fn base_url() -> String {
     format!("http://127.0.0.1:{}", operator_port())
-}
-
-fn target_bin(name: &str) -> PathBuf {
-    let dir = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo().join("target"));
-    let p = dir.join("debug").join(name);
-    assert!(
-        p.is_file(),
-        "{} is missing: build it first (cargo build -p openwop-operator -p openwop-worker)",
-        p.display()
-    );
-    p
 }
 
 pub fn apply(c: &Cluster, ns: &str, yaml: &str) {
@@ -111,8 +76,8 @@ pub fn install(c: &Cluster) {
 /// The cluster with the release installed and its operator answering on the host.
 pub async fn setup() -> Cluster {
     let c = cluster().await;
-    target_bin("openwop-operator");
-    target_bin("openwop-worker");
+    target_bin("debug", "openwop-operator");
+    target_bin("debug", "openwop-worker");
     install(&c);
     let url = format!("{}/healthz", base_url());
     wait_for(Duration::from_secs(120), "the operator's HTTP port", || {
