@@ -110,21 +110,7 @@ async fn setup() -> (Cluster, tokio::sync::MutexGuard<'static, ()>) {
         if !*installed {
             // Helm installs crds/ only on first install: apply them so the release has the
             // CRDs of this tree (e.g. new Run fields, which the apiserver would prune).
-            let crds = repo().join("charts/openwop/crds/openwop.dev_crds.yaml");
-            ok(
-                kubectl(
-                    &c,
-                    &[
-                        "apply",
-                        "--server-side",
-                        "--force-conflicts",
-                        "-f",
-                        crds.to_str().unwrap(),
-                    ],
-                    None,
-                ),
-                "kubectl apply CRDs",
-            );
+            apply_crds(&c);
             helm_install(&c, &[]);
             *installed = true;
         }

@@ -210,6 +210,27 @@ pub fn helm_bin() -> PathBuf {
     PathBuf::from(dir.lines().last().unwrap().trim()).join("helm")
 }
 
+/// Applies this tree's CRDs (server-side): Helm installs `crds/` only on first install, so
+/// a release installed earlier would otherwise keep older CRDs (and the apiserver would prune
+/// new fields).
+pub fn apply_crds(c: &Cluster) {
+    let crds = repo().join("charts/openwop/crds/openwop.dev_crds.yaml");
+    ok(
+        kubectl(
+            c,
+            &[
+                "apply",
+                "--server-side",
+                "--force-conflicts",
+                "-f",
+                crds.to_str().unwrap(),
+            ],
+            None,
+        ),
+        "kubectl apply CRDs",
+    );
+}
+
 /// A token of ServiceAccount `sa` (`kubectl create token`, valid for an hour).
 pub fn create_token(c: &Cluster, ns: &str, sa: &str) -> String {
     ok(

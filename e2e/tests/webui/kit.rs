@@ -26,21 +26,7 @@ pub fn apply(c: &Cluster, ns: &str, yaml: &str) {
 /// host network at [`operator_port`], the mock provider, mocks allowed in `j-*` namespaces.
 pub fn install(c: &Cluster) {
     let helm = helm_bin();
-    let crds = repo().join("charts/openwop/crds/openwop.dev_crds.yaml");
-    ok(
-        kubectl(
-            c,
-            &[
-                "apply",
-                "--server-side",
-                "--force-conflicts",
-                "-f",
-                crds.to_str().unwrap(),
-            ],
-            None,
-        ),
-        "kubectl apply CRDs",
-    );
+    apply_crds(c);
     let chart = repo().join("charts/openwop");
     let values = repo().join("e2e/helm/mini-cluster-values.yaml");
     let port = operator_port();
