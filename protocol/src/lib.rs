@@ -4,6 +4,7 @@
 //! except where a caller passes a timestamp in. Binaries wire it to the world.
 pub mod as_written;
 pub mod capabilities;
+pub mod egress;
 pub mod emission;
 pub mod envelope;
 pub mod events;
