@@ -29,7 +29,8 @@ pub const SESSION_COOKIE: &str = "openwop-session";
 pub const CSRF_HEADER: &str = "x-openwop-csrf";
 /// Longest token accepted at login: ServiceAccount JWTs are ~1 KiB, OIDC tokens a few.
 pub const MAX_TOKEN_BYTES: usize = 16 * 1024;
-/// Logged-out sessions remembered at once; beyond, the oldest expired ones are swept first.
+/// Logged-out sessions remembered at once; beyond, expired ones and then those nearest their
+/// expiry are forgotten first.
 const MAX_LOGGED_OUT: usize = 10_000;
 
 fn digest(token: &str) -> [u8; 32] {
@@ -79,27 +80,45 @@ pub fn session_token(headers: &HeaderMap) -> Option<&str> {
         .map(|(_, v)| v)
 }
 
-static LOGGED_OUT: LazyLock<Mutex<HashMap<[u8; 32], Instant>>> =
-    LazyLock::new(|| Mutex::new(HashMap::new()));
+/// Logged-out sessions (token digest → until when the cookie could still be alive), bounded.
+#[derive(Default)]
+struct LoggedOut(HashMap<[u8; 32], Instant>);
+
+impl LoggedOut {
+    /// Remembers `key` until `until`. When full, expired entries go first, then the ones
+    /// closest to expiry: forgetting everything at once would revive every logged-out
+    /// session still within its cookie's lifetime.
+    fn insert(&mut self, key: [u8; 32], until: Instant, now: Instant) {
+        if self.0.len() >= MAX_LOGGED_OUT && !self.0.contains_key(&key) {
+            self.0.retain(|_, u| *u > now);
+            while self.0.len() >= MAX_LOGGED_OUT {
+                let Some(soonest) = self.0.iter().min_by_key(|(_, u)| **u).map(|(k, _)| *k) else {
+                    break;
+                };
+                self.0.remove(&soonest);
+            }
+        }
+        self.0.insert(key, until);
+    }
+
+    fn contains(&self, key: &[u8; 32], now: Instant) -> bool {
+        self.0.get(key).is_some_and(|until| *until > now)
+    }
+}
+
+static LOGGED_OUT: LazyLock<Mutex<LoggedOut>> = LazyLock::new(Mutex::default);
 
 /// Refuses the session of `token` on this replica for `for_how_long` (the cookie's lifetime).
 pub fn log_out(token: &str, for_how_long: Duration) {
     let mut m = LOGGED_OUT.lock().unwrap_or_else(|p| p.into_inner());
     let now = Instant::now();
-    if m.len() >= MAX_LOGGED_OUT {
-        m.retain(|_, until| *until > now);
-        if m.len() >= MAX_LOGGED_OUT {
-            m.clear();
-        }
-    }
-    m.insert(digest(token), now + for_how_long);
+    m.insert(digest(token), now + for_how_long, now);
 }
 
 /// Whether the session of `token` was logged out here (and the cookie could still be alive).
 pub fn logged_out(token: &str) -> bool {
     let m = LOGGED_OUT.lock().unwrap_or_else(|p| p.into_inner());
-    m.get(&digest(token))
-        .is_some_and(|until| *until > Instant::now())
+    m.contains(&digest(token), Instant::now())
 }
 
 fn safe(method: &Method) -> bool {
@@ -155,6 +174,41 @@ mod tests {
             b = b.header(CSRF_HEADER, c);
         }
         b.body(()).unwrap().into_parts().0
+    }
+
+    #[test]
+    fn a_full_logout_list_forgets_the_sessions_nearest_expiry_not_all() {
+        let now = Instant::now();
+        let key = |i: usize| {
+            let mut k = [0u8; 32];
+            k[..8].copy_from_slice(&(i as u64).to_le_bytes());
+            k
+        };
+        let mut list = LoggedOut::default();
+        // Entry i is refused until now + (i + 10) s: entry 0 expires first.
+        for i in 0..MAX_LOGGED_OUT {
+            list.insert(key(i), now + Duration::from_secs(i as u64 + 10), now);
+        }
+        let newest = key(MAX_LOGGED_OUT);
+        list.insert(newest, now + Duration::from_secs(3600), now);
+        assert_eq!(list.0.len(), MAX_LOGGED_OUT);
+        assert!(
+            !list.contains(&key(0), now),
+            "the entry nearest expiry goes"
+        );
+        for i in 1..MAX_LOGGED_OUT {
+            assert!(list.contains(&key(i), now), "entry {i} was forgotten");
+        }
+        assert!(list.contains(&newest, now));
+        // Expired entries go before live ones.
+        let later = now + Duration::from_secs(20);
+        list.insert(
+            key(MAX_LOGGED_OUT + 1),
+            later + Duration::from_secs(60),
+            later,
+        );
+        assert!(list.contains(&key(MAX_LOGGED_OUT - 1), later));
+        assert!(list.0.len() < MAX_LOGGED_OUT);
     }
 
     #[test]
