@@ -122,7 +122,7 @@ impl RestFixture {
     async fn sse(&self, run_id: &str) -> reqwest::Response {
         let r = self
             .http
-            .get(self.op.url(&format!("/v1/runs/{run_id}/events")))
+            .get(self.op.url(&format!("/v1/runs/{run_id}/events?streamMode=debug")))
             .bearer_auth(&self.token)
             .header("accept", "text/event-stream")
             .send()
@@ -241,8 +241,11 @@ async fn rest_limits_body_size_concurrency_and_sse_keepalive_over_real_http() {
     let (code, body) = spec_error(r).await;
     assert_eq!(code, "rate_limited", "{body}");
     assert_eq!(body["details"]["retryAfter"], retry, "{body}");
+    // `rest-endpoints.md` §429: the delay in milliseconds too, and the limit's scope.
+    assert_eq!(body["details"]["retryAfterMs"], retry * 1000, "{body}");
+    assert_eq!(body["details"]["scope"], "global", "{body}");
     let r = f
-        .get(&format!("/v1/runs/{run_id}/events"))
+        .get(&format!("/v1/runs/{run_id}/events?streamMode=debug"))
         .header("accept", "text/event-stream")
         .send()
         .await
@@ -720,7 +723,7 @@ async fn rest_figures_json_events_and_sse_followers() {
     }
     let json_events = || async {
         let r = f
-            .get(&format!("/v1/runs/{big}/events"))
+            .get(&format!("/v1/runs/{big}/events?streamMode=debug"))
             .header("accept", "application/json")
             .send()
             .await
