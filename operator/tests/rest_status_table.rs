@@ -346,64 +346,376 @@ async fn every_endpoint_answers_each_status_of_the_spec_and_declares_it() {
     let wf = "/v1/workflows/{workflowId}";
     let rows = vec![
         // Discovery and the API's own description need no token.
-        row("discovery", call(get.clone(), "/.well-known/openwop").token(None), 200, None),
-        row("openapi", call(get.clone(), "/v1/openapi.json").token(None), 200, None),
+        row(
+            "discovery",
+            call(get.clone(), "/.well-known/openwop").token(None),
+            200,
+            None,
+        ),
+        row(
+            "openapi",
+            call(get.clone(), "/v1/openapi.json").token(None),
+            200,
+            None,
+        ),
         // Workflows.
         row("workflow", call(get.clone(), "/v1/workflows/w"), 200, None).at(wf),
-        row("workflow without a token", call(get.clone(), "/v1/workflows/w").token(None), 401, Some("unauthenticated")).at(wf),
-        row("workflow with a bad token", call(get.clone(), "/v1/workflows/w").token(Some("bad")), 401, Some("unauthenticated")).at(wf),
-        row("unknown workflow", call(get.clone(), "/v1/workflows/nope"), 404, Some("not_found")).at(wf),
-        row("workflow the caller may not read", call(get.clone(), "/v1/workflows/w").token(Some("outsider")), 404, Some("not_found")).at(wf),
+        row(
+            "workflow without a token",
+            call(get.clone(), "/v1/workflows/w").token(None),
+            401,
+            Some("unauthenticated"),
+        )
+        .at(wf),
+        row(
+            "workflow with a bad token",
+            call(get.clone(), "/v1/workflows/w").token(Some("bad")),
+            401,
+            Some("unauthenticated"),
+        )
+        .at(wf),
+        row(
+            "unknown workflow",
+            call(get.clone(), "/v1/workflows/nope"),
+            404,
+            Some("not_found"),
+        )
+        .at(wf),
+        row(
+            "workflow the caller may not read",
+            call(get.clone(), "/v1/workflows/w").token(Some("outsider")),
+            404,
+            Some("not_found"),
+        )
+        .at(wf),
         // Create (auth.test.ts: 401, never 403, for a missing or bad token).
-        row("create", create(json!({"workflowId": "w", "scopeId": "batch-7"})), 201, None).at(runs),
-        row("create without a token", create(json!({"workflowId": "w"})).token(None), 401, Some("unauthenticated")).at(runs),
-        row("create with a bad token", create(json!({"workflowId": "w"})).token(Some("bad")), 401, Some("unauthenticated")).at(runs),
-        row("create without RBAC", create(json!({"workflowId": "w"})).token(Some("reader")), 403, Some("forbidden")).at(runs),
-        row("create of an unknown workflow", create(json!({"workflowId": "nope"})), 400, Some("validation_error")).at(runs),
-        row("create with an unknown field", create(json!({"workflowId": "w", "colour": "red"})), 400, Some("validation_error")).at(runs),
-        row("create, body not JSON", call(post.clone(), "/v1/runs").raw("application/json", "{".into()), 400, Some("validation_error")).at(runs),
-        row("create, runTimeoutMs 0", create(json!({"workflowId": "w", "configurable": {"runTimeoutMs": 0}})), 400, Some("validation_error")).at(runs),
-        row("create with a private callbackUrl", create(json!({"workflowId": "w", "callbackUrl": "https://10.0.0.1/cb"})), 400, Some("validation_error")).at(runs),
-        row("create with a callbackUrl", create(json!({"workflowId": "w", "callbackUrl": "https://hooks.example.com/cb"})), 400, Some("capability_required")).at(runs),
-        row("create with residency", create(json!({"workflowId": "w", "residency": {"region": "eu"}})), 400, Some("residency_unavailable")).at(runs),
-        row("create of an eval run", create(json!({"workflowId": "w", "mode": "eval"})), 501, Some("capability_not_provided")).at(runs),
-        row("create, key first used", create(json!({"workflowId": "w", "inputs": {"n": 1}})).header("idempotency-key", "k-1"), 201, None).at(runs),
-        row("create, same key, other body", create(json!({"workflowId": "w", "inputs": {"n": 2}})).header("idempotency-key", "k-1"), 409, Some("idempotency_key_mismatch")).at(runs),
-        row("create, body over rest.maxBodyBytes", create(json!({"workflowId": "w", "metadata": {"pad": "x".repeat(5000)}})), 413, Some("payload_too_large")),
-        row("create, body not declared JSON", call(post.clone(), "/v1/runs").raw("text/plain", "{}".into()), 415, Some("unsupported_media_type")),
+        row(
+            "create",
+            create(json!({"workflowId": "w", "scopeId": "batch-7"})),
+            201,
+            None,
+        )
+        .at(runs),
+        row(
+            "create without a token",
+            create(json!({"workflowId": "w"})).token(None),
+            401,
+            Some("unauthenticated"),
+        )
+        .at(runs),
+        row(
+            "create with a bad token",
+            create(json!({"workflowId": "w"})).token(Some("bad")),
+            401,
+            Some("unauthenticated"),
+        )
+        .at(runs),
+        row(
+            "create without RBAC",
+            create(json!({"workflowId": "w"})).token(Some("reader")),
+            403,
+            Some("forbidden"),
+        )
+        .at(runs),
+        row(
+            "create of an unknown workflow",
+            create(json!({"workflowId": "nope"})),
+            400,
+            Some("validation_error"),
+        )
+        .at(runs),
+        row(
+            "create with an unknown field",
+            create(json!({"workflowId": "w", "colour": "red"})),
+            400,
+            Some("validation_error"),
+        )
+        .at(runs),
+        row(
+            "create, body not JSON",
+            call(post.clone(), "/v1/runs").raw("application/json", "{".into()),
+            400,
+            Some("validation_error"),
+        )
+        .at(runs),
+        row(
+            "create, runTimeoutMs 0",
+            create(json!({"workflowId": "w", "configurable": {"runTimeoutMs": 0}})),
+            400,
+            Some("validation_error"),
+        )
+        .at(runs),
+        row(
+            "create with a private callbackUrl",
+            create(json!({"workflowId": "w", "callbackUrl": "https://10.0.0.1/cb"})),
+            400,
+            Some("validation_error"),
+        )
+        .at(runs),
+        row(
+            "create with a callbackUrl",
+            create(json!({"workflowId": "w", "callbackUrl": "https://hooks.example.com/cb"})),
+            400,
+            Some("capability_required"),
+        )
+        .at(runs),
+        row(
+            "create with residency",
+            create(json!({"workflowId": "w", "residency": {"region": "eu"}})),
+            400,
+            Some("residency_unavailable"),
+        )
+        .at(runs),
+        row(
+            "create of an eval run",
+            create(json!({"workflowId": "w", "mode": "eval"})),
+            501,
+            Some("capability_not_provided"),
+        )
+        .at(runs),
+        row(
+            "create, key first used",
+            create(json!({"workflowId": "w", "inputs": {"n": 1}})).header("idempotency-key", "k-1"),
+            201,
+            None,
+        )
+        .at(runs),
+        row(
+            "create, same key, other body",
+            create(json!({"workflowId": "w", "inputs": {"n": 2}})).header("idempotency-key", "k-1"),
+            409,
+            Some("idempotency_key_mismatch"),
+        )
+        .at(runs),
+        row(
+            "create, body over rest.maxBodyBytes",
+            create(json!({"workflowId": "w", "metadata": {"pad": "x".repeat(5000)}})),
+            413,
+            Some("payload_too_large"),
+        ),
+        row(
+            "create, body not declared JSON",
+            call(post.clone(), "/v1/runs").raw("text/plain", "{}".into()),
+            415,
+            Some("unsupported_media_type"),
+        ),
         // Read.
-        row("snapshot", call(get.clone(), "/v1/runs/uid-done"), 200, None).at(run),
-        row("snapshot without a token", call(get.clone(), "/v1/runs/uid-done").token(None), 401, Some("unauthenticated")).at(run),
-        row("unknown run (runs-lifecycle.test.ts)", call(get.clone(), "/v1/runs/openwop-conformance-this-run-id-does-not-exist"), 404, Some("not_found")).at(run),
-        row("run the caller may not see", call(get.clone(), "/v1/runs/uid-done").token(Some("outsider")), 404, Some("not_found")).at(run),
+        row(
+            "snapshot",
+            call(get.clone(), "/v1/runs/uid-done"),
+            200,
+            None,
+        )
+        .at(run),
+        row(
+            "snapshot without a token",
+            call(get.clone(), "/v1/runs/uid-done").token(None),
+            401,
+            Some("unauthenticated"),
+        )
+        .at(run),
+        row(
+            "unknown run (runs-lifecycle.test.ts)",
+            call(
+                get.clone(),
+                "/v1/runs/openwop-conformance-this-run-id-does-not-exist",
+            ),
+            404,
+            Some("not_found"),
+        )
+        .at(run),
+        row(
+            "run the caller may not see",
+            call(get.clone(), "/v1/runs/uid-done").token(Some("outsider")),
+            404,
+            Some("not_found"),
+        )
+        .at(run),
         // Events.
-        row("events, SSE", call(get.clone(), "/v1/runs/uid-live/events"), 200, None).at(events),
-        row("events, JSON", call(get.clone(), "/v1/runs/uid-live/events").header("accept", "application/json"), 200, None).at(events),
-        row("events, unknown streamMode", call(get.clone(), "/v1/runs/uid-live/events?streamMode=firehose"), 400, Some("unsupported_stream_mode")).at(events),
-        row("events, unknown streamMode asked as JSON", call(get.clone(), "/v1/runs/uid-live/events?streamMode=firehose").header("accept", "application/json"), 400, Some("unsupported_stream_mode")).at(events),
-        row("events, values combined", call(get.clone(), "/v1/runs/uid-live/events?streamMode=values,updates"), 400, Some("unsupported_stream_mode")).at(events),
-        row("events, bad bufferMs", call(get.clone(), "/v1/runs/uid-live/events?bufferMs=-1"), 400, Some("validation_error")).at(events),
-        row("events without a token", call(get.clone(), "/v1/runs/uid-live/events").token(None), 401, Some("unauthenticated")).at(events),
-        row("events of an unknown run", call(get.clone(), "/v1/runs/nope/events"), 404, Some("not_found")).at(events),
-        row("poll", call(get.clone(), "/v1/runs/uid-live/events/poll?timeout=1"), 200, None).at(poll),
-        row("poll, timeout 60", call(get.clone(), "/v1/runs/uid-live/events/poll?timeout=60"), 200, None).at(poll),
-        row("poll, timeout 0", call(get.clone(), "/v1/runs/uid-live/events/poll?timeout=0"), 400, Some("validation_error")).at(poll),
-        row("poll, timeout 61", call(get.clone(), "/v1/runs/uid-live/events/poll?timeout=61"), 400, Some("validation_error")).at(poll),
-        row("poll without a token", call(get.clone(), "/v1/runs/uid-live/events/poll").token(None), 401, Some("unauthenticated")).at(poll),
-        row("poll of an unknown run", call(get.clone(), "/v1/runs/nope/events/poll?timeout=1"), 404, Some("not_found")).at(poll),
+        row(
+            "events, SSE",
+            call(get.clone(), "/v1/runs/uid-live/events"),
+            200,
+            None,
+        )
+        .at(events),
+        row(
+            "events, JSON",
+            call(get.clone(), "/v1/runs/uid-live/events").header("accept", "application/json"),
+            200,
+            None,
+        )
+        .at(events),
+        row(
+            "events, unknown streamMode",
+            call(get.clone(), "/v1/runs/uid-live/events?streamMode=firehose"),
+            400,
+            Some("unsupported_stream_mode"),
+        )
+        .at(events),
+        row(
+            "events, unknown streamMode asked as JSON",
+            call(get.clone(), "/v1/runs/uid-live/events?streamMode=firehose")
+                .header("accept", "application/json"),
+            400,
+            Some("unsupported_stream_mode"),
+        )
+        .at(events),
+        row(
+            "events, values combined",
+            call(
+                get.clone(),
+                "/v1/runs/uid-live/events?streamMode=values,updates",
+            ),
+            400,
+            Some("unsupported_stream_mode"),
+        )
+        .at(events),
+        row(
+            "events, bad bufferMs",
+            call(get.clone(), "/v1/runs/uid-live/events?bufferMs=-1"),
+            400,
+            Some("validation_error"),
+        )
+        .at(events),
+        row(
+            "events without a token",
+            call(get.clone(), "/v1/runs/uid-live/events").token(None),
+            401,
+            Some("unauthenticated"),
+        )
+        .at(events),
+        row(
+            "events of an unknown run",
+            call(get.clone(), "/v1/runs/nope/events"),
+            404,
+            Some("not_found"),
+        )
+        .at(events),
+        row(
+            "poll",
+            call(get.clone(), "/v1/runs/uid-live/events/poll?timeout=1"),
+            200,
+            None,
+        )
+        .at(poll),
+        row(
+            "poll, timeout 60",
+            call(get.clone(), "/v1/runs/uid-live/events/poll?timeout=60"),
+            200,
+            None,
+        )
+        .at(poll),
+        row(
+            "poll, timeout 0",
+            call(get.clone(), "/v1/runs/uid-live/events/poll?timeout=0"),
+            400,
+            Some("validation_error"),
+        )
+        .at(poll),
+        row(
+            "poll, timeout 61",
+            call(get.clone(), "/v1/runs/uid-live/events/poll?timeout=61"),
+            400,
+            Some("validation_error"),
+        )
+        .at(poll),
+        row(
+            "poll without a token",
+            call(get.clone(), "/v1/runs/uid-live/events/poll").token(None),
+            401,
+            Some("unauthenticated"),
+        )
+        .at(poll),
+        row(
+            "poll of an unknown run",
+            call(get.clone(), "/v1/runs/nope/events/poll?timeout=1"),
+            404,
+            Some("not_found"),
+        )
+        .at(poll),
         // Cancel (interruptRace.test.ts: an ended run answers 200).
-        row("cancel", call(post.clone(), "/v1/runs/uid-live/cancel"), 200, None).at(cancel),
-        row("cancel of a completed run", call(post.clone(), "/v1/runs/uid-done/cancel"), 200, None).at(cancel),
-        row("cancel of a cancelled run", call(post.clone(), "/v1/runs/uid-gone/cancel"), 200, None).at(cancel),
-        row("cancel without a token", call(post.clone(), "/v1/runs/uid-live/cancel").token(None), 401, Some("unauthenticated")).at(cancel),
-        row("cancel without RBAC", call(post.clone(), "/v1/runs/uid-live/cancel").token(Some("reader")), 403, Some("forbidden")).at(cancel),
-        row("cancel of an unknown run", call(post.clone(), "/v1/runs/nope/cancel"), 404, Some("not_found")).at(cancel),
+        row(
+            "cancel",
+            call(post.clone(), "/v1/runs/uid-live/cancel"),
+            200,
+            None,
+        )
+        .at(cancel),
+        row(
+            "cancel of a completed run",
+            call(post.clone(), "/v1/runs/uid-done/cancel"),
+            200,
+            None,
+        )
+        .at(cancel),
+        row(
+            "cancel of a cancelled run",
+            call(post.clone(), "/v1/runs/uid-gone/cancel"),
+            200,
+            None,
+        )
+        .at(cancel),
+        row(
+            "cancel without a token",
+            call(post.clone(), "/v1/runs/uid-live/cancel").token(None),
+            401,
+            Some("unauthenticated"),
+        )
+        .at(cancel),
+        row(
+            "cancel without RBAC",
+            call(post.clone(), "/v1/runs/uid-live/cancel").token(Some("reader")),
+            403,
+            Some("forbidden"),
+        )
+        .at(cancel),
+        row(
+            "cancel of an unknown run",
+            call(post.clone(), "/v1/runs/nope/cancel"),
+            404,
+            Some("not_found"),
+        )
+        .at(cancel),
         // Bulk cancel (bulk-cancel.test.ts).
-        row("bulk cancel", call(post.clone(), bulk).json(json!({"runIds": ["uid-idle", "nope"], "reason": "r"})), 200, None).at(bulk),
-        row("bulk cancel of none", call(post.clone(), bulk).json(json!({"runIds": []})), 400, Some("validation_error")).at(bulk),
-        row("bulk cancel of 101", call(post.clone(), bulk).json(json!({"runIds": (0..101).map(|i| format!("r{i}")).collect::<Vec<_>>()})), 400, Some("validation_error")).at(bulk),
-        row("bulk cancel of a number", call(post.clone(), bulk).json(json!({"runIds": [7]})), 400, Some("validation_error")).at(bulk),
-        row("bulk cancel without a token", call(post.clone(), bulk).json(json!({"runIds": ["uid-idle"]})).token(None), 401, Some("unauthenticated")).at(bulk),
+        row(
+            "bulk cancel",
+            call(post.clone(), bulk).json(json!({"runIds": ["uid-idle", "nope"], "reason": "r"})),
+            200,
+            None,
+        )
+        .at(bulk),
+        row(
+            "bulk cancel of none",
+            call(post.clone(), bulk).json(json!({"runIds": []})),
+            400,
+            Some("validation_error"),
+        )
+        .at(bulk),
+        row(
+            "bulk cancel of 101",
+            call(post.clone(), bulk)
+                .json(json!({"runIds": (0..101).map(|i| format!("r{i}")).collect::<Vec<_>>()})),
+            400,
+            Some("validation_error"),
+        )
+        .at(bulk),
+        row(
+            "bulk cancel of a number",
+            call(post.clone(), bulk).json(json!({"runIds": [7]})),
+            400,
+            Some("validation_error"),
+        )
+        .at(bulk),
+        row(
+            "bulk cancel without a token",
+            call(post.clone(), bulk)
+                .json(json!({"runIds": ["uid-idle"]}))
+                .token(None),
+            401,
+            Some("unauthenticated"),
+        )
+        .at(bulk),
     ];
     for r in &rows {
         let app = if r.call.uri.starts_with("/.well-known") {
@@ -433,7 +745,11 @@ async fn every_endpoint_answers_each_status_of_the_spec_and_declares_it() {
                     "{}: {body}",
                     r.what
                 );
-                assert!(!body["message"].as_str().unwrap_or("").is_empty(), "{}", r.what);
+                assert!(
+                    !body["message"].as_str().unwrap_or("").is_empty(),
+                    "{}",
+                    r.what
+                );
             }
             None => assert!(body.get("error").is_none(), "{}: {body}", r.what),
         }
@@ -449,7 +765,11 @@ async fn every_endpoint_answers_each_status_of_the_spec_and_declares_it() {
         }
     }
     // Discovery: ETag → 304 (discovery.test.ts).
-    let first = send(&w.discovery, &call(get.clone(), "/.well-known/openwop").token(None)).await;
+    let first = send(
+        &w.discovery,
+        &call(get.clone(), "/.well-known/openwop").token(None),
+    )
+    .await;
     assert!(first.headers.contains_key(header::CACHE_CONTROL));
     let etag = first.headers[header::ETAG].to_str().unwrap().to_owned();
     let again = send(
@@ -480,8 +800,19 @@ async fn bodies_of_create_cancel_and_bulk_cancel_say_what_happened() {
     .await;
     assert_eq!(got.status, StatusCode::CREATED, "{}", got.text);
     assert_eq!(got.json()["scopeId"], "batch-7");
-    let created = w.store.lock().unwrap().created.values().next().cloned().unwrap();
-    assert_eq!(created["metadata"]["annotations"]["openwop.dev/scope-id"], "batch-7");
+    let created = w
+        .store
+        .lock()
+        .unwrap()
+        .created
+        .values()
+        .next()
+        .cloned()
+        .unwrap();
+    assert_eq!(
+        created["metadata"]["annotations"]["openwop.dev/scope-id"],
+        "batch-7"
+    );
     // An unknown field and an unknown workflow name the field.
     let got = send(
         &w.app,
@@ -489,7 +820,11 @@ async fn bodies_of_create_cancel_and_bulk_cancel_say_what_happened() {
     )
     .await;
     assert_eq!(got.json()["details"]["field"], "colour", "{}", got.text);
-    let got = send(&w.app, &call(post.clone(), "/v1/runs").json(json!({"workflowId": "nope"}))).await;
+    let got = send(
+        &w.app,
+        &call(post.clone(), "/v1/runs").json(json!({"workflowId": "nope"})),
+    )
+    .await;
     assert_eq!(got.json()["details"]["field"], "workflowId", "{}", got.text);
     let got = send(
         &w.app,
@@ -497,12 +832,23 @@ async fn bodies_of_create_cancel_and_bulk_cancel_say_what_happened() {
             .json(json!({"workflowId": "w", "configurable": {"runTimeoutMs": 1.5}})),
     )
     .await;
-    assert_eq!(got.json()["details"]["field"], "configurable.runTimeoutMs", "{}", got.text);
+    assert_eq!(
+        got.json()["details"]["field"],
+        "configurable.runTimeoutMs",
+        "{}",
+        got.text
+    );
     // Cancel of an ended run: its own status, nothing patched.
     let got = send(&w.app, &call(post.clone(), "/v1/runs/uid-done/cancel")).await;
-    assert_eq!(got.json(), json!({"runId": "uid-done", "status": "completed"}));
+    assert_eq!(
+        got.json(),
+        json!({"runId": "uid-done", "status": "completed"})
+    );
     let got = send(&w.app, &call(post.clone(), "/v1/runs/uid-live/cancel")).await;
-    assert_eq!(got.json(), json!({"runId": "uid-live", "status": "cancelling"}));
+    assert_eq!(
+        got.json(),
+        json!({"runId": "uid-live", "status": "cancelling"})
+    );
     // Bulk: one result per id, in request order.
     let got = send(
         &w.app,
@@ -528,11 +874,36 @@ async fn bodies_of_create_cancel_and_bulk_cancel_say_what_happened() {
     assert_eq!(
         summary,
         vec![
-            (json!("uid-idle"), json!(true), json!("cancelling"), Value::Null),
-            (json!("run-does-not-exist-xxxxxxxx"), json!(false), Value::Null, json!("not_found")),
-            (json!("uid-done"), json!(false), json!("completed"), json!("run_terminal")),
-            (json!("uid-gone"), json!(true), json!("cancelled"), Value::Null),
-            (json!(""), json!(false), Value::Null, json!("validation_error")),
+            (
+                json!("uid-idle"),
+                json!(true),
+                json!("cancelling"),
+                Value::Null
+            ),
+            (
+                json!("run-does-not-exist-xxxxxxxx"),
+                json!(false),
+                Value::Null,
+                json!("not_found")
+            ),
+            (
+                json!("uid-done"),
+                json!(false),
+                json!("completed"),
+                json!("run_terminal")
+            ),
+            (
+                json!("uid-gone"),
+                json!(true),
+                json!("cancelled"),
+                Value::Null
+            ),
+            (
+                json!(""),
+                json!(false),
+                Value::Null,
+                json!("validation_error")
+            ),
         ]
     );
     let got = send(
@@ -614,7 +985,10 @@ async fn stream_modes_filter_snapshot_and_batch_the_same_log() {
     assert_eq!(names, ["run.started", "node.completed", "run.completed"]);
     assert_eq!(stream(&w, "?streamMode=updates", None).await, updates);
     // debug: everything.
-    assert_eq!(ids(&stream(&w, "?streamMode=debug", None).await), ["0", "1", "2", "3", "4"]);
+    assert_eq!(
+        ids(&stream(&w, "?streamMode=debug", None).await),
+        ["0", "1", "2", "3", "4"]
+    );
     // messages: no token chunks in this log; the stream still ends with the run.
     assert!(stream(&w, "?streamMode=messages", None).await.is_empty());
     // A mixed stream names the mode that admitted each event.
@@ -624,7 +998,11 @@ async fn stream_modes_filter_snapshot_and_batch_the_same_log() {
     // values: the RunSnapshot after each step (node.started included), the last completed.
     let values = stream(&w, "?streamMode=values", None).await;
     assert_eq!(ids(&values), ["0", "1", "3", "4"]);
-    assert!(values.iter().all(|e| e.1.as_deref() == Some("state.snapshot")));
+    assert!(
+        values
+            .iter()
+            .all(|e| e.1.as_deref() == Some("state.snapshot"))
+    );
     assert_eq!(values[0].2["status"], "running");
     assert_eq!(values[0].2["runId"], "uid-live");
     assert_eq!(values[3].2["status"], "completed");
@@ -640,7 +1018,13 @@ async fn stream_modes_filter_snapshot_and_batch_the_same_log() {
     assert_eq!(batched.len(), 1, "{batched:?}");
     assert_eq!(batched[0].0.as_deref(), Some("4"));
     assert_eq!(batched[0].1.as_deref(), Some("batch"));
-    let seqs: Vec<_> = batched[0].2.as_array().unwrap().iter().map(|e| e["sequence"].clone()).collect();
+    let seqs: Vec<_> = batched[0]
+        .2
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["sequence"].clone())
+        .collect();
     assert_eq!(seqs, [json!(0), json!(3), json!(4)]);
     // JSON follows the mode too.
     let got = send(
@@ -649,17 +1033,37 @@ async fn stream_modes_filter_snapshot_and_batch_the_same_log() {
             .header("accept", "application/json"),
     )
     .await;
-    let types: Vec<_> = got.json()["events"].as_array().unwrap().iter().map(|e| e["type"].clone()).collect();
-    assert_eq!(types, [json!("run.started"), json!("node.completed"), json!("run.completed")]);
+    let types: Vec<_> = got.json()["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["type"].clone())
+        .collect();
+    assert_eq!(
+        types,
+        [
+            json!("run.started"),
+            json!("node.completed"),
+            json!("run.completed")
+        ]
+    );
     assert_eq!(got.json()["isComplete"], true);
     // The refusal lists every mode (never a combination).
-    let got = send(&w.app, &call(Method::GET, "/v1/runs/uid-live/events?streamMode=nope")).await;
+    let got = send(
+        &w.app,
+        &call(Method::GET, "/v1/runs/uid-live/events?streamMode=nope"),
+    )
+    .await;
     assert_eq!(
         got.json()["details"]["supported"],
         json!(["values", "updates", "messages", "debug"])
     );
     // poll is every event, whatever the mode.
-    let got = send(&w.app, &call(Method::GET, "/v1/runs/uid-live/events/poll?timeout=1")).await;
+    let got = send(
+        &w.app,
+        &call(Method::GET, "/v1/runs/uid-live/events/poll?timeout=1"),
+    )
+    .await;
     assert_eq!(got.json()["events"].as_array().unwrap().len(), 5);
 }
 

@@ -114,13 +114,14 @@ impl ApiError {
     /// counted over (`scope`: `tenant`, `route`, `global` or `key`).
     pub fn rate_limited(message: impl Into<String>, retry_after: Duration, scope: &str) -> Self {
         let secs = retry_after.as_secs().max(1);
-        let mut e = Self::new(StatusCode::TOO_MANY_REQUESTS, "rate_limited", message)
-            .with_details(serde_json::json!({
+        let mut e = Self::new(StatusCode::TOO_MANY_REQUESTS, "rate_limited", message).with_details(
+            serde_json::json!({
                 "retryAfter": secs,
                 // Consistent with the header, which carries whole seconds.
                 "retryAfterMs": secs * 1000,
                 "scope": scope,
-            }));
+            }),
+        );
         e.retry_after = Some(retry_after);
         e
     }

@@ -180,8 +180,12 @@ fn last_event_id(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
 /// anything else is read, whatever shape (SSE or JSON) is asked for (`stream-modes.md`).
 pub fn stream_request(q: &EventsQuery) -> Result<(StreamModes, Option<Duration>), ApiError> {
     let modes = StreamModes::parse(q.stream_mode.as_deref()).map_err(|e| {
-        ApiError::new(StatusCode::BAD_REQUEST, UNSUPPORTED_STREAM_MODE, e.to_string())
-            .with_details(json!({ "supported": StreamModeError::supported() }))
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            UNSUPPORTED_STREAM_MODE,
+            e.to_string(),
+        )
+        .with_details(json!({ "supported": StreamModeError::supported() }))
     })?;
     let window = buffer_window(q.buffer_ms.as_deref()).map_err(|e| {
         ApiError::validation(e.to_string()).with_details(json!({"field": "bufferMs"}))
@@ -245,7 +249,8 @@ impl<'a> Shaper<'a> {
     }
 
     fn snapshot(&self, id: u64) -> Frame {
-        let doc = super::runs::snapshot_with(self.s, self.run, &self.projection, self.ended_at.clone());
+        let doc =
+            super::runs::snapshot_with(self.s, self.run, &self.projection, self.ended_at.clone());
         Frame {
             id,
             event: STATE_SNAPSHOT.to_owned(),
@@ -280,7 +285,10 @@ impl<'a> Shaper<'a> {
         }
         self.projection.apply(doc);
         if is_terminal_event(doc) {
-            self.ended_at = doc.get("timestamp").and_then(Value::as_str).map(str::to_owned);
+            self.ended_at = doc
+                .get("timestamp")
+                .and_then(Value::as_str)
+                .map(str::to_owned);
         }
         if seen {
             if self.baseline_due && Some(seq) == self.after {

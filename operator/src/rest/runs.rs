@@ -152,7 +152,10 @@ pub async fn fresh_snapshot(s: &RestState, run: &Run) -> RunSnapshotDoc {
     for e in &newer {
         folded.apply(e);
         if super::events::is_terminal_event(e) {
-            ended_at = e.get("timestamp").and_then(Value::as_str).map(str::to_owned);
+            ended_at = e
+                .get("timestamp")
+                .and_then(Value::as_str)
+                .map(str::to_owned);
         }
     }
     snapshot_with(s, run, &merge(&stored, &folded), ended_at)

@@ -122,7 +122,10 @@ impl RestFixture {
     async fn sse(&self, run_id: &str) -> reqwest::Response {
         let r = self
             .http
-            .get(self.op.url(&format!("/v1/runs/{run_id}/events?streamMode=debug")))
+            .get(
+                self.op
+                    .url(&format!("/v1/runs/{run_id}/events?streamMode=debug")),
+            )
             .bearer_auth(&self.token)
             .header("accept", "text/event-stream")
             .send()
@@ -645,9 +648,14 @@ async fn rest_snapshot_read_after_the_terminal_event_is_never_older() {
     for i in 0..ROUNDS {
         let run_id = f.run(&format!("fresh-{i}")).await;
         let subject = f.subject(&run_id);
-        for (seq, ty) in ["run.started", "node.started", "node.completed", "run.completed"]
-            .into_iter()
-            .enumerate()
+        for (seq, ty) in [
+            "run.started",
+            "node.started",
+            "node.completed",
+            "run.completed",
+        ]
+        .into_iter()
+        .enumerate()
         {
             publish(
                 &f.js,

@@ -165,12 +165,11 @@ impl StreamModes {
         };
         let mut modes = Vec::new();
         for name in raw.split(',') {
-            let mode = StreamMode::from_wire(name.trim()).ok_or_else(|| {
-                StreamModeError::Unknown {
+            let mode =
+                StreamMode::from_wire(name.trim()).ok_or_else(|| StreamModeError::Unknown {
                     requested: raw.to_owned(),
                     unknown: name.to_owned(),
-                }
-            })?;
+                })?;
             if !modes.contains(&mode) {
                 modes.push(mode);
             }
@@ -267,7 +266,13 @@ mod tests {
 
     #[test]
     fn unknown_modes_and_values_in_a_combination_are_refused() {
-        for bad in ["firehose", "updates,", ",updates", "UPDATES", "updates,nope"] {
+        for bad in [
+            "firehose",
+            "updates,",
+            ",updates",
+            "UPDATES",
+            "updates,nope",
+        ] {
             let e = StreamModes::parse(Some(bad)).unwrap_err();
             assert!(matches!(e, StreamModeError::Unknown { .. }), "{bad}: {e}");
             assert!(e.to_string().contains("values, updates, messages or debug"));
@@ -287,7 +292,12 @@ mod tests {
     #[test]
     fn each_mode_admits_its_rows_of_the_spec_table() {
         let admits = |m: StreamMode, t: &str| m.admits(t);
-        for t in ["run.started", "node.completed", "node.suspended", "run.cancelled"] {
+        for t in [
+            "run.started",
+            "node.completed",
+            "node.suspended",
+            "run.cancelled",
+        ] {
             assert!(admits(StreamMode::Updates, t), "{t}");
             assert!(triggers_snapshot(t), "{t}");
         }
