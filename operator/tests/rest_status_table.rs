@@ -344,378 +344,68 @@ async fn every_endpoint_answers_each_status_of_the_spec_and_declares_it() {
     let cancel = "/v1/runs/{runId}/cancel";
     let bulk = "/v1/runs:bulk-cancel";
     let wf = "/v1/workflows/{workflowId}";
+    // One request per line: the table reads as the spec's table.
+    #[rustfmt::skip]
     let rows = vec![
         // Discovery and the API's own description need no token.
-        row(
-            "discovery",
-            call(get.clone(), "/.well-known/openwop").token(None),
-            200,
-            None,
-        ),
-        row(
-            "openapi",
-            call(get.clone(), "/v1/openapi.json").token(None),
-            200,
-            None,
-        ),
+        row("discovery", call(get.clone(), "/.well-known/openwop").token(None), 200, None),
+        row("openapi", call(get.clone(), "/v1/openapi.json").token(None), 200, None),
         // Workflows.
         row("workflow", call(get.clone(), "/v1/workflows/w"), 200, None).at(wf),
-        row(
-            "workflow without a token",
-            call(get.clone(), "/v1/workflows/w").token(None),
-            401,
-            Some("unauthenticated"),
-        )
-        .at(wf),
-        row(
-            "workflow with a bad token",
-            call(get.clone(), "/v1/workflows/w").token(Some("bad")),
-            401,
-            Some("unauthenticated"),
-        )
-        .at(wf),
-        row(
-            "unknown workflow",
-            call(get.clone(), "/v1/workflows/nope"),
-            404,
-            Some("not_found"),
-        )
-        .at(wf),
-        row(
-            "workflow the caller may not read",
-            call(get.clone(), "/v1/workflows/w").token(Some("outsider")),
-            404,
-            Some("not_found"),
-        )
-        .at(wf),
+        row("workflow without a token", call(get.clone(), "/v1/workflows/w").token(None), 401, Some("unauthenticated")).at(wf),
+        row("workflow with a bad token", call(get.clone(), "/v1/workflows/w").token(Some("bad")), 401, Some("unauthenticated")).at(wf),
+        row("unknown workflow", call(get.clone(), "/v1/workflows/nope"), 404, Some("not_found")).at(wf),
+        row("workflow the caller may not read", call(get.clone(), "/v1/workflows/w").token(Some("outsider")), 404, Some("not_found")).at(wf),
         // Create (auth.test.ts: 401, never 403, for a missing or bad token).
-        row(
-            "create",
-            create(json!({"workflowId": "w", "scopeId": "batch-7"})),
-            201,
-            None,
-        )
-        .at(runs),
-        row(
-            "create without a token",
-            create(json!({"workflowId": "w"})).token(None),
-            401,
-            Some("unauthenticated"),
-        )
-        .at(runs),
-        row(
-            "create with a bad token",
-            create(json!({"workflowId": "w"})).token(Some("bad")),
-            401,
-            Some("unauthenticated"),
-        )
-        .at(runs),
-        row(
-            "create without RBAC",
-            create(json!({"workflowId": "w"})).token(Some("reader")),
-            403,
-            Some("forbidden"),
-        )
-        .at(runs),
-        row(
-            "create of an unknown workflow",
-            create(json!({"workflowId": "nope"})),
-            400,
-            Some("validation_error"),
-        )
-        .at(runs),
-        row(
-            "create with an unknown field",
-            create(json!({"workflowId": "w", "colour": "red"})),
-            400,
-            Some("validation_error"),
-        )
-        .at(runs),
-        row(
-            "create, body not JSON",
-            call(post.clone(), "/v1/runs").raw("application/json", "{".into()),
-            400,
-            Some("validation_error"),
-        )
-        .at(runs),
-        row(
-            "create, runTimeoutMs 0",
-            create(json!({"workflowId": "w", "configurable": {"runTimeoutMs": 0}})),
-            400,
-            Some("validation_error"),
-        )
-        .at(runs),
-        row(
-            "create with a private callbackUrl",
-            create(json!({"workflowId": "w", "callbackUrl": "https://10.0.0.1/cb"})),
-            400,
-            Some("validation_error"),
-        )
-        .at(runs),
-        row(
-            "create with a callbackUrl",
-            create(json!({"workflowId": "w", "callbackUrl": "https://hooks.example.com/cb"})),
-            400,
-            Some("capability_required"),
-        )
-        .at(runs),
-        row(
-            "create with residency",
-            create(json!({"workflowId": "w", "residency": {"region": "eu"}})),
-            400,
-            Some("residency_unavailable"),
-        )
-        .at(runs),
-        row(
-            "create of an eval run",
-            create(json!({"workflowId": "w", "mode": "eval"})),
-            501,
-            Some("capability_not_provided"),
-        )
-        .at(runs),
-        row(
-            "create, key first used",
-            create(json!({"workflowId": "w", "inputs": {"n": 1}})).header("idempotency-key", "k-1"),
-            201,
-            None,
-        )
-        .at(runs),
-        row(
-            "create, same key, other body",
-            create(json!({"workflowId": "w", "inputs": {"n": 2}})).header("idempotency-key", "k-1"),
-            409,
-            Some("idempotency_key_mismatch"),
-        )
-        .at(runs),
-        row(
-            "create, body over rest.maxBodyBytes",
-            create(json!({"workflowId": "w", "metadata": {"pad": "x".repeat(5000)}})),
-            413,
-            Some("payload_too_large"),
-        ),
-        row(
-            "create, body not declared JSON",
-            call(post.clone(), "/v1/runs").raw("text/plain", "{}".into()),
-            415,
-            Some("unsupported_media_type"),
-        ),
+        row("create", create(json!({"workflowId": "w", "scopeId": "batch-7"})), 201, None).at(runs),
+        row("create without a token", create(json!({"workflowId": "w"})).token(None), 401, Some("unauthenticated")).at(runs),
+        row("create with a bad token", create(json!({"workflowId": "w"})).token(Some("bad")), 401, Some("unauthenticated")).at(runs),
+        row("create without RBAC", create(json!({"workflowId": "w"})).token(Some("reader")), 403, Some("forbidden")).at(runs),
+        row("create of an unknown workflow", create(json!({"workflowId": "nope"})), 400, Some("validation_error")).at(runs),
+        row("create with an unknown field", create(json!({"workflowId": "w", "colour": "red"})), 400, Some("validation_error")).at(runs),
+        row("create, body not JSON", call(post.clone(), "/v1/runs").raw("application/json", "{".into()), 400, Some("validation_error")).at(runs),
+        row("create, runTimeoutMs 0", create(json!({"workflowId": "w", "configurable": {"runTimeoutMs": 0}})), 400, Some("validation_error")).at(runs),
+        row("create with a private callbackUrl", create(json!({"workflowId": "w", "callbackUrl": "https://10.0.0.1/cb"})), 400, Some("validation_error")).at(runs),
+        row("create with a callbackUrl", create(json!({"workflowId": "w", "callbackUrl": "https://hooks.example.com/cb"})), 400, Some("capability_required")).at(runs),
+        row("create with residency", create(json!({"workflowId": "w", "residency": {"region": "eu"}})), 400, Some("residency_unavailable")).at(runs),
+        row("create of an eval run", create(json!({"workflowId": "w", "mode": "eval"})), 501, Some("capability_not_provided")).at(runs),
+        row("create, key first used", create(json!({"workflowId": "w", "inputs": {"n": 1}})).header("idempotency-key", "k-1"), 201, None).at(runs),
+        row("create, same key, other body", create(json!({"workflowId": "w", "inputs": {"n": 2}})).header("idempotency-key", "k-1"), 409, Some("idempotency_key_mismatch")).at(runs),
+        row("create, body over rest.maxBodyBytes", create(json!({"workflowId": "w", "metadata": {"pad": "x".repeat(5000)}})), 413, Some("payload_too_large")),
+        row("create, body not declared JSON", call(post.clone(), "/v1/runs").raw("text/plain", "{}".into()), 415, Some("unsupported_media_type")),
         // Read.
-        row(
-            "snapshot",
-            call(get.clone(), "/v1/runs/uid-done"),
-            200,
-            None,
-        )
-        .at(run),
-        row(
-            "snapshot without a token",
-            call(get.clone(), "/v1/runs/uid-done").token(None),
-            401,
-            Some("unauthenticated"),
-        )
-        .at(run),
-        row(
-            "unknown run (runs-lifecycle.test.ts)",
-            call(
-                get.clone(),
-                "/v1/runs/openwop-conformance-this-run-id-does-not-exist",
-            ),
-            404,
-            Some("not_found"),
-        )
-        .at(run),
-        row(
-            "run the caller may not see",
-            call(get.clone(), "/v1/runs/uid-done").token(Some("outsider")),
-            404,
-            Some("not_found"),
-        )
-        .at(run),
+        row("snapshot", call(get.clone(), "/v1/runs/uid-done"), 200, None).at(run),
+        row("snapshot without a token", call(get.clone(), "/v1/runs/uid-done").token(None), 401, Some("unauthenticated")).at(run),
+        row("unknown run (runs-lifecycle.test.ts)", call(get.clone(), "/v1/runs/openwop-conformance-this-run-id-does-not-exist"), 404, Some("not_found")).at(run),
+        row("run the caller may not see", call(get.clone(), "/v1/runs/uid-done").token(Some("outsider")), 404, Some("not_found")).at(run),
         // Events.
-        row(
-            "events, SSE",
-            call(get.clone(), "/v1/runs/uid-live/events"),
-            200,
-            None,
-        )
-        .at(events),
-        row(
-            "events, JSON",
-            call(get.clone(), "/v1/runs/uid-live/events").header("accept", "application/json"),
-            200,
-            None,
-        )
-        .at(events),
-        row(
-            "events, unknown streamMode",
-            call(get.clone(), "/v1/runs/uid-live/events?streamMode=firehose"),
-            400,
-            Some("unsupported_stream_mode"),
-        )
-        .at(events),
-        row(
-            "events, unknown streamMode asked as JSON",
-            call(get.clone(), "/v1/runs/uid-live/events?streamMode=firehose")
-                .header("accept", "application/json"),
-            400,
-            Some("unsupported_stream_mode"),
-        )
-        .at(events),
-        row(
-            "events, values combined",
-            call(
-                get.clone(),
-                "/v1/runs/uid-live/events?streamMode=values,updates",
-            ),
-            400,
-            Some("unsupported_stream_mode"),
-        )
-        .at(events),
-        row(
-            "events, bad bufferMs",
-            call(get.clone(), "/v1/runs/uid-live/events?bufferMs=-1"),
-            400,
-            Some("validation_error"),
-        )
-        .at(events),
-        row(
-            "events without a token",
-            call(get.clone(), "/v1/runs/uid-live/events").token(None),
-            401,
-            Some("unauthenticated"),
-        )
-        .at(events),
-        row(
-            "events of an unknown run",
-            call(get.clone(), "/v1/runs/nope/events"),
-            404,
-            Some("not_found"),
-        )
-        .at(events),
-        row(
-            "poll",
-            call(get.clone(), "/v1/runs/uid-live/events/poll?timeout=1"),
-            200,
-            None,
-        )
-        .at(poll),
-        row(
-            "poll, timeout 60",
-            call(get.clone(), "/v1/runs/uid-live/events/poll?timeout=60"),
-            200,
-            None,
-        )
-        .at(poll),
-        row(
-            "poll, timeout 0",
-            call(get.clone(), "/v1/runs/uid-live/events/poll?timeout=0"),
-            400,
-            Some("validation_error"),
-        )
-        .at(poll),
-        row(
-            "poll, timeout 61",
-            call(get.clone(), "/v1/runs/uid-live/events/poll?timeout=61"),
-            400,
-            Some("validation_error"),
-        )
-        .at(poll),
-        row(
-            "poll without a token",
-            call(get.clone(), "/v1/runs/uid-live/events/poll").token(None),
-            401,
-            Some("unauthenticated"),
-        )
-        .at(poll),
-        row(
-            "poll of an unknown run",
-            call(get.clone(), "/v1/runs/nope/events/poll?timeout=1"),
-            404,
-            Some("not_found"),
-        )
-        .at(poll),
+        row("events, SSE", call(get.clone(), "/v1/runs/uid-live/events"), 200, None).at(events),
+        row("events, JSON", call(get.clone(), "/v1/runs/uid-live/events").header("accept", "application/json"), 200, None).at(events),
+        row("events, unknown streamMode", call(get.clone(), "/v1/runs/uid-live/events?streamMode=firehose"), 400, Some("unsupported_stream_mode")).at(events),
+        row("events, unknown streamMode asked as JSON", call(get.clone(), "/v1/runs/uid-live/events?streamMode=firehose").header("accept", "application/json"), 400, Some("unsupported_stream_mode")).at(events),
+        row("events, values combined", call(get.clone(), "/v1/runs/uid-live/events?streamMode=values,updates"), 400, Some("unsupported_stream_mode")).at(events),
+        row("events, bad bufferMs", call(get.clone(), "/v1/runs/uid-live/events?bufferMs=-1"), 400, Some("validation_error")).at(events),
+        row("events without a token", call(get.clone(), "/v1/runs/uid-live/events").token(None), 401, Some("unauthenticated")).at(events),
+        row("events of an unknown run", call(get.clone(), "/v1/runs/nope/events"), 404, Some("not_found")).at(events),
+        row("poll", call(get.clone(), "/v1/runs/uid-live/events/poll?timeout=1"), 200, None).at(poll),
+        row("poll, timeout 60", call(get.clone(), "/v1/runs/uid-live/events/poll?timeout=60"), 200, None).at(poll),
+        row("poll, timeout 0", call(get.clone(), "/v1/runs/uid-live/events/poll?timeout=0"), 400, Some("validation_error")).at(poll),
+        row("poll, timeout 61", call(get.clone(), "/v1/runs/uid-live/events/poll?timeout=61"), 400, Some("validation_error")).at(poll),
+        row("poll without a token", call(get.clone(), "/v1/runs/uid-live/events/poll").token(None), 401, Some("unauthenticated")).at(poll),
+        row("poll of an unknown run", call(get.clone(), "/v1/runs/nope/events/poll?timeout=1"), 404, Some("not_found")).at(poll),
         // Cancel (interruptRace.test.ts: an ended run answers 200).
-        row(
-            "cancel",
-            call(post.clone(), "/v1/runs/uid-live/cancel"),
-            200,
-            None,
-        )
-        .at(cancel),
-        row(
-            "cancel of a completed run",
-            call(post.clone(), "/v1/runs/uid-done/cancel"),
-            200,
-            None,
-        )
-        .at(cancel),
-        row(
-            "cancel of a cancelled run",
-            call(post.clone(), "/v1/runs/uid-gone/cancel"),
-            200,
-            None,
-        )
-        .at(cancel),
-        row(
-            "cancel without a token",
-            call(post.clone(), "/v1/runs/uid-live/cancel").token(None),
-            401,
-            Some("unauthenticated"),
-        )
-        .at(cancel),
-        row(
-            "cancel without RBAC",
-            call(post.clone(), "/v1/runs/uid-live/cancel").token(Some("reader")),
-            403,
-            Some("forbidden"),
-        )
-        .at(cancel),
-        row(
-            "cancel of an unknown run",
-            call(post.clone(), "/v1/runs/nope/cancel"),
-            404,
-            Some("not_found"),
-        )
-        .at(cancel),
+        row("cancel", call(post.clone(), "/v1/runs/uid-live/cancel"), 200, None).at(cancel),
+        row("cancel of a completed run", call(post.clone(), "/v1/runs/uid-done/cancel"), 200, None).at(cancel),
+        row("cancel of a cancelled run", call(post.clone(), "/v1/runs/uid-gone/cancel"), 200, None).at(cancel),
+        row("cancel without a token", call(post.clone(), "/v1/runs/uid-live/cancel").token(None), 401, Some("unauthenticated")).at(cancel),
+        row("cancel without RBAC", call(post.clone(), "/v1/runs/uid-live/cancel").token(Some("reader")), 403, Some("forbidden")).at(cancel),
+        row("cancel of an unknown run", call(post.clone(), "/v1/runs/nope/cancel"), 404, Some("not_found")).at(cancel),
         // Bulk cancel (bulk-cancel.test.ts).
-        row(
-            "bulk cancel",
-            call(post.clone(), bulk).json(json!({"runIds": ["uid-idle", "nope"], "reason": "r"})),
-            200,
-            None,
-        )
-        .at(bulk),
-        row(
-            "bulk cancel of none",
-            call(post.clone(), bulk).json(json!({"runIds": []})),
-            400,
-            Some("validation_error"),
-        )
-        .at(bulk),
-        row(
-            "bulk cancel of 101",
-            call(post.clone(), bulk)
-                .json(json!({"runIds": (0..101).map(|i| format!("r{i}")).collect::<Vec<_>>()})),
-            400,
-            Some("validation_error"),
-        )
-        .at(bulk),
-        row(
-            "bulk cancel of a number",
-            call(post.clone(), bulk).json(json!({"runIds": [7]})),
-            400,
-            Some("validation_error"),
-        )
-        .at(bulk),
-        row(
-            "bulk cancel without a token",
-            call(post.clone(), bulk)
-                .json(json!({"runIds": ["uid-idle"]}))
-                .token(None),
-            401,
-            Some("unauthenticated"),
-        )
-        .at(bulk),
+        row("bulk cancel", call(post.clone(), bulk).json(json!({"runIds": ["uid-idle", "nope"], "reason": "r"})), 200, None).at(bulk),
+        row("bulk cancel of none", call(post.clone(), bulk).json(json!({"runIds": []})), 400, Some("validation_error")).at(bulk),
+        row("bulk cancel of 101", call(post.clone(), bulk).json(json!({"runIds": (0..101).map(|i| format!("r{i}")).collect::<Vec<_>>()})), 400, Some("validation_error")).at(bulk),
+        row("bulk cancel of a number", call(post.clone(), bulk).json(json!({"runIds": [7]})), 400, Some("validation_error")).at(bulk),
+        row("bulk cancel without a token", call(post.clone(), bulk).json(json!({"runIds": ["uid-idle"]})).token(None), 401, Some("unauthenticated")).at(bulk),
     ];
     for r in &rows {
         let app = if r.call.uri.starts_with("/.well-known") {
