@@ -43,6 +43,8 @@ pub const ANNOTATION_CREATED_BY: &str = "openwop.dev/created-by";
 pub const ANNOTATION_TAGS: &str = "openwop.dev/tags";
 /// Annotation: `metadata` of the creating REST request (JSON).
 pub const ANNOTATION_METADATA: &str = "openwop.dev/metadata";
+/// Annotation: `scopeId` of the creating REST request (opaque caller correlation, echoed).
+pub const ANNOTATION_SCOPE_ID: &str = "openwop.dev/scope-id";
 /// Finalizer on Runs: the worker pod and snapshot go promptly when a Run is deleted.
 pub const RUN_FINALIZER: &str = "openwop.dev/cleanup";
 

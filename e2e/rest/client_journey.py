@@ -51,8 +51,9 @@ def wait_status(run_id, want, secs=120):
     raise AssertionError(f"run {run_id} did not reach {want}: {snap}")
 
 
-def events_of(run_id, last_event_id=None):
-    return list(client.runs_events(run_id, last_event_id=last_event_id, timeout_seconds=120))
+def events_of(run_id, last_event_id=None, stream_mode="debug"):
+    # debug: every event (the default `updates` mode leaves node.started and logs out).
+    return list(client.runs_events(run_id, stream_mode=stream_mode, last_event_id=last_event_id, timeout_seconds=120))
 
 
 # Discovery and the OpenAPI document need no token.
@@ -80,6 +81,9 @@ tail = events_of(resp.runId, last_event_id=str(evs[2].sequence))
 check([e.sequence for e in tail] == [e.sequence for e in evs[3:]], "Last-Event-ID resume")
 polled = client.runs_poll_events(resp.runId, last_sequence=len(evs) - 2, timeout_seconds=1)
 check([e.type for e in polled.events] == ["run.completed"] and polled.isComplete, f"poll: {polled}")
+# The default stream mode (updates) leaves node.started out; values sends snapshots.
+updates = [e.type for e in events_of(resp.runId, stream_mode=None)]
+check("node.started" not in updates and updates[-1] == "run.completed", f"updates: {updates}")
 
 # Idempotent create: same key and body → same run; same key, other body → 409.
 key = f"journey-{time.time()}"
@@ -89,8 +93,9 @@ created.append(a.runId)
 check(a.runId == b.runId, "same key and body give the same run")
 expect_error(lambda: client.runs_create(CreateRunRequest(workflowId="hello_world", inputs={"greeting": "y"}), idempotency_key=key), 409, "idempotency_key_mismatch")
 
-# Unknown workflow → 404; inputs not matching the declared variables → 400 with details.
-expect_error(lambda: client.runs_create(CreateRunRequest(workflowId="no_such_workflow")), 404, "not_found")
+# Unknown workflow → 400 (rest-endpoints.md); inputs not matching the declared variables → 400 with details.
+body = expect_error(lambda: client.runs_create(CreateRunRequest(workflowId="no_such_workflow")), 400, "validation_error")
+check(body["details"]["field"] == "workflowId", f"details: {body}")
 body = expect_error(lambda: client.runs_create(CreateRunRequest(workflowId="typed", inputs={"count": "two"})), 400, "validation_error")
 check(body["details"]["fields"][0]["field"] == "/inputs/count", f"details: {body}")
 

@@ -2328,7 +2328,7 @@ async fn conformance_seams_drive_the_envelope_fixtures() {
     let events_of = |run_id: &str| {
         let (code, v) = http_json(
             "GET",
-            &format!("{base}/v1/runs/{run_id}/events"),
+            &format!("{base}/v1/runs/{run_id}/events?streamMode=debug"),
             Some(&token),
             None,
         );

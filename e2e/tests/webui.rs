@@ -211,7 +211,7 @@ async fn login_follow_a_run_read_its_attempts_answer_and_deep_link() {
         .await;
     assert!(seq.as_u64().unwrap() > 5, "timeline rows: {seq}");
     let events = b.js_async(&format!(
-        "const done = arguments[0]; fetch('/v1/runs/{id}/events', {{headers: {{Accept: 'application/json'}}}}).then(r => r.json()).then(j => done(j.events))"
+        "const done = arguments[0]; fetch('/v1/runs/{id}/events?streamMode=debug', {{headers: {{Accept: 'application/json'}}}}).then(r => r.json()).then(j => done(j.events))"
     )).await;
     let truncated = events
         .as_array()

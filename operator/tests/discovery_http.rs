@@ -45,6 +45,22 @@ async fn well_known_has_cache_headers_and_honours_if_none_match() {
         doc["protocolVersion"],
         openwop_protocol::capabilities::PROTOCOL_VERSION
     );
+    // What the route serves passes the spec's own capabilities schema (the vendored
+    // excerpt, `schemas/official/README.md`), the root and its `capabilities` mirror.
+    let official = openwop_protocol::schema::compile(
+        &serde_json::from_str(include_str!(
+            "../../schemas/official/capabilities.schema.json"
+        ))
+        .unwrap(),
+    )
+    .unwrap();
+    for v in [&doc, &doc["capabilities"]] {
+        if let Err(issues) = official.validate(v) {
+            panic!("the served discovery document is refused by the official schema: {issues:?}");
+        }
+    }
+    assert_eq!(doc["protocolVersion"], "1.0");
+    assert_eq!(doc["preferredVersion"], "1.0");
     let again = http
         .get(format!("{base}/.well-known/openwop"))
         .header("If-None-Match", &etag)

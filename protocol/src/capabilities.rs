@@ -24,9 +24,11 @@ use crate::pipeline::Strictness;
 use crate::retry::reasoning::ReasoningPosture;
 use crate::{schema, tier1};
 
-/// The protocol version this crate implements: a concrete `1.<minor>.<patch>`
-/// (the official schema takes any non-empty string; clients compare it as a version).
-pub const PROTOCOL_VERSION: &str = "1.1.1";
+/// The protocol version this crate implements, in the spec's grammar (RFC 0149 §C,
+/// `version-negotiation.md`): ASCII `<major>.<minor>`, no leading zeros, no patch (a patch
+/// belongs to suite and SDK versions). The whole v1 line is `1.0`; the discovery document also
+/// names it in `protocolVersions` and `preferredVersion` (one major served).
+pub const PROTOCOL_VERSION: &str = "1.0";
 
 /// Host-extension key (`x-host-<host>-<key>`, `host-extensions.md`) describing the
 /// live event stream: NATS JetStream is not an OpenWOP transport, so it is not listed
@@ -72,6 +74,13 @@ pub struct CapabilitiesDocument {
 #[serde(rename_all = "camelCase")]
 pub struct CapabilityFamilies {
     pub protocol_version: String,
+    /// Every `<major>.<minor>` served (RFC 0165 §A): contains `protocolVersion`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protocol_versions: Option<Vec<String>>,
+    /// The version a request without a version header gets (RFC 0179 §A.1): on this
+    /// single-major host, `protocolVersion`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preferred_version: Option<String>,
     pub supported_envelopes: Vec<String>,
     pub schema_versions: BTreeMap<String, u32>,
     pub limits: Limits,
@@ -456,7 +465,7 @@ pub enum CapabilitiesError {
     )]
     TruncationBudgetMultiplier(f64),
     #[error(
-        "protocolVersion '{0}' is not a concrete OpenWOP v1 version: use the form 1.<minor>.<patch>, e.g. {PROTOCOL_VERSION}"
+        "protocolVersion '{0}' is not an OpenWOP v1 version: use the spec's `<major>.<minor>` form with major 1 and no leading zeros or patch (RFC 0149), e.g. {PROTOCOL_VERSION}"
     )]
     ProtocolVersion(String),
     #[error(
@@ -573,13 +582,18 @@ impl CapabilitiesConfig {
     }
 }
 
+/// Whether `v` is a version in the spec's grammar (`^(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)$`,
+/// RFC 0149 §C), of any major.
+pub fn is_version(v: &str) -> bool {
+    let number = |s: &str| {
+        !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) && (s == "0" || !s.starts_with('0'))
+    };
+    matches!(v.split_once('.'), Some((major, minor)) if number(major) && number(minor))
+}
+
+/// Whether `v` is a v1 version this host can advertise (`1.<minor>`).
 fn is_protocol_version(v: &str) -> bool {
-    let mut parts = v.split('.');
-    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
-    matches!(
-        (parts.next(), parts.next(), parts.next(), parts.next()),
-        (Some("1"), Some(minor), Some(patch), None) if digits(minor) && digits(patch)
-    )
+    is_version(v) && v.split_once('.').is_some_and(|(major, _)| major == "1")
 }
 
 fn first_duplicate(list: &[String]) -> Option<String> {
@@ -604,6 +618,9 @@ pub fn build(cfg: &CapabilitiesConfig) -> Result<CapabilitiesDocument, Capabilit
     let r = &cfg.reliability;
     let families = CapabilityFamilies {
         protocol_version: cfg.protocol_version.clone(),
+        // One major (v1) served: the list is the version itself, and so is the default.
+        protocol_versions: Some(vec![cfg.protocol_version.clone()]),
+        preferred_version: Some(cfg.protocol_version.clone()),
         supported_envelopes: kinds,
         schema_versions,
         limits: cfg.limits,

@@ -59,6 +59,13 @@ fn our_schema_refuses_what_the_official_schema_refuses() {
         ("/envelopeContracts/extra", json!(1)),
         ("/observability/testSeams/debugBundleExport", json!("yes")),
         ("/observability/testSeams/other", json!(true)),
+        ("/protocolVersion", json!("1.1.1")),
+        ("/protocolVersion", json!("v1.0")),
+        ("/protocolVersion", json!("01.0")),
+        ("/protocolVersions/0", json!("1.0.0")),
+        ("/protocolVersions", json!([])),
+        ("/protocolVersions", json!(["1.0", "1.0"])),
+        ("/preferredVersion", json!("1")),
     ];
     for (pointer, value) in cases {
         let mut v = base.clone();
@@ -158,7 +165,12 @@ fn default_config_validates_and_advertises_universal_kinds() {
     let v = doc.to_value();
     valid(&v);
     assert_eq!(v["protocolVersion"], PROTOCOL_VERSION);
-    assert_eq!(v["protocolVersion"], "1.1.1");
+    // RFC 0149 §C: `<major>.<minor>`, and `1.0` across the v1 line; one major served, so
+    // the list and the header-less default are the version itself.
+    assert_eq!(v["protocolVersion"], "1.0");
+    assert_eq!(v["protocolVersions"], json!(["1.0"]));
+    assert_eq!(v["preferredVersion"], "1.0");
+    assert_eq!(v["capabilities"]["preferredVersion"], "1.0");
     assert_eq!(
         v["supportedEnvelopes"],
         json!([
@@ -412,11 +424,14 @@ fn out_of_range_settings_are_refused_with_the_bound() {
         cfg.reliability.truncation_budget_multiplier = m;
         valid(&build(&cfg).unwrap().to_value());
     }
-    for bad in ["2.0.0", "1.1", "1.x.0", "1.1.x.1", "", "v1.1.0", "1.1.x"] {
+    // The grammar's own examples (RFC 0149 §C) and a major this host does not serve.
+    for bad in [
+        "1", "1.0.0", "v1.0", "01.0", "1.01", "2.0", "1.x", "", "1.", ".0", "1.1.1", " 1.0",
+    ] {
         let e = with(&|c| c.protocol_version = bad.into());
         assert_eq!(e, CapabilitiesError::ProtocolVersion(bad.into()));
     }
-    for good in ["1.0.0", "1.12.0", "1.1.3"] {
+    for good in ["1.0", "1.12", "1.1"] {
         let cfg = CapabilitiesConfig {
             protocol_version: good.into(),
             ..CapabilitiesConfig::default()

@@ -907,7 +907,9 @@ fn capabilities() -> Value {
         "implementation": {"name": "openwop-operator", "version": "0.1.0"}
     });
     let mut doc = json!({
-        "protocolVersion": "1.1.1",
+        "protocolVersion": "1.0",
+        "protocolVersions": ["1.0"],
+        "preferredVersion": "1.0",
         "supportedEnvelopes": schema::known_kinds(),
         "schemaVersions": {"clarification.request": 1, "schema.request": 1, "schema.response": 1, "error": 1},
         "limits": {"clarificationRounds": 3, "schemaRounds": 3, "envelopesPerTurn": 32, "maxNodeExecutions": 1000}
@@ -957,6 +959,10 @@ fn capabilities_example() {
             "enum",
         ),
         ("/protocolVersion", json!("2.0.0"), "pattern"),
+        ("/protocolVersion", json!("1.1.1"), "pattern"),
+        ("/protocolVersion", json!("2.0"), "pattern"),
+        ("/protocolVersions/0", json!("1.01"), "pattern"),
+        ("/preferredVersion", json!("1.0.0"), "pattern"),
     ];
     for (pointer, value, keyword) in cases {
         let mut doc = capabilities();

@@ -109,10 +109,19 @@ impl ApiError {
         Self::new(StatusCode::CONFLICT, code, message)
     }
 
-    /// 429 with `Retry-After`.
-    pub fn rate_limited(message: impl Into<String>, retry_after: Duration) -> Self {
-        let mut e = Self::new(StatusCode::TOO_MANY_REQUESTS, "rate_limited", message)
-            .with_details(serde_json::json!({ "retryAfter": retry_after.as_secs().max(1) }));
+    /// 429 with `Retry-After`; `details` carries the same delay in seconds (`retryAfter`) and
+    /// milliseconds (`retryAfterMs`, `rest-endpoints.md` §429) and what the limit is
+    /// counted over (`scope`: `tenant`, `route`, `global` or `key`).
+    pub fn rate_limited(message: impl Into<String>, retry_after: Duration, scope: &str) -> Self {
+        let secs = retry_after.as_secs().max(1);
+        let mut e = Self::new(StatusCode::TOO_MANY_REQUESTS, "rate_limited", message).with_details(
+            serde_json::json!({
+                "retryAfter": secs,
+                // Consistent with the header, which carries whole seconds.
+                "retryAfterMs": secs * 1000,
+                "scope": scope,
+            }),
+        );
         e.retry_after = Some(retry_after);
         e
     }

@@ -1,6 +1,7 @@
 //! A run's events from JetStream: `GET /v1/runs/{runId}/events` (SSE, or JSON with
-//! `Accept: application/json`) and `GET /v1/runs/{runId}/events/poll` (long-poll), and the
-//! readers behind them.
+//! `Accept: application/json`, both shaped by the stream modes of
+//! `protocol::run::stream_modes`, with `bufferMs` batching on SSE) and
+//! `GET /v1/runs/{runId}/events/poll` (long-poll, every event), and the readers behind them.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -10,20 +11,22 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use futures::{Stream, StreamExt};
+use futures::StreamExt;
 use kube::{Resource as _, ResourceExt};
 use openwop_crds::Run;
 use openwop_nats::reader::{From, LogMessage, RunLog};
+use openwop_protocol::run::stream_modes::{
+    BATCH_EVENT, STATE_SNAPSHOT, StreamModeError, StreamModes, UNSUPPORTED_STREAM_MODE,
+    buffer_window, forces_flush, triggers_snapshot,
+};
 use openwop_protocol::run::{Projection, RunPhase, events_subject};
-use serde_json::Value;
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
 
 use super::json::Json;
 use super::support::{find_run, phase, visible_run};
-use super::types::{EventsResponse, PollQuery};
+use super::types::{EventsQuery, EventsResponse, PollQuery};
 use super::{ApiError, Caller, ErrorBody, RestState};
-
-/// Longest long-poll wait (`timeout` query).
-const MAX_POLL: Duration = Duration::from_secs(30);
 
 /// Where a run's events are.
 fn run_subject(run: &Run) -> String {
@@ -40,21 +43,16 @@ pub fn is_terminal_event(doc: &Value) -> bool {
     p.phase.is_some_and(RunPhase::is_terminal)
 }
 
-/// Decoded run events after `after` (run sequence), in order.
+/// A run event read from the log, with its run sequence.
 struct Decoded {
     doc: Value,
     sequence: u64,
-    pending: u64,
 }
 
 fn decode(m: LogMessage) -> Option<Decoded> {
     let doc: Value = serde_json::from_slice(&m.payload).ok()?;
     let sequence = doc.get("sequence").and_then(Value::as_u64)?;
-    Some(Decoded {
-        doc,
-        sequence,
-        pending: m.pending,
-    })
+    Some(Decoded { doc, sequence })
 }
 
 async fn open_log(s: &RestState, run: &Run) -> Result<RunLog, ApiError> {
@@ -178,12 +176,140 @@ fn last_event_id(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
     }
 }
 
-/// A run's events: SSE (`text/event-stream`), or `{events}` with `Accept: application/json`.
+/// The stream modes and batching window of an events request, or its 400: checked before
+/// anything else is read, whatever shape (SSE or JSON) is asked for (`stream-modes.md`).
+pub fn stream_request(q: &EventsQuery) -> Result<(StreamModes, Option<Duration>), ApiError> {
+    let modes = StreamModes::parse(q.stream_mode.as_deref()).map_err(|e| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            UNSUPPORTED_STREAM_MODE,
+            e.to_string(),
+        )
+        .with_details(json!({ "supported": StreamModeError::supported() }))
+    })?;
+    let window = buffer_window(q.buffer_ms.as_deref()).map_err(|e| {
+        ApiError::validation(e.to_string()).with_details(json!({"field": "bufferMs"}))
+    })?;
+    Ok((modes, window))
+}
+
+/// One message of the stream: an SSE event (`id:` = run sequence, `event:`, `data:`), or one
+/// element of the JSON answer's `events`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Frame {
+    pub id: u64,
+    pub event: String,
+    pub data: Value,
+}
+
+impl Frame {
+    fn sse(&self) -> Event {
+        Event::default()
+            .id(self.id.to_string())
+            .event(&self.event)
+            .data(self.data.to_string())
+    }
+
+    /// One `event: batch` of `frames` (`bufferMs`): its id is the batch's highest sequence.
+    fn batch(frames: Vec<Frame>) -> Event {
+        let id = frames.iter().map(|f| f.id).max().unwrap_or_default();
+        let data = Value::Array(frames.into_iter().map(|f| f.data).collect());
+        Event::default()
+            .id(id.to_string())
+            .event(BATCH_EVENT)
+            .data(data.to_string())
+    }
+}
+
+/// Turns a run's log, read in order, into what a stream of `modes` sends after `after`:
+/// the admitted events as they are, or (`values`) the run's snapshot after each step, a
+/// first one as the baseline when the stream resumes.
+pub struct Shaper<'a> {
+    s: &'a RestState,
+    run: &'a Run,
+    modes: StreamModes,
+    after: Option<u64>,
+    /// `values`: the run as the events read so far make it.
+    projection: Projection,
+    ended_at: Option<String>,
+    baseline_due: bool,
+}
+
+impl<'a> Shaper<'a> {
+    pub fn new(s: &'a RestState, run: &'a Run, modes: StreamModes, after: Option<u64>) -> Self {
+        Shaper {
+            baseline_due: modes.is_values() && after.is_some(),
+            s,
+            run,
+            modes,
+            after,
+            projection: Projection::default(),
+            ended_at: None,
+        }
+    }
+
+    fn snapshot(&self, id: u64) -> Frame {
+        let doc =
+            super::runs::snapshot_with(self.s, self.run, &self.projection, self.ended_at.clone());
+        Frame {
+            id,
+            event: STATE_SNAPSHOT.to_owned(),
+            data: serde_json::to_value(doc).unwrap_or_default(),
+        }
+    }
+
+    /// The frames to send for the next event of the log (sequence `seq`).
+    pub fn feed(&mut self, doc: &Value, seq: u64) -> Vec<Frame> {
+        let event_type = doc.get("type").and_then(Value::as_str).unwrap_or_default();
+        let seen = self.after.is_some_and(|a| seq <= a);
+        if !self.modes.is_values() {
+            if seen {
+                return Vec::new();
+            }
+            return self
+                .modes
+                .label(event_type)
+                .map(|event| Frame {
+                    id: seq,
+                    event: event.to_owned(),
+                    data: doc.clone(),
+                })
+                .into_iter()
+                .collect();
+        }
+        let mut out = Vec::new();
+        if self.baseline_due && !seen {
+            // The resumption point is not in the log: the baseline is the run before this.
+            self.baseline_due = false;
+            out.push(self.snapshot(self.after.unwrap_or_default()));
+        }
+        self.projection.apply(doc);
+        if is_terminal_event(doc) {
+            self.ended_at = doc
+                .get("timestamp")
+                .and_then(Value::as_str)
+                .map(str::to_owned);
+        }
+        if seen {
+            if self.baseline_due && Some(seq) == self.after {
+                self.baseline_due = false;
+                out.push(self.snapshot(seq));
+            }
+        } else if triggers_snapshot(event_type) {
+            out.push(self.snapshot(seq));
+        }
+        out
+    }
+}
+
+/// A run's events: SSE (`text/event-stream`), or `{events}` with `Accept: application/json`,
+/// filtered by `streamMode` (default `updates`) either way.
 #[utoipa::path(
     get, path = "/v1/runs/{runId}/events",
-    params(("runId" = String, Path), ("Last-Event-ID" = Option<String>, Header, description = "resume after this event (run sequence)")),
+    params(("runId" = String, Path), EventsQuery, ("Last-Event-ID" = Option<String>, Header, description = "resume after this event (run sequence)")),
     responses(
-        (status = 200, description = "SSE stream (id = run sequence, event = type, data = RunEventDoc), or JSON", content((EventsResponse = "application/json"), (String = "text/event-stream"))),
+        (status = 200, description = "SSE stream (id = run sequence; event = the event's type, or on a mixed-mode stream the mode that admitted it, `state.snapshot` in `values` mode, `batch` with bufferMs; data = RunEventDoc, RunSnapshot or an array of them), or JSON", content((EventsResponse = "application/json"), (String = "text/event-stream"))),
+        (status = 400, body = ErrorBody, description = "`unsupported_stream_mode` (`details.supported`), or a bad bufferMs or Last-Event-ID"),
         (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)
     ),
     security(("bearer" = []))
@@ -192,97 +318,160 @@ pub async fn run_events(
     State(s): State<RestState>,
     caller: Caller,
     Path(run_id): Path<String>,
+    Query(q): Query<EventsQuery>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let run = visible_run(&s, &caller, &run_id).await?;
+    let (modes, window) = stream_request(&q)?;
     let after = last_event_id(&headers)?;
+    let run = visible_run(&s, &caller, &run_id).await?;
     let accept = headers
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
     if accept.contains("application/json") && !accept.contains("text/event-stream") {
-        return Ok(Json(read_events(&s, &run, after, None).await?).into_response());
+        // Read from the start: `values` folds the whole log.
+        let read = read_events(&s, &run, None, None).await?;
+        let mut shaper = Shaper::new(&s, &run, modes, after);
+        let events = read
+            .events
+            .iter()
+            .filter_map(|doc| {
+                let seq = doc.get("sequence").and_then(Value::as_u64)?;
+                Some(shaper.feed(doc, seq))
+            })
+            .flatten()
+            .map(|f| f.data)
+            .collect();
+        return Ok(Json(EventsResponse {
+            events,
+            is_complete: read.is_complete,
+        })
+        .into_response());
     }
     let log = open_log(&s, &run).await?;
     let keepalive = Duration::from_secs(s.config.rest.keepalive_seconds);
-    let stream = sse_stream(s.clone(), run, log, after);
+    let (tx, rx) = mpsc::channel::<Event>(64);
+    tokio::spawn(pump(s.clone(), run, log, after, modes, window, tx));
+    let stream = futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|e| (Ok::<_, Infallible>(e), rx))
+    });
     Ok(Sse::new(stream)
         .keep_alive(KeepAlive::new().interval(keepalive).text("keepalive"))
         .into_response())
 }
 
-/// SSE events of the run after `after`, ending after the terminal event (or, when the run
-/// ended without one in the log, once the log is read and the status is terminal).
-fn sse_stream(
+/// Feeds an SSE stream the run's events after `after` as `modes` shape them, batched over
+/// `window` when set; ends after the terminal event (or, when the run ended without one in
+/// the log, once the log is read and the status is terminal), or when the client leaves.
+async fn pump(
     s: RestState,
     run: Arc<Run>,
     log: RunLog,
     after: Option<u64>,
-) -> impl Stream<Item = Result<Event, Infallible>> + Send {
-    let empty = log.pending_at_start == 0;
+    modes: StreamModes,
+    window: Option<Duration>,
+    tx: mpsc::Sender<Event>,
+) {
     let uid = run.meta().uid.clone().unwrap_or_default();
-    let msgs = Box::pin(log.messages());
-    futures::stream::unfold(
-        (msgs, false, empty),
-        move |(mut msgs, done, mut caught_up)| {
-            let s = s.clone();
-            let uid = uid.clone();
-            async move {
-                if done {
-                    return None;
-                }
-                loop {
-                    // While caught up, check now and then whether the run ended without a
-                    // terminal event in its log (e.g. failed before its worker started).
-                    let next = if caught_up {
-                        match tokio::time::timeout(Duration::from_secs(5), msgs.next()).await {
-                            Ok(n) => n,
-                            Err(_) => {
-                                let ended = s
-                                    .runs
-                                    .state()
-                                    .into_iter()
-                                    .find(|r| r.meta().uid.as_deref() == Some(uid.as_str()))
-                                    .is_none_or(|r| phase(&r).is_terminal());
-                                if ended {
-                                    return None;
-                                }
-                                continue;
-                            }
-                        }
-                    } else {
-                        msgs.next().await
-                    };
-                    let m = match next? {
-                        Ok(m) => m,
-                        Err(e) => {
-                            tracing::warn!(error = %e, "SSE: reading a run's events");
-                            return None;
-                        }
-                    };
-                    caught_up = m.pending == 0;
-                    let Some(d) = decode(m) else { continue };
-                    if after.is_some_and(|a| d.sequence <= a) {
-                        continue;
+    let mut caught_up = log.pending_at_start == 0;
+    let mut msgs = std::pin::pin!(log.messages());
+    let mut shaper = Shaper::new(&s, &run, modes, after);
+    let mut batch: Vec<Frame> = Vec::new();
+    let mut flush_at: Option<tokio::time::Instant> = None;
+    // Sends what is due; false when the client has gone.
+    async fn send(tx: &mpsc::Sender<Event>, frames: Vec<Frame>, batched: bool) -> bool {
+        if frames.is_empty() {
+            return true;
+        }
+        if batched {
+            return tx.send(Frame::batch(frames)).await.is_ok();
+        }
+        for f in frames {
+            if tx.send(f.sse()).await.is_err() {
+                return false;
+            }
+        }
+        true
+    }
+    loop {
+        // While caught up, check now and then whether the run ended without a terminal event
+        // in its log (e.g. failed before its worker started).
+        let wait = match flush_at {
+            Some(t) => t.saturating_duration_since(tokio::time::Instant::now()),
+            None if caught_up => Duration::from_secs(5),
+            None => Duration::from_secs(3600),
+        };
+        let next = tokio::select! {
+            _ = tx.closed() => return,
+            n = tokio::time::timeout(wait, msgs.next()) => n,
+        };
+        let m = match next {
+            Err(_) => {
+                if flush_at.is_some_and(|t| tokio::time::Instant::now() >= t) {
+                    flush_at = None;
+                    if !send(&tx, std::mem::take(&mut batch), true).await {
+                        return;
                     }
-                    let terminal = is_terminal_event(&d.doc);
-                    let t = d
-                        .doc
-                        .get("type")
-                        .and_then(Value::as_str)
-                        .unwrap_or("message")
-                        .to_owned();
-                    let ev = Event::default()
-                        .id(d.sequence.to_string())
-                        .event(t)
-                        .data(d.doc.to_string());
-                    let _ = d.pending;
-                    return Some((Ok(ev), (msgs, terminal, caught_up)));
+                }
+                if caught_up {
+                    let ended = s
+                        .runs
+                        .state()
+                        .into_iter()
+                        .find(|r| r.meta().uid.as_deref() == Some(uid.as_str()))
+                        .is_none_or(|r| phase(&r).is_terminal());
+                    if ended {
+                        send(&tx, std::mem::take(&mut batch), true).await;
+                        return;
+                    }
+                }
+                continue;
+            }
+            Ok(None) => {
+                send(&tx, batch, true).await;
+                return;
+            }
+            Ok(Some(Err(e))) => {
+                tracing::warn!(error = %e, "SSE: reading a run's events");
+                send(&tx, batch, true).await;
+                return;
+            }
+            Ok(Some(Ok(m))) => m,
+        };
+        caught_up = m.pending == 0;
+        let Some(d) = decode(m) else { continue };
+        let terminal = is_terminal_event(&d.doc);
+        let flush_now = terminal
+            || d.doc
+                .get("type")
+                .and_then(Value::as_str)
+                .is_some_and(forces_flush);
+        let frames = shaper.feed(&d.doc, d.sequence);
+        let sent = match window {
+            None => send(&tx, frames, false).await,
+            Some(w) => {
+                batch.extend(frames);
+                if flush_now {
+                    flush_at = None;
+                    send(&tx, std::mem::take(&mut batch), true).await
+                } else {
+                    if flush_at.is_none() && !batch.is_empty() {
+                        flush_at = Some(tokio::time::Instant::now() + w);
+                    }
+                    true
                 }
             }
-        },
-    )
+        };
+        if !sent || terminal {
+            return;
+        }
+    }
 }
+
+/// Longest long-poll wait (`timeout` query, seconds; `pollRunEvents`).
+const POLL_TIMEOUT_SECS: std::ops::RangeInclusive<u64> = 1..=60;
+/// The wait when `timeout` is absent.
+const DEFAULT_POLL_SECS: u64 = 30;
 
 /// Long-poll for events after `lastSequence`.
 #[utoipa::path(
@@ -290,6 +479,7 @@ fn sse_stream(
     params(("runId" = String, Path), PollQuery),
     responses(
         (status = 200, body = EventsResponse),
+        (status = 400, body = ErrorBody, description = "timeout outside 1..60"),
         (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)
     ),
     security(("bearer" = []))
@@ -300,9 +490,15 @@ pub async fn poll_events(
     Path(run_id): Path<String>,
     Query(q): Query<PollQuery>,
 ) -> Result<Json<EventsResponse>, ApiError> {
+    let secs = q.timeout.unwrap_or(DEFAULT_POLL_SECS);
+    if !POLL_TIMEOUT_SECS.contains(&secs) {
+        return Err(ApiError::validation(format!(
+            "timeout is {secs}: wait 1 to 60 seconds for new events (default {DEFAULT_POLL_SECS})"
+        ))
+        .with_details(json!({"field": "timeout"})));
+    }
     let run = visible_run(&s, &caller, &run_id).await?;
-    let wait = Duration::from_secs(q.timeout.unwrap_or(25)).min(MAX_POLL);
-    let mut resp = read_events(&s, &run, q.last_sequence, Some(wait)).await?;
+    let mut resp = read_events(&s, &run, q.last_sequence, Some(Duration::from_secs(secs))).await?;
     if resp.events.is_empty() {
         // Nothing new within the wait: complete only if the run has ended.
         resp.is_complete = find_run(&s, &run_id)

@@ -85,12 +85,23 @@ fn rejection(r: JsonRejection, endpoint: &str, max: usize) -> ApiError {
 /// read: for handlers that need the body as sent as well (e.g. to hash it).
 pub fn from_value<T: DeserializeOwned>(raw: &Value, endpoint: &str) -> Result<T, ApiError> {
     T::deserialize(raw).map_err(|e| {
+        let e = e.to_string();
+        // A closed body names the field it does not know, so the caller can drop it.
+        let field = unknown_field(&e).unwrap_or("body");
         ApiError::validation(format!(
             "the body of {endpoint} does not fit its request type: {e}; the request schemas \
              are in /v1/openapi.json"
         ))
-        .with_details(json!({"field": "body"}))
+        .with_details(json!({ "field": field }))
     })
+}
+
+/// The field serde names in its "unknown field `x`, expected ..." refusal of a closed body.
+fn unknown_field(serde_message: &str) -> Option<&str> {
+    serde_message
+        .strip_prefix("unknown field `")?
+        .split_once('`')
+        .map(|(field, _)| field)
 }
 
 #[cfg(test)]
@@ -191,6 +202,22 @@ mod tests {
         let (status, body) = refused(None, "workflowId=w".into()).await;
         assert_eq!(status, StatusCode::BAD_REQUEST);
         assert_eq!(body["error"], "validation_error");
+    }
+
+    #[derive(Debug, serde::Deserialize)]
+    #[serde(rename_all = "camelCase", deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Closed {
+        workflow_id: String,
+    }
+
+    #[test]
+    fn a_closed_body_names_the_field_it_does_not_know() {
+        let e = from_value::<Closed>(&json!({"workflowId": "w", "colour": 1}), "POST /v1/runs")
+            .unwrap_err();
+        assert_eq!(e.status, StatusCode::BAD_REQUEST);
+        assert_eq!(e.body.details, Some(json!({"field": "colour"})));
+        assert!(e.body.message.contains("unknown field `colour`"), "{e}");
     }
 
     #[test]

@@ -5,8 +5,9 @@
 //! from JetStream; writes are ordinary Kubernetes writes (create a `Run`, patch its spec), so
 //! the leader's controllers do the rest and `kubectl` sees everything the API does.
 //!
-//! One file per resource — [`runs`] (create, read), [`cancel`], [`interrupts`], [`events`]
-//! (SSE, JSON and long-poll), [`workflows`] — over [`types`] (request and response bodies),
+//! One file per resource — [`runs`] (create, read), [`cancel`] (one run, or many with
+//! `:bulk-cancel`), [`interrupts`], [`events`] (SSE and JSON by stream mode, and long-poll),
+//! [`workflows`] — over [`types`] (request and response bodies),
 //! [`support`] (cache lookups shared by several resources), [`json`] (the one JSON body
 //! extractor: a malformed body is an [`ApiError`], never axum's plain text) and [`error`]
 //! (the one error type, REST and conformance seams alike). Run creation calls optional
@@ -38,7 +39,7 @@
 
 pub mod auth;
 pub mod browse;
-mod cancel;
+pub mod cancel;
 pub mod error;
 pub mod events;
 pub mod hooks;
@@ -320,6 +321,7 @@ fn api_routes() -> OpenApiRouter<RestState> {
         .routes(routes!(events::run_events))
         .routes(routes!(events::poll_events))
         .routes(routes!(cancel::cancel_run))
+        .routes(routes!(cancel::bulk_cancel))
         .routes(routes!(interrupts::resolve_interrupt))
         .routes(routes!(browse::list_runs))
         .routes(routes!(browse::list_tenants))
@@ -340,6 +342,8 @@ async fn shed_load(State(s): State<RestState>, req: Request, next: Next) -> Resp
         Err(_) => ApiError::rate_limited(
             "the API is at its concurrent request limit; retry after the indicated delay",
             Duration::from_secs(1),
+            // rest.maxInFlight counts every request this replica serves.
+            "global",
         )
         .into_response(),
     }
@@ -401,6 +405,7 @@ mod tests {
             "/v1/runs/{runId}/events",
             "/v1/runs/{runId}/events/poll",
             "/v1/runs/{runId}/cancel",
+            "/v1/runs:bulk-cancel",
             "/v1/runs/{runId}/interrupts/{nodeId}",
             "/v1/workflows/{workflowId}",
         ] {

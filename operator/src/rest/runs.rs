@@ -1,7 +1,9 @@
 //! `POST /v1/runs` (a `Run` object) and `GET /v1/runs/{runId}` (the RunSnapshot from
-//! `Run.status`). Every run is a normal `Run`: `kubectl get runs` shows what the API created.
+//! `Run.status`, brought up to the run's event log). Every run is a normal `Run`:
+//! `kubectl get runs` shows what the API created.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
@@ -9,8 +11,12 @@ use axum::response::{IntoResponse, Response};
 use kube::api::{Api, ObjectMeta, PostParams};
 use kube::{Resource as _, ResourceExt};
 use openwop_crds::{Run, RunSpec, WorkflowRef};
+use openwop_protocol::egress::EgressPolicy;
+use openwop_protocol::run::options::run_timeout_ms;
+use openwop_protocol::run::projection::merge;
 use openwop_protocol::run::{
-    IDEMPOTENCY_KEY_MISMATCH, IDEMPOTENT_REPLAY_HEADER, RunFacts, RunSnapshotDoc, check_inputs,
+    IDEMPOTENCY_KEY_MISMATCH, IDEMPOTENT_REPLAY_HEADER, Projection, RunFacts, RunSnapshotDoc,
+    check_inputs,
 };
 use openwop_protocol::workflow::WorkflowDefinition;
 use serde_json::{Value, json};
@@ -23,8 +29,16 @@ use super::{ApiError, Caller, ErrorBody, Resource, RestState, Verb};
 use crate::config::LABEL_INSTANCE;
 
 pub use openwop_crds::names::{
-    ANNOTATION_CREATED_BY, ANNOTATION_METADATA, ANNOTATION_REQUEST_HASH, ANNOTATION_TAGS,
+    ANNOTATION_CREATED_BY, ANNOTATION_METADATA, ANNOTATION_REQUEST_HASH, ANNOTATION_SCOPE_ID,
+    ANNOTATION_TAGS,
 };
+
+/// Longest `scopeId` kept (an annotation value; the id is opaque to this host).
+const MAX_SCOPE_ID: usize = 256;
+
+/// How long `GET /v1/runs/{runId}` reads the run's log for events its status has not taken in
+/// yet before answering from the status alone.
+const FRESHNESS_READ: Duration = Duration::from_secs(3);
 
 fn hash_hex(parts: &[&[u8]]) -> String {
     let mut h = Sha256::new();
@@ -38,6 +52,19 @@ fn hash_hex(parts: &[&[u8]]) -> String {
 /// The RunSnapshot of a Run: its status through protocol's one mapping, with the OpenWOP
 /// workflow id (from the Workflow in the cache when the Run names it by Kubernetes name).
 pub fn snapshot_of(s: &RestState, run: &Run) -> RunSnapshotDoc {
+    let st = run.status.clone().unwrap_or_default();
+    snapshot_with(s, run, &st.projection(), None)
+}
+
+/// The RunSnapshot of a Run whose event-derived state is `p` (its status's projection, or
+/// that with newer events folded in); `ended_at`: when `p` ended the run, if the status does
+/// not know yet.
+pub fn snapshot_with(
+    s: &RestState,
+    run: &Run,
+    p: &Projection,
+    ended_at: Option<String>,
+) -> RunSnapshotDoc {
     let st = run.status.clone().unwrap_or_default();
     let ts = |t: &Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>| {
         t.as_ref().map(|t| t.0.to_string())
@@ -64,7 +91,7 @@ pub fn snapshot_of(s: &RestState, run: &Run) -> RunSnapshotDoc {
         .unwrap_or_default();
     let run_id = run.meta().uid.clone().unwrap_or_default();
     let mut doc = RunSnapshotDoc::from_projection(
-        &st.projection(),
+        p,
         RunFacts {
             run_id: &run_id,
             workflow_id: &workflow_id,
@@ -75,7 +102,7 @@ pub fn snapshot_of(s: &RestState, run: &Run) -> RunSnapshotDoc {
                     .as_ref()
                     .map(|t| t.0.to_string())
             }),
-            completed_at: ts(&st.completion_time),
+            completed_at: ts(&st.completion_time).or(ended_at),
             attempts: st.attempts,
         },
     );
@@ -86,6 +113,7 @@ pub fn snapshot_of(s: &RestState, run: &Run) -> RunSnapshotDoc {
     doc.metadata = ann
         .get(ANNOTATION_METADATA)
         .and_then(|t| serde_json::from_str(t).ok());
+    doc.scope_id = ann.get(ANNOTATION_SCOPE_ID).cloned();
     doc.configurable = run
         .spec
         .configurable
@@ -94,15 +122,55 @@ pub fn snapshot_of(s: &RestState, run: &Run) -> RunSnapshotDoc {
     doc
 }
 
+/// The RunSnapshot at least as new as the run's event log: the status, with the events it
+/// has not taken in yet (the operator's consumer writes the status a little after the events
+/// are stored) folded in by the consumer's own merge rule. A client that saw the terminal
+/// event on the stream never reads an older run here. When the log cannot be read in time,
+/// the status alone.
+pub async fn fresh_snapshot(s: &RestState, run: &Run) -> RunSnapshotDoc {
+    let stored = run.status.clone().unwrap_or_default().projection();
+    if stored.phase.is_some_and(|p| p.is_terminal()) {
+        return snapshot_with(s, run, &stored, None);
+    }
+    let read = super::events::read_events(s, run, stored.last_sequence, None);
+    let newer = match tokio::time::timeout(FRESHNESS_READ, read).await {
+        Ok(Ok(r)) => r.events,
+        Ok(Err(e)) => {
+            tracing::debug!(error = %e, "run snapshot: the event log is not readable; serving the status");
+            Vec::new()
+        }
+        Err(_) => {
+            tracing::debug!("run snapshot: the event log read timed out; serving the status");
+            Vec::new()
+        }
+    };
+    if newer.is_empty() {
+        return snapshot_with(s, run, &stored, None);
+    }
+    let mut folded = stored.clone();
+    let mut ended_at = None;
+    for e in &newer {
+        folded.apply(e);
+        if super::events::is_terminal_event(e) {
+            ended_at = e
+                .get("timestamp")
+                .and_then(Value::as_str)
+                .map(str::to_owned);
+        }
+    }
+    snapshot_with(s, run, &merge(&stored, &folded), ended_at)
+}
+
 /// Create a run.
 #[utoipa::path(
     post, path = "/v1/runs", request_body = CreateRunRequest,
     params(("Idempotency-Key" = Option<String>, Header, description = "same key and body → same run; same key, other body → 409")),
     responses(
         (status = 201, body = CreateRunResponse),
-        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
-        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
-        (status = 409, body = ErrorBody), (status = 429, body = ErrorBody)
+        (status = 400, body = ErrorBody, description = "`validation_error` (malformed or unknown field, unknown workflowId, inputs, configurable.runTimeoutMs), `capability_required` (callbackUrl), `residency_unavailable`"),
+        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 409, body = ErrorBody), (status = 429, body = ErrorBody),
+        (status = 501, body = ErrorBody, description = "`capability_not_provided`: mode, evalSuiteRef or agentId")
     ),
     security(("bearer" = []))
 )]
@@ -114,16 +182,19 @@ pub async fn create_run(
 ) -> Result<Response, ApiError> {
     // Read as sent first: the idempotency hash covers the body, not our reading of it.
     let req: CreateRunRequest = json::from_value(&raw, "POST /v1/runs")?;
+    refuse_unserved_options(&req)?;
     let ns = s.tenant(&caller, req.tenant_id.as_deref())?;
     s.auth
         .authorize(&caller, Verb::Create, Resource::Runs, &ns)
         .await?;
+    // `rest-endpoints.md`: an unknown workflowId is a bad request, not a missing resource.
     let wf = find_workflow(&s, &ns, &req.workflow_id).ok_or_else(|| {
-        ApiError::not_found(format!(
-            "workflow {:?} not found in tenant {ns}",
+        ApiError::validation(format!(
+            "workflowId {:?} names no workflow in tenant {ns}; list the tenant's workflows \
+             (kubectl get workflows -n {ns}) and use one's id",
             req.workflow_id
         ))
-        .with_details(json!({"workflowId": req.workflow_id}))
+        .with_details(json!({"field": "workflowId", "workflowId": req.workflow_id}))
     })?;
     let def =
         WorkflowDefinition::from_value(wf.spec.definition.filled().to_value()).map_err(|e| {
@@ -148,12 +219,20 @@ pub async fn create_run(
     }
     let configurable = match &req.configurable {
         None => None,
-        Some(c) => Some(
-            serde_json::from_value(Value::Object(c.clone())).map_err(|e| {
-                ApiError::validation(format!("configurable: {e}"))
-                    .with_details(json!({"field": "configurable"}))
-            })?,
-        ),
+        Some(c) => {
+            // Refused here, never at run time (`run-options.md`, RFC 0058); the worker caps
+            // the value at the host's limits.maxRunDurationMs.
+            run_timeout_ms(&Value::Object(c.clone())).map_err(|e| {
+                ApiError::validation(e.to_string())
+                    .with_details(json!({"field": format!("configurable.{}", e.key())}))
+            })?;
+            Some(
+                serde_json::from_value(Value::Object(c.clone())).map_err(|e| {
+                    ApiError::validation(format!("configurable: {e}"))
+                        .with_details(json!({"field": "configurable"}))
+                })?,
+            )
+        }
     };
     let request_hash = hash_hex(&[raw.to_string().as_bytes(), ns.as_bytes()]);
     let key = headers
@@ -175,6 +254,9 @@ pub async fn create_run(
             ANNOTATION_METADATA.into(),
             Value::Object(m.clone()).to_string(),
         );
+    }
+    if let Some(scope) = &req.scope_id {
+        annotations.insert(ANNOTATION_SCOPE_ID.into(), scope.clone());
     }
     let mut labels = BTreeMap::new();
     if !s.config.instance_id.is_empty() {
@@ -268,6 +350,7 @@ pub async fn create_run(
         events_url: format!("/v1/runs/{run_id}/events"),
         status_url: format!("/v1/runs/{run_id}"),
         run_id,
+        scope_id: created.annotations().get(ANNOTATION_SCOPE_ID).cloned(),
     };
     let mut response = (StatusCode::CREATED, Json(body)).into_response();
     if replayed {
@@ -277,6 +360,65 @@ pub async fn create_run(
             .insert(IDEMPOTENT_REPLAY_HEADER, HeaderValue::from_static("true"));
     }
     Ok(response)
+}
+
+/// Refuses what the create request asks for that this host cannot honour, by the spec's
+/// code, before anything is created: a field the spec defines is never silently ignored.
+fn refuse_unserved_options(req: &CreateRunRequest) -> Result<(), ApiError> {
+    if let Some(scope) = &req.scope_id
+        && !(1..=MAX_SCOPE_ID).contains(&scope.chars().count())
+    {
+        return Err(ApiError::validation(format!(
+            "scopeId is {} characters long; use 1 to {MAX_SCOPE_ID}",
+            scope.chars().count()
+        ))
+        .with_details(json!({"field": "scopeId"})));
+    }
+    if let Some(url) = &req.callback_url {
+        // A URL the egress guard refuses is a bad request whatever this host supports.
+        EgressPolicy::default()
+            .https_only()
+            .check_url(url)
+            .map_err(|e| {
+                ApiError::validation(format!("callbackUrl is refused: {e}"))
+                    .with_details(json!({"field": "callbackUrl"}))
+            })?;
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "capability_required",
+            "callbackUrl asks this host to deliver the signed token of an external-event \
+             interrupt, which it does not do yet: leave callbackUrl out and read the token \
+             from the run's snapshot (GET /v1/runs/{runId})",
+        )
+        .with_details(json!({"field": "callbackUrl"})));
+    }
+    if req.residency.is_some() {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "residency_unavailable",
+            "this host pins runs to no region (it advertises no dataResidency): leave \
+             residency out, or run where the region is offered",
+        )
+        .with_details(json!({"field": "residency"})));
+    }
+    for (field, set) in [
+        ("mode", req.mode.is_some()),
+        ("evalSuiteRef", req.eval_suite_ref.is_some()),
+        ("agentId", req.agent_id.is_some()),
+    ] {
+        if set {
+            return Err(ApiError::new(
+                StatusCode::NOT_IMPLEMENTED,
+                "capability_not_provided",
+                format!(
+                    "{field} asks for an eval or agent-rooted run, which this host does not \
+                     serve: start a workflow run (workflowId) instead"
+                ),
+            )
+            .with_details(json!({"field": field})));
+        }
+    }
+    Ok(())
 }
 
 fn truncate_name(s: &str, max: usize) -> &str {
@@ -300,5 +442,5 @@ pub async fn get_run(
     Path(run_id): Path<String>,
 ) -> Result<Json<RunSnapshotDoc>, ApiError> {
     let run = visible_run(&s, &caller, &run_id).await?;
-    Ok(Json(snapshot_of(&s, &run)))
+    Ok(Json(fresh_snapshot(&s, &run).await))
 }

@@ -18,16 +18,20 @@ pub struct TenantQuery {
 #[schema(value_type = Object)]
 pub struct WorkflowDefinition(pub Value);
 
-/// `POST /v1/runs` body (`RunOptions`).
+/// `POST /v1/runs` body (`RunOptions`). Closed: a field this host does not know is refused
+/// by name (400), never ignored; fields the spec defines that this host cannot honour yet
+/// (`callbackUrl`, `residency`, `mode`, `evalSuiteRef`, `agentId`) are refused with the spec's
+/// code.
 #[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CreateRunRequest {
     /// OpenWOP id (or Kubernetes name) of a Workflow in the tenant's namespace.
     pub workflow_id: String,
     #[serde(default)]
     #[schema(value_type = Option<Object>)]
     pub inputs: Option<Map<String, Value>>,
-    /// Per-run options (e.g. `escalationThreshold`).
+    /// Per-run options (e.g. `escalationThreshold`; `runTimeoutMs`, a whole number of
+    /// milliseconds ≥ 1, capped at the host's `limits.maxRunDurationMs`).
     #[serde(default)]
     #[schema(value_type = Option<Object>)]
     pub configurable: Option<Map<String, Value>>,
@@ -39,6 +43,30 @@ pub struct CreateRunRequest {
     /// The Kubernetes namespace of the run; defaults to the caller's ServiceAccount namespace.
     #[serde(default)]
     pub tenant_id: Option<String>,
+    /// Opaque caller correlation (1..256 characters), kept with the run and echoed in its
+    /// snapshot.
+    #[serde(default)]
+    pub scope_id: Option<String>,
+    /// Where to POST the signed interrupt token of an external-event suspension. Checked by
+    /// the egress guard (https, no internal address); this host does not deliver it yet, so a
+    /// run asking for it is refused (`capability_required`).
+    #[serde(default)]
+    pub callback_url: Option<String>,
+    /// Data-residency constraint (RFC 0129); this host pins no region
+    /// (`residency_unavailable`).
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub residency: Option<Value>,
+    /// `eval` runs (RFC 0081) are not served here (`capability_not_provided`).
+    #[serde(default)]
+    pub mode: Option<String>,
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub eval_suite_ref: Option<Value>,
+    /// An agent as the root of the run (RFC 0072) is not served here
+    /// (`capability_not_provided`).
+    #[serde(default)]
+    pub agent_id: Option<String>,
 }
 
 /// `201` body of `POST /v1/runs`.
@@ -50,6 +78,9 @@ pub struct CreateRunResponse {
     pub status: RunPhase,
     pub events_url: String,
     pub status_url: String,
+    /// The request's `scopeId`, echoed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scope_id: Option<String>,
 }
 
 /// Body of cancel and interrupt answers.
@@ -94,6 +125,59 @@ pub struct EventsResponse {
 pub struct PollQuery {
     /// Return events after this run sequence.
     pub last_sequence: Option<u64>,
-    /// Seconds to wait for a first new event (at most 30).
+    /// Seconds to wait for a first new event: 1 to 60, default 30.
+    #[param(minimum = 1, maximum = 60)]
     pub timeout: Option<u64>,
+}
+
+/// Query of `GET /v1/runs/{runId}/events` (read as text: refusals are the API's own).
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[serde(rename_all = "camelCase")]
+pub struct EventsQuery {
+    /// `values`, `updates` (default), `messages` or `debug`, or a comma-separated
+    /// combination without `values`; anything else is 400 `unsupported_stream_mode`.
+    pub stream_mode: Option<String>,
+    /// Batch events for up to this many milliseconds (0..5000, larger clamped) into one
+    /// `event: batch` whose data is a JSON array; terminal events and suspensions flush.
+    pub buffer_ms: Option<String>,
+}
+
+/// `POST /v1/runs:bulk-cancel` body.
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct BulkCancelRequest {
+    /// Runs to cancel (1 to 100 runIds), answered in this order.
+    #[schema(value_type = Vec<String>)]
+    pub run_ids: Vec<Value>,
+    /// Why (for people; not recorded on the runs).
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+/// `200` body of `POST /v1/runs:bulk-cancel`: one result per requested runId, in order.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct BulkCancelResponse {
+    pub results: Vec<BulkCancelResult>,
+}
+
+/// The outcome for one runId of a bulk cancel.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BulkCancelResult {
+    pub run_id: String,
+    /// The run is cancelled or being cancelled.
+    pub ok: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>)]
+    pub status: Option<RunPhase>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<BulkCancelError>,
+}
+
+/// Why one runId of a bulk cancel was not cancelled (`not_found`, `forbidden`,
+/// `run_terminal`, `validation_error`, ...).
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct BulkCancelError {
+    pub code: String,
+    pub message: String,
 }

@@ -122,7 +122,10 @@ impl RestFixture {
     async fn sse(&self, run_id: &str) -> reqwest::Response {
         let r = self
             .http
-            .get(self.op.url(&format!("/v1/runs/{run_id}/events")))
+            .get(
+                self.op
+                    .url(&format!("/v1/runs/{run_id}/events?streamMode=debug")),
+            )
             .bearer_auth(&self.token)
             .header("accept", "text/event-stream")
             .send()
@@ -241,8 +244,11 @@ async fn rest_limits_body_size_concurrency_and_sse_keepalive_over_real_http() {
     let (code, body) = spec_error(r).await;
     assert_eq!(code, "rate_limited", "{body}");
     assert_eq!(body["details"]["retryAfter"], retry, "{body}");
+    // `rest-endpoints.md` §429: the delay in milliseconds too, and the limit's scope.
+    assert_eq!(body["details"]["retryAfterMs"], retry * 1000, "{body}");
+    assert_eq!(body["details"]["scope"], "global", "{body}");
     let r = f
-        .get(&format!("/v1/runs/{run_id}/events"))
+        .get(&format!("/v1/runs/{run_id}/events?streamMode=debug"))
         .header("accept", "text/event-stream")
         .send()
         .await
@@ -620,6 +626,65 @@ fn cpu_seconds(pid: u32) -> f64 {
     (ticks(14) + ticks(15)) / 100.0
 }
 
+/// Issue 25 item 7: a client that has seen a run's terminal event over SSE never reads an
+/// older snapshot from `GET /v1/runs/{id}`, though the operator writes the Run's status a
+/// moment after the events are stored (`flushIntervalMs: 100` here). 100 runs: publish each
+/// one's events through `run.completed`, follow its SSE stream until the server closes it,
+/// then read the snapshot at once — it must be `completed` every time.
+#[tokio::test]
+async fn rest_snapshot_read_after_the_terminal_event_is_never_older() {
+    let Some(f) = RestFixture::start(
+        "rest_snapshot_read_after_the_terminal_event_is_never_older",
+        "opi-rest-fresh",
+        "{}",
+        "",
+    )
+    .await
+    else {
+        return;
+    };
+    const ROUNDS: usize = 100;
+    let mut stale = Vec::new();
+    for i in 0..ROUNDS {
+        let run_id = f.run(&format!("fresh-{i}")).await;
+        let subject = f.subject(&run_id);
+        for (seq, ty) in [
+            "run.started",
+            "node.started",
+            "node.completed",
+            "run.completed",
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            publish(
+                &f.js,
+                &subject,
+                event(&run_id, seq as u64, ty, json!({"nodeId": "ask"})),
+            )
+            .await;
+        }
+        let sse = f.sse(&run_id).await;
+        let text = tokio::time::timeout(Duration::from_secs(30), sse.text())
+            .await
+            .expect("the stream closes after the terminal event")
+            .expect("SSE body");
+        assert!(text.contains("run.completed"), "round {i}: {text}");
+        let r = f.get(&format!("/v1/runs/{run_id}")).send().await.unwrap();
+        assert_eq!(r.status(), StatusCode::OK);
+        let snap: Value = r.json().await.unwrap();
+        if snap["status"] != "completed" {
+            stale.push((i, snap["status"].clone()));
+        }
+    }
+    assert!(
+        stale.is_empty(),
+        "{} of {ROUNDS} snapshots read right after the terminal event were older than the stream: {stale:?}",
+        stale.len()
+    );
+    f.cleanup().await;
+}
+
 fn now_us() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -720,7 +785,7 @@ async fn rest_figures_json_events_and_sse_followers() {
     }
     let json_events = || async {
         let r = f
-            .get(&format!("/v1/runs/{big}/events"))
+            .get(&format!("/v1/runs/{big}/events?streamMode=debug"))
             .header("accept", "application/json")
             .send()
             .await

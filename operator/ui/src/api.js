@@ -54,8 +54,9 @@ export const q = (params) => {
 
 export const enc = encodeURIComponent;
 
-// A run's events over the API's SSE stream (fetch, so every event type arrives and the
-// resume header can be set): on a dropped connection it reconnects with Last-Event-ID = the
+// A run's events over the API's SSE stream, every one of them (streamMode=debug: the
+// timeline, attempts and reasoning lane read events the default `updates` mode leaves out;
+// fetch, so the resume header can be set): on a dropped connection it reconnects with Last-Event-ID = the
 // last sequence received, until the run's terminal event or close().
 export function followEvents(runId, { onEvents, onState, isTerminal, runEnded }) {
   let closed = false;
@@ -65,7 +66,7 @@ export function followEvents(runId, { onEvents, onState, isTerminal, runEnded })
   const loop = async () => {
     // The backlog in one JSON read, then the live tail over SSE from where it ended.
     try {
-      const r = await request('GET', `/v1/runs/${enc(runId)}/events`);
+      const r = await request('GET', `/v1/runs/${enc(runId)}/events?streamMode=debug`);
       const evs = (r && r.events) || [];
       if (evs.length) {
         lastId = String(evs[evs.length - 1].sequence);
@@ -82,7 +83,7 @@ export function followEvents(runId, { onEvents, onState, isTerminal, runEnded })
         onState && onState('connecting');
         const headers = { Accept: 'text/event-stream' };
         if (lastId !== null) headers['Last-Event-ID'] = String(lastId);
-        const res = await fetch(`/v1/runs/${enc(runId)}/events`, {
+        const res = await fetch(`/v1/runs/${enc(runId)}/events?streamMode=debug`, {
           headers, credentials: 'same-origin', cache: 'no-store', signal: ctrl.signal,
         });
         if (res.status === 401) { onUnauthenticated(new ApiError(401, null)); return; }

@@ -57,6 +57,9 @@ pub struct RunSnapshotDoc {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
     pub configurable: Option<Value>,
+    /// Caller-supplied `RunOptions.scopeId` (opaque correlation), echoed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope_id: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -133,6 +136,7 @@ impl RunSnapshotDoc {
             tags: None,
             metadata: None,
             configurable: None,
+            scope_id: None,
         }
     }
 }

@@ -13,7 +13,9 @@
 //! * [`exit`] — the worker's exit codes;
 //! * [`ending`] — the terminal event, as the worker or the operator appends it;
 //! * [`nodes`] — the node-type registry: validation, dispatch and discovery read one list;
-//! * [`telemetry`] — the span attributes naming a run, read back by the operator.
+//! * [`telemetry`] — the span attributes naming a run, read back by the operator;
+//! * [`stream_modes`] — which events each `streamMode` of the event stream admits;
+//! * [`options`] — the reserved `configurable` keys the host honours (`runTimeoutMs`).
 //!
 //! Run identity is the runId: the Run object's uid, unique per object and never reused. A
 //! Run deleted and re-created under the same name is a new run with its own subject, its own
@@ -26,10 +28,12 @@ pub mod env;
 pub mod exit;
 pub mod host;
 pub mod nodes;
+pub mod options;
 pub mod projection;
 pub mod sequence;
 pub mod snapshot;
 pub mod status;
+pub mod stream_modes;
 pub mod subjects;
 pub mod telemetry;
 

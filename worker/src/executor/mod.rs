@@ -351,14 +351,15 @@ impl<'a, P: Publisher> Executor<'a, P> {
         }
         let variables = Value::Object(variables);
         let started = Instant::now();
-        // The workflow's settings.timeout, capped by the host's maxRunDurationMs.
-        let run_limit = match (
+        // The workflow's settings.timeout and the run's configurable.runTimeoutMs (checked
+        // when the run was created), capped by the host's maxRunDurationMs.
+        let run_limit = openwop_protocol::run::options::run_deadline_ms(
             self.graph.run_timeout_ms,
+            openwop_protocol::run::options::run_timeout_ms(&self.snap.configurable)
+                .ok()
+                .flatten(),
             self.snap.host.limits.max_run_duration_ms,
-        ) {
-            (Some(w), Some(h)) => Some(w.min(h)),
-            (w, h) => w.or(h),
-        };
+        );
         let deadline =
             run_limit.map(|ms| tokio::time::Instant::from_std(started) + Duration::from_millis(ms));
         let limit = schedule::concurrency_limit(
@@ -853,7 +854,7 @@ fn run_timeout(limit: u64) -> ErrorInfo {
     error(
         "run_timeout",
         format!(
-            "the run exceeded its duration limit of {limit} ms (workflow settings.timeout, capped by the host's maxRunDurationMs); in-flight branches were stopped"
+            "the run exceeded its duration limit of {limit} ms (workflow settings.timeout or configurable.runTimeoutMs, capped by the host's maxRunDurationMs); in-flight branches were stopped"
         ),
         false,
     )

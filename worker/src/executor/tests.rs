@@ -51,9 +51,21 @@ struct Outcome {
 
 /// Runs (or replays over `existing`) the workflow with `mocks` and `answers`.
 fn run(workflow: &Value, mocks: &Value, answers: Value, existing: Vec<RunEventDoc>) -> Outcome {
+    run_configured(workflow, mocks, answers, existing, json!({}))
+}
+
+/// [`run`] with the run's `configurable`.
+fn run_configured(
+    workflow: &Value,
+    mocks: &Value,
+    answers: Value,
+    existing: Vec<RunEventDoc>,
+    configurable: Value,
+) -> Outcome {
     let snap: RunSnapshot = serde_json::from_value(json!({
         "run": {"namespace": "ns", "name": "r", "runId": "run-1"},
-        "workflow": workflow, "inputs": {"doc": "d"}, "answers": answers, "providerMocks": mocks}))
+        "workflow": workflow, "inputs": {"doc": "d"}, "answers": answers, "providerMocks": mocks,
+        "configurable": configurable}))
     .unwrap();
     let graph = Graph::parse(&snap.workflow).unwrap();
     let cfg = ExecConfig {
@@ -241,6 +253,32 @@ fn a_failed_branch_fails_only_its_dependents() {
     handled["id"] = json!("fan2");
     let o = run(&handled, &mocks, json!([]), vec![]);
     assert_eq!(o.end, RunEnd::Completed);
+}
+
+#[test]
+fn configurable_run_timeout_ms_is_a_deadline_too() {
+    // No workflow timeout: the run's own runTimeoutMs (RFC 0058) stops it.
+    let branches = ["b"];
+    let started = Instant::now();
+    let o = run_configured(
+        &fan(&branches, "all_success", json!({})),
+        &mocks_for(&branches, 60_000),
+        json!([]),
+        vec![],
+        json!({"runTimeoutMs": 200}),
+    );
+    assert!(started.elapsed() < Duration::from_secs(30));
+    let RunEnd::Failed(e) = &o.end else {
+        panic!("{:?}", o.end)
+    };
+    assert_eq!(e.code, "run_timeout");
+    let breach = o
+        .events
+        .iter()
+        .find(|e| e.event_type.as_str() == "cap.breached")
+        .expect("cap.breached");
+    assert_eq!(breach.payload["kind"], "run-duration");
+    assert_eq!(breach.payload["limit"], 200);
 }
 
 #[test]

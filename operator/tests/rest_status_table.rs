@@ -1,0 +1,774 @@
+//! Every endpoint the operator serves × every status code the spec gives it
+//! (`rest-endpoints.md`, `api/openapi.yaml`; the table in docs/design/core-standard.md §6),
+//! through the real router: a mocked API server (tower-test) that reviews tokens and RBAC
+//! from a fixed table and stores the Runs it is asked to create, and a real nats-server
+//! holding the runs' event logs. Each row is one request and the status and error code it
+//! must get; each status is also one the route's OpenAPI document declares. Then the event
+//! stream's modes (`stream-modes.md`) over the same router, and the snapshot that is never
+//! behind the stream.
+//!
+//! Why one file of this size: the rows and the stream checks share one mocked cluster, its
+//! Runs and their logs; the table is the point, split it and it stops being one table.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use async_nats::jetstream;
+use axum::body::Body as AxBody;
+use http::{Method, Request, Response, StatusCode, header};
+use http_body_util::BodyExt;
+use kube::Client;
+use kube::client::Body;
+use kube::runtime::{reflector, watcher};
+use openwop_crds::{Run, Workflow};
+use openwop_nats::testing::NatsServer;
+use openwop_operator::config::OperatorConfig;
+use openwop_operator::discovery::{self, DiscoveryContent, DiscoveryState};
+use openwop_operator::rest::{self, RestState};
+use openwop_protocol::run::subjects::events_subject;
+use openwop_protocol::workflow_check::NodeRegistry;
+use serde_json::{Value, json};
+use tower::ServiceExt;
+use tower_test::mock;
+
+/// Runs the API server stores, by name (created over REST), and the patches it was sent.
+#[derive(Default)]
+struct ApiServer {
+    created: BTreeMap<String, Value>,
+    patches: Vec<String>,
+}
+
+/// The answer of the mocked API server to one request. Tokens are `system:serviceaccount:
+/// team-a:<token>` except `bad` (not authenticated); RBAC: `writer` may do anything in
+/// team-a, `reader` may get and list, anyone else nothing.
+fn api_answer(store: &Mutex<ApiServer>, method: &Method, path: &str, body: Value) -> (u16, Value) {
+    if path.ends_with("/tokenreviews") {
+        let t = body["spec"]["token"].as_str().unwrap_or_default();
+        let mut out = body.clone();
+        out["status"] = if t == "bad" {
+            json!({"authenticated": false, "error": "invalid bearer token"})
+        } else {
+            json!({"authenticated": true,
+                   "user": {"username": format!("system:serviceaccount:team-a:{t}"), "uid": t}})
+        };
+        return (201, out);
+    }
+    if path.ends_with("/subjectaccessreviews") {
+        let a = &body["spec"]["resourceAttributes"];
+        let user = body["spec"]["user"].as_str().unwrap_or_default();
+        let verb = a["verb"].as_str().unwrap_or_default();
+        let allowed = a["namespace"] == "team-a"
+            && (user.ends_with(":writer")
+                || (user.ends_with(":reader") && ["get", "list"].contains(&verb)));
+        let mut out = body.clone();
+        out["status"] = json!({ "allowed": allowed });
+        return (201, out);
+    }
+    let runs = "/apis/openwop.dev/v1alpha1/namespaces/team-a/runs";
+    let mut st = store.lock().unwrap();
+    if *method == Method::POST && path == runs {
+        let mut run = body;
+        let name = match run["metadata"]["name"].as_str() {
+            Some(n) => n.to_owned(),
+            None => format!(
+                "{}{}",
+                run["metadata"]["generateName"].as_str().unwrap_or("run-"),
+                st.created.len()
+            ),
+        };
+        if st.created.contains_key(&name) {
+            return (
+                409,
+                json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                       "message": format!("runs.openwop.dev \"{name}\" already exists"),
+                       "reason": "AlreadyExists", "code": 409}),
+            );
+        }
+        run["metadata"]["name"] = json!(name);
+        run["metadata"]["uid"] = json!(format!("uid-created-{}", st.created.len()));
+        st.created.insert(name, run.clone());
+        return (201, run);
+    }
+    if let Some(name) = path.strip_prefix(&format!("{runs}/")) {
+        if *method == Method::GET {
+            return match st.created.get(name) {
+                Some(r) => (200, r.clone()),
+                None => (
+                    404,
+                    json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                           "reason": "NotFound", "code": 404, "message": "not found"}),
+                ),
+            };
+        }
+        if *method == Method::PATCH {
+            st.patches.push(name.to_owned());
+            return (200, run_value(name, &format!("uid-{name}"), "cancelling"));
+        }
+    }
+    panic!("unexpected API request {method} {path}");
+}
+
+fn run_value(name: &str, uid: &str, phase: &str) -> Value {
+    json!({
+        "apiVersion": "openwop.dev/v1alpha1", "kind": "Run",
+        "metadata": {"name": name, "namespace": "team-a", "uid": uid,
+                     "creationTimestamp": "2026-11-20T10:00:00Z"},
+        "spec": {"workflowRef": {"name": "w"}},
+        "status": {"phase": phase, "runId": uid},
+    })
+}
+
+fn workflow() -> Workflow {
+    serde_json::from_value(json!({
+        "apiVersion": "openwop.dev/v1alpha1", "kind": "Workflow",
+        "metadata": {"name": "w", "namespace": "team-a", "uid": "wuid"},
+        "spec": {"id": "w", "name": "W", "version": "1",
+                 "nodes": [{"id": "a", "typeId": "core.identity"}]}
+    }))
+    .unwrap()
+}
+
+/// The runs in the replica's cache: `live` is `running` by its status while its log already
+/// holds `run.completed` (the status lags); `idle` runs with an empty log; `done` completed;
+/// `gone` was cancelled.
+fn cached_runs() -> Vec<Run> {
+    [
+        ("live", "running"),
+        ("idle", "running"),
+        ("done", "completed"),
+        ("gone", "cancelled"),
+    ]
+    .into_iter()
+    .map(|(n, p)| serde_json::from_value(run_value(n, &format!("uid-{n}"), p)).unwrap())
+    .collect()
+}
+
+/// The log of run `live`: run.started, node.started, log.appended, node.completed,
+/// run.completed (sequences 0..=4).
+const LIVE_LOG: [&str; 5] = [
+    "run.started",
+    "node.started",
+    "log.appended",
+    "node.completed",
+    "run.completed",
+];
+
+struct World {
+    app: axum::Router,
+    discovery: axum::Router,
+    store: Arc<Mutex<ApiServer>>,
+    _nats: NatsServer,
+}
+
+impl World {
+    async fn new(tweak: impl FnOnce(&mut OperatorConfig)) -> World {
+        let nats = NatsServer::start();
+        let mut cfg = OperatorConfig::default();
+        cfg.events.nats_url = Some(nats.url());
+        cfg.rest.max_body_bytes = 4096;
+        tweak(&mut cfg);
+        let js = jetstream::new(async_nats::connect(nats.url()).await.unwrap());
+        openwop_nats::stream::ensure_stream(&js, &cfg.stream_spec())
+            .await
+            .unwrap();
+        for (seq, ty) in LIVE_LOG.iter().enumerate() {
+            let ev = json!({"eventId": format!("live-{seq}"), "runId": "uid-live", "type": ty,
+                            "sequence": seq, "timestamp": format!("2026-11-20T10:00:0{seq}Z"),
+                            "nodeId": "a", "payload": {"nodeId": "a"}});
+            js.publish(events_subject("team-a", "uid-live"), ev.to_string().into())
+                .await
+                .unwrap()
+                .await
+                .unwrap();
+        }
+
+        let store = Arc::new(Mutex::new(ApiServer::default()));
+        let (svc, mut handle) = mock::pair::<Request<Body>, Response<Body>>();
+        let answers = store.clone();
+        tokio::spawn(async move {
+            while let Some((req, send)) = handle.next_request().await {
+                let (method, path) = (req.method().clone(), req.uri().path().to_owned());
+                let bytes = req.into_body().collect().await.unwrap().to_bytes();
+                let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+                let (status, out) = api_answer(&answers, &method, &path, body);
+                send.send_response(
+                    Response::builder()
+                        .status(status)
+                        .header(header::CONTENT_TYPE, "application/json")
+                        .body(Body::from(serde_json::to_vec(&out).unwrap()))
+                        .unwrap(),
+                );
+            }
+        });
+        let (runs, mut writer) = reflector::store::<Run>();
+        for r in cached_runs() {
+            writer.apply_watcher_event(&watcher::Event::Apply(r));
+        }
+        let (workflows, mut wf_writer) = reflector::store::<Workflow>();
+        wf_writer.apply_watcher_event(&watcher::Event::Apply(workflow()));
+        let cfg = Arc::new(cfg);
+        let doc = discovery::capabilities(&cfg, &NodeRegistry::builtin()).unwrap();
+        let disc = DiscoveryState::new(&cfg.discovery.cache_control);
+        disc.set(DiscoveryContent::from_configmap(
+            &discovery::discovery_configmap(&cfg, &doc),
+        ));
+        let state = RestState::new(Client::new(svc, "default"), cfg, runs, workflows)
+            .with_discovery(disc.clone());
+        World {
+            app: rest::router(state, utoipa_axum::router::OpenApiRouter::new()),
+            discovery: discovery::router(disc),
+            store,
+            _nats: nats,
+        }
+    }
+
+    fn patches(&self) -> Vec<String> {
+        self.store.lock().unwrap().patches.clone()
+    }
+}
+
+/// One request of the table.
+struct Call {
+    method: Method,
+    uri: String,
+    token: Option<&'static str>,
+    headers: Vec<(&'static str, String)>,
+    body: Option<String>,
+}
+
+fn call(method: Method, uri: &str) -> Call {
+    Call {
+        method,
+        uri: uri.to_owned(),
+        token: Some("writer"),
+        headers: Vec::new(),
+        body: None,
+    }
+}
+
+impl Call {
+    fn token(mut self, t: Option<&'static str>) -> Self {
+        self.token = t;
+        self
+    }
+    fn header(mut self, k: &'static str, v: &str) -> Self {
+        self.headers.push((k, v.to_owned()));
+        self
+    }
+    fn json(mut self, v: Value) -> Self {
+        self.body = Some(v.to_string());
+        self.header("content-type", "application/json")
+    }
+    fn raw(mut self, content_type: &str, body: String) -> Self {
+        self.body = Some(body);
+        self.header("content-type", content_type)
+    }
+
+    fn request(&self) -> Request<AxBody> {
+        let mut r = Request::builder()
+            .method(self.method.clone())
+            .uri(&self.uri);
+        if let Some(t) = self.token {
+            r = r.header(header::AUTHORIZATION, format!("Bearer {t}"));
+        }
+        for (k, v) in &self.headers {
+            r = r.header(*k, v);
+        }
+        r.body(self.body.clone().map(AxBody::from).unwrap_or_default())
+            .unwrap()
+    }
+}
+
+/// What a request got: status, headers and body (JSON when it is JSON, else the text).
+struct Got {
+    status: StatusCode,
+    headers: http::HeaderMap,
+    text: String,
+}
+
+impl Got {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.text).unwrap_or(Value::Null)
+    }
+}
+
+async fn send(app: &axum::Router, c: &Call) -> Got {
+    let r = app.clone().oneshot(c.request()).await.unwrap();
+    let (parts, body) = r.into_parts();
+    let bytes = body.collect().await.unwrap().to_bytes();
+    Got {
+        status: parts.status,
+        headers: parts.headers,
+        text: String::from_utf8_lossy(&bytes).into_owned(),
+    }
+}
+
+/// The status each row expects, the error code when it is an error, and the OpenAPI path
+/// template it must be declared under (`None`: served outside `/v1/openapi.json`, or a
+/// status every route shares — body limit, media type).
+struct Row {
+    what: &'static str,
+    call: Call,
+    status: u16,
+    code: Option<&'static str>,
+    declared_at: Option<&'static str>,
+}
+
+fn row(what: &'static str, call: Call, status: u16, code: Option<&'static str>) -> Row {
+    Row {
+        what,
+        call,
+        status,
+        code,
+        declared_at: None,
+    }
+}
+
+impl Row {
+    fn at(mut self, template: &'static str) -> Self {
+        self.declared_at = Some(template);
+        self
+    }
+}
+
+#[tokio::test]
+async fn every_endpoint_answers_each_status_of_the_spec_and_declares_it() {
+    let w = World::new(|_| {}).await;
+    let doc = rest::openapi();
+    let (get, post) = (Method::GET, Method::POST);
+    let create = |body: Value| call(post.clone(), "/v1/runs").json(body);
+    let runs = "/v1/runs";
+    let run = "/v1/runs/{runId}";
+    let events = "/v1/runs/{runId}/events";
+    let poll = "/v1/runs/{runId}/events/poll";
+    let cancel = "/v1/runs/{runId}/cancel";
+    let bulk = "/v1/runs:bulk-cancel";
+    let wf = "/v1/workflows/{workflowId}";
+    // One request per line: the table reads as the spec's table.
+    #[rustfmt::skip]
+    let rows = vec![
+        // Discovery and the API's own description need no token.
+        row("discovery", call(get.clone(), "/.well-known/openwop").token(None), 200, None),
+        row("openapi", call(get.clone(), "/v1/openapi.json").token(None), 200, None),
+        // Workflows.
+        row("workflow", call(get.clone(), "/v1/workflows/w"), 200, None).at(wf),
+        row("workflow without a token", call(get.clone(), "/v1/workflows/w").token(None), 401, Some("unauthenticated")).at(wf),
+        row("workflow with a bad token", call(get.clone(), "/v1/workflows/w").token(Some("bad")), 401, Some("unauthenticated")).at(wf),
+        row("unknown workflow", call(get.clone(), "/v1/workflows/nope"), 404, Some("not_found")).at(wf),
+        row("workflow the caller may not read", call(get.clone(), "/v1/workflows/w").token(Some("outsider")), 404, Some("not_found")).at(wf),
+        // Create (auth.test.ts: 401, never 403, for a missing or bad token).
+        row("create", create(json!({"workflowId": "w", "scopeId": "batch-7"})), 201, None).at(runs),
+        row("create without a token", create(json!({"workflowId": "w"})).token(None), 401, Some("unauthenticated")).at(runs),
+        row("create with a bad token", create(json!({"workflowId": "w"})).token(Some("bad")), 401, Some("unauthenticated")).at(runs),
+        row("create without RBAC", create(json!({"workflowId": "w"})).token(Some("reader")), 403, Some("forbidden")).at(runs),
+        row("create of an unknown workflow", create(json!({"workflowId": "nope"})), 400, Some("validation_error")).at(runs),
+        row("create with an unknown field", create(json!({"workflowId": "w", "colour": "red"})), 400, Some("validation_error")).at(runs),
+        row("create, body not JSON", call(post.clone(), "/v1/runs").raw("application/json", "{".into()), 400, Some("validation_error")).at(runs),
+        row("create, runTimeoutMs 0", create(json!({"workflowId": "w", "configurable": {"runTimeoutMs": 0}})), 400, Some("validation_error")).at(runs),
+        row("create with a private callbackUrl", create(json!({"workflowId": "w", "callbackUrl": "https://10.0.0.1/cb"})), 400, Some("validation_error")).at(runs),
+        row("create with a callbackUrl", create(json!({"workflowId": "w", "callbackUrl": "https://hooks.example.com/cb"})), 400, Some("capability_required")).at(runs),
+        row("create with residency", create(json!({"workflowId": "w", "residency": {"region": "eu"}})), 400, Some("residency_unavailable")).at(runs),
+        row("create of an eval run", create(json!({"workflowId": "w", "mode": "eval"})), 501, Some("capability_not_provided")).at(runs),
+        row("create, key first used", create(json!({"workflowId": "w", "inputs": {"n": 1}})).header("idempotency-key", "k-1"), 201, None).at(runs),
+        row("create, same key, other body", create(json!({"workflowId": "w", "inputs": {"n": 2}})).header("idempotency-key", "k-1"), 409, Some("idempotency_key_mismatch")).at(runs),
+        row("create, body over rest.maxBodyBytes", create(json!({"workflowId": "w", "metadata": {"pad": "x".repeat(5000)}})), 413, Some("payload_too_large")),
+        row("create, body not declared JSON", call(post.clone(), "/v1/runs").raw("text/plain", "{}".into()), 415, Some("unsupported_media_type")),
+        // Read.
+        row("snapshot", call(get.clone(), "/v1/runs/uid-done"), 200, None).at(run),
+        row("snapshot without a token", call(get.clone(), "/v1/runs/uid-done").token(None), 401, Some("unauthenticated")).at(run),
+        row("unknown run (runs-lifecycle.test.ts)", call(get.clone(), "/v1/runs/openwop-conformance-this-run-id-does-not-exist"), 404, Some("not_found")).at(run),
+        row("run the caller may not see", call(get.clone(), "/v1/runs/uid-done").token(Some("outsider")), 404, Some("not_found")).at(run),
+        // Events.
+        row("events, SSE", call(get.clone(), "/v1/runs/uid-live/events"), 200, None).at(events),
+        row("events, JSON", call(get.clone(), "/v1/runs/uid-live/events").header("accept", "application/json"), 200, None).at(events),
+        row("events, unknown streamMode", call(get.clone(), "/v1/runs/uid-live/events?streamMode=firehose"), 400, Some("unsupported_stream_mode")).at(events),
+        row("events, unknown streamMode asked as JSON", call(get.clone(), "/v1/runs/uid-live/events?streamMode=firehose").header("accept", "application/json"), 400, Some("unsupported_stream_mode")).at(events),
+        row("events, values combined", call(get.clone(), "/v1/runs/uid-live/events?streamMode=values,updates"), 400, Some("unsupported_stream_mode")).at(events),
+        row("events, bad bufferMs", call(get.clone(), "/v1/runs/uid-live/events?bufferMs=-1"), 400, Some("validation_error")).at(events),
+        row("events without a token", call(get.clone(), "/v1/runs/uid-live/events").token(None), 401, Some("unauthenticated")).at(events),
+        row("events of an unknown run", call(get.clone(), "/v1/runs/nope/events"), 404, Some("not_found")).at(events),
+        row("poll", call(get.clone(), "/v1/runs/uid-live/events/poll?timeout=1"), 200, None).at(poll),
+        row("poll, timeout 60", call(get.clone(), "/v1/runs/uid-live/events/poll?timeout=60"), 200, None).at(poll),
+        row("poll, timeout 0", call(get.clone(), "/v1/runs/uid-live/events/poll?timeout=0"), 400, Some("validation_error")).at(poll),
+        row("poll, timeout 61", call(get.clone(), "/v1/runs/uid-live/events/poll?timeout=61"), 400, Some("validation_error")).at(poll),
+        row("poll without a token", call(get.clone(), "/v1/runs/uid-live/events/poll").token(None), 401, Some("unauthenticated")).at(poll),
+        row("poll of an unknown run", call(get.clone(), "/v1/runs/nope/events/poll?timeout=1"), 404, Some("not_found")).at(poll),
+        // Cancel (interruptRace.test.ts: an ended run answers 200).
+        row("cancel", call(post.clone(), "/v1/runs/uid-live/cancel"), 200, None).at(cancel),
+        row("cancel of a completed run", call(post.clone(), "/v1/runs/uid-done/cancel"), 200, None).at(cancel),
+        row("cancel of a cancelled run", call(post.clone(), "/v1/runs/uid-gone/cancel"), 200, None).at(cancel),
+        row("cancel without a token", call(post.clone(), "/v1/runs/uid-live/cancel").token(None), 401, Some("unauthenticated")).at(cancel),
+        row("cancel without RBAC", call(post.clone(), "/v1/runs/uid-live/cancel").token(Some("reader")), 403, Some("forbidden")).at(cancel),
+        row("cancel of an unknown run", call(post.clone(), "/v1/runs/nope/cancel"), 404, Some("not_found")).at(cancel),
+        // Bulk cancel (bulk-cancel.test.ts).
+        row("bulk cancel", call(post.clone(), bulk).json(json!({"runIds": ["uid-idle", "nope"], "reason": "r"})), 200, None).at(bulk),
+        row("bulk cancel of none", call(post.clone(), bulk).json(json!({"runIds": []})), 400, Some("validation_error")).at(bulk),
+        row("bulk cancel of 101", call(post.clone(), bulk).json(json!({"runIds": (0..101).map(|i| format!("r{i}")).collect::<Vec<_>>()})), 400, Some("validation_error")).at(bulk),
+        row("bulk cancel of a number", call(post.clone(), bulk).json(json!({"runIds": [7]})), 400, Some("validation_error")).at(bulk),
+        row("bulk cancel without a token", call(post.clone(), bulk).json(json!({"runIds": ["uid-idle"]})).token(None), 401, Some("unauthenticated")).at(bulk),
+    ];
+    for r in &rows {
+        let app = if r.call.uri.starts_with("/.well-known") {
+            &w.discovery
+        } else {
+            &w.app
+        };
+        let got = send(app, &r.call).await;
+        assert_eq!(
+            got.status.as_u16(),
+            r.status,
+            "{}: {} {} answered {}",
+            r.what,
+            r.call.method,
+            r.call.uri,
+            got.text
+        );
+        let body = got.json();
+        match r.code {
+            Some(code) => {
+                assert_eq!(body["error"], code, "{}: {body}", r.what);
+                // The error envelope is closed: {error, message, details?}.
+                let keys: Vec<&String> = body.as_object().unwrap().keys().collect();
+                assert!(
+                    keys.iter()
+                        .all(|k| ["error", "message", "details"].contains(&k.as_str())),
+                    "{}: {body}",
+                    r.what
+                );
+                assert!(
+                    !body["message"].as_str().unwrap_or("").is_empty(),
+                    "{}",
+                    r.what
+                );
+            }
+            None => assert!(body.get("error").is_none(), "{}: {body}", r.what),
+        }
+        if let Some(template) = r.declared_at {
+            let method = r.call.method.as_str().to_ascii_lowercase();
+            let responses = &doc["paths"][template][&method]["responses"];
+            assert!(
+                responses.get(r.status.to_string()).is_some(),
+                "{}: /v1/openapi.json does not declare {} for {method} {template}: {responses}",
+                r.what,
+                r.status
+            );
+        }
+    }
+    // Discovery: ETag → 304 (discovery.test.ts).
+    let first = send(
+        &w.discovery,
+        &call(get.clone(), "/.well-known/openwop").token(None),
+    )
+    .await;
+    assert!(first.headers.contains_key(header::CACHE_CONTROL));
+    let etag = first.headers[header::ETAG].to_str().unwrap().to_owned();
+    let again = send(
+        &w.discovery,
+        &call(get.clone(), "/.well-known/openwop")
+            .token(None)
+            .header("if-none-match", &etag),
+    )
+    .await;
+    assert_eq!(again.status, StatusCode::NOT_MODIFIED);
+    assert_eq!(first.json()["protocolVersion"], "1.0");
+    // The OpenAPI document is 3.1.
+    let api = send(&w.app, &call(get.clone(), "/v1/openapi.json").token(None)).await;
+    assert!(api.json()["openapi"].as_str().unwrap().starts_with("3.1"));
+    // Cancels: the two ended runs were left alone; the live one and the bulk one patched.
+    assert_eq!(w.patches(), ["live", "idle"], "patched Runs");
+}
+
+#[tokio::test]
+async fn bodies_of_create_cancel_and_bulk_cancel_say_what_happened() {
+    let w = World::new(|_| {}).await;
+    let post = Method::POST;
+    // scopeId is echoed and kept on the Run.
+    let got = send(
+        &w.app,
+        &call(post.clone(), "/v1/runs").json(json!({"workflowId": "w", "scopeId": "batch-7"})),
+    )
+    .await;
+    assert_eq!(got.status, StatusCode::CREATED, "{}", got.text);
+    assert_eq!(got.json()["scopeId"], "batch-7");
+    let created = w
+        .store
+        .lock()
+        .unwrap()
+        .created
+        .values()
+        .next()
+        .cloned()
+        .unwrap();
+    assert_eq!(
+        created["metadata"]["annotations"]["openwop.dev/scope-id"],
+        "batch-7"
+    );
+    // An unknown field and an unknown workflow name the field.
+    let got = send(
+        &w.app,
+        &call(post.clone(), "/v1/runs").json(json!({"workflowId": "w", "colour": "red"})),
+    )
+    .await;
+    assert_eq!(got.json()["details"]["field"], "colour", "{}", got.text);
+    let got = send(
+        &w.app,
+        &call(post.clone(), "/v1/runs").json(json!({"workflowId": "nope"})),
+    )
+    .await;
+    assert_eq!(got.json()["details"]["field"], "workflowId", "{}", got.text);
+    let got = send(
+        &w.app,
+        &call(post.clone(), "/v1/runs")
+            .json(json!({"workflowId": "w", "configurable": {"runTimeoutMs": 1.5}})),
+    )
+    .await;
+    assert_eq!(
+        got.json()["details"]["field"],
+        "configurable.runTimeoutMs",
+        "{}",
+        got.text
+    );
+    // Cancel of an ended run: its own status, nothing patched.
+    let got = send(&w.app, &call(post.clone(), "/v1/runs/uid-done/cancel")).await;
+    assert_eq!(
+        got.json(),
+        json!({"runId": "uid-done", "status": "completed"})
+    );
+    let got = send(&w.app, &call(post.clone(), "/v1/runs/uid-live/cancel")).await;
+    assert_eq!(
+        got.json(),
+        json!({"runId": "uid-live", "status": "cancelling"})
+    );
+    // Bulk: one result per id, in request order.
+    let got = send(
+        &w.app,
+        &call(post.clone(), "/v1/runs:bulk-cancel")
+            .json(json!({"runIds": ["uid-idle", "run-does-not-exist-xxxxxxxx", "uid-done", "uid-gone", ""]})),
+    )
+    .await;
+    assert_eq!(got.status, StatusCode::OK, "{}", got.text);
+    let results = got.json()["results"].clone();
+    let summary: Vec<(Value, Value, Value, Value)> = results
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["runId"].clone(),
+                r["ok"].clone(),
+                r["status"].clone(),
+                r["error"]["code"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        vec![
+            (
+                json!("uid-idle"),
+                json!(true),
+                json!("cancelling"),
+                Value::Null
+            ),
+            (
+                json!("run-does-not-exist-xxxxxxxx"),
+                json!(false),
+                Value::Null,
+                json!("not_found")
+            ),
+            (
+                json!("uid-done"),
+                json!(false),
+                json!("completed"),
+                json!("run_terminal")
+            ),
+            (
+                json!("uid-gone"),
+                json!(true),
+                json!("cancelled"),
+                Value::Null
+            ),
+            (
+                json!(""),
+                json!(false),
+                Value::Null,
+                json!("validation_error")
+            ),
+        ]
+    );
+    let got = send(
+        &w.app,
+        &call(post.clone(), "/v1/runs:bulk-cancel")
+            .json(json!({"runIds": (0..101).map(|i| format!("r{i}")).collect::<Vec<_>>()})),
+    )
+    .await;
+    assert_eq!(got.json()["details"]["maxRunIds"], 100);
+    assert_eq!(w.patches(), ["live", "idle"]);
+}
+
+#[tokio::test]
+async fn the_429_body_names_the_delay_and_its_scope() {
+    let w = World::new(|c| c.rest.max_in_flight = 1).await;
+    // An open event stream of a run with nothing to send holds the one place.
+    let held = w
+        .app
+        .clone()
+        .oneshot(call(Method::GET, "/v1/runs/uid-idle/events").request())
+        .await
+        .unwrap();
+    assert_eq!(held.status(), StatusCode::OK);
+    let got = send(&w.app, &call(Method::GET, "/v1/runs/uid-done")).await;
+    assert_eq!(got.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(got.headers[header::RETRY_AFTER], "1");
+    assert_eq!(
+        got.json()["details"],
+        json!({"retryAfter": 1, "retryAfterMs": 1000, "scope": "global"})
+    );
+    drop(held);
+}
+
+/// One SSE event: (id, event, data).
+type Sse = (Option<String>, Option<String>, Value);
+
+/// The events of an SSE body (comments skipped).
+fn sse(text: &str) -> Vec<Sse> {
+    text.split("\n\n")
+        .filter_map(|block| {
+            let field = |name: &str| {
+                block
+                    .lines()
+                    .find_map(|l| l.strip_prefix(name))
+                    .map(|v| v.trim_start().to_owned())
+            };
+            let data = field("data:")?;
+            Some((
+                field("id:"),
+                field("event:"),
+                serde_json::from_str(&data).unwrap(),
+            ))
+        })
+        .collect()
+}
+
+async fn stream(w: &World, query: &str, last_event_id: Option<&str>) -> Vec<Sse> {
+    let mut c = call(Method::GET, &format!("/v1/runs/uid-live/events{query}"));
+    if let Some(id) = last_event_id {
+        c = c.header("last-event-id", id);
+    }
+    let got = send(&w.app, &c).await;
+    assert_eq!(got.status, StatusCode::OK, "{query}: {}", got.text);
+    sse(&got.text)
+}
+
+fn ids(events: &[Sse]) -> Vec<String> {
+    events.iter().filter_map(|e| e.0.clone()).collect()
+}
+
+#[tokio::test]
+async fn stream_modes_filter_snapshot_and_batch_the_same_log() {
+    let w = World::new(|_| {}).await;
+    // updates (the default): no node.started, no log line; the stream ends after the
+    // terminal event.
+    let updates = stream(&w, "", None).await;
+    assert_eq!(ids(&updates), ["0", "3", "4"]);
+    let names: Vec<_> = updates.iter().map(|e| e.1.clone().unwrap()).collect();
+    assert_eq!(names, ["run.started", "node.completed", "run.completed"]);
+    assert_eq!(stream(&w, "?streamMode=updates", None).await, updates);
+    // debug: everything.
+    assert_eq!(
+        ids(&stream(&w, "?streamMode=debug", None).await),
+        ["0", "1", "2", "3", "4"]
+    );
+    // messages: no token chunks in this log; the stream still ends with the run.
+    assert!(stream(&w, "?streamMode=messages", None).await.is_empty());
+    // A mixed stream names the mode that admitted each event.
+    let mixed = stream(&w, "?streamMode=messages,updates", None).await;
+    assert_eq!(ids(&mixed), ["0", "3", "4"]);
+    assert!(mixed.iter().all(|e| e.1.as_deref() == Some("updates")));
+    // values: the RunSnapshot after each step (node.started included), the last completed.
+    let values = stream(&w, "?streamMode=values", None).await;
+    assert_eq!(ids(&values), ["0", "1", "3", "4"]);
+    assert!(
+        values
+            .iter()
+            .all(|e| e.1.as_deref() == Some("state.snapshot"))
+    );
+    assert_eq!(values[0].2["status"], "running");
+    assert_eq!(values[0].2["runId"], "uid-live");
+    assert_eq!(values[3].2["status"], "completed");
+    assert_eq!(values[3].2["completedAt"], "2026-11-20T10:00:04Z");
+    // values resumed: a baseline snapshot first, then what follows.
+    let resumed = stream(&w, "?streamMode=values", Some("2")).await;
+    assert_eq!(ids(&resumed), ["2", "3", "4"]);
+    assert_eq!(resumed[0].2["metrics"]["lastSequence"], 2);
+    // Last-Event-ID on updates: never the resumption point itself.
+    assert_eq!(ids(&stream(&w, "", Some("3")).await), ["4"]);
+    // bufferMs: one batch (the terminal event flushes it), id = its highest sequence.
+    let batched = stream(&w, "?bufferMs=2000", None).await;
+    assert_eq!(batched.len(), 1, "{batched:?}");
+    assert_eq!(batched[0].0.as_deref(), Some("4"));
+    assert_eq!(batched[0].1.as_deref(), Some("batch"));
+    let seqs: Vec<_> = batched[0]
+        .2
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["sequence"].clone())
+        .collect();
+    assert_eq!(seqs, [json!(0), json!(3), json!(4)]);
+    // JSON follows the mode too.
+    let got = send(
+        &w.app,
+        &call(Method::GET, "/v1/runs/uid-live/events?streamMode=updates")
+            .header("accept", "application/json"),
+    )
+    .await;
+    let types: Vec<_> = got.json()["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["type"].clone())
+        .collect();
+    assert_eq!(
+        types,
+        [
+            json!("run.started"),
+            json!("node.completed"),
+            json!("run.completed")
+        ]
+    );
+    assert_eq!(got.json()["isComplete"], true);
+    // The refusal lists every mode (never a combination).
+    let got = send(
+        &w.app,
+        &call(Method::GET, "/v1/runs/uid-live/events?streamMode=nope"),
+    )
+    .await;
+    assert_eq!(
+        got.json()["details"]["supported"],
+        json!(["values", "updates", "messages", "debug"])
+    );
+    // poll is every event, whatever the mode.
+    let got = send(
+        &w.app,
+        &call(Method::GET, "/v1/runs/uid-live/events/poll?timeout=1"),
+    )
+    .await;
+    assert_eq!(got.json()["events"].as_array().unwrap().len(), 5);
+}
+
+#[tokio::test]
+async fn the_snapshot_is_never_behind_the_event_stream() {
+    let w = World::new(|_| {}).await;
+    // The cached status of `live` still says running; its log ends with run.completed.
+    let events = stream(&w, "", None).await;
+    assert_eq!(events.last().unwrap().1.as_deref(), Some("run.completed"));
+    let got = send(&w.app, &call(Method::GET, "/v1/runs/uid-live")).await;
+    let snap = got.json();
+    assert_eq!(snap["status"], "completed", "{snap}");
+    assert_eq!(snap["completedAt"], "2026-11-20T10:00:04Z", "{snap}");
+    assert_eq!(snap["metrics"]["lastSequence"], 4, "{snap}");
+    // A run whose log is empty is served from its status.
+    let got = send(&w.app, &call(Method::GET, "/v1/runs/uid-idle")).await;
+    assert_eq!(got.json()["status"], "running");
+}
