@@ -13,7 +13,9 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::{Resource, ResourceExt};
-use openwop_crds::{CredentialMount, ProviderCredential, Run, WorkerOverrides, WorkflowSpec};
+use openwop_crds::{
+    CredentialMount, ProviderCredential, Run, WorkerOverrides, WorkflowSecret, WorkflowSpec,
+};
 use sha2::{Digest, Sha256};
 
 use openwop_protocol::run::subjects::events_subject;
@@ -24,12 +26,14 @@ pub use openwop_crds::names::{
     APP_NAME, COMPONENT_NATS_CREDENTIALS as NATS_CREDENTIALS_COMPONENT, COMPONENT_WORKER,
     LABEL_ATTEMPT, LABEL_COMPONENT, LABEL_MANAGED_BY, LABEL_NAME, LABEL_RUN, MANAGER,
 };
-pub use run_env::{NATS_CREDENTIALS_MOUNT, PROVIDERS_DIR, SNAPSHOT_DIR};
+pub use run_env::{NATS_CREDENTIALS_MOUNT, PROVIDERS_DIR, SNAPSHOT_DIR, WORKFLOW_SECRETS_DIR};
 
 /// The Kubernetes-side inputs of a worker pod taken from the Workflow.
 #[derive(Debug, Clone, Default)]
 pub struct WorkerInputs<'a> {
     pub providers: &'a [ProviderCredential],
+    /// The Workflow's `spec.secrets` (the HTTP node's header secrets), mounted as files.
+    pub secrets: &'a [WorkflowSecret],
     pub overrides: Option<&'a WorkerOverrides>,
 }
 
@@ -285,6 +289,30 @@ pub fn worker_pod(run: &Run, inputs: &WorkerInputs<'_>, cfg: &OperatorConfig, at
                 });
             }
         }
+    }
+
+    for (i, s) in inputs.secrets.iter().enumerate() {
+        let vol = format!("workflow-secret-{i}");
+        volumes.push(Volume {
+            name: vol.clone(),
+            secret: Some(SecretVolumeSource {
+                secret_name: Some(s.secret_ref.name.clone()),
+                items: Some(vec![KeyToPath {
+                    key: s.secret_ref.key.clone(),
+                    path: s.secret_ref.key.clone(),
+                    mode: Some(0o400),
+                }]),
+                default_mode: Some(0o400),
+                optional: Some(false),
+            }),
+            ..Default::default()
+        });
+        mounts.push(VolumeMount {
+            name: vol,
+            mount_path: format!("{WORKFLOW_SECRETS_DIR}/{}", s.name),
+            read_only: Some(true),
+            ..Default::default()
+        });
     }
 
     let overrides = inputs.overrides;
@@ -613,6 +641,7 @@ mod tests {
         ];
         let inputs = WorkerInputs {
             providers: &providers,
+            secrets: &[],
             overrides: None,
         };
         let pod = worker_pod(&run(), &inputs, &OperatorConfig::default(), 1);
@@ -687,6 +716,7 @@ mod tests {
         assert!(names(&r).is_empty(), "fully mocked: no Secret needed");
         let inputs = WorkerInputs {
             providers: &needed_credentials(&r, &spec),
+            secrets: &[],
             overrides: None,
         };
         let pod =
@@ -707,6 +737,7 @@ mod tests {
         };
         let inputs = WorkerInputs {
             providers: &[],
+            secrets: &[],
             overrides: Some(&o),
         };
         let spec = worker_pod(&run(), &inputs, &OperatorConfig::default(), 1)

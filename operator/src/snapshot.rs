@@ -13,11 +13,11 @@ use openwop_crds::{CredentialMount, Run, Workflow};
 use openwop_protocol::retry::mock::ProviderMock;
 use openwop_protocol::run::host::HostProfile;
 use openwop_protocol::run::snapshot::{
-    Answer, KeyMount, ProviderMount, RunRef, RunSnapshot, WorkflowOrigin,
+    Answer, KeyMount, ProviderMount, RunRef, RunSnapshot, SecretMount, WorkflowOrigin,
 };
 use serde_json::json;
 
-use crate::pod::{PROVIDERS_DIR, owner_ref, run_labels, snapshot_name};
+use crate::pod::{PROVIDERS_DIR, WORKFLOW_SECRETS_DIR, owner_ref, run_labels, snapshot_name};
 
 /// Key of the snapshot document in the ConfigMap.
 pub const SNAPSHOT_KEY: &str = openwop_protocol::run::env::SNAPSHOT_FILE;
@@ -236,6 +236,15 @@ fn snapshot_of(
         },
         workflow: workflow.spec.definition.filled().to_value(),
         providers,
+        secrets: workflow
+            .spec
+            .secrets
+            .iter()
+            .map(|s| SecretMount {
+                name: s.name.clone(),
+                path: format!("{WORKFLOW_SECRETS_DIR}/{}/{}", s.name, s.secret_ref.key),
+            })
+            .collect(),
         inputs: run.spec.inputs.clone().unwrap_or_else(|| json!({})),
         configurable: run
             .spec

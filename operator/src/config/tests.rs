@@ -265,6 +265,7 @@ fn the_charts_default_host_settings_are_the_host_profiles() {
     let mut section = serde_yaml::Mapping::new();
     for key in [
         "limits",
+        "egress",
         "reliability",
         "reasoning",
         "envelopeStrictness",
