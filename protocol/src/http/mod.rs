@@ -118,12 +118,23 @@ pub fn request_body(cfg: &HttpConfig, input: Option<&Value>) -> Option<(Vec<u8>,
     }
 }
 
-/// The header secrets (`{{secrets.NAME}}`) of `definition`'s HTTP nodes that the Workflow's
-/// `spec.secrets` (`declared` names) lacks, as registration problems at the header, so a run
-/// never starts that would fail for want of a secret. Configs that do not parse are left to
-/// the config check.
-pub fn undeclared_secrets(definition: &Value, declared: &[&str]) -> Vec<WorkflowProblem> {
+/// Problems of the Workflow's `spec.secrets` (`declared` names, in order) with `definition`'s
+/// HTTP nodes, as registration problems: a name declared twice (both would mount at one
+/// path), and a header secret (`{{secrets.NAME}}`) that is not declared, so a run never starts
+/// that would fail for want of a secret. Configs that do not parse are left to the config
+/// check.
+pub fn secret_problems(definition: &Value, declared: &[&str]) -> Vec<WorkflowProblem> {
     let mut out = Vec::new();
+    for (i, name) in declared.iter().enumerate() {
+        if declared[..i].contains(name) {
+            out.push(WorkflowProblem {
+                code: ProblemCode::DefinitionInvalid,
+                node_id: None,
+                pointer: format!("/secrets/{i}/name"),
+                message: format!("secret {name} is declared twice; give each entry its own name"),
+            });
+        }
+    }
     let nodes = definition.get("nodes").and_then(Value::as_array);
     for (i, node) in nodes.into_iter().flatten().enumerate() {
         let dialect = match node.get("typeId").and_then(Value::as_str) {
@@ -231,12 +242,15 @@ mod tests {
                 "headers": {"Authorization": "Bearer {{secrets.tok}}", "X-Other": "{{secrets.other}}"}}},
             {"id": "c", "typeId": REQUEST_TYPE_ID, "config": {"url": 1, "headers": {"X": "{{secrets.bad}}"}}}
         ]});
-        let problems = undeclared_secrets(&def, &["tok"]);
+        let problems = secret_problems(&def, &["tok"]);
         assert_eq!(problems.len(), 1, "{problems:?}");
         assert_eq!(problems[0].pointer, "/nodes/1/config/headers/X-Other");
         assert_eq!(problems[0].node_id.as_deref(), Some("b"));
         assert!(problems[0].message.contains("{{secrets.other}}"), "{}", problems[0].message);
-        assert!(undeclared_secrets(&def, &["tok", "other"]).is_empty());
+        assert!(secret_problems(&def, &["tok", "other"]).is_empty());
+        let twice = secret_problems(&def, &["tok", "other", "tok"]);
+        assert_eq!(twice.len(), 1, "{twice:?}");
+        assert_eq!(twice[0].pointer, "/secrets/2/name");
     }
 
     #[test]
