@@ -607,4 +607,26 @@ mod tests {
         builtin.sort_unstable();
         assert_eq!(doc["nodeTypes"], json!(builtin));
     }
+
+    #[test]
+    fn the_http_client_is_advertised_from_the_host_profile() {
+        let cfg = OperatorConfig::from_yaml(
+            "limits:\n  maxHttpResponseBytes: 65536\negress:\n  allowHosts: [tickets.tools.svc]\n",
+        )
+        .unwrap();
+        let doc = capabilities(&cfg, &cfg.node_registry().unwrap()).unwrap();
+        assert_eq!(
+            doc["httpClient"],
+            json!({"supported": true, "ssrfGuard": true, "maxResponseBodyBytes": 65536,
+                   "requestTimeoutMs": 30000,
+                   "methods": ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]})
+        );
+        assert_eq!(doc["capabilities"]["httpClient"], doc["httpClient"]);
+        // The allow list is enforced (in the snapshot's host profile), never advertised.
+        assert!(!doc.to_string().contains("tickets.tools.svc"));
+        assert_eq!(
+            cfg.host_profile().http.allow_hosts,
+            vec!["tickets.tools.svc".to_owned()]
+        );
+    }
 }

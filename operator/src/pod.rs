@@ -390,7 +390,7 @@ pub fn worker_pod(run: &Run, inputs: &WorkerInputs<'_>, cfg: &OperatorConfig, at
 #[cfg(test)]
 mod tests {
     use super::*;
-    use openwop_crds::{RunSpec, SecretKeyRef, WorkflowRef};
+    use openwop_crds::{RunSpec, SecretKeyRef, WorkflowRef, WorkflowSecret};
     use serde_json::json;
 
     fn run() -> Run {
@@ -615,6 +615,48 @@ mod tests {
             env.contains(&json!({"name": "OPENWOP_EVENTS_MAX_AGE_SECONDS", "value": "604800"}))
         );
         assert!(env.contains(&json!({"name": "OPENWOP_EVENTS_STREAM", "value": "OPENWOP_EVENTS"})));
+    }
+
+    #[test]
+    fn workflow_secrets_are_mounted_read_only_by_name() {
+        let secrets = vec![WorkflowSecret {
+            name: "ticketing-token".into(),
+            secret_ref: SecretKeyRef {
+                name: "ticketing".into(),
+                key: "token".into(),
+            },
+        }];
+        let inputs = WorkerInputs {
+            providers: &[],
+            secrets: &secrets,
+            overrides: None,
+        };
+        let pod = worker_pod(&run(), &inputs, &OperatorConfig::default(), 1);
+        let v = serde_json::to_value(pod.spec.unwrap()).unwrap();
+        let mounts = v["containers"][0]["volumeMounts"].as_array().unwrap();
+        let m = mounts
+            .iter()
+            .find(|m| m["name"] == "workflow-secret-0")
+            .unwrap();
+        assert_eq!(
+            (m["mountPath"].as_str(), m["readOnly"].as_bool()),
+            (
+                Some("/var/run/openwop/workflow-secrets/ticketing-token"),
+                Some(true)
+            )
+        );
+        let vol = v["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["name"] == "workflow-secret-0")
+            .unwrap();
+        assert_eq!(
+            vol["secret"],
+            json!({"secretName": "ticketing", "defaultMode": 0o400, "optional": false,
+                   "items": [{"key": "token", "path": "token", "mode": 0o400}]})
+        );
+        assert!(!v.to_string().contains("\"value\":\"tok"), "no inline value");
     }
 
     #[test]

@@ -391,6 +391,21 @@ mod tests {
     }
 
     #[test]
+    fn workflow_secrets_reach_the_snapshot_as_mounted_paths() {
+        let mut w = workflow("1");
+        assert!(doc(&snapshot(&run(), false).unwrap()).get("secrets").is_none());
+        w.spec.secrets = serde_json::from_value(
+            json!([{"name": "ticketing-token", "secretRef": {"name": "ticketing", "key": "token"}}]),
+        )
+        .unwrap();
+        let s = build_snapshot(&run(), &w, &HostProfile::default(), false).unwrap();
+        assert_eq!(
+            doc(&s)["secrets"],
+            json!([{"name": "ticketing-token", "path": "/var/run/openwop/workflow-secrets/ticketing-token/token"}])
+        );
+    }
+
+    #[test]
     fn the_project_schema_accepts_the_frozen_definition() {
         let s = snapshot(&run(), false).unwrap();
         openwop_protocol::schema::validate(
