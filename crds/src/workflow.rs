@@ -229,7 +229,10 @@ impl std::fmt::Debug for ProviderCredential {
 #[serde(rename_all = "camelCase")]
 pub struct WorkflowSecret {
     /// The name header values use: `{{secrets.<name>}}`.
-    #[schemars(length(min = 1, max = 63), regex(pattern = r"^[A-Za-z][A-Za-z0-9_-]*$"))]
+    #[schemars(
+        length(min = 1, max = 63),
+        regex(pattern = r"^[A-Za-z][A-Za-z0-9_-]*$")
+    )]
     pub name: String,
     /// The Secret key holding the value.
     pub secret_ref: SecretKeyRef,

@@ -4568,7 +4568,11 @@ spec:
         apply(
             &c,
             &ns,
-            &format!("{}---\n{}", run("ticket-1", "open-ticket"), run("probe-1", "metadata-probe")),
+            &format!(
+                "{}---\n{}",
+                run("ticket-1", "open-ticket"),
+                run("probe-1", "metadata-probe")
+            ),
         ),
         "apply runs",
     );
@@ -4590,7 +4594,10 @@ spec:
     let head = heads[0].to_ascii_lowercase();
     assert!(head.starts_with("post /tickets "), "{head}");
     assert!(
-        head.contains(&format!("authorization: bearer {}", TOKEN.to_ascii_lowercase())),
+        head.contains(&format!(
+            "authorization: bearer {}",
+            TOKEN.to_ascii_lowercase()
+        )),
         "the Secret reached the service: {head}"
     );
     assert!(head.contains(&format!("idempotency-key: {key}")), "{head}");
@@ -4604,7 +4611,10 @@ spec:
         .iter()
         .find(|e| e["type"] == "node.failed")
         .expect("node.failed");
-    assert_eq!(failed["payload"]["error"]["code"], "http_url_rejected", "{failed}");
+    assert_eq!(
+        failed["payload"]["error"]["code"], "http_url_rejected",
+        "{failed}"
+    );
     assert_eq!(st["error"]["code"], "http_url_rejected", "{st:#}");
 
     let (_, doc, _) = discovery_document(&c).await;

@@ -656,7 +656,10 @@ mod tests {
             json!({"secretName": "ticketing", "defaultMode": 0o400, "optional": false,
                    "items": [{"key": "token", "path": "token", "mode": 0o400}]})
         );
-        assert!(!v.to_string().contains("\"value\":\"tok"), "no inline value");
+        assert!(
+            !v.to_string().contains("\"value\":\"tok"),
+            "no inline value"
+        );
     }
 
     #[test]

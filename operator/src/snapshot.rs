@@ -393,7 +393,11 @@ mod tests {
     #[test]
     fn workflow_secrets_reach_the_snapshot_as_mounted_paths() {
         let mut w = workflow("1");
-        assert!(doc(&snapshot(&run(), false).unwrap()).get("secrets").is_none());
+        assert!(
+            doc(&snapshot(&run(), false).unwrap())
+                .get("secrets")
+                .is_none()
+        );
         w.spec.secrets = serde_json::from_value(
             json!([{"name": "ticketing-token", "secretRef": {"name": "ticketing", "key": "token"}}]),
         )

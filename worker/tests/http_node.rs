@@ -45,10 +45,11 @@ impl Service {
         let flaky = Arc::new(AtomicUsize::new(0));
         let log = |what: &str, h: &HeaderMap, requests: &Mutex<Vec<_>>| {
             let get = |k: &str| h.get(k).and_then(|v| v.to_str().ok()).map(str::to_owned);
-            requests
-                .lock()
-                .unwrap()
-                .push((what.to_owned(), get("idempotency-key"), get("authorization")));
+            requests.lock().unwrap().push((
+                what.to_owned(),
+                get("idempotency-key"),
+                get("authorization"),
+            ));
         };
         let (r1, r2, r3, r4) = (
             requests.clone(),
@@ -92,7 +93,9 @@ impl Service {
                             .to_owned();
                         (
                             StatusCode::CREATED,
-                            axum::Json(json!({"created": true, "sawAuthorization": auth, "body": body})),
+                            axum::Json(
+                                json!({"created": true, "sawAuthorization": auth, "body": body}),
+                            ),
                         )
                     }
                 }),
@@ -185,7 +188,12 @@ fn failed<'a>(events: &'a [Value], node: &str) -> &'a Value {
 fn calls_reach_an_allowed_service_with_secret_headers_that_never_reach_events_or_logs() {
     let nats = NatsServer::start();
     let svc = Service::start();
-    let f = files("order", "run-http-order", order_workflow(&svc.base), &["127.0.0.1"]);
+    let f = files(
+        "order",
+        "run-http-order",
+        order_workflow(&svc.base),
+        &["127.0.0.1"],
+    );
     let (code, stderr) = f.run_with(&nats.url(), |c| {
         c.env(openwop_protocol::run::env::LOG, "debug");
     });
@@ -209,7 +217,10 @@ fn calls_reach_an_allowed_service_with_secret_headers_that_never_reach_events_or
     let reqs = svc.requests.lock().unwrap().clone();
     let order = reqs.iter().find(|r| r.0 == "POST /orders").unwrap();
     assert_eq!(order.1.as_deref(), Some(key));
-    assert_eq!(order.2.as_deref(), Some(format!("Bearer {SECRET}").as_str()));
+    assert_eq!(
+        order.2.as_deref(),
+        Some(format!("Bearer {SECRET}").as_str())
+    );
     assert_eq!(
         serde_json::from_str::<Value>(post["body"]["body"].as_str().unwrap()).unwrap(),
         json!({"id": "a b", "ok": true})
@@ -221,8 +232,14 @@ fn calls_reach_an_allowed_service_with_secret_headers_that_never_reach_events_or
     );
     let all = serde_json::to_string(&events).unwrap();
     assert!(!all.contains(SECRET), "the secret reached the run's events");
-    assert!(!all.contains("s3cr3t-session"), "a Set-Cookie value was recorded");
-    assert!(!stderr.contains(SECRET), "the secret reached the worker's log");
+    assert!(
+        !all.contains("s3cr3t-session"),
+        "a Set-Cookie value was recorded"
+    );
+    assert!(
+        !stderr.contains(SECRET),
+        "the secret reached the worker's log"
+    );
     // Every attempt is recorded before its node completes.
     let records: Vec<&Value> = events
         .iter()
@@ -256,13 +273,16 @@ fn internal_targets_are_refused_by_the_guard_before_any_request() {
         let e = &failed(&events, node)["payload"]["error"];
         assert_eq!(e["code"], "http_url_rejected", "{node}: {e}");
         assert!(e["details"]["url"].is_string(), "{e}");
-        assert!(
-            e["message"].as_str().unwrap().contains("allow list"),
-            "{e}"
-        );
+        assert!(e["message"].as_str().unwrap().contains("allow list"), "{e}");
     }
-    assert_eq!(types(&events).last().map(String::as_str), Some("run.failed"));
-    assert!(svc.requests.lock().unwrap().is_empty(), "a refused call reached the service");
+    assert_eq!(
+        types(&events).last().map(String::as_str),
+        Some("run.failed")
+    );
+    assert!(
+        svc.requests.lock().unwrap().is_empty(),
+        "a refused call reached the service"
+    );
 }
 
 #[test]
@@ -283,9 +303,15 @@ fn server_errors_are_retried_and_an_oversized_body_fails_the_node() {
     assert_eq!(code, 0, "{stderr}");
     let events = read_raw(&nats.url(), &f.subject());
     let flaky = &completed(&events, "flaky")["payload"]["outputs"];
-    assert_eq!((flaky["status"].clone(), flaky["attempts"].clone()), (json!(200), json!(3)));
+    assert_eq!(
+        (flaky["status"].clone(), flaky["attempts"].clone()),
+        (json!(200), json!(3))
+    );
     assert_eq!(flaky["body"], "fine");
-    assert!(flaky["durationMs"].as_u64().unwrap() >= 30, "backoff counts: {flaky}");
+    assert!(
+        flaky["durationMs"].as_u64().unwrap() >= 30,
+        "backoff counts: {flaky}"
+    );
     assert_eq!(svc.count("GET /flaky"), 3);
     let big = &failed(&events, "big")["payload"]["error"];
     assert_eq!(big["code"], "http_response_too_large", "{big}");
@@ -326,13 +352,25 @@ fn killed_at_every_event_each_call_counts_once() {
     // The same base URL for every run would need one port; the URL is part of the events,
     // so each run's log is compared with the URL normalised.
     let norm = |events: Vec<Value>, base: &str| -> Vec<Value> {
-        serde_json::from_str(&serde_json::to_string(&events).unwrap().replace(base, "BASE"))
-            .unwrap()
+        serde_json::from_str(
+            &serde_json::to_string(&events)
+                .unwrap()
+                .replace(base, "BASE"),
+        )
+        .unwrap()
     };
-    let reference = files("reference", RUN_ID, order_workflow(&reference_svc.base), &["127.0.0.1"]);
+    let reference = files(
+        "reference",
+        RUN_ID,
+        order_workflow(&reference_svc.base),
+        &["127.0.0.1"],
+    );
     let (code, stderr) = reference.run(&reference_nats.url());
     assert_eq!(code, 0, "{stderr}");
-    let want = norm(read_raw(&reference_nats.url(), &reference.subject()), &reference_svc.base);
+    let want = norm(
+        read_raw(&reference_nats.url(), &reference.subject()),
+        &reference_svc.base,
+    );
     let record_seq = |node: &str| {
         want.iter()
             .find(|e| e["nodeId"] == node && e["payload"]["fields"]["httpCall"].is_object())
@@ -347,7 +385,12 @@ fn killed_at_every_event_each_call_counts_once() {
     for pause in 0..n {
         let nats = NatsServer::start();
         let svc = Service::start();
-        let f = files(&format!("killed-{pause}"), RUN_ID, order_workflow(&svc.base), &["127.0.0.1"]);
+        let f = files(
+            &format!("killed-{pause}"),
+            RUN_ID,
+            order_workflow(&svc.base),
+            &["127.0.0.1"],
+        );
         let mut killed = false;
         for _ in 0..5 {
             let code = if killed {
@@ -371,9 +414,21 @@ fn killed_at_every_event_each_call_counts_once() {
         // Idempotency-Key, so the service performs it once.
         let gets = svc.count("GET /items/a b");
         let posts = svc.count("POST /orders");
-        assert_eq!(gets, if pause == get_record { 2 } else { 1 }, "kill point {pause}: GETs");
-        assert_eq!(posts, if pause == post_record { 2 } else { 1 }, "kill point {pause}: POSTs");
-        assert_eq!(svc.orders.lock().unwrap().len(), 1, "kill point {pause}: orders created");
+        assert_eq!(
+            gets,
+            if pause == get_record { 2 } else { 1 },
+            "kill point {pause}: GETs"
+        );
+        assert_eq!(
+            posts,
+            if pause == post_record { 2 } else { 1 },
+            "kill point {pause}: POSTs"
+        );
+        assert_eq!(
+            svc.orders.lock().unwrap().len(),
+            1,
+            "kill point {pause}: orders created"
+        );
         repeated += gets + posts - 2;
     }
     eprintln!(

@@ -101,7 +101,10 @@ fn validity(
     let declared: Vec<&str> = wf.spec.secrets.iter().map(|s| s.name.as_str()).collect();
     report
         .errors
-        .extend(openwop_protocol::http::secret_problems(&definition, &declared));
+        .extend(openwop_protocol::http::secret_problems(
+            &definition,
+            &declared,
+        ));
     if report.is_valid() {
         let mut msg = format!("definition is valid ({} nodes)", wf.spec.nodes.len());
         if !report.warnings.is_empty() {

@@ -203,9 +203,9 @@ fn is_variable_name(name: &str) -> bool {
 /// An RFC 9110 header field name.
 fn is_header_name(name: &str) -> bool {
     !name.is_empty()
-        && name.bytes().all(|b| {
-            b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
-        })
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
 }
 
 fn int_in(
@@ -248,11 +248,7 @@ fn check_url(v: Option<&Value>, issues: &mut Vec<ValidationIssue>) -> String {
         ));
     }
     match placeholders(url) {
-        Err(_) => issues.push(issue(
-            "/url",
-            "template",
-            "has `{{` without a closing `}}`",
-        )),
+        Err(_) => issues.push(issue("/url", "template", "has `{{` without a closing `}}`")),
         Ok(names) => {
             for name in names {
                 if secret_name(name).is_some() {
@@ -348,7 +344,10 @@ fn unknown_members(
         issues.push(issue(
             &format!("{base}/{}", crate::text::escape_pointer(k)),
             "additionalProperties",
-            format!("is not a member of this config; members: {}", known.join(", ")),
+            format!(
+                "is not a member of this config; members: {}",
+                known.join(", ")
+            ),
         ));
     }
 }
@@ -370,7 +369,14 @@ impl HttpConfig {
                 "retry",
                 "idempotency",
             ],
-            Dialect::Request => &["url", "method", "headers", "body", "timeoutMs", "expectStatus"],
+            Dialect::Request => &[
+                "url",
+                "method",
+                "headers",
+                "body",
+                "timeoutMs",
+                "expectStatus",
+            ],
         };
         unknown_members(c, "", known, &mut issues);
         let url = check_url(c.get("url"), &mut issues);
@@ -427,13 +433,9 @@ impl HttpConfig {
                         &mut issues,
                     );
                     if let Some(v) = r.get("maxAttempts") {
-                        retry.max_attempts = int_in(
-                            v,
-                            "/retry/maxAttempts",
-                            MAX_ATTEMPTS_RANGE,
-                            &mut issues,
-                        )
-                        .unwrap_or(1) as u32;
+                        retry.max_attempts =
+                            int_in(v, "/retry/maxAttempts", MAX_ATTEMPTS_RANGE, &mut issues)
+                                .unwrap_or(1) as u32;
                     }
                     if let Some(v) = r.get("initialDelayMs") {
                         retry.initial_delay_ms =
@@ -601,7 +603,10 @@ mod tests {
     use serde_json::json;
 
     fn paths(r: Result<HttpConfig, Vec<ValidationIssue>>) -> Vec<String> {
-        r.unwrap_err().into_iter().map(|i| i.instance_path).collect()
+        r.unwrap_err()
+            .into_iter()
+            .map(|i| i.instance_path)
+            .collect()
     }
 
     #[test]
@@ -628,7 +633,10 @@ mod tests {
                     "idempotency": {"mode": "disabled"}}),
         )
         .unwrap();
-        assert_eq!((c.method, c.timeout_ms, c.retry.max_attempts), (Method::Post, 5000, 5));
+        assert_eq!(
+            (c.method, c.timeout_ms, c.retry.max_attempts),
+            (Method::Post, 5000, 5)
+        );
         assert!(!c.idempotency_key);
         assert_eq!(c.secret_names(), vec!["api-token"]);
     }
@@ -666,12 +674,19 @@ mod tests {
         );
         let issues = r.unwrap_err();
         assert_eq!(issues[0].instance_path, "/url");
-        assert!(issues[0].message.contains("header"), "{}", issues[0].message);
+        assert!(
+            issues[0].message.contains("header"),
+            "{}",
+            issues[0].message
+        );
         let r = HttpConfig::parse(
             Dialect::Fetch,
             &json!({"url": "https://x.example/", "headers": {"X-Key": "{{token}}", "X-B": "{{secrets.bad name}}", "X-C": "{{secrets.ok"}}),
         );
-        assert_eq!(paths(r), vec!["/headers/X-Key", "/headers/X-B", "/headers/X-C"]);
+        assert_eq!(
+            paths(r),
+            vec!["/headers/X-Key", "/headers/X-B", "/headers/X-C"]
+        );
     }
 
     #[test]
@@ -730,7 +745,10 @@ mod tests {
     #[test]
     fn header_secrets_are_filled_and_a_missing_one_says_where_to_declare_it() {
         let headers: BTreeMap<String, String> = [
-            ("Authorization".to_owned(), "Bearer {{secrets.tok}}".to_owned()),
+            (
+                "Authorization".to_owned(),
+                "Bearer {{secrets.tok}}".to_owned(),
+            ),
             ("Accept".to_owned(), "application/json".to_owned()),
         ]
         .into();

@@ -8,8 +8,8 @@ pub mod config;
 pub mod record;
 
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 use serde_json::Value;
+use sha2::{Digest, Sha256};
 
 use crate::egress::{BadAllowEntry, EgressPolicy};
 use crate::workflow_check::{ProblemCode, WorkflowProblem};
@@ -41,7 +41,8 @@ pub const REQUEST_INVALID: &str = "validation_error";
 pub const DEFAULT_MAX_RESPONSE_BYTES: u64 = 256 * 1024;
 /// Highest allowed bound: the journal's record bound, so every accepted body is recorded
 /// and never fetched twice.
-pub const MAX_RESPONSE_BYTES_CEILING: u64 = crate::retry::journal::MAX_RECORDED_RESPONSE_BYTES as u64;
+pub const MAX_RESPONSE_BYTES_CEILING: u64 =
+    crate::retry::journal::MAX_RECORDED_RESPONSE_BYTES as u64;
 /// Methods the node sends (advertised in `httpClient.methods`).
 pub const METHODS: [Method; 7] = Method::ALL;
 
@@ -114,7 +115,10 @@ pub fn request_body(cfg: &HttpConfig, input: Option<&Value>) -> Option<(Vec<u8>,
     match input.or(cfg.body.as_ref())? {
         Value::Null => None,
         Value::String(s) => Some((s.as_bytes().to_vec(), "text/plain; charset=utf-8")),
-        v => Some((serde_json::to_vec(v).unwrap_or_default(), "application/json")),
+        v => Some((
+            serde_json::to_vec(v).unwrap_or_default(),
+            "application/json",
+        )),
     }
 }
 
@@ -147,7 +151,10 @@ pub fn secret_problems(definition: &Value, declared: &[&str]) -> Vec<WorkflowPro
         };
         for (header, template) in &cfg.headers {
             let names = config::placeholders(template).unwrap_or_default();
-            for name in names.iter().filter_map(|p| p.strip_prefix(config::SECRET_PLACEHOLDER_PREFIX)) {
+            for name in names
+                .iter()
+                .filter_map(|p| p.strip_prefix(config::SECRET_PLACEHOLDER_PREFIX))
+            {
                 if declared.contains(&name) {
                     continue;
                 }
@@ -220,7 +227,12 @@ mod tests {
         let p = HttpClientProfile::default();
         assert_eq!(p.max_response_bytes, 256 * 1024);
         assert!(MAX_RESPONSE_BYTES_CEILING >= p.max_response_bytes);
-        assert!(serde_json::to_value(&p).unwrap().get("allowHosts").is_none());
+        assert!(
+            serde_json::to_value(&p)
+                .unwrap()
+                .get("allowHosts")
+                .is_none()
+        );
         let p: HttpClientProfile =
             serde_json::from_value(json!({"allowHosts": ["svc.tools.svc", "10.0.0.0/8"]})).unwrap();
         assert_eq!(p.max_response_bytes, DEFAULT_MAX_RESPONSE_BYTES);
@@ -246,7 +258,11 @@ mod tests {
         assert_eq!(problems.len(), 1, "{problems:?}");
         assert_eq!(problems[0].pointer, "/nodes/1/config/headers/X-Other");
         assert_eq!(problems[0].node_id.as_deref(), Some("b"));
-        assert!(problems[0].message.contains("{{secrets.other}}"), "{}", problems[0].message);
+        assert!(
+            problems[0].message.contains("{{secrets.other}}"),
+            "{}",
+            problems[0].message
+        );
         assert!(secret_problems(&def, &["tok", "other"]).is_empty());
         let twice = secret_problems(&def, &["tok", "other", "tok"]);
         assert_eq!(twice.len(), 1, "{twice:?}");
@@ -255,7 +271,12 @@ mod tests {
 
     #[test]
     fn credentials_headers_are_never_recorded() {
-        for h in ["authorization", "set-cookie", "cookie", "proxy-authorization"] {
+        for h in [
+            "authorization",
+            "set-cookie",
+            "cookie",
+            "proxy-authorization",
+        ] {
             assert!(!is_recorded_header(h), "{h}");
         }
         assert!(is_recorded_header("content-type"));

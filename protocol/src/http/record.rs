@@ -15,9 +15,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use super::config::{HttpConfig, Method};
-use super::{
-    NETWORK_ERROR, RESPONSE_TOO_LARGE, TIMEOUT, UNEXPECTED_STATUS, is_recorded_header,
-};
+use super::{NETWORK_ERROR, RESPONSE_TOO_LARGE, TIMEOUT, UNEXPECTED_STATUS, is_recorded_header};
 use crate::events::{ErrorInfo, EventType, LogAppended, LogLevel, RunEventDoc};
 
 /// The key under `log.appended.fields` that marks an HTTP call record.
@@ -374,8 +372,19 @@ mod tests {
         let Next::Fail(e) = next(&c, None, &dead) else {
             panic!()
         };
-        assert_eq!((e.code.as_str(), e.retryable), ("http_network_error", Some(true)));
-        let Next::Fail(e) = next(&c, None, &[rec(1, Outcome::Timeout { timeout_ms: 100 }), rec(2, Outcome::Timeout { timeout_ms: 100 }), rec(3, Outcome::Timeout { timeout_ms: 100 })]) else {
+        assert_eq!(
+            (e.code.as_str(), e.retryable),
+            ("http_network_error", Some(true))
+        );
+        let Next::Fail(e) = next(
+            &c,
+            None,
+            &[
+                rec(1, Outcome::Timeout { timeout_ms: 100 }),
+                rec(2, Outcome::Timeout { timeout_ms: 100 }),
+                rec(3, Outcome::Timeout { timeout_ms: 100 }),
+            ],
+        ) else {
             panic!()
         };
         assert_eq!(e.code, "http_timeout");
@@ -384,7 +393,8 @@ mod tests {
     #[test]
     fn four_hundreds_are_answers_and_too_large_fails_at_once() {
         let c = cfg(json!({}));
-        let Next::Complete(out) = next(&c, Some("openwop-0123456789abcdef"), &[rec(1, status(404))])
+        let Next::Complete(out) =
+            next(&c, Some("openwop-0123456789abcdef"), &[rec(1, status(404))])
         else {
             panic!()
         };
@@ -405,7 +415,10 @@ mod tests {
             &json!({"url": "https://api.example.com/x", "expectStatus": [200, 201]}),
         )
         .unwrap();
-        assert!(matches!(next(&c, None, &[rec(1, status(201))]), Next::Complete(_)));
+        assert!(matches!(
+            next(&c, None, &[rec(1, status(201))]),
+            Next::Complete(_)
+        ));
         let Next::Fail(e) = next(&c, None, &[rec(1, status(500))]) else {
             panic!()
         };
@@ -416,13 +429,20 @@ mod tests {
     #[test]
     fn responses_keep_json_text_and_no_credentials() {
         let headers = vec![
-            ("Content-Type".to_owned(), "application/json; charset=utf-8".to_owned()),
+            (
+                "Content-Type".to_owned(),
+                "application/json; charset=utf-8".to_owned(),
+            ),
             ("Set-Cookie".to_owned(), "session=abc".to_owned()),
             ("X-Trace".to_owned(), "a".to_owned()),
             ("x-trace".to_owned(), "b".to_owned()),
         ];
-        let Outcome::Response { headers: h, body, bytes, .. } =
-            shape_response(200, &headers, br#"{"ok": true}"#)
+        let Outcome::Response {
+            headers: h,
+            body,
+            bytes,
+            ..
+        } = shape_response(200, &headers, br#"{"ok": true}"#)
         else {
             panic!()
         };

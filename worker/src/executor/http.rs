@@ -130,15 +130,11 @@ async fn attempt_once(a: Attempt<'_>) -> Outcome {
         let mut resp = match req.send().await {
             Ok(r) => r,
             Err(e) => {
-                return Outcome::NetworkError {
-                    message: chain(&e),
-                };
+                return Outcome::NetworkError { message: chain(&e) };
             }
         };
         if resp.content_length().is_some_and(|n| n > max_bytes) {
-            return Outcome::TooLarge {
-                max_bytes,
-            };
+            return Outcome::TooLarge { max_bytes };
         }
         let status = resp.status().as_u16();
         let headers: Vec<(String, String)> = resp
@@ -162,9 +158,7 @@ async fn attempt_once(a: Attempt<'_>) -> Outcome {
                 }
                 Ok(None) => break,
                 Err(e) => {
-                    return Outcome::NetworkError {
-                        message: chain(&e),
-                    };
+                    return Outcome::NetworkError { message: chain(&e) };
                 }
             }
         }
@@ -280,9 +274,8 @@ impl<P: Publisher> Executor<'_, P> {
             };
             let host = target.host_str().unwrap_or_default().to_owned();
             let mut per_attempt = Duration::from_millis(cfg.timeout_ms);
-            let node_deadline_binds = deadline.is_some_and(|d| {
-                d.saturating_duration_since(Instant::now()) < per_attempt
-            });
+            let node_deadline_binds =
+                deadline.is_some_and(|d| d.saturating_duration_since(Instant::now()) < per_attempt);
             if let Some(d) = deadline {
                 per_attempt = per_attempt.min(d.saturating_duration_since(Instant::now()));
             }
