@@ -468,6 +468,18 @@ impl HttpConfig {
                 }
             }
         }
+        if idempotency_key
+            && !method.is_idempotent_by_definition()
+            && headers
+                .keys()
+                .any(|h| h.eq_ignore_ascii_case("idempotency-key"))
+        {
+            issues.push(issue(
+                "/headers/Idempotency-Key",
+                "propertyNames",
+                "the node sends a derived Idempotency-Key on this method; set idempotency.mode: disabled to send your own",
+            ));
+        }
         let expect_status = c.get("expectStatus").and_then(|v| {
             let list: Vec<&Value> = match v {
                 Value::Array(a) => a.iter().collect(),
@@ -664,6 +676,19 @@ mod tests {
                 "/idempotency/mode",
             ]
         );
+    }
+
+    #[test]
+    fn an_own_idempotency_key_needs_the_derived_one_disabled() {
+        let with = |mode: &str| {
+            HttpConfig::parse(
+                Dialect::Fetch,
+                &json!({"url": "https://x.example/", "method": "POST",
+                        "headers": {"idempotency-key": "mine"}, "idempotency": {"mode": mode}}),
+            )
+        };
+        assert_eq!(paths(with("auto")), vec!["/headers/Idempotency-Key"]);
+        assert!(with("disabled").is_ok());
     }
 
     #[test]

@@ -133,7 +133,8 @@ async fn attempt_once(a: Attempt<'_>) -> Outcome {
                 return Outcome::NetworkError { message: chain(&e) };
             }
         };
-        if resp.content_length().is_some_and(|n| n > max_bytes) {
+        // A HEAD answer's Content-Length describes the GET body it did not send.
+        if method != http::Method::Head && resp.content_length().is_some_and(|n| n > max_bytes) {
             return Outcome::TooLarge { max_bytes };
         }
         let status = resp.status().as_u16();
