@@ -14,13 +14,16 @@ use serde_json::{Value, json};
 
 const SECRET: &str = "tok-9f3c1d2e7a6b5c4d";
 
+/// Requests a [`Service`] got: (method and path, Idempotency-Key, Authorization).
+type Seen = Arc<Mutex<Vec<(String, Option<String>, Option<String>)>>>;
+
 /// A local service: `GET /items/{id}` (echoes the id, sets a cookie), `POST /orders`
 /// (deduplicates by `Idempotency-Key`, as an idempotent API does, and echoes the
 /// Authorization header it got), `GET /flaky` (503 twice, then 200), `GET /big` (2 KiB).
 struct Service {
     base: String,
     /// Every request: (method + path, Idempotency-Key, Authorization).
-    requests: Arc<Mutex<Vec<(String, Option<String>, Option<String>)>>>,
+    requests: Seen,
     /// Orders created (one per distinct Idempotency-Key).
     orders: Arc<Mutex<BTreeSet<String>>>,
     _rt: tokio::runtime::Runtime,
@@ -39,8 +42,7 @@ impl Service {
             .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
             .unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
-        let requests: Arc<Mutex<Vec<(String, Option<String>, Option<String>)>>> =
-            Default::default();
+        let requests: Seen = Default::default();
         let orders: Arc<Mutex<BTreeSet<String>>> = Default::default();
         let flaky = Arc::new(AtomicUsize::new(0));
         let log = |what: &str, h: &HeaderMap, requests: &Mutex<Vec<_>>| {
