@@ -14,7 +14,8 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::{Resource, ResourceExt};
 use openwop_crds::{
-    CredentialMount, ProviderCredential, Run, WorkerOverrides, WorkflowSecret, WorkflowSpec,
+    CredentialMount, ProviderCredential, Run, SecretKeyRef, WorkerOverrides, WorkflowSecret,
+    WorkflowSpec,
 };
 use sha2::{Digest, Sha256};
 
@@ -65,6 +66,32 @@ pub fn needed_credentials(run: &Run, workflow: &WorkflowSpec) -> Vec<ProviderCre
         .filter(|p| named.contains(&p.provider))
         .cloned()
         .collect()
+}
+
+/// A volume `name` holding one key of a Secret as a file readable only by the worker, mounted
+/// read-only at `dir` (the file is `<dir>/<key>`).
+fn secret_key_file(name: String, r: &SecretKeyRef, dir: String) -> (Volume, VolumeMount) {
+    let volume = Volume {
+        name: name.clone(),
+        secret: Some(SecretVolumeSource {
+            secret_name: Some(r.name.clone()),
+            items: Some(vec![KeyToPath {
+                key: r.key.clone(),
+                path: r.key.clone(),
+                mode: Some(0o400),
+            }]),
+            default_mode: Some(0o400),
+            optional: Some(false),
+        }),
+        ..Default::default()
+    };
+    let mount = VolumeMount {
+        name,
+        mount_path: dir,
+        read_only: Some(true),
+        ..Default::default()
+    };
+    (volume, mount)
 }
 
 /// A label value (≤ 63 characters) identifying `name`.
@@ -266,53 +293,24 @@ pub fn worker_pod(run: &Run, inputs: &WorkerInputs<'_>, cfg: &OperatorConfig, at
                 ..Default::default()
             }),
             CredentialMount::File => {
-                let vol = format!("provider-{i}");
-                volumes.push(Volume {
-                    name: vol.clone(),
-                    secret: Some(SecretVolumeSource {
-                        secret_name: Some(p.secret_ref.name.clone()),
-                        items: Some(vec![KeyToPath {
-                            key: p.secret_ref.key.clone(),
-                            path: p.secret_ref.key.clone(),
-                            mode: Some(0o400),
-                        }]),
-                        default_mode: Some(0o400),
-                        optional: Some(false),
-                    }),
-                    ..Default::default()
-                });
-                mounts.push(VolumeMount {
-                    name: vol,
-                    mount_path: format!("{PROVIDERS_DIR}/{}", p.provider),
-                    read_only: Some(true),
-                    ..Default::default()
-                });
+                let (v, m) = secret_key_file(
+                    format!("provider-{i}"),
+                    &p.secret_ref,
+                    format!("{PROVIDERS_DIR}/{}", p.provider),
+                );
+                volumes.push(v);
+                mounts.push(m);
             }
         }
     }
-
     for (i, s) in inputs.secrets.iter().enumerate() {
-        let vol = format!("workflow-secret-{i}");
-        volumes.push(Volume {
-            name: vol.clone(),
-            secret: Some(SecretVolumeSource {
-                secret_name: Some(s.secret_ref.name.clone()),
-                items: Some(vec![KeyToPath {
-                    key: s.secret_ref.key.clone(),
-                    path: s.secret_ref.key.clone(),
-                    mode: Some(0o400),
-                }]),
-                default_mode: Some(0o400),
-                optional: Some(false),
-            }),
-            ..Default::default()
-        });
-        mounts.push(VolumeMount {
-            name: vol,
-            mount_path: format!("{WORKFLOW_SECRETS_DIR}/{}", s.name),
-            read_only: Some(true),
-            ..Default::default()
-        });
+        let (v, m) = secret_key_file(
+            format!("workflow-secret-{i}"),
+            &s.secret_ref,
+            format!("{WORKFLOW_SECRETS_DIR}/{}", s.name),
+        );
+        volumes.push(v);
+        mounts.push(m);
     }
 
     let overrides = inputs.overrides;
@@ -390,7 +388,7 @@ pub fn worker_pod(run: &Run, inputs: &WorkerInputs<'_>, cfg: &OperatorConfig, at
 #[cfg(test)]
 mod tests {
     use super::*;
-    use openwop_crds::{RunSpec, SecretKeyRef, WorkflowRef, WorkflowSecret};
+    use openwop_crds::{RunSpec, WorkflowRef};
     use serde_json::json;
 
     fn run() -> Run {
