@@ -13,7 +13,7 @@ pub use run::{
 };
 pub use workflow::{
     CredentialMount, EnvelopeContract, ProviderCredential, SecretKeyRef, WorkerOverrides, Workflow,
-    WorkflowEdge, WorkflowNode, WorkflowSpec, WorkflowStatus,
+    WorkflowEdge, WorkflowNode, WorkflowSecret, WorkflowSpec, WorkflowStatus,
 };
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;

@@ -63,6 +63,12 @@ pub struct WorkflowSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 16))]
     pub providers: Vec<ProviderCredential>,
+    /// Secrets the HTTP node sends in request headers (`{{secrets.<name>}}` in a header
+    /// value), each a key of a Secret in the Workflow's namespace, mounted read-only into the
+    /// worker pod and redacted from events, logs and spans. Never inline values.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub secrets: Vec<WorkflowSecret>,
     /// Overrides for the worker pods of this workflow's runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub worker: Option<WorkerOverrides>,
@@ -90,12 +96,16 @@ impl<'de> Deserialize<'de> for WorkflowSpec {
         use serde::de::Error;
         let members = BTreeMap::<String, Box<RawValue>>::deserialize(d)?;
         let mut definition = String::from("{");
-        let (mut providers, mut worker) = (Vec::new(), None);
+        let (mut providers, mut secrets, mut worker) = (Vec::new(), Vec::new(), None);
         for (key, raw) in &members {
             match key.as_str() {
                 "providers" => {
                     providers = serde_json::from_str(raw.get())
                         .map_err(|e| D::Error::custom(format!("spec.providers: {e}")))?;
+                }
+                "secrets" => {
+                    secrets = serde_json::from_str(raw.get())
+                        .map_err(|e| D::Error::custom(format!("spec.secrets: {e}")))?;
                 }
                 "worker" => {
                     worker = serde_json::from_str(raw.get())
@@ -117,6 +127,7 @@ impl<'de> Deserialize<'de> for WorkflowSpec {
         Ok(WorkflowSpec {
             definition,
             providers,
+            secrets,
             worker,
         })
     }
@@ -209,6 +220,30 @@ impl std::fmt::Debug for ProviderCredential {
             .field("secret_ref", &self.secret_ref)
             .field("mount_as", &self.mount_as)
             .field("env_name", &self.env_name)
+            .finish()
+    }
+}
+
+/// A secret the HTTP node may put in a request header: a key of a Secret, mounted as a file.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkflowSecret {
+    /// The name header values use: `{{secrets.<name>}}`.
+    #[schemars(
+        length(min = 1, max = 63),
+        regex(pattern = r"^[A-Za-z][A-Za-z0-9_-]*$")
+    )]
+    pub name: String,
+    /// The Secret key holding the value.
+    pub secret_ref: SecretKeyRef,
+}
+
+// Holds only references, but keep Debug explicit so a later field can never leak a value.
+impl std::fmt::Debug for WorkflowSecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WorkflowSecret")
+            .field("name", &self.name)
+            .field("secret_ref", &self.secret_ref)
             .finish()
     }
 }

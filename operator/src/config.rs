@@ -42,6 +42,8 @@ pub enum ConfigError {
 pub struct OperatorConfig {
     pub worker: WorkerConfig,
     pub limits: Limits,
+    /// What workflow-aimed outbound calls (the HTTP node) may reach besides public hosts.
+    pub egress: EgressConfig,
     /// LLM providers configured on this host (advertised in `aiProviders.supported`).
     pub providers: Vec<ProviderConfig>,
     /// RFC 0032/0033 reliability settings (protocol's type and defaults).
@@ -157,6 +159,7 @@ impl Default for OperatorConfig {
         Self {
             worker: WorkerConfig::default(),
             limits: Limits::default(),
+            egress: EgressConfig::default(),
             providers: Vec::new(),
             reliability: ReliabilityConfig::default(),
             reasoning: Reasoning::default(),
@@ -236,6 +239,19 @@ pub struct Limits {
     pub max_run_duration_ms: Option<u64>,
     /// The worker's bound on one provider response body (host profile, not advertised).
     pub max_provider_response_bytes: u64,
+    /// The worker's bound on one HTTP node response body (host profile; advertised as
+    /// `httpClient.maxResponseBodyBytes`).
+    pub max_http_response_bytes: u64,
+}
+
+/// The egress guard's allow list (`protocol::egress`): internal hosts the platform admin
+/// vouches for. Everything public is reachable without it; everything internal (loopback,
+/// private ranges, link-local and metadata, cluster names) is refused unless listed.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+pub struct EgressConfig {
+    /// Host names, `*.suffix`, addresses or CIDR blocks.
+    pub allow_hosts: Vec<String>,
 }
 
 impl Default for Limits {
@@ -249,6 +265,7 @@ impl Default for Limits {
             max_node_executions: l.max_node_executions,
             max_run_duration_ms: l.max_run_duration_ms,
             max_provider_response_bytes: host.max_provider_response_bytes,
+            max_http_response_bytes: host.http.max_response_bytes,
         }
     }
 }
@@ -512,6 +529,19 @@ impl OperatorConfig {
                 ),
             );
         }
+        let http_bytes = self.limits.max_http_response_bytes;
+        if !(1024..=openwop_protocol::http::MAX_RESPONSE_BYTES_CEILING).contains(&http_bytes) {
+            return invalid(
+                "limits.maxHttpResponseBytes",
+                format!(
+                    "must be 1024..{} bytes (the body is recorded in the run's event log), got {http_bytes}",
+                    openwop_protocol::http::MAX_RESPONSE_BYTES_CEILING
+                ),
+            );
+        }
+        if let Err(e) = self.host_profile().http.egress_policy() {
+            return invalid("egress.allowHosts", e.to_string());
+        }
         if !(1..=openwop_protocol::schedule::MAX_NODE_CONCURRENCY)
             .contains(&self.runs.node_concurrency)
         {
@@ -724,6 +754,10 @@ impl OperatorConfig {
             truncation_budget_multiplier: self.reliability.truncation_budget_multiplier,
             max_provider_response_bytes: self.limits.max_provider_response_bytes,
             node_concurrency: self.runs.node_concurrency,
+            http: openwop_protocol::http::HttpClientProfile {
+                allow_hosts: self.egress.allow_hosts.clone(),
+                max_response_bytes: self.limits.max_http_response_bytes,
+            },
             mock_agent: false,
         }
     }

@@ -14,9 +14,10 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use openwop_crds::names;
 use openwop_protocol::capabilities::{
-    self, CapabilitiesConfig, CapabilitiesError, EventStream, Implementation, ReasoningConfig,
-    ReliabilityConfig, SecretScope, TestSeams, Transport,
+    self, CapabilitiesConfig, CapabilitiesError, EventStream, HttpClient, Implementation,
+    ReasoningConfig, ReliabilityConfig, SecretScope, TestSeams, Transport,
 };
+use openwop_protocol::http;
 use openwop_protocol::schema;
 use openwop_protocol::workflow_check::{MOCK_AGENT_TYPE_ID, NodeRegistry};
 use serde_json::{Value, json};
@@ -64,6 +65,10 @@ pub fn capabilities_config(
     Ok(CapabilitiesConfig {
         envelope_kinds: advertised_kinds(),
         node_types: registry.type_ids().map(str::to_owned).collect(),
+        http_client: [http::FETCH_TYPE_ID, http::REQUEST_TYPE_ID]
+            .iter()
+            .any(|t| registry.get(t).is_some())
+            .then(|| HttpClient::of(&host.http)),
         providers: cfg.providers.iter().map(|p| p.name.clone()).collect(),
         limits: host.limits,
         reliability: ReliabilityConfig {
@@ -601,5 +606,27 @@ mod tests {
             .collect();
         builtin.sort_unstable();
         assert_eq!(doc["nodeTypes"], json!(builtin));
+    }
+
+    #[test]
+    fn the_http_client_is_advertised_from_the_host_profile() {
+        let cfg = OperatorConfig::from_yaml(
+            "limits:\n  maxHttpResponseBytes: 65536\negress:\n  allowHosts: [tickets.tools.svc]\n",
+        )
+        .unwrap();
+        let doc = capabilities(&cfg, &cfg.node_registry().unwrap()).unwrap();
+        assert_eq!(
+            doc["httpClient"],
+            json!({"supported": true, "ssrfGuard": true, "maxResponseBodyBytes": 65536,
+                   "requestTimeoutMs": 30000,
+                   "methods": ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]})
+        );
+        assert_eq!(doc["capabilities"]["httpClient"], doc["httpClient"]);
+        // The allow list is enforced (in the snapshot's host profile), never advertised.
+        assert!(!doc.to_string().contains("tickets.tools.svc"));
+        assert_eq!(
+            cfg.host_profile().http.allow_hosts,
+            vec!["tickets.tools.svc".to_owned()]
+        );
     }
 }

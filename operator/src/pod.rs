@@ -13,7 +13,10 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::{Resource, ResourceExt};
-use openwop_crds::{CredentialMount, ProviderCredential, Run, WorkerOverrides, WorkflowSpec};
+use openwop_crds::{
+    CredentialMount, ProviderCredential, Run, SecretKeyRef, WorkerOverrides, WorkflowSecret,
+    WorkflowSpec,
+};
 use sha2::{Digest, Sha256};
 
 use openwop_protocol::run::subjects::events_subject;
@@ -24,12 +27,14 @@ pub use openwop_crds::names::{
     APP_NAME, COMPONENT_NATS_CREDENTIALS as NATS_CREDENTIALS_COMPONENT, COMPONENT_WORKER,
     LABEL_ATTEMPT, LABEL_COMPONENT, LABEL_MANAGED_BY, LABEL_NAME, LABEL_RUN, MANAGER,
 };
-pub use run_env::{NATS_CREDENTIALS_MOUNT, PROVIDERS_DIR, SNAPSHOT_DIR};
+pub use run_env::{NATS_CREDENTIALS_MOUNT, PROVIDERS_DIR, SNAPSHOT_DIR, WORKFLOW_SECRETS_DIR};
 
 /// The Kubernetes-side inputs of a worker pod taken from the Workflow.
 #[derive(Debug, Clone, Default)]
 pub struct WorkerInputs<'a> {
     pub providers: &'a [ProviderCredential],
+    /// The Workflow's `spec.secrets` (the HTTP node's header secrets), mounted as files.
+    pub secrets: &'a [WorkflowSecret],
     pub overrides: Option<&'a WorkerOverrides>,
 }
 
@@ -61,6 +66,32 @@ pub fn needed_credentials(run: &Run, workflow: &WorkflowSpec) -> Vec<ProviderCre
         .filter(|p| named.contains(&p.provider))
         .cloned()
         .collect()
+}
+
+/// A volume `name` holding one key of a Secret as a file readable only by the worker, mounted
+/// read-only at `dir` (the file is `<dir>/<key>`).
+fn secret_key_file(name: String, r: &SecretKeyRef, dir: String) -> (Volume, VolumeMount) {
+    let volume = Volume {
+        name: name.clone(),
+        secret: Some(SecretVolumeSource {
+            secret_name: Some(r.name.clone()),
+            items: Some(vec![KeyToPath {
+                key: r.key.clone(),
+                path: r.key.clone(),
+                mode: Some(0o400),
+            }]),
+            default_mode: Some(0o400),
+            optional: Some(false),
+        }),
+        ..Default::default()
+    };
+    let mount = VolumeMount {
+        name,
+        mount_path: dir,
+        read_only: Some(true),
+        ..Default::default()
+    };
+    (volume, mount)
 }
 
 /// A label value (≤ 63 characters) identifying `name`.
@@ -262,29 +293,24 @@ pub fn worker_pod(run: &Run, inputs: &WorkerInputs<'_>, cfg: &OperatorConfig, at
                 ..Default::default()
             }),
             CredentialMount::File => {
-                let vol = format!("provider-{i}");
-                volumes.push(Volume {
-                    name: vol.clone(),
-                    secret: Some(SecretVolumeSource {
-                        secret_name: Some(p.secret_ref.name.clone()),
-                        items: Some(vec![KeyToPath {
-                            key: p.secret_ref.key.clone(),
-                            path: p.secret_ref.key.clone(),
-                            mode: Some(0o400),
-                        }]),
-                        default_mode: Some(0o400),
-                        optional: Some(false),
-                    }),
-                    ..Default::default()
-                });
-                mounts.push(VolumeMount {
-                    name: vol,
-                    mount_path: format!("{PROVIDERS_DIR}/{}", p.provider),
-                    read_only: Some(true),
-                    ..Default::default()
-                });
+                let (v, m) = secret_key_file(
+                    format!("provider-{i}"),
+                    &p.secret_ref,
+                    format!("{PROVIDERS_DIR}/{}", p.provider),
+                );
+                volumes.push(v);
+                mounts.push(m);
             }
         }
+    }
+    for (i, s) in inputs.secrets.iter().enumerate() {
+        let (v, m) = secret_key_file(
+            format!("workflow-secret-{i}"),
+            &s.secret_ref,
+            format!("{WORKFLOW_SECRETS_DIR}/{}", s.name),
+        );
+        volumes.push(v);
+        mounts.push(m);
     }
 
     let overrides = inputs.overrides;
@@ -362,7 +388,7 @@ pub fn worker_pod(run: &Run, inputs: &WorkerInputs<'_>, cfg: &OperatorConfig, at
 #[cfg(test)]
 mod tests {
     use super::*;
-    use openwop_crds::{RunSpec, SecretKeyRef, WorkflowRef};
+    use openwop_crds::{RunSpec, WorkflowRef};
     use serde_json::json;
 
     fn run() -> Run {
@@ -590,6 +616,51 @@ mod tests {
     }
 
     #[test]
+    fn workflow_secrets_are_mounted_read_only_by_name() {
+        let secrets = vec![WorkflowSecret {
+            name: "ticketing-token".into(),
+            secret_ref: SecretKeyRef {
+                name: "ticketing".into(),
+                key: "token".into(),
+            },
+        }];
+        let inputs = WorkerInputs {
+            providers: &[],
+            secrets: &secrets,
+            overrides: None,
+        };
+        let pod = worker_pod(&run(), &inputs, &OperatorConfig::default(), 1);
+        let v = serde_json::to_value(pod.spec.unwrap()).unwrap();
+        let mounts = v["containers"][0]["volumeMounts"].as_array().unwrap();
+        let m = mounts
+            .iter()
+            .find(|m| m["name"] == "workflow-secret-0")
+            .unwrap();
+        assert_eq!(
+            (m["mountPath"].as_str(), m["readOnly"].as_bool()),
+            (
+                Some("/var/run/openwop/workflow-secrets/ticketing-token"),
+                Some(true)
+            )
+        );
+        let vol = v["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["name"] == "workflow-secret-0")
+            .unwrap();
+        assert_eq!(
+            vol["secret"],
+            json!({"secretName": "ticketing", "defaultMode": 0o400, "optional": false,
+                   "items": [{"key": "token", "path": "token", "mode": 0o400}]})
+        );
+        assert!(
+            !v.to_string().contains("\"value\":\"tok"),
+            "no inline value"
+        );
+    }
+
+    #[test]
     fn provider_keys_come_from_secrets_never_inline() {
         let providers = vec![
             ProviderCredential {
@@ -613,6 +684,7 @@ mod tests {
         ];
         let inputs = WorkerInputs {
             providers: &providers,
+            secrets: &[],
             overrides: None,
         };
         let pod = worker_pod(&run(), &inputs, &OperatorConfig::default(), 1);
@@ -687,6 +759,7 @@ mod tests {
         assert!(names(&r).is_empty(), "fully mocked: no Secret needed");
         let inputs = WorkerInputs {
             providers: &needed_credentials(&r, &spec),
+            secrets: &[],
             overrides: None,
         };
         let pod =
@@ -707,6 +780,7 @@ mod tests {
         };
         let inputs = WorkerInputs {
             providers: &[],
+            secrets: &[],
             overrides: Some(&o),
         };
         let spec = worker_pod(&run(), &inputs, &OperatorConfig::default(), 1)

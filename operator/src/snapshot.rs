@@ -13,11 +13,11 @@ use openwop_crds::{CredentialMount, Run, Workflow};
 use openwop_protocol::retry::mock::ProviderMock;
 use openwop_protocol::run::host::HostProfile;
 use openwop_protocol::run::snapshot::{
-    Answer, KeyMount, ProviderMount, RunRef, RunSnapshot, WorkflowOrigin,
+    Answer, KeyMount, ProviderMount, RunRef, RunSnapshot, SecretMount, WorkflowOrigin,
 };
 use serde_json::json;
 
-use crate::pod::{PROVIDERS_DIR, owner_ref, run_labels, snapshot_name};
+use crate::pod::{PROVIDERS_DIR, WORKFLOW_SECRETS_DIR, owner_ref, run_labels, snapshot_name};
 
 /// Key of the snapshot document in the ConfigMap.
 pub const SNAPSHOT_KEY: &str = openwop_protocol::run::env::SNAPSHOT_FILE;
@@ -236,6 +236,15 @@ fn snapshot_of(
         },
         workflow: workflow.spec.definition.filled().to_value(),
         providers,
+        secrets: workflow
+            .spec
+            .secrets
+            .iter()
+            .map(|s| SecretMount {
+                name: s.name.clone(),
+                path: format!("{WORKFLOW_SECRETS_DIR}/{}/{}", s.name, s.secret_ref.key),
+            })
+            .collect(),
         inputs: run.spec.inputs.clone().unwrap_or_else(|| json!({})),
         configurable: run
             .spec
@@ -379,6 +388,25 @@ mod tests {
         let s = build_snapshot(&run(), &workflow("1"), &cfg.host_profile(), false).unwrap();
         assert_eq!(s.host.limits.clarification_rounds, 1);
         assert_eq!(doc(&s)["host"]["limits"]["clarificationRounds"], 1);
+    }
+
+    #[test]
+    fn workflow_secrets_reach_the_snapshot_as_mounted_paths() {
+        let mut w = workflow("1");
+        assert!(
+            doc(&snapshot(&run(), false).unwrap())
+                .get("secrets")
+                .is_none()
+        );
+        w.spec.secrets = serde_json::from_value(
+            json!([{"name": "ticketing-token", "secretRef": {"name": "ticketing", "key": "token"}}]),
+        )
+        .unwrap();
+        let s = build_snapshot(&run(), &w, &HostProfile::default(), false).unwrap();
+        assert_eq!(
+            doc(&s)["secrets"],
+            json!([{"name": "ticketing-token", "path": "/var/run/openwop/workflow-secrets/ticketing-token/token"}])
+        );
     }
 
     #[test]

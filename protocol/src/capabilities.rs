@@ -106,6 +106,8 @@ pub struct CapabilityFamilies {
     pub supported_transports: Option<Vec<Transport>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub implementation: Option<Implementation>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http_client: Option<HttpClient>,
     /// Host extension (the schema is open): the registered node typeIds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_types: Option<Vec<String>>,
@@ -316,6 +318,36 @@ pub struct AiProviders {
     pub max_inline_media_bytes: Option<u64>,
 }
 
+/// `httpClient` (RFC 0076 host HTTP service; field names of the reference in-memory host):
+/// the HTTP node's calls go through the egress guard, bounded.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpClient {
+    pub supported: bool,
+    /// Every call passes the egress guard (resolve, check every address, pin).
+    pub ssrf_guard: bool,
+    pub max_response_body_bytes: u64,
+    /// Default per-attempt timeout.
+    pub request_timeout_ms: u64,
+    pub methods: Vec<String>,
+}
+
+impl HttpClient {
+    /// What a host running `profile` advertises.
+    pub fn of(profile: &crate::http::HttpClientProfile) -> HttpClient {
+        HttpClient {
+            supported: true,
+            ssrf_guard: true,
+            max_response_body_bytes: profile.max_response_bytes,
+            request_timeout_ms: crate::http::config::DEFAULT_TIMEOUT_MS,
+            methods: crate::http::METHODS
+                .iter()
+                .map(|m| m.as_str().to_owned())
+                .collect(),
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Implementation {
     pub name: String,
@@ -393,6 +425,8 @@ pub struct CapabilitiesConfig {
     pub served_schemas: BTreeMap<String, ServedKindSchema>,
     /// Registered node typeIds (advertised as the `nodeTypes` extension).
     pub node_types: Vec<String>,
+    /// The HTTP node's client, when an HTTP node type is registered.
+    pub http_client: Option<HttpClient>,
     /// Configured LLM provider ids.
     pub providers: Vec<String>,
     pub max_inline_media_bytes: Option<u64>,
@@ -429,6 +463,7 @@ impl Default for CapabilitiesConfig {
             envelope_kinds: UNIVERSAL_KINDS.iter().map(|k| (*k).to_owned()).collect(),
             served_schemas: BTreeMap::new(),
             node_types: Vec::new(),
+            http_client: None,
             providers: Vec::new(),
             max_inline_media_bytes: None,
             limits: Limits::default(),
@@ -676,6 +711,7 @@ pub fn build(cfg: &CapabilitiesConfig) -> Result<CapabilitiesDocument, Capabilit
         fixtures: Some(cfg.fixtures.clone()),
         supported_transports: Some(dedup(&cfg.transports)),
         implementation: Some(cfg.implementation.clone()),
+        http_client: cfg.http_client.clone(),
         node_types: (!cfg.node_types.is_empty()).then(|| cfg.node_types.clone()),
         event_stream: cfg.event_stream.clone(),
         test_seams: (!cfg.test_seam_paths.is_empty()).then(|| TestSeamPaths {

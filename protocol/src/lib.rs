@@ -9,6 +9,7 @@ pub mod emission;
 pub mod envelope;
 pub mod events;
 pub mod graph;
+pub mod http;
 pub mod lenient;
 pub mod outcome;
 pub mod pipeline;

@@ -49,6 +49,8 @@ pub enum ConfigRule {
     MockAgent,
     /// A node-type-specific JSON Schema.
     Schema(CompiledSchema),
+    /// The HTTP node's config ([`crate::http::HttpConfig::parse`]).
+    Http(crate::http::Dialect),
 }
 
 /// One registered node type.
@@ -80,6 +82,7 @@ impl NodeRegistry {
                 config: match n.config {
                     ConfigCheck::AnyObject => ConfigRule::AnyObject,
                     ConfigCheck::MockAgent => ConfigRule::MockAgent,
+                    ConfigCheck::Http(d) => ConfigRule::Http(d),
                 },
             });
         }
@@ -386,6 +389,7 @@ fn check_node(
                 }]),
                 ConfigRule::MockAgent => schema::validate(Document::MockAgentConfig, config),
                 ConfigRule::Schema(s) => s.validate(config),
+                ConfigRule::Http(d) => crate::http::HttpConfig::parse(*d, config).map(|_| ()),
             };
             if let Err(issues) = result {
                 let at = format!("{base}/config");

@@ -36,7 +36,8 @@ fn worker_env() -> Result<WorkerEnv, run_env::EnvError> {
     }))
 }
 
-/// Secrets to redact: provider keys, every file of `OPENWOP_SECRETS_DIR` (id = file name),
+/// Secrets to redact: provider keys, the Workflow's `spec.secrets` (id `secrets.<name>`,
+/// which the HTTP node also reads them by), every file of `OPENWOP_SECRETS_DIR` (id = file name),
 /// and the values of workflow variables marked `sensitive` (id = variable name, so events,
 /// status, logs and spans show `[REDACTED:<name>]`; the prompt still carries the value
 /// where the workflow puts it).
@@ -49,6 +50,16 @@ fn load_secrets(snap: &RunSnapshot, secrets_dir: Option<&str>) -> Vec<(String, S
         };
         if let Some(v) = value.map(|v| v.trim().to_owned()).filter(|v| !v.is_empty()) {
             out.push((format!("provider:{}", p.provider), v));
+        }
+    }
+    // The Workflow's spec.secrets (the HTTP node's header values).
+    for s in &snap.secrets {
+        if let Some(v) = std::fs::read_to_string(&s.path)
+            .ok()
+            .map(|v| v.trim().to_owned())
+            .filter(|v| !v.is_empty())
+        {
+            out.push((openwop_protocol::http::secret_redaction_id(&s.name), v));
         }
     }
     if let Some(dir) = secrets_dir

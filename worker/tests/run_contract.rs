@@ -230,6 +230,18 @@ fn every_registered_node_type_executes() {
     let answer = json!({"responses": [{"stopReason": "stop", "content": {"type": "vendor.acme.note", "payload": {"text": "ok"}}}]});
     let mut nodes = vec![];
     let mut mocks = serde_json::Map::new();
+    // HTTP nodes call a local service (loopback, allowed in the host profile below) that
+    // answers every request with 204.
+    let service = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let service_url = format!("http://{}/", service.local_addr().unwrap());
+    std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        for mut s in service.incoming().map_while(Result::ok) {
+            let mut buf = [0u8; 4096];
+            let _ = s.read(&mut buf);
+            let _ = s.write_all(b"HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n");
+        }
+    });
     for (i, n) in BUILTIN_NODES.iter().enumerate() {
         let id = format!("n{i}");
         let config = match n.executor {
@@ -239,6 +251,7 @@ fn every_registered_node_type_executes() {
             }
             Executor::MockAgent => json!({"mockConfidence": 0.95}),
             Executor::Passthrough => json!({}),
+            Executor::Http => json!({"url": service_url}),
         };
         nodes.push(json!({"id": id, "typeId": n.type_id, "config": config}));
     }
@@ -254,6 +267,7 @@ fn every_registered_node_type_executes() {
         json!({}),
         Value::Object(mocks),
     );
+    files.set_snapshot_field("host", json!({"http": {"allowHosts": ["127.0.0.1"]}}));
     let (code, stderr) = files.run(&nats.url());
     assert_eq!(code, 0, "{stderr}");
     let events = read_raw(&nats.url(), &files.subject());

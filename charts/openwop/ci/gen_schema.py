@@ -104,6 +104,10 @@ schema = {
             "maxNodeExecutions": nullable(int_range()),
             "maxRunDurationMs": nullable(int_range()),
             "maxProviderResponseBytes": int_range(1024),
+            "maxHttpResponseBytes": int_range(1024, 524288),
+        }),
+        "egress": obj({
+            "allowHosts": {"type": "array", "items": {"type": "string", "minLength": 1}},
         }),
         "providers": {"type": "array", "items": obj({
             "name": {"type": "string", "minLength": 1},

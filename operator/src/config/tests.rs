@@ -73,6 +73,18 @@ fn bad_values_name_the_field() {
             .starts_with("config field limits.maxProviderResponseBytes: must be at least 1024"),
         "{e}"
     );
+    let e = OperatorConfig::from_yaml("limits:\n  maxHttpResponseBytes: 1048576\n").unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "config field limits.maxHttpResponseBytes: must be 1024..524288 bytes (the body is recorded in the run's event log), got 1048576"
+    );
+    let e = OperatorConfig::from_yaml("egress:\n  allowHosts: [\"https://x\"]\n").unwrap_err();
+    assert!(
+        e.to_string().starts_with(
+            "config field egress.allowHosts: egress allow list entry `https://x` is not a host name"
+        ),
+        "{e}"
+    );
     // Every REST bound names its own field and the value given.
     for (yaml, want) in [
         (
@@ -265,6 +277,7 @@ fn the_charts_default_host_settings_are_the_host_profiles() {
     let mut section = serde_yaml::Mapping::new();
     for key in [
         "limits",
+        "egress",
         "reliability",
         "reasoning",
         "envelopeStrictness",

@@ -353,6 +353,7 @@ pub(super) async fn build_worker_pod(
         .unwrap_or_default();
     let inputs = WorkerInputs {
         providers: &credentials,
+        secrets: wf_spec.as_ref().map_or(&[][..], |s| s.secrets.as_slice()),
         overrides: wf_spec.as_ref().and_then(|s| s.worker.as_ref()),
     };
     let pod = worker_pod(run, &inputs, &rr.ctx.config, attempt);

@@ -96,7 +96,15 @@ fn validity(
     now: k8s_openapi::jiff::Timestamp,
     previous: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
 ) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
-    let report = check_workflow(&wf.spec.definition.filled().to_value(), opts);
+    let definition = wf.spec.definition.filled().to_value();
+    let mut report = check_workflow(&definition, opts);
+    let declared: Vec<&str> = wf.spec.secrets.iter().map(|s| s.name.as_str()).collect();
+    report
+        .errors
+        .extend(openwop_protocol::http::secret_problems(
+            &definition,
+            &declared,
+        ));
     if report.is_valid() {
         let mut msg = format!("definition is valid ({} nodes)", wf.spec.nodes.len());
         if !report.warnings.is_empty() {

@@ -67,6 +67,9 @@ pub const SNAPSHOT_DIR: &str = "/var/run/openwop/snapshot";
 pub const SNAPSHOT_FILE: &str = "snapshot.json";
 /// Where file-mounted provider credentials live (`<dir>/<provider>/<key>`).
 pub const PROVIDERS_DIR: &str = "/var/run/openwop/providers";
+/// Where the Workflow's `spec.secrets` live (`<dir>/<name>/<key>`), for the HTTP node's
+/// headers.
+pub const WORKFLOW_SECRETS_DIR: &str = "/var/run/openwop/workflow-secrets";
 /// Where worker pods mount the copy of the NATS credentials.
 pub const NATS_CREDENTIALS_MOUNT: &str = "/var/run/openwop/nats";
 /// NATS URL of a worker started without [`NATS_URL`] (a local nats-server).

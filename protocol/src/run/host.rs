@@ -45,6 +45,9 @@ pub struct HostProfile {
     pub max_provider_response_bytes: u64,
     /// Nodes of one run executing at once when its workflow sets no `maxConcurrency`.
     pub node_concurrency: u32,
+    /// What the HTTP node's calls may reach and read (chart `egress.allowHosts`,
+    /// `limits.maxHttpResponseBytes`); advertised as `httpClient`.
+    pub http: crate::http::HttpClientProfile,
     /// The host opted in to the RFC 0023 mock agent for this run's tenant (chart
     /// `conformance.mockAgentNamespaces`), so its workflow may use
     /// `core.conformance.mock-agent` whatever its id
@@ -64,6 +67,7 @@ impl Default for HostProfile {
             truncation_budget_multiplier: DEFAULT_TRUNCATION_BUDGET_MULTIPLIER,
             max_provider_response_bytes: DEFAULT_MAX_PROVIDER_RESPONSE_BYTES,
             node_concurrency: crate::schedule::DEFAULT_NODE_CONCURRENCY,
+            http: crate::http::HttpClientProfile::default(),
             mock_agent: false,
         }
     }

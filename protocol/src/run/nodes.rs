@@ -12,6 +12,8 @@ pub enum Executor {
     Prompt,
     /// The RFC 0023 conformance mock agent (gated: `conformance-*` workflows or an opt-in).
     MockAgent,
+    /// One HTTP call through the egress guard, journaled (`crate::http`).
+    Http,
 }
 
 /// How a node type's `config` is checked at registration.
@@ -21,6 +23,8 @@ pub enum ConfigCheck {
     AnyObject,
     /// The closed RFC 0023 mock-agent config.
     MockAgent,
+    /// The HTTP node's config in one of its dialects ([`crate::http::HttpConfig::parse`]).
+    Http(crate::http::Dialect),
 }
 
 /// A built-in node type.
@@ -60,6 +64,16 @@ pub const BUILTIN_NODES: &[BuiltinNode] = &[
         type_id: MOCK_AGENT_TYPE_ID,
         executor: Executor::MockAgent,
         config: ConfigCheck::MockAgent,
+    },
+    BuiltinNode {
+        type_id: crate::http::FETCH_TYPE_ID,
+        executor: Executor::Http,
+        config: ConfigCheck::Http(crate::http::Dialect::Fetch),
+    },
+    BuiltinNode {
+        type_id: crate::http::REQUEST_TYPE_ID,
+        executor: Executor::Http,
+        config: ConfigCheck::Http(crate::http::Dialect::Request),
     },
 ];
 

@@ -55,6 +55,16 @@ pub struct ProviderMount {
     pub key: KeyMount,
 }
 
+/// A Workflow secret (`spec.secrets[]`) the worker pod mounts as a file: the HTTP node fills
+/// `{{secrets.<name>}}` in header values from it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretMount {
+    pub name: String,
+    /// The file holding the value (trailing whitespace is not part of it).
+    pub path: String,
+}
+
 /// An answer to an interrupt.
 // An item of the Run CRD's `spec.answers` (hence the schema annotations, with the Kubernetes
 // CEL rule as a plain schema keyword), copied as is into the snapshot the worker reads. Built
@@ -208,6 +218,9 @@ pub struct RunSnapshot {
     pub workflow: Value,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub providers: Vec<ProviderMount>,
+    /// The Workflow's `spec.secrets`, as mounted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secrets: Vec<SecretMount>,
     #[serde(default = "empty_object")]
     pub inputs: Value,
     #[serde(default = "empty_object")]

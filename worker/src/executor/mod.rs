@@ -29,6 +29,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 mod agent;
+mod http;
 mod prompt;
 
 use futures::stream::{FuturesUnordered, StreamExt};
@@ -800,6 +801,7 @@ impl<'a, P: Publisher> Executor<'a, P> {
             }
             Some(NodeExecutor::MockAgent) => self.mock_agent(node).await,
             Some(NodeExecutor::Prompt) => self.prompt(node, inputs, attempt, deadline, span).await,
+            Some(NodeExecutor::Http) => self.http(node, inputs, attempt, deadline, span).await,
             None => {
                 let other = node.type_id.as_str();
                 Ok(NodeOutcome::Failed(ErrorInfo {
