@@ -511,12 +511,24 @@ async fn mock_agent_low_confidence_waits_for_approval_and_gate_applies_elsewhere
     let after = types(&evs[before..]);
     for t in [
         "run.resumed",
-        "approval.granted",
+        "approval.received",
         "interrupt.resolved",
         "node.resumed",
     ] {
         assert!(after.contains(&t.to_string()), "{t} missing in {after:?}");
     }
+    // Who decided: the kubeconfig user as the API server authenticates it.
+    let received = evs
+        .iter()
+        .find(|e| e["type"] == "approval.received")
+        .unwrap();
+    assert_eq!(received["payload"]["action"], "accept");
+    assert!(
+        received["payload"]["decidedBy"]
+            .as_str()
+            .is_some_and(|b| !b.is_empty() && !b.contains("unattributed")),
+        "{received}"
+    );
     assert_eq!(after.last().unwrap(), "run.completed");
     // Nothing before the suspension is repeated by the resumed worker.
     assert_eq!(

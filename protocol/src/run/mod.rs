@@ -13,6 +13,8 @@
 //! * [`exit`] — the worker's exit codes;
 //! * [`ending`] — the terminal event, as the worker or the operator appends it;
 //! * [`nodes`] — the node-type registry: validation, dispatch and discovery read one list;
+//! * [`gate`] — the nodes that wait for a person: what they wait for, the events of the
+//!   wait and of its resolution;
 //! * [`telemetry`] — the span attributes naming a run, read back by the operator.
 //!
 //! Run identity is the runId: the Run object's uid, unique per object and never reused. A
@@ -24,6 +26,7 @@ pub mod debug_bundle;
 pub mod ending;
 pub mod env;
 pub mod exit;
+pub mod gate;
 pub mod host;
 pub mod nodes;
 pub mod projection;
