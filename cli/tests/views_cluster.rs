@@ -157,7 +157,7 @@ async fn runs_describe_and_resume_on_a_real_apiserver() {
         d.contains("Kind:      approval") && d.contains("Confidence: 0.4 (threshold 0.7)"),
         "{d}"
     );
-    assert!(d.contains("--approve"), "{d}");
+    assert!(d.contains("--action accept"), "{d}");
 
     // Answer the clarification: spec.answers gets exactly one entry.
     let o = cli(
@@ -165,11 +165,30 @@ async fn runs_describe_and_resume_on_a_real_apiserver() {
         &["resume", "ask", "-n", &ns, "--answer", "region=eu-west-1"],
     );
     assert!(o.status.success(), "{}", err(&o));
-    assert!(out(&o).contains("answered (interrupt i1)"));
+    assert!(out(&o).contains("answered by "), "{}", out(&o));
     let run = api.get("ask").await.unwrap();
+    // Who answered: the kubeconfig user as the API server authenticated it (SelfSubjectReview).
+    let mut answers = serde_json::to_value(&run.spec.answers).unwrap();
+    let who = answers[0]
+        .as_object_mut()
+        .unwrap()
+        .remove("answeredBy")
+        .unwrap();
+    assert!(
+        who.as_str()
+            .is_some_and(|w| !w.is_empty() && !w.contains("unverified")),
+        "{who}"
+    );
+    assert!(
+        answers[0]
+            .as_object_mut()
+            .unwrap()
+            .remove("answeredAt")
+            .is_some()
+    );
     assert_eq!(
-        serde_json::to_value(&run.spec.answers).unwrap(),
-        json!([{"interruptId": "i1", "value": {"region": "eu-west-1"}}])
+        answers,
+        json!([{"interruptId": "i1", "value": {"region": "eu-west-1"}, "nodeId": "ask-node"}])
     );
     let o = cli(kc, &["resume", "ask", "-n", &ns, "--answer", "region=us"]);
     assert_eq!(o.status.code(), Some(1));
@@ -190,13 +209,21 @@ async fn runs_describe_and_resume_on_a_real_apiserver() {
     );
     assert!(o.status.success(), "{}", err(&o));
     let run = api.get("gate").await.unwrap();
+    let mut answers = serde_json::to_value(&run.spec.answers).unwrap();
+    let who = answers[0]
+        .as_object_mut()
+        .unwrap()
+        .remove("answeredBy")
+        .unwrap();
+    answers[0].as_object_mut().unwrap().remove("answeredAt");
     assert_eq!(
-        serde_json::to_value(&run.spec.answers).unwrap(),
-        json!([{"interruptId": "i7", "approved": false, "comment": "needs a human"}])
+        answers,
+        json!([{"interruptId": "i7", "approved": false, "action": "reject", "comment": "needs a human", "nodeId": "decide"}])
     );
     let o = cli(kc, &["describe", "gate", "-n", &ns]);
     assert!(
-        out(&o).contains("i7: rejected (needs a human) [not yet consumed]"),
+        out(&o).contains(&format!("i7 at decide: rejected by {}", who.as_str().unwrap()))
+            && out(&o).contains("(needs a human) [not yet consumed]"),
         "{}",
         out(&o)
     );
