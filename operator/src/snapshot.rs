@@ -399,8 +399,7 @@ mod tests {
             interrupt_id: "i1".into(),
             value: None,
             approved: Some(true),
-            comment: None,
-            content_trust: None,
+            ..Default::default()
         });
         // The workflow was edited meanwhile; the snapshot must not follow.
         let s = with_current_answers(&stored, &later);
@@ -442,9 +441,7 @@ mod tests {
         r.spec.answers = vec![InterruptAnswer {
             interrupt_id: "i1".into(),
             value: Some(json!("z".repeat(128))),
-            approved: None,
-            comment: None,
-            content_trust: None,
+            ..Default::default()
         }];
         let e = fits(&with_current_answers(&s, &r)).unwrap_err();
         assert!(
