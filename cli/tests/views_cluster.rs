@@ -9,7 +9,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use openwop_crds::{Run, RunSpec, WorkflowRef};
-use serde_json::json;
+use serde_json::{Value, json};
 
 async fn ensure_crds(client: &Client) {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
@@ -166,26 +166,17 @@ async fn runs_describe_and_resume_on_a_real_apiserver() {
     );
     assert!(o.status.success(), "{}", err(&o));
     assert!(out(&o).contains("answered by "), "{}", out(&o));
-    let run = api.get("ask").await.unwrap();
-    // Who answered: the kubeconfig user as the API server authenticated it (SelfSubjectReview).
-    let mut answers = serde_json::to_value(&run.spec.answers).unwrap();
-    let who = answers[0]
-        .as_object_mut()
-        .unwrap()
-        .remove("answeredBy")
-        .unwrap();
-    assert!(
-        who.as_str()
-            .is_some_and(|w| !w.is_empty() && !w.contains("unverified")),
-        "{who}"
-    );
-    assert!(
-        answers[0]
-            .as_object_mut()
-            .unwrap()
-            .remove("answeredAt")
-            .is_some()
-    );
+    // Who answered: the kubeconfig user as the API server authenticated it (SelfSubjectReview),
+    // and when; the rest of the answer as built.
+    let attributed = |run: &Run| -> (Value, String) {
+        let mut answers = serde_json::to_value(&run.spec.answers).unwrap();
+        let a = answers[0].as_object_mut().unwrap();
+        let who = a.remove("answeredBy").unwrap().as_str().unwrap().to_owned();
+        assert!(!who.is_empty() && !who.contains("unverified"), "{who}");
+        assert!(a.remove("answeredAt").is_some());
+        (answers, who)
+    };
+    let (answers, _) = attributed(&api.get("ask").await.unwrap());
     assert_eq!(
         answers,
         json!([{"interruptId": "i1", "value": {"region": "eu-west-1"}, "nodeId": "ask-node"}])
@@ -208,22 +199,17 @@ async fn runs_describe_and_resume_on_a_real_apiserver() {
         ],
     );
     assert!(o.status.success(), "{}", err(&o));
-    let run = api.get("gate").await.unwrap();
-    let mut answers = serde_json::to_value(&run.spec.answers).unwrap();
-    let who = answers[0]
-        .as_object_mut()
-        .unwrap()
-        .remove("answeredBy")
-        .unwrap();
-    answers[0].as_object_mut().unwrap().remove("answeredAt");
+    let (answers, who) = attributed(&api.get("gate").await.unwrap());
     assert_eq!(
         answers,
         json!([{"interruptId": "i7", "approved": false, "action": "reject", "comment": "needs a human", "nodeId": "decide"}])
     );
     let o = cli(kc, &["describe", "gate", "-n", &ns]);
     assert!(
-        out(&o).contains(&format!("i7 at decide: rejected by {}", who.as_str().unwrap()))
-            && out(&o).contains("(needs a human) [not yet consumed]"),
+        out(&o).contains(&format!(
+            "i7 at decide: rejected by {}",
+            who.as_str().unwrap()
+        )) && out(&o).contains("(needs a human) [not yet consumed]"),
         "{}",
         out(&o)
     );

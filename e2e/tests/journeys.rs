@@ -4499,21 +4499,37 @@ async fn gates_answered_by_resume_patch_and_rest() {
     };
 
     // 1. kubectl openwop resume --action accept.
-    ok(apply(&c, &ns, &fixture_run("accept-cli", "conformance-approval")), "run");
+    ok(
+        apply(&c, &ns, &fixture_run("accept-cli", "conformance-approval")),
+        "run",
+    );
     let st = wait_run(&c, &ns, "accept-cli", "waiting-approval", 120).await;
     assert_eq!(st["currentNode"], "gate", "{st:#}");
-    assert_eq!(st["pendingInterrupts"][0]["actions"], json!(["accept", "reject"]));
-    wait_for(Duration::from_secs(30), "no worker pod while waiting", || {
-        let c = c.clone();
-        let ns = ns.clone();
-        async move { worker_pods(&c, &ns).await.is_empty().then_some(()) }
-    })
+    assert_eq!(
+        st["pendingInterrupts"][0]["actions"],
+        json!(["accept", "reject"])
+    );
+    wait_for(
+        Duration::from_secs(30),
+        "no worker pod while waiting",
+        || {
+            let c = c.clone();
+            let ns = ns.clone();
+            async move { worker_pods(&c, &ns).await.is_empty().then_some(()) }
+        },
+    )
     .await;
     let d = cli(&c, &["describe", "accept-cli", "-n", &ns]);
     let text = String::from_utf8_lossy(&d.stdout).into_owned();
-    assert!(text.contains("Title:     Conformance approval") && text.contains("--action accept"), "{text}");
+    assert!(
+        text.contains("Title:     Conformance approval") && text.contains("--action accept"),
+        "{text}"
+    );
     ok(
-        cli(&c, &["resume", "accept-cli", "-n", &ns, "--action", "accept"]),
+        cli(
+            &c,
+            &["resume", "accept-cli", "-n", &ns, "--action", "accept"],
+        ),
         "kubectl openwop resume --action accept",
     );
     wait_run(&c, &ns, "accept-cli", "completed", 120).await;
@@ -4527,14 +4543,30 @@ async fn gates_answered_by_resume_patch_and_rest() {
     assert!(String::from_utf8_lossy(&d.stdout).contains(&format!("approved by {by}")));
 
     // 2. kubectl patch approved: false → the gate fails with approval_rejected.
-    ok(apply(&c, &ns, &fixture_run("reject-patch", "conformance-approval")), "run");
+    ok(
+        apply(
+            &c,
+            &ns,
+            &fixture_run("reject-patch", "conformance-approval"),
+        ),
+        "run",
+    );
     let st = wait_run(&c, &ns, "reject-patch", "waiting-approval", 120).await;
     let id = st["pendingInterrupts"][0]["interruptId"].clone();
     let patch = json!({"spec": {"answers": [{"interruptId": id, "approved": false}]}});
     ok(
         kubectl(
             &c,
-            &["patch", "run", "reject-patch", "-n", &ns, "--type=merge", "-p", &patch.to_string()],
+            &[
+                "patch",
+                "run",
+                "reject-patch",
+                "-n",
+                &ns,
+                "--type=merge",
+                "-p",
+                &patch.to_string(),
+            ],
             None,
         ),
         "kubectl patch",
@@ -4544,49 +4576,104 @@ async fn gates_answered_by_resume_patch_and_rest() {
     let r = received(&events(&c, &ns, "reject-patch"));
     assert_eq!(
         (r["action"].as_str(), r["decidedBy"].as_str()),
-        (Some("reject"), Some("unattributed (spec.answers written directly)"))
+        (
+            Some("reject"),
+            Some("unattributed (spec.answers written directly)")
+        )
     );
 
     // 3. REST with the spec's bodies.
     ok(apply(&c, &ns, &rest_role("team")), "team Role");
     let token = sa_token(&c, &ns, "team");
     let base = format!("http://127.0.0.1:{}", operator_port());
-    ok(apply(&c, &ns, &fixture_run("accept-rest", "conformance-approval")), "run");
+    ok(
+        apply(&c, &ns, &fixture_run("accept-rest", "conformance-approval")),
+        "run",
+    );
     let st = wait_run(&c, &ns, "accept-rest", "waiting-approval", 120).await;
     let run_id = st["runId"].as_str().unwrap().to_owned();
-    let url = |node: &str| format!("{base}/v1/runs/{run_id}/interrupts/{node}");
-    let (code, body) = http_json("POST", &url("gate"), Some(&token), Some(&json!({"resumeValue": {"action": "maybe"}})));
-    assert_eq!((code, body["error"].as_str()), (400, Some("validation_error")), "{body}");
-    let (code, body) = http_json("POST", &url("no-such-node"), Some(&token), Some(&json!({"resumeValue": {"action": "accept"}})));
-    assert_eq!((code, body["error"].as_str()), (404, Some("interrupt_not_found")), "{body}");
-    let (code, body) = http_json("POST", &url("gate"), Some(&token), Some(&json!({"resumeValue": {"action": "accept"}})));
+    let resolve = |run_id: &str, node: &str, resume: Value| {
+        let url = format!("{base}/v1/runs/{run_id}/interrupts/{node}");
+        http_json(
+            "POST",
+            &url,
+            Some(&token),
+            Some(&json!({"resumeValue": resume})),
+        )
+    };
+    let (code, body) = resolve(&run_id, "gate", json!({"action": "maybe"}));
+    assert_eq!(
+        (code, body["error"].as_str()),
+        (400, Some("validation_error")),
+        "{body}"
+    );
+    let (code, body) = resolve(&run_id, "no-such-node", json!({"action": "accept"}));
+    assert_eq!(
+        (code, body["error"].as_str()),
+        (404, Some("interrupt_not_found")),
+        "{body}"
+    );
+    let (code, body) = resolve(&run_id, "gate", json!({"action": "accept"}));
     assert_eq!(code, 200, "{body}");
-    assert_eq!((body["runId"].as_str(), body["nodeId"].as_str()), (Some(run_id.as_str()), Some("gate")));
+    assert_eq!(
+        (body["runId"].as_str(), body["nodeId"].as_str()),
+        (Some(run_id.as_str()), Some("gate"))
+    );
     let snap = rest_terminal(&base, &token, &run_id).await;
     assert_eq!(snap["status"], "completed", "{snap}");
-    let (code, body) = http_json("POST", &url("gate"), Some(&token), Some(&json!({"resumeValue": {"action": "accept"}})));
-    assert_eq!((code, body["error"].as_str()), (409, Some("interrupt_already_resolved")), "{body}");
+    let (code, body) = resolve(&run_id, "gate", json!({"action": "accept"}));
+    assert_eq!(
+        (code, body["error"].as_str()),
+        (409, Some("interrupt_already_resolved")),
+        "{body}"
+    );
     let r = received(&events(&c, &ns, "accept-rest"));
-    assert_eq!(r["decidedBy"], format!("system:serviceaccount:{ns}:team"), "{r}");
+    assert_eq!(
+        r["decidedBy"],
+        format!("system:serviceaccount:{ns}:team"),
+        "{r}"
+    );
 
     // 4. The clarification fixture answered over REST.
-    ok(apply(&c, &ns, &fixture_run("ask-rest", "conformance-clarification")), "run");
+    ok(
+        apply(
+            &c,
+            &ns,
+            &fixture_run("ask-rest", "conformance-clarification"),
+        ),
+        "run",
+    );
     let st = wait_run(&c, &ns, "ask-rest", "waiting-input", 120).await;
     assert_eq!(st["currentNode"], "ask");
     let run_id = st["runId"].as_str().unwrap().to_owned();
-    let ask = format!("{base}/v1/runs/{run_id}/interrupts/ask");
-    let (code, body) = http_json("POST", &ask, Some(&token), Some(&json!({"resumeValue": {"answers": {}}})));
-    assert_eq!((code, body["details"]["missing"].clone()), (400, json!(["q1"])), "{body}");
-    let (code, body) = http_json("POST", &ask, Some(&token), Some(&json!({"resumeValue": {"answers": {"q1": "blue"}}})));
+    let (code, body) = resolve(&run_id, "ask", json!({"answers": {}}));
+    assert_eq!(
+        (code, body["details"]["missing"].clone()),
+        (400, json!(["q1"])),
+        "{body}"
+    );
+    let (code, body) = resolve(&run_id, "ask", json!({"answers": {"q1": "blue"}}));
     assert_eq!(code, 200, "{body}");
-    assert_eq!(rest_terminal(&base, &token, &run_id).await["status"], "completed");
+    assert_eq!(
+        rest_terminal(&base, &token, &run_id).await["status"],
+        "completed"
+    );
     let evs = events(&c, &ns, "ask-rest");
-    let resolved = evs.iter().find(|e| e["type"] == "clarification.resolved").unwrap();
+    let resolved = evs
+        .iter()
+        .find(|e| e["type"] == "clarification.resolved")
+        .unwrap();
     assert_eq!(resolved["payload"]["answers"], json!({"q1": "blue"}));
-    assert_eq!(resolved["payload"]["answeredBy"], format!("system:serviceaccount:{ns}:team"));
+    assert_eq!(
+        resolved["payload"]["answeredBy"],
+        format!("system:serviceaccount:{ns}:team")
+    );
 
     // 5. core.fail.
-    ok(apply(&c, &ns, &fixture_run("fail", "conformance-failure")), "run");
+    ok(
+        apply(&c, &ns, &fixture_run("fail", "conformance-failure")),
+        "run",
+    );
     let st = wait_run(&c, &ns, "fail", "failed", 120).await;
     assert_eq!(st["error"]["code"], "conformance_test_failure", "{st:#}");
     delete_namespace(&c.client, &ns).await;

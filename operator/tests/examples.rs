@@ -111,7 +111,9 @@ fn chart_conformance_fixtures_are_valid_and_advertised() {
         // only problems allowed; discovery leaves those fixtures out.
         let r = check(&wf);
         assert!(
-            r.errors.iter().all(|p| p.code == ProblemCode::UnknownTypeId),
+            r.errors
+                .iter()
+                .all(|p| p.code == ProblemCode::UnknownTypeId),
             "{id}: {:?}",
             r.errors
         );
@@ -148,21 +150,12 @@ fn chart_conformance_fixtures_are_valid_and_advertised() {
         .chain(own.split(',').map(str::to_owned))
         .collect();
     assert_eq!(advertised, ids);
-    assert_eq!(
-        official,
-        [
-            "conformance-approval",
-            "conformance-cancellable",
-            "conformance-cap-breach",
-            "conformance-clarification",
-            "conformance-delay",
-            "conformance-failure",
-            "conformance-idempotent",
-            "conformance-identity",
-            "conformance-multi-node",
-            "conformance-noop",
-        ]
-    );
+    // The operator embeds exactly the chart's files (discovery reads its copy).
+    let embedded: Vec<&str> = openwop_protocol::seams::fixtures::OFFICIAL
+        .iter()
+        .map(|(id, _)| *id)
+        .collect();
+    assert_eq!(official, embedded);
     assert_eq!(
         own,
         "conformance-agent-reasoning,conformance-agent-low-confidence,conformance-envelope-truncated,conformance-envelope-retry-attempted,conformance-envelope-truncation-cap-exhaustion,conformance-envelope-refusal"

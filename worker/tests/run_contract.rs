@@ -300,7 +300,11 @@ fn every_registered_node_type_executes() {
         } else {
             &completed
         };
-        assert!(want.contains(&id), "{} ({id}): {completed:?} {failed:?}", n.type_id);
+        assert!(
+            want.contains(&id),
+            "{} ({id}): {completed:?} {failed:?}",
+            n.type_id
+        );
     }
     // The failed node is the run's one unhandled failure.
     assert_eq!(

@@ -385,7 +385,10 @@ mod tests {
         run.status.as_mut().unwrap().pending_interrupts[0].actions =
             vec!["accept".into(), "reject".into()];
         let a = build_answer(&run, &args(&["r1", "--action", "reject"])).unwrap();
-        assert_eq!((a.action.as_deref(), a.approved), (Some("reject"), Some(false)));
+        assert_eq!(
+            (a.action.as_deref(), a.approved),
+            (Some("reject"), Some(false))
+        );
         let e = build_answer(&run, &args(&["r1", "--action", "refine"])).unwrap_err();
         assert_eq!(
             e.to_string(),

@@ -272,7 +272,10 @@ pub fn describe_text(run: &Run, now: Timestamp) -> String {
                     .iter()
                     .map(|q| format!("\"{}\": ...", q.id))
                     .collect();
-                format!(r#"{{"resumeValue": {{"answers": {{{}}}}}}}"#, ids.join(", "))
+                format!(
+                    r#"{{"resumeValue": {{"answers": {{{}}}}}}}"#,
+                    ids.join(", ")
+                )
             };
             let _ = writeln!(
                 o,

@@ -220,7 +220,11 @@ mod tests {
         let a = build_answer(&p, req(json!({"action": "accept"}), Some("untrusted"))).unwrap();
         assert_eq!(a.content_trust.as_deref(), Some("untrusted"));
         // The suite's `{action: "maybe"}`: 400 naming the actions the gate offers.
-        for v in [json!({"action": "maybe"}), json!(true), json!({"region": "eu"})] {
+        for v in [
+            json!({"action": "maybe"}),
+            json!(true),
+            json!({"region": "eu"}),
+        ] {
             let e = build_answer(&p, req(v.clone(), None)).unwrap_err();
             assert_eq!(e.status, StatusCode::BAD_REQUEST, "{v}");
             assert_eq!(e.body.error, "validation_error");
@@ -244,8 +248,11 @@ mod tests {
         .unwrap();
         assert_eq!(a.value, Some(json!({"region": "eu", "tier": "gold"})));
         assert_eq!(a.interrupt_id, "i1");
-        let e = build_answer(&p, req(json!({"answers": {"region": "eu", "zone": 1}}), None))
-            .unwrap_err();
+        let e = build_answer(
+            &p,
+            req(json!({"answers": {"region": "eu", "zone": 1}}), None),
+        )
+        .unwrap_err();
         assert_eq!(e.body.details.as_ref().unwrap()["missing"], json!(["tier"]));
         assert_eq!(e.body.details.as_ref().unwrap()["unknown"], json!(["zone"]));
         let e = build_answer(&p, req(json!({"region": "eu"}), None)).unwrap_err();

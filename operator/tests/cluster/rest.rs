@@ -895,11 +895,20 @@ async fn rest_interrupt_resolution_speaks_the_spec_and_records_who_answered() {
     let subject = f.subject(&approve);
     let ev = |seq, ty, payload| event(&approve, seq, ty, payload);
     publish(&f.js, &subject, ev(0, "run.started", json!({}))).await;
-    publish(&f.js, &subject, ev(1, "node.started", json!({"nodeId": "gate"}))).await;
     publish(
         &f.js,
         &subject,
-        ev(2, "node.suspended", json!({"nodeId": "gate", "interruptId": "int-a", "kind": "approval"})),
+        ev(1, "node.started", json!({"nodeId": "gate"})),
+    )
+    .await;
+    publish(
+        &f.js,
+        &subject,
+        ev(
+            2,
+            "node.suspended",
+            json!({"nodeId": "gate", "interruptId": "int-a", "kind": "approval"}),
+        ),
     )
     .await;
     publish(
@@ -912,7 +921,10 @@ async fn rest_interrupt_resolution_speaks_the_spec_and_records_who_answered() {
     let st = wait_for(30, "waiting-approval with the gate's actions", || async {
         let st = status_of("approve").await?;
         (st.phase == Some(openwop_crds::RunPhase::WaitingApproval)
-            && st.pending_interrupts.first().is_some_and(|p| !p.actions.is_empty()))
+            && st
+                .pending_interrupts
+                .first()
+                .is_some_and(|p| !p.actions.is_empty()))
         .then_some(st)
     })
     .await;
@@ -920,23 +932,39 @@ async fn rest_interrupt_resolution_speaks_the_spec_and_records_who_answered() {
     assert_eq!(st.pending_interrupts[0].title.as_deref(), Some("Ship?"));
 
     // {action: "maybe"} → 400 naming the allowed actions; an unknown node → 404.
-    let r = post(&approve, "gate", json!({"resumeValue": {"action": "maybe"}}))
-        .await
-        .unwrap();
+    let r = post(
+        &approve,
+        "gate",
+        json!({"resumeValue": {"action": "maybe"}}),
+    )
+    .await
+    .unwrap();
     assert_eq!(r.status(), StatusCode::BAD_REQUEST);
     let (code, body) = spec_error(r).await;
     assert_eq!(code, "validation_error", "{body}");
-    assert_eq!(body["details"]["allowed"], json!(["accept", "reject"]), "{body}");
-    let r = post(&approve, "no-such-node", json!({"resumeValue": {"action": "accept"}}))
-        .await
-        .unwrap();
+    assert_eq!(
+        body["details"]["allowed"],
+        json!(["accept", "reject"]),
+        "{body}"
+    );
+    let r = post(
+        &approve,
+        "no-such-node",
+        json!({"resumeValue": {"action": "accept"}}),
+    )
+    .await
+    .unwrap();
     assert_eq!(r.status(), StatusCode::NOT_FOUND);
     assert_eq!(spec_error(r).await.0, "interrupt_not_found");
 
     // Accept → 200 {runId, nodeId, status}; the answer names the caller and the time.
-    let r = post(&approve, "gate", json!({"resumeValue": {"action": "accept"}, "comment": "ship it"}))
-        .await
-        .unwrap();
+    let r = post(
+        &approve,
+        "gate",
+        json!({"resumeValue": {"action": "accept"}, "comment": "ship it"}),
+    )
+    .await
+    .unwrap();
     assert_eq!(r.status(), StatusCode::OK);
     let body: Value = r.json().await.unwrap();
     assert_eq!(
@@ -953,19 +981,37 @@ async fn rest_interrupt_resolution_speaks_the_spec_and_records_who_answered() {
         answers[0]["answeredBy"],
         format!("system:serviceaccount:{}:team", f.ns.name)
     );
-    assert!(answers[0]["answeredAt"].as_str().is_some_and(|t| t.ends_with('Z')), "{answers}");
+    assert!(
+        answers[0]["answeredAt"]
+            .as_str()
+            .is_some_and(|t| t.ends_with('Z')),
+        "{answers}"
+    );
     // Answered already: 409, before and after the worker resolves it.
-    let r = post(&approve, "gate", json!({"resumeValue": {"action": "reject"}}))
-        .await
-        .unwrap();
+    let r = post(
+        &approve,
+        "gate",
+        json!({"resumeValue": {"action": "reject"}}),
+    )
+    .await
+    .unwrap();
     assert_eq!(r.status(), StatusCode::CONFLICT);
     assert_eq!(spec_error(r).await.0, "interrupt_already_resolved");
-    publish(&f.js, &subject, ev(4, "run.resumed", json!({"interruptId": "int-a"}))).await;
     publish(
         &f.js,
         &subject,
-        ev(5, "approval.received", json!({"nodeId": "gate", "interruptId": "int-a", "action": "accept",
-            "decidedBy": format!("system:serviceaccount:{}:team", f.ns.name)})),
+        ev(4, "run.resumed", json!({"interruptId": "int-a"})),
+    )
+    .await;
+    publish(
+        &f.js,
+        &subject,
+        ev(
+            5,
+            "approval.received",
+            json!({"nodeId": "gate", "interruptId": "int-a", "action": "accept",
+            "decidedBy": format!("system:serviceaccount:{}:team", f.ns.name)}),
+        ),
     )
     .await;
     wait_for(30, "running once approval.received is recorded", || async {
@@ -974,9 +1020,13 @@ async fn rest_interrupt_resolution_speaks_the_spec_and_records_who_answered() {
             .then_some(())
     })
     .await;
-    let r = post(&approve, "gate", json!({"resumeValue": {"action": "accept"}}))
-        .await
-        .unwrap();
+    let r = post(
+        &approve,
+        "gate",
+        json!({"resumeValue": {"action": "accept"}}),
+    )
+    .await
+    .unwrap();
     assert_eq!(r.status(), StatusCode::CONFLICT);
     assert_eq!(spec_error(r).await.0, "interrupt_already_resolved");
 
@@ -988,31 +1038,48 @@ async fn rest_interrupt_resolution_speaks_the_spec_and_records_who_answered() {
     publish(
         &f.js,
         &subject,
-        ev(1, "node.suspended", json!({"nodeId": "ask", "interruptId": "int-q", "kind": "clarification"})),
+        ev(
+            1,
+            "node.suspended",
+            json!({"nodeId": "ask", "interruptId": "int-q", "kind": "clarification"}),
+        ),
     )
     .await;
     publish(
         &f.js,
         &subject,
-        ev(2, "clarification.requested", json!({"nodeId": "ask", "interruptId": "int-q",
-            "questions": [{"id": "q1", "question": "What is your favorite color?"}]})),
+        ev(
+            2,
+            "clarification.requested",
+            json!({"nodeId": "ask", "interruptId": "int-q",
+            "questions": [{"id": "q1", "question": "What is your favorite color?"}]}),
+        ),
     )
     .await;
     wait_for(30, "waiting-input with q1", || async {
         let st = status_of("ask").await?;
         (st.phase == Some(openwop_crds::RunPhase::WaitingInput)
-            && st.pending_interrupts.first().is_some_and(|p| p.questions.len() == 1))
+            && st
+                .pending_interrupts
+                .first()
+                .is_some_and(|p| p.questions.len() == 1))
         .then_some(())
     })
     .await;
     for bad in [json!({"q1": "blue"}), json!({"answers": {"q2": "blue"}})] {
-        let r = post(&ask, "ask", json!({"resumeValue": bad})).await.unwrap();
+        let r = post(&ask, "ask", json!({"resumeValue": bad}))
+            .await
+            .unwrap();
         assert_eq!(r.status(), StatusCode::BAD_REQUEST, "{bad}");
         assert_eq!(spec_error(r).await.0, "validation_error");
     }
-    let r = post(&ask, "ask", json!({"resumeValue": {"answers": [{"id": "q1", "answer": "blue"}]}}))
-        .await
-        .unwrap();
+    let r = post(
+        &ask,
+        "ask",
+        json!({"resumeValue": {"answers": [{"id": "q1", "answer": "blue"}]}}),
+    )
+    .await
+    .unwrap();
     assert_eq!(r.status(), StatusCode::OK);
     let answers = serde_json::to_value(runs.get("ask").await.unwrap().spec.answers).unwrap();
     assert_eq!(answers[0]["value"], json!({"q1": "blue"}));

@@ -116,7 +116,12 @@ fn approval_spec(node_id: &str, data: &Value) -> ApprovalSpec {
     let actions: Vec<String> = data
         .get("actions")
         .and_then(Value::as_array)
-        .map(|a| a.iter().filter_map(Value::as_str).map(str::to_owned).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect()
+        })
         .filter(|a: &Vec<String>| !a.is_empty())
         .unwrap_or_else(|| DEFAULT_APPROVAL_ACTIONS.map(str::to_owned).to_vec());
     ApprovalSpec {
@@ -284,10 +289,7 @@ impl Gate {
                 (None, Some(resolved), json!({"answers": answers}), outcome)
             }
             _ => {
-                let value = answer
-                    .value
-                    .clone()
-                    .unwrap_or(Value::Object(Map::new()));
+                let value = answer.value.clone().unwrap_or(Value::Object(Map::new()));
                 let outcome = Ok(json!({"resumeValue": value, "answeredBy": answer.principal()}));
                 (None, None, value, outcome)
             }
@@ -468,10 +470,17 @@ mod tests {
         );
         // A hand-written `approved: false` (kubectl patch) rejects, unattributed.
         let r = g
-            .resolve("gate", "i1", &answer(json!({"interruptId": "i1", "approved": false})))
+            .resolve(
+                "gate",
+                "i1",
+                &answer(json!({"interruptId": "i1", "approved": false})),
+            )
             .unwrap();
         let e = r.outcome.unwrap_err();
-        assert_eq!((e.code.as_str(), e.retryable), (APPROVAL_REJECTED, Some(false)));
+        assert_eq!(
+            (e.code.as_str(), e.retryable),
+            (APPROVAL_REJECTED, Some(false))
+        );
         assert!(e.message.contains("unattributed"), "{}", e.message);
         assert_eq!(r.approval.unwrap().action, "reject");
     }
@@ -497,7 +506,9 @@ mod tests {
             g.resolve(
                 "gate",
                 "i1",
-                &answer(json!({"interruptId": "i1", "action": "reject", "contentTrust": "untrusted"}))
+                &answer(
+                    json!({"interruptId": "i1", "action": "reject", "contentTrust": "untrusted"})
+                )
             )
             .is_ok()
         );
@@ -533,8 +544,12 @@ mod tests {
             json!({"answers": {"q1": "blue"}, "answeredBy": "bob"})
         );
         assert_eq!(
-            g.resolve("ask", "i2", &answer(json!({"interruptId": "i2", "value": {}})))
-                .unwrap_err(),
+            g.resolve(
+                "ask",
+                "i2",
+                &answer(json!({"interruptId": "i2", "value": {}}))
+            )
+            .unwrap_err(),
             Refusal::Answers(vec!["q1".into()])
         );
     }
@@ -547,9 +562,16 @@ mod tests {
             &json!({"kind": "custom", "key": "order-42", "data": {"customKind": "payment", "payload": {"amount": 3}}}),
         )
         .unwrap();
-        assert_eq!((g.kind, g.key.as_str()), (InterruptKind::Custom, "order-42"));
+        assert_eq!(
+            (g.kind, g.key.as_str()),
+            (InterruptKind::Custom, "order-42")
+        );
         let r = g
-            .resolve("i", "i3", &answer(json!({"interruptId": "i3", "value": {"paid": true}})))
+            .resolve(
+                "i",
+                "i3",
+                &answer(json!({"interruptId": "i3", "value": {"paid": true}})),
+            )
             .unwrap();
         assert_eq!(
             r.outcome.unwrap(),
@@ -566,13 +588,21 @@ mod tests {
             ["accept", "reject", "refine"].map(String::from)
         );
         assert_eq!(
-            Gate::of("i", INTERRUPT_TYPE_ID, &json!({"kind": "clarification", "data": {}})),
+            Gate::of(
+                "i",
+                INTERRUPT_TYPE_ID,
+                &json!({"kind": "clarification", "data": {}})
+            ),
             Err(GateError::NoQuestions {
                 at: ".data.questions"
             })
         );
         assert_eq!(
-            Gate::of("i", INTERRUPT_TYPE_ID, &json!({"kind": "external-event", "data": {}})),
+            Gate::of(
+                "i",
+                INTERRUPT_TYPE_ID,
+                &json!({"kind": "external-event", "data": {}})
+            ),
             Err(GateError::Kind("external-event".into()))
         );
         assert_eq!(

@@ -39,7 +39,8 @@ pub enum ConfigCheck {
 
 /// The config schemas of the gate and basic node types (`$defs`: noop, fail, approval,
 /// clarification, custom, interrupt).
-pub const GATES_CONFIG_SCHEMA: &str = include_str!("../../../schemas/nodes/gates.config.schema.json");
+pub const GATES_CONFIG_SCHEMA: &str =
+    include_str!("../../../schemas/nodes/gates.config.schema.json");
 
 const fn gates(def: &'static str) -> ConfigCheck {
     ConfigCheck::SchemaDef {
@@ -239,29 +240,74 @@ mod tests {
         for (type_id, config) in [
             ("core.noop", json!({})),
             ("core.start", json!({})),
-            ("core.fail", json!({"code": "boom", "message": "m", "details": {"a": 1}})),
-            ("core.approvalGate", json!({"title": "t", "description": "d", "actions": ["accept", "reject"]})),
+            (
+                "core.fail",
+                json!({"code": "boom", "message": "m", "details": {"a": 1}}),
+            ),
+            (
+                "core.approvalGate",
+                json!({"title": "t", "description": "d", "actions": ["accept", "reject"]}),
+            ),
             ("core.approvalGate", json!({})),
-            ("core.clarificationGate", json!({"questions": [{"id": "q1", "question": "?"}]})),
-            ("core.interrupt", json!({"kind": "custom", "data": {"customKind": "payment"}})),
-            ("core.interrupt", json!({"kind": "approval", "data": {"actions": ["accept"]}})),
+            (
+                "core.clarificationGate",
+                json!({"questions": [{"id": "q1", "question": "?"}]}),
+            ),
+            (
+                "core.interrupt",
+                json!({"kind": "custom", "data": {"customKind": "payment"}}),
+            ),
+            (
+                "core.interrupt",
+                json!({"kind": "approval", "data": {"actions": ["accept"]}}),
+            ),
         ] {
-            assert_eq!(problems(type_id, config.clone()), Vec::<String>::new(), "{type_id} {config}");
+            assert_eq!(
+                problems(type_id, config.clone()),
+                Vec::<String>::new(),
+                "{type_id} {config}"
+            );
         }
         for (type_id, config, at) in [
             ("core.noop", json!({"x": 1}), "/nodes/0/config"),
             ("core.fail", json!({"code": ""}), "/nodes/0/config/code"),
-            ("core.approvalGate", json!({"actions": ["approve"]}), "/nodes/0/config/actions/0"),
-            ("core.approvalGate", json!({"actions": ["accept", "accept"]}), "/nodes/0/config/actions"),
-            ("core.approvalGate", json!({"requiredApprovals": 3}), "/nodes/0/config/requiredApprovals"),
-            ("core.clarificationGate", json!({"questions": []}), "/nodes/0/config/questions"),
+            (
+                "core.approvalGate",
+                json!({"actions": ["approve"]}),
+                "/nodes/0/config/actions/0",
+            ),
+            (
+                "core.approvalGate",
+                json!({"actions": ["accept", "accept"]}),
+                "/nodes/0/config/actions",
+            ),
+            (
+                "core.approvalGate",
+                json!({"requiredApprovals": 3}),
+                "/nodes/0/config/requiredApprovals",
+            ),
+            (
+                "core.clarificationGate",
+                json!({"questions": []}),
+                "/nodes/0/config/questions",
+            ),
             ("core.clarificationGate", json!({}), "/nodes/0/config"),
-            ("core.interrupt", json!({"kind": "external-event", "data": {}}), "/nodes/0/config/kind"),
-            ("core.interrupt", json!({"kind": "clarification", "data": {"questions": [{"id": "q"}]}}), "/nodes/0/config/data/questions/0"),
+            (
+                "core.interrupt",
+                json!({"kind": "external-event", "data": {}}),
+                "/nodes/0/config/kind",
+            ),
+            (
+                "core.interrupt",
+                json!({"kind": "clarification", "data": {"questions": [{"id": "q"}]}}),
+                "/nodes/0/config/data/questions/0",
+            ),
         ] {
             let p = problems(type_id, config.clone());
             assert!(
-                p.iter().any(|m| m.starts_with("node \"n\" (") && m.contains(at) && m.contains(type_id)),
+                p.iter().any(|m| m.starts_with("node \"n\" (")
+                    && m.contains(at)
+                    && m.contains(type_id)),
                 "{type_id} {config}: {p:?}"
             );
         }

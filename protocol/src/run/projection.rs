@@ -205,7 +205,9 @@ impl Projection {
             }
             // `approval.granted` resolved CP-1 approvals in logs written before
             // `approval.received` (it is RFC 0051's governance event now).
-            "interrupt.resolved" | "clarification.resolved" | "approval.received"
+            "interrupt.resolved"
+            | "clarification.resolved"
+            | "approval.received"
             | "approval.granted" => {
                 self.resolve(s(payload, "interruptId"), node);
                 self.phase = Some(RunPhase::Running);

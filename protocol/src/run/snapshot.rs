@@ -145,7 +145,10 @@ pub enum AnswerError {
     NotADecision { allowed: Vec<String> },
     /// An action the approval does not offer.
     #[error("action {action:?} is not offered by this approval; use one of {}", allowed.join(", "))]
-    ActionNotOffered { action: String, allowed: Vec<String> },
+    ActionNotOffered {
+        action: String,
+        allowed: Vec<String>,
+    },
     /// An action that needs data the reply lacks (`refine` → `refineFeedback {scope}`,
     /// `edit-accept` → `editedArtifactData`).
     #[error("action {action:?} needs resumeValue.{field}")]
@@ -206,7 +209,9 @@ impl Answer {
         };
         let mut comment = comment;
         let resolved = match reply {
-            Reply::Decision(b) => Resolved::Action(if b { "accept" } else { "reject" }.into(), None),
+            Reply::Decision(b) => {
+                Resolved::Action(if b { "accept" } else { "reject" }.into(), None)
+            }
             Reply::Action(a) => Resolved::Action(a, None),
             Reply::Answers(m) => Resolved::Answers(m),
             Reply::ResumeValue(v) => {
@@ -214,7 +219,9 @@ impl Answer {
                     || pending.is_some_and(|p| p.kind == "clarification");
                 match (approval, v) {
                     (Some(true), v) => approval_of(v, allowed(), &mut comment)?,
-                    (None, Value::Object(o)) if o.contains_key("action") || o.contains_key("decision") => {
+                    (None, Value::Object(o))
+                        if o.contains_key("action") || o.contains_key("decision") =>
+                    {
                         approval_of(Value::Object(o), allowed(), &mut comment)?
                     }
                     (_, Value::Object(mut o)) if questions || o.contains_key("answers") => {
@@ -340,7 +347,10 @@ fn approval_of(
         .iter()
         .filter_map(|k| o.remove(*k).map(|v| ((*k).to_owned(), v)))
         .collect();
-    Ok(Resolved::Action(action, (!extra.is_empty()).then_some(extra)))
+    Ok(Resolved::Action(
+        action,
+        (!extra.is_empty()).then_some(extra),
+    ))
 }
 
 /// Clarification answers from `{id: answer}` or `[{id, answer}]`, as an object keyed by id.
@@ -646,14 +656,24 @@ mod tests {
         ] {
             let a = answer(Some(&p), Reply::ResumeValue(v.clone())).unwrap();
             assert_eq!(
-                (a.action.as_deref(), a.approved, a.value.clone(), a.node_id.as_deref()),
+                (
+                    a.action.as_deref(),
+                    a.approved,
+                    a.value.clone(),
+                    a.node_id.as_deref()
+                ),
                 (Some(action), approved, None, Some("n")),
                 "{v}"
             );
             assert_eq!(a.approval_action(), Some(action));
         }
         // Not spelled as the spec does, or not an action the gate offers: named.
-        for v in [json!(true), json!("approve"), json!({"approved": true}), json!({"region": "eu"})] {
+        for v in [
+            json!(true),
+            json!("approve"),
+            json!({"approved": true}),
+            json!({"region": "eu"}),
+        ] {
             let e = answer(Some(&p), Reply::ResumeValue(v.clone())).unwrap_err();
             assert_eq!(
                 e,
@@ -701,7 +721,10 @@ mod tests {
         );
         for (v, field) in [
             (json!({"action": "refine"}), "refineFeedback"),
-            (json!({"action": "refine", "refineFeedback": {}}), "refineFeedback.scope"),
+            (
+                json!({"action": "refine", "refineFeedback": {}}),
+                "refineFeedback.scope",
+            ),
             (json!({"action": "edit-accept"}), "editedArtifactData"),
         ] {
             let e = answer(Some(&p), Reply::ResumeValue(v)).unwrap_err();
@@ -731,7 +754,10 @@ mod tests {
                 Some(json!({"region": "eu", "tier": "gold"})),
                 "{v}"
             );
-            assert_eq!((a.interrupt_id.as_str(), a.approved, a.action), ("i1", None, None));
+            assert_eq!(
+                (a.interrupt_id.as_str(), a.approved, a.action),
+                ("i1", None, None)
+            );
         }
         // The bare object is not the spec's body.
         for v in [
@@ -830,7 +856,11 @@ mod tests {
         );
         assert_eq!(a.principal(), "alice");
         // Written to spec.answers by hand (kubectl patch): no principal, and the old shape reads.
-        let b: Answer = serde_json::from_value(json!({"interruptId": "i1", "approved": false})).unwrap();
-        assert_eq!((b.principal(), b.approval_action()), (UNATTRIBUTED, Some("reject")));
+        let b: Answer =
+            serde_json::from_value(json!({"interruptId": "i1", "approved": false})).unwrap();
+        assert_eq!(
+            (b.principal(), b.approval_action()),
+            (UNATTRIBUTED, Some("reject"))
+        );
     }
 }

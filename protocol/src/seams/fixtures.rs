@@ -63,7 +63,9 @@ pub fn runnable(ids: &[String], registered: impl Fn(&str) -> bool) -> Vec<String
 mod tests {
     use super::*;
     use crate::workflow::WorkflowDefinition;
-    use crate::workflow_check::{CheckOptions, NodeRegistry, ProblemCode, Tier1Posture, check_workflow};
+    use crate::workflow_check::{
+        CheckOptions, NodeRegistry, ProblemCode, Tier1Posture, check_workflow,
+    };
 
     /// Every fixture decodes into the workflow definition and back unchanged (it is served
     /// verbatim) and passes the Workflow check, except for node types this build does not
@@ -120,7 +122,10 @@ mod tests {
 
     #[test]
     fn runnable_keeps_the_hosts_own_fixtures_and_drops_unregistered_types() {
-        let ids = vec!["conformance-delay".to_owned(), "conformance-agent-reasoning".to_owned()];
+        let ids = vec![
+            "conformance-delay".to_owned(),
+            "conformance-agent-reasoning".to_owned(),
+        ];
         assert_eq!(runnable(&ids, |_| true), ids);
         assert_eq!(
             runnable(&ids, |t| t != "core.delay"),

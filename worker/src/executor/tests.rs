@@ -546,7 +546,10 @@ fn the_failure_fixture_fails_once_with_the_conformance_error() {
     };
     assert_eq!(
         (e.code.as_str(), e.message.as_str()),
-        ("conformance_test_failure", "Intentional conformance failure")
+        (
+            "conformance_test_failure",
+            "Intentional conformance failure"
+        )
     );
     assert_eq!(
         types_of(&o.events),
@@ -561,7 +564,12 @@ fn noop_fixtures_complete_in_order() {
     assert_eq!(o.end, RunEnd::Completed);
     assert_eq!(
         types_of(&o.events),
-        ["run.started", "node.started", "node.completed", "run.completed"]
+        [
+            "run.started",
+            "node.started",
+            "node.completed",
+            "run.completed"
+        ]
     );
     assert_eq!(o.events[2].payload["outputs"], json!({}));
     let o = run(&fixture("multi-node"), &json!({}), json!([]), vec![]);

@@ -27,7 +27,8 @@ impl<P: Publisher> Executor<'_, P> {
         let key = |suffix: &str| gate::step(id, attempt, suffix);
         // Recorded once: a replay publishes the same ids and payloads, which the log drops
         // (so a replay reuses the recorded request time; a new one would be a divergence).
-        let requested_id = openwop_protocol::events::event_id_for(self.run_id(), &key("/requested"));
+        let requested_id =
+            openwop_protocol::events::event_id_for(self.run_id(), &key("/requested"));
         let requested_at = self
             .writer
             .lock()
@@ -39,8 +40,10 @@ impl<P: Publisher> Executor<'_, P> {
             .and_then(|e| e.payload.get("requestedAt")?.as_str().map(str::to_owned))
             .unwrap_or_else(now_rfc3339);
         let w = g.wait(id, &interrupt_id, &requested_at);
-        self.emit(&key("/suspended"), Some(id), &w.suspended).await?;
-        self.emit(&key("/requested"), Some(id), &w.requested).await?;
+        self.emit(&key("/suspended"), Some(id), &w.suspended)
+            .await?;
+        self.emit(&key("/requested"), Some(id), &w.requested)
+            .await?;
         if let Some(a) = &w.approval {
             self.emit(&key("/approval.requested"), Some(id), a).await?;
         }
