@@ -9,7 +9,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use openwop_crds::{Run, RunSpec, WorkflowRef};
-use serde_json::json;
+use serde_json::{Value, json};
 
 async fn ensure_crds(client: &Client) {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
@@ -157,7 +157,7 @@ async fn runs_describe_and_resume_on_a_real_apiserver() {
         d.contains("Kind:      approval") && d.contains("Confidence: 0.4 (threshold 0.7)"),
         "{d}"
     );
-    assert!(d.contains("--approve"), "{d}");
+    assert!(d.contains("--action accept"), "{d}");
 
     // Answer the clarification: spec.answers gets exactly one entry.
     let o = cli(
@@ -165,11 +165,21 @@ async fn runs_describe_and_resume_on_a_real_apiserver() {
         &["resume", "ask", "-n", &ns, "--answer", "region=eu-west-1"],
     );
     assert!(o.status.success(), "{}", err(&o));
-    assert!(out(&o).contains("answered (interrupt i1)"));
-    let run = api.get("ask").await.unwrap();
+    assert!(out(&o).contains("answered by "), "{}", out(&o));
+    // Who answered: the kubeconfig user as the API server authenticated it (SelfSubjectReview),
+    // and when; the rest of the answer as built.
+    let attributed = |run: &Run| -> (Value, String) {
+        let mut answers = serde_json::to_value(&run.spec.answers).unwrap();
+        let a = answers[0].as_object_mut().unwrap();
+        let who = a.remove("answeredBy").unwrap().as_str().unwrap().to_owned();
+        assert!(!who.is_empty() && !who.contains("unverified"), "{who}");
+        assert!(a.remove("answeredAt").is_some());
+        (answers, who)
+    };
+    let (answers, _) = attributed(&api.get("ask").await.unwrap());
     assert_eq!(
-        serde_json::to_value(&run.spec.answers).unwrap(),
-        json!([{"interruptId": "i1", "value": {"region": "eu-west-1"}}])
+        answers,
+        json!([{"interruptId": "i1", "value": {"region": "eu-west-1"}, "nodeId": "ask-node"}])
     );
     let o = cli(kc, &["resume", "ask", "-n", &ns, "--answer", "region=us"]);
     assert_eq!(o.status.code(), Some(1));
@@ -189,14 +199,17 @@ async fn runs_describe_and_resume_on_a_real_apiserver() {
         ],
     );
     assert!(o.status.success(), "{}", err(&o));
-    let run = api.get("gate").await.unwrap();
+    let (answers, who) = attributed(&api.get("gate").await.unwrap());
     assert_eq!(
-        serde_json::to_value(&run.spec.answers).unwrap(),
-        json!([{"interruptId": "i7", "approved": false, "comment": "needs a human"}])
+        answers,
+        json!([{"interruptId": "i7", "approved": false, "action": "reject", "comment": "needs a human", "nodeId": "decide"}])
     );
     let o = cli(kc, &["describe", "gate", "-n", &ns]);
     assert!(
-        out(&o).contains("i7: rejected (needs a human) [not yet consumed]"),
+        out(&o).contains(&format!(
+            "i7 at decide: rejected by {}",
+            who.as_str().unwrap()
+        )) && out(&o).contains("(needs a human) [not yet consumed]"),
         "{}",
         out(&o)
     );

@@ -104,10 +104,11 @@ appr = client.runs_create(CreateRunRequest(workflowId="conformance-mock-agent", 
 created.append(appr.runId)
 snap = wait_status(appr.runId, "waiting-approval")
 check(snap.currentNodeId == "agent", f"suspended at the agent: {snap}")
-r = client.interrupts_resolve_by_run(appr.runId, "agent", ResolveInterruptRequest(resumeValue={"approved": True}))
+r = client.interrupts_resolve_by_run(appr.runId, "agent", ResolveInterruptRequest(resumeValue={"action": "accept"}))
 check(r.runId == appr.runId and r.nodeId == "agent", f"resolve: {r}")
 wait_status(appr.runId, "completed")
-check("approval.granted" in [e.type for e in events_of(appr.runId)], "approval.granted recorded")
+received = [e for e in events_of(appr.runId) if e.type == "approval.received"]
+check(received and received[0].payload["action"] == "accept" and received[0].payload["decidedBy"], f"approval.received with decidedBy: {received}")
 
 # Cancel a waiting run.
 c = client.runs_create(CreateRunRequest(workflowId="conformance-mock-agent"))
@@ -122,7 +123,7 @@ cid = os.environ["CLARIFY_RUN_ID"]
 snap = wait_status(cid, "waiting-input")
 pending = [e for e in client.runs_poll_events(cid, last_sequence=None, timeout_seconds=1).events if e.type == "clarification.requested"]
 check(pending and pending[-1].payload["questions"][0]["id"] == "region", f"question: {pending}")
-client.interrupts_resolve_by_run(cid, snap.currentNodeId, ResolveInterruptRequest(resumeValue={"region": "eu"}))
+client.interrupts_resolve_by_run(cid, snap.currentNodeId, ResolveInterruptRequest(resumeValue={"answers": {"region": "eu"}}))
 wait_status(cid, "completed")
 
 # Auth: no token → 401; a ServiceAccount without RBAC → 403 on create, 404 on a run;

@@ -511,12 +511,24 @@ async fn mock_agent_low_confidence_waits_for_approval_and_gate_applies_elsewhere
     let after = types(&evs[before..]);
     for t in [
         "run.resumed",
-        "approval.granted",
+        "approval.received",
         "interrupt.resolved",
         "node.resumed",
     ] {
         assert!(after.contains(&t.to_string()), "{t} missing in {after:?}");
     }
+    // Who decided: the kubeconfig user as the API server authenticates it.
+    let received = evs
+        .iter()
+        .find(|e| e["type"] == "approval.received")
+        .unwrap();
+    assert_eq!(received["payload"]["action"], "accept");
+    assert!(
+        received["payload"]["decidedBy"]
+            .as_str()
+            .is_some_and(|b| !b.is_empty() && !b.contains("unattributed")),
+        "{received}"
+    );
     assert_eq!(after.last().unwrap(), "run.completed");
     // Nothing before the suspension is repeated by the resumed worker.
     assert_eq!(
@@ -4564,6 +4576,94 @@ spec:
             "apiVersion: openwop.dev/v1alpha1\nkind: Run\nmetadata: {{name: {name}}}\nspec:\n  workflowRef: {{name: {wf}}}\n"
         )
     };
+/// The official gate fixtures (charts/openwop/fixtures, verbatim) as Workflows in `ns`.
+fn apply_fixture(c: &Cluster, ns: &str, id: &str) {
+    let spec: Value = serde_json::from_str(
+        &std::fs::read_to_string(repo().join(format!("charts/openwop/fixtures/{id}.json")))
+            .unwrap(),
+    )
+    .unwrap();
+    let wf = json!({"apiVersion": "openwop.dev/v1alpha1", "kind": "Workflow",
+        "metadata": {"name": id}, "spec": spec});
+    ok(apply(c, ns, &wf.to_string()), "apply fixture");
+}
+
+fn fixture_run(name: &str, workflow: &str) -> String {
+    json!({"apiVersion": "openwop.dev/v1alpha1", "kind": "Run", "metadata": {"name": name},
+        "spec": {"workflowRef": {"name": workflow}, "timeoutSeconds": 300}})
+    .to_string()
+}
+
+/// The approval and clarification gates end to end with real workers: the official fixtures
+/// wait holding no pod; an approval is accepted with `kubectl openwop resume --action accept`
+/// (the kubeconfig user recorded as `decidedBy`), rejected with `kubectl patch` (the run fails
+/// with `approval_rejected`, unattributed) and accepted over REST with the spec's body (the
+/// ServiceAccount recorded); the clarification is answered over REST; 400 / 404 / 409 as the
+/// spec says; `core.fail` fails the run with the conformance error.
+#[tokio::test]
+async fn gates_answered_by_resume_patch_and_rest() {
+    let (c, _g) = setup().await;
+    let ns = namespace(&c.client, "j-gates").await;
+    for id in [
+        "conformance-approval",
+        "conformance-clarification",
+        "conformance-failure",
+    ] {
+        apply_fixture(&c, &ns, id);
+        wait_workflow(&c, &ns, id, "True").await;
+    }
+    let received = |evs: &[Value]| -> Value {
+        evs.iter()
+            .find(|e| e["type"] == "approval.received")
+            .map(|e| e["payload"].clone())
+            .unwrap_or(Value::Null)
+    };
+
+    // 1. kubectl openwop resume --action accept.
+    ok(
+        apply(&c, &ns, &fixture_run("accept-cli", "conformance-approval")),
+        "run",
+    );
+    let st = wait_run(&c, &ns, "accept-cli", "waiting-approval", 120).await;
+    assert_eq!(st["currentNode"], "gate", "{st:#}");
+    assert_eq!(
+        st["pendingInterrupts"][0]["actions"],
+        json!(["accept", "reject"])
+    );
+    wait_for(
+        Duration::from_secs(30),
+        "no worker pod while waiting",
+        || {
+            let c = c.clone();
+            let ns = ns.clone();
+            async move { worker_pods(&c, &ns).await.is_empty().then_some(()) }
+        },
+    )
+    .await;
+    let d = cli(&c, &["describe", "accept-cli", "-n", &ns]);
+    let text = String::from_utf8_lossy(&d.stdout).into_owned();
+    assert!(
+        text.contains("Title:     Conformance approval") && text.contains("--action accept"),
+        "{text}"
+    );
+    ok(
+        cli(
+            &c,
+            &["resume", "accept-cli", "-n", &ns, "--action", "accept"],
+        ),
+        "kubectl openwop resume --action accept",
+    );
+    wait_run(&c, &ns, "accept-cli", "completed", 120).await;
+    let evs = events(&c, &ns, "accept-cli");
+    assert_gapless(&evs);
+    let r = received(&evs);
+    assert_eq!(r["action"], "accept", "{r}");
+    let by = r["decidedBy"].as_str().unwrap_or_default().to_owned();
+    assert!(!by.is_empty() && !by.contains("unattributed"), "{r}");
+    let d = cli(&c, &["describe", "accept-cli", "-n", &ns]);
+    assert!(String::from_utf8_lossy(&d.stdout).contains(&format!("approved by {by}")));
+
+    // 2. kubectl patch approved: false → the gate fails with approval_rejected.
     ok(
         apply(
             &c,
@@ -4627,5 +4727,134 @@ spec:
             .iter()
             .any(|t| t == "core.openwop.http.fetch")
     );
+            &fixture_run("reject-patch", "conformance-approval"),
+        ),
+        "run",
+    );
+    let st = wait_run(&c, &ns, "reject-patch", "waiting-approval", 120).await;
+    let id = st["pendingInterrupts"][0]["interruptId"].clone();
+    let patch = json!({"spec": {"answers": [{"interruptId": id, "approved": false}]}});
+    ok(
+        kubectl(
+            &c,
+            &[
+                "patch",
+                "run",
+                "reject-patch",
+                "-n",
+                &ns,
+                "--type=merge",
+                "-p",
+                &patch.to_string(),
+            ],
+            None,
+        ),
+        "kubectl patch",
+    );
+    let st = wait_run(&c, &ns, "reject-patch", "failed", 120).await;
+    assert_eq!(st["error"]["code"], "approval_rejected", "{st:#}");
+    let r = received(&events(&c, &ns, "reject-patch"));
+    assert_eq!(
+        (r["action"].as_str(), r["decidedBy"].as_str()),
+        (
+            Some("reject"),
+            Some("unattributed (spec.answers written directly)")
+        )
+    );
+
+    // 3. REST with the spec's bodies.
+    ok(apply(&c, &ns, &rest_role("team")), "team Role");
+    let token = sa_token(&c, &ns, "team");
+    let base = format!("http://127.0.0.1:{}", operator_port());
+    ok(
+        apply(&c, &ns, &fixture_run("accept-rest", "conformance-approval")),
+        "run",
+    );
+    let st = wait_run(&c, &ns, "accept-rest", "waiting-approval", 120).await;
+    let run_id = st["runId"].as_str().unwrap().to_owned();
+    let resolve = |run_id: &str, node: &str, resume: Value| {
+        let url = format!("{base}/v1/runs/{run_id}/interrupts/{node}");
+        http_json(
+            "POST",
+            &url,
+            Some(&token),
+            Some(&json!({"resumeValue": resume})),
+        )
+    };
+    let (code, body) = resolve(&run_id, "gate", json!({"action": "maybe"}));
+    assert_eq!(
+        (code, body["error"].as_str()),
+        (400, Some("validation_error")),
+        "{body}"
+    );
+    let (code, body) = resolve(&run_id, "no-such-node", json!({"action": "accept"}));
+    assert_eq!(
+        (code, body["error"].as_str()),
+        (404, Some("interrupt_not_found")),
+        "{body}"
+    );
+    let (code, body) = resolve(&run_id, "gate", json!({"action": "accept"}));
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(
+        (body["runId"].as_str(), body["nodeId"].as_str()),
+        (Some(run_id.as_str()), Some("gate"))
+    );
+    let snap = rest_terminal(&base, &token, &run_id).await;
+    assert_eq!(snap["status"], "completed", "{snap}");
+    let (code, body) = resolve(&run_id, "gate", json!({"action": "accept"}));
+    assert_eq!(
+        (code, body["error"].as_str()),
+        (409, Some("interrupt_already_resolved")),
+        "{body}"
+    );
+    let r = received(&events(&c, &ns, "accept-rest"));
+    assert_eq!(
+        r["decidedBy"],
+        format!("system:serviceaccount:{ns}:team"),
+        "{r}"
+    );
+
+    // 4. The clarification fixture answered over REST.
+    ok(
+        apply(
+            &c,
+            &ns,
+            &fixture_run("ask-rest", "conformance-clarification"),
+        ),
+        "run",
+    );
+    let st = wait_run(&c, &ns, "ask-rest", "waiting-input", 120).await;
+    assert_eq!(st["currentNode"], "ask");
+    let run_id = st["runId"].as_str().unwrap().to_owned();
+    let (code, body) = resolve(&run_id, "ask", json!({"answers": {}}));
+    assert_eq!(
+        (code, body["details"]["missing"].clone()),
+        (400, json!(["q1"])),
+        "{body}"
+    );
+    let (code, body) = resolve(&run_id, "ask", json!({"answers": {"q1": "blue"}}));
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(
+        rest_terminal(&base, &token, &run_id).await["status"],
+        "completed"
+    );
+    let evs = events(&c, &ns, "ask-rest");
+    let resolved = evs
+        .iter()
+        .find(|e| e["type"] == "clarification.resolved")
+        .unwrap();
+    assert_eq!(resolved["payload"]["answers"], json!({"q1": "blue"}));
+    assert_eq!(
+        resolved["payload"]["answeredBy"],
+        format!("system:serviceaccount:{ns}:team")
+    );
+
+    // 5. core.fail.
+    ok(
+        apply(&c, &ns, &fixture_run("fail", "conformance-failure")),
+        "run",
+    );
+    let st = wait_run(&c, &ns, "fail", "failed", 120).await;
+    assert_eq!(st["error"]["code"], "conformance_test_failure", "{st:#}");
     delete_namespace(&c.client, &ns).await;
 }

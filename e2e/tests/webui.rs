@@ -318,8 +318,10 @@ async fn approve_cancel_read_only_and_model_output_is_text() {
         .await;
     b.click(&format!("{card} button.approve")).await;
     b.wait_text("#run-status", 120, |t| t == "completed").await;
-    b.wait_text("#resolved", 30, |t| t.contains("approval.granted"))
-        .await;
+    b.wait_text("#resolved", 30, |t| {
+        t.contains("approval.received") && t.contains(" by ")
+    })
+    .await;
     assert_eq!(b.count(".interrupt-card").await, 0);
 
     // Cancel, after confirming.
@@ -405,7 +407,7 @@ async fn approve_cancel_read_only_and_model_output_is_text() {
     let (code, body) = page_post(
         &b,
         &format!("/v1/runs/{leave_id}/interrupts/agent"),
-        &json!({"resumeValue": true}),
+        &json!({"resumeValue": {"action": "accept"}}),
         true,
     )
     .await;

@@ -91,7 +91,7 @@ pub fn capabilities_config(
         // BYOK secrets are Kubernetes Secrets in the Run's namespace, and a tenant is a
         // namespace.
         secret_scopes: vec![SecretScope::Tenant],
-        fixtures: cfg.fixtures.clone(),
+        fixtures: seams::advertised_fixtures(cfg, registry),
         // The seams this host serves when they are on (`conformance`); spans can be read
         // back only when workers can reach the operator's span store.
         test_seams: TestSeams {

@@ -427,8 +427,7 @@ mod tests {
             interrupt_id: "i1".into(),
             value: None,
             approved: Some(true),
-            comment: None,
-            content_trust: None,
+            ..Default::default()
         });
         // The workflow was edited meanwhile; the snapshot must not follow.
         let s = with_current_answers(&stored, &later);
@@ -470,9 +469,7 @@ mod tests {
         r.spec.answers = vec![InterruptAnswer {
             interrupt_id: "i1".into(),
             value: Some(json!("z".repeat(128))),
-            approved: None,
-            comment: None,
-            content_trust: None,
+            ..Default::default()
         }];
         let e = fits(&with_current_answers(&s, &r)).unwrap_err();
         assert!(

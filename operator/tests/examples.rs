@@ -79,22 +79,56 @@ fn invalid_examples_fail_as_documented() {
 }
 
 /// The chart's conformance fixture workflows (rendered only with conformance.seams.enabled)
-/// pass admission and the operator's checks, and their ids are the ones discovery advertises
-/// (the `openwop.conformanceFixtures` helper).
+/// pass admission and the operator's checks, the official ones are the spec's JSON unchanged
+/// (`fixtures/*.json`, the Workflow's spec verbatim), and their ids are the ones the
+/// `openwop.conformanceFixtures` helper lists for discovery.
 #[test]
 fn chart_conformance_fixtures_are_valid_and_advertised() {
-    let chart = format!("{}/../charts/openwop/templates", env!("CARGO_MANIFEST_DIR"));
-    let template = std::fs::read_to_string(format!("{chart}/conformance-fixtures.yaml")).unwrap();
-    // Render the template's static body: drop the comment block and directive lines.
+    let chart = format!("{}/../charts/openwop", env!("CARGO_MANIFEST_DIR"));
+    let template =
+        std::fs::read_to_string(format!("{chart}/templates/conformance-fixtures.yaml")).unwrap();
+    // The official fixtures: one Workflow per JSON file, its spec the file.
+    let mut official: Vec<String> = std::fs::read_dir(format!("{chart}/fixtures"))
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter_map(|f| f.strip_suffix(".json").map(str::to_owned))
+        .collect();
+    official.sort();
+    let mut ids = Vec::new();
+    for id in &official {
+        let text = std::fs::read_to_string(format!("{chart}/fixtures/{id}.json")).unwrap();
+        let spec: Value = serde_json::from_str(&text).unwrap();
+        let v = serde_json::json!({"apiVersion": "openwop.dev/v1alpha1", "kind": "Workflow",
+            "metadata": {"name": id, "namespace": "default"}, "spec": spec});
+        let wf: Workflow = serde_json::from_value(v).unwrap();
+        assert_eq!(
+            serde_json::to_value(&wf.spec).unwrap(),
+            spec,
+            "{id}: the Workflow keeps the fixture verbatim"
+        );
+        validate_cel(&wf).unwrap_or_else(|e| panic!("{id}: {e}"));
+        // Node types another part of the host has not registered yet (core.delay) are the
+        // only problems allowed; discovery leaves those fixtures out.
+        let r = check(&wf);
+        assert!(
+            r.errors
+                .iter()
+                .all(|p| p.code == ProblemCode::UnknownTypeId),
+            "{id}: {:?}",
+            r.errors
+        );
+        ids.push(wf.spec.id.clone());
+    }
+    // The host's own fixtures: the static YAML documents after the official ones' loop.
     let body = template
-        .split_once("*/}}")
-        .map_or(template.as_str(), |(_, rest)| rest)
+        .split_once("| nindent 2 }}")
+        .map(|(_, rest)| rest)
+        .unwrap()
         .lines()
         .filter(|l| !l.trim_start().starts_with("{{"))
         .collect::<Vec<_>>()
         .join("\n")
         .replace("{{ .Release.Namespace }}", "default");
-    let mut ids = Vec::new();
     for d in serde_yaml::Deserializer::from_str(&body) {
         let v = Value::deserialize(d).unwrap();
         let wf: Workflow = serde_json::from_value(v).unwrap();
@@ -103,26 +137,27 @@ fn chart_conformance_fixtures_are_valid_and_advertised() {
         assert!(r.is_valid(), "{:?}: {:?}", wf.spec.id, r.errors);
         ids.push(wf.spec.id.clone());
     }
-    let helpers = std::fs::read_to_string(format!("{chart}/_helpers.tpl")).unwrap();
-    let advertised = helpers
+    let helpers = std::fs::read_to_string(format!("{chart}/templates/_helpers.tpl")).unwrap();
+    let own = helpers
         .split("define \"openwop.conformanceFixtures\"")
         .nth(1)
         .and_then(|s| s.lines().find(|l| l.starts_with("conformance-")))
         .unwrap()
         .trim();
-    assert_eq!(advertised, ids.join(","));
+    let advertised: Vec<String> = official
+        .iter()
+        .cloned()
+        .chain(own.split(',').map(str::to_owned))
+        .collect();
+    assert_eq!(advertised, ids);
+    // The operator embeds exactly the chart's files (discovery reads its copy).
+    let embedded: Vec<&str> = openwop_protocol::seams::fixtures::OFFICIAL
+        .iter()
+        .map(|(id, _)| *id)
+        .collect();
+    assert_eq!(official, embedded);
     assert_eq!(
-        ids,
-        [
-            "conformance-noop",
-            "conformance-idempotent",
-            "conformance-multi-node",
-            "conformance-agent-reasoning",
-            "conformance-agent-low-confidence",
-            "conformance-envelope-truncated",
-            "conformance-envelope-retry-attempted",
-            "conformance-envelope-truncation-cap-exhaustion",
-            "conformance-envelope-refusal"
-        ]
+        own,
+        "conformance-agent-reasoning,conformance-agent-low-confidence,conformance-envelope-truncated,conformance-envelope-retry-attempted,conformance-envelope-truncation-cap-exhaustion,conformance-envelope-refusal"
     );
 }

@@ -93,6 +93,7 @@ event_types! {
     ApprovalRequested => "approval.requested",
     ApprovalGranted => "approval.granted",
     ApprovalRejected => "approval.rejected",
+    ApprovalReceived => "approval.received",
     LogAppended => "log.appended",
     CapBreached => "cap.breached",
     PromptComposed => "prompt.composed",
@@ -419,6 +420,9 @@ pub struct ClarificationRequested {
 }
 payload_type!(ClarificationRequested => ClarificationRequested);
 
+/// `interrupt.requested` (INT's field set): the LLM clarification path names its envelope
+/// data `payload`; a gate names it `data` (suspend-request.schema.json) with its `key` and
+/// `requestedAt`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct InterruptRequested {
@@ -427,8 +431,99 @@ pub struct InterruptRequested {
     pub kind: InterruptKind,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub payload: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requested_at: Option<String>,
 }
 payload_type!(InterruptRequested => InterruptRequested);
+
+/// `approval.requested`: the approval-specific companion of `interrupt.requested`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ApprovalRequested {
+    pub node_id: String,
+    pub interrupt_id: String,
+    pub artifact_id: String,
+    pub artifact_type: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    pub actions: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub required_approvals: Option<u32>,
+}
+payload_type!(ApprovalRequested => ApprovalRequested);
+
+/// `approval.received`: an approval action recorded, with who decided and when. (Not
+/// `approval.granted` / `approval.rejected`: those are RFC 0051's closed governance events.)
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ApprovalReceived {
+    pub node_id: String,
+    /// `accept`, `reject`, `refine`, `edit-accept` (or `timeout`).
+    pub action: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interrupt_id: Option<String>,
+    /// The principal that decided (opaque; always set for a non-timeout action).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decided_by: Option<String>,
+    /// RFC 3339 time of the decision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decided_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub comment: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refine_feedback: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub edited_artifact_data: Option<Value>,
+}
+payload_type!(ApprovalReceived => ApprovalReceived);
+
+/// `clarification.resolved`: the answers, keyed by question id, and who gave them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClarificationResolved {
+    pub node_id: String,
+    pub answers: Value,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interrupt_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answered_by: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answered_at: Option<String>,
+}
+payload_type!(ClarificationResolved => ClarificationResolved);
+
+/// `interrupt.resolved` (any kind).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InterruptResolved {
+    pub node_id: String,
+    pub interrupt_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<InterruptKind>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resume_value: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolved_by: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolved_at: Option<String>,
+}
+payload_type!(InterruptResolved => InterruptResolved);
+
+/// `node.resumed`: a suspended node got its resume value and continues.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeResumed {
+    pub node_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interrupt_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resume_value: Option<Value>,
+}
+payload_type!(NodeResumed => NodeResumed);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -649,7 +744,7 @@ mod tests {
             let v = serde_json::to_value(t).unwrap();
             assert_eq!(serde_json::from_value::<EventType>(v).unwrap(), *t);
         }
-        assert_eq!(EventType::ALL.len(), 34);
+        assert_eq!(EventType::ALL.len(), 35);
         assert_eq!(EventType::AgentToolCalled.as_str(), "agent.toolCalled");
         assert!(serde_json::from_value::<EventType>(json!("no.such")).is_err());
     }
@@ -766,6 +861,9 @@ mod tests {
             node_id: "n".into(),
             kind: InterruptKind::ExternalEvent,
             payload: None,
+            key: None,
+            data: None,
+            requested_at: None,
         };
         assert_eq!(serde_json::to_value(&i).unwrap()["kind"], "external-event");
     }

@@ -54,6 +54,7 @@ pub struct Graph {
     pub nodes: Vec<Node>,
     pub edges: Vec<Edge>,
     pub variables: Vec<Variable>,
+    /// `settings.timeout` in ms; `None` without one or with `0` (no deadline).
     pub run_timeout_ms: Option<u64>,
     pub default_max_retries: u32,
     /// `settings.maxConcurrency` (see [`crate::schedule::concurrency_limit`]).
@@ -127,7 +128,9 @@ impl Graph {
             nodes,
             edges,
             variables,
-            run_timeout_ms: settings.and_then(|s| s.timeout),
+            // `timeout: 0` is "no deadline": the gate fixtures set it (the spec allows 0 and
+            // is silent on its meaning; a zero deadline could never let a gate be answered).
+            run_timeout_ms: settings.and_then(|s| s.timeout).filter(|ms| *ms > 0),
             default_max_retries: retries(settings.and_then(|s| s.max_retries)).unwrap_or(0),
             max_concurrency: settings
                 .and_then(|s| s.max_concurrency)
@@ -322,6 +325,12 @@ mod tests {
         )
         .unwrap();
         assert_eq!((g.run_timeout_ms, g.default_max_retries), (Some(5000), 16));
+        // `settings.timeout: 0` (the gate fixtures) is no run deadline.
+        let open = Graph::parse(
+            &json!({"id": "w", "settings": {"timeout": 0}, "nodes": [{"id": "a", "typeId": "t"}]}),
+        )
+        .unwrap();
+        assert_eq!(open.run_timeout_ms, None);
         let a = g.node("a").unwrap();
         assert_eq!((a.timeout_ms, a.max_retries), (Some(10), Some(2)));
         assert_eq!(a.agent_id.as_deref(), Some("agent-1"));

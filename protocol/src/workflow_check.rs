@@ -83,6 +83,10 @@ impl NodeRegistry {
                     ConfigCheck::AnyObject => ConfigRule::AnyObject,
                     ConfigCheck::MockAgent => ConfigRule::MockAgent,
                     ConfigCheck::Http(d) => ConfigRule::Http(d),
+                    ConfigCheck::SchemaDef { doc, def } => ConfigRule::Schema(
+                        // Embedded documents; `nodes::tests` compiles every one.
+                        schema_def(doc, def).expect("embedded node config schema compiles"),
+                    ),
                 },
             });
         }
@@ -116,6 +120,20 @@ impl NodeRegistry {
     pub fn get(&self, type_id: &str) -> Option<&NodeType> {
         self.types.get(type_id)
     }
+}
+
+/// The definition `def` under `$defs` of the schema document `doc` (JSON text), compiled.
+pub fn schema_def(doc: &str, def: &str) -> Result<CompiledSchema, schema::SchemaCompileError> {
+    let mut root: Value =
+        serde_json::from_str(doc).map_err(|e| schema::SchemaCompileError::Invalid {
+            pointer: String::new(),
+            keyword: "$schema".into(),
+            message: format!("not JSON: {e}"),
+        })?;
+    if let Some(o) = root.as_object_mut() {
+        o.insert("$ref".into(), Value::String(format!("#/$defs/{def}")));
+    }
+    schema::compile(&root)
 }
 
 /// The host's `tierOneSubsetCompliance` posture for vendor envelope schemas.

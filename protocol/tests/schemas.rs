@@ -645,6 +645,13 @@ fn event_cases() -> Vec<(&'static str, Value, Value, &'static str, &'static str)
             "",
         ),
         (
+            "approval.received",
+            json!({"nodeId": "n1", "interruptId": "i1", "action": "accept", "decidedBy": "alice", "decidedAt": "2026-05-18T10:00:00Z"}),
+            json!({"nodeId": "n1", "action": "approve"}),
+            "enum",
+            "/action",
+        ),
+        (
             "log.appended",
             json!({"level": "error", "message": "model reported an error", "nodeId": "n1", "fields": {"code": "x"}}),
             json!({"level": "trace", "message": "m"}),

@@ -205,7 +205,7 @@ fn sequence_interrupts_and_dedup_against_real_jetstream() {
     assert_eq!(tys.first().unwrap(), "run.started");
     assert_eq!(tys.last().unwrap(), "run.completed");
     for t in [
-        "approval.granted",
+        "approval.received",
         "interrupt.resolved",
         "node.resumed",
         "clarification.requested",

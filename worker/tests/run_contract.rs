@@ -250,8 +250,14 @@ fn every_registered_node_type_executes() {
                 json!({"prompt": "p", "envelopeType": "vendor.acme.note"})
             }
             Executor::MockAgent => json!({"mockConfidence": 0.95}),
-            Executor::Passthrough => json!({}),
             Executor::Http => json!({"url": service_url}),
+            Executor::Passthrough | Executor::Noop | Executor::Fail => json!({}),
+            // Gates wait for an answer (given below).
+            Executor::Gate => match n.type_id {
+                "core.clarificationGate" => json!({"questions": [{"id": "q", "question": "?"}]}),
+                "core.interrupt" => json!({"kind": "custom", "data": {"customKind": "k"}}),
+                _ => json!({}),
+            },
         };
         nodes.push(json!({"id": id, "typeId": n.type_id, "config": config}));
     }
@@ -268,22 +274,56 @@ fn every_registered_node_type_executes() {
         Value::Object(mocks),
     );
     files.set_snapshot_field("host", json!({"http": {"allowHosts": ["127.0.0.1"]}}));
+    // The gates wait; everything else settles (core.fail fails, by design).
+    let (code, stderr) = files.run(&nats.url());
+    assert_eq!(code, 3, "suspended: {stderr}");
+    let events = read_raw(&nats.url(), &files.subject());
+    let answers: Vec<Value> = events
+        .iter()
+        .filter(|e| e["type"] == "node.suspended")
+        .map(|e| {
+            let id = &e["payload"]["interruptId"];
+            match e["payload"]["kind"].as_str() {
+                Some("approval") => json!({"interruptId": id, "action": "accept"}),
+                Some("clarification") => json!({"interruptId": id, "value": {"q": "a"}}),
+                _ => json!({"interruptId": id, "value": {}}),
+            }
+        })
+        .collect();
+    let gates = BUILTIN_NODES
+        .iter()
+        .filter(|n| n.executor == Executor::Gate)
+        .count();
+    assert_eq!(answers.len(), gates, "{stderr}");
+    files.set_answers(Value::Array(answers));
     let (code, stderr) = files.run(&nats.url());
     assert_eq!(code, 0, "{stderr}");
     let events = read_raw(&nats.url(), &files.subject());
-    let completed: Vec<&str> = events
-        .iter()
-        .filter(|e| e["type"] == "node.completed")
-        .map(|e| e["nodeId"].as_str().unwrap_or_default())
-        .collect();
-    assert_eq!(
-        completed.len(),
-        BUILTIN_NODES.len(),
-        "{completed:?}: {stderr}"
-    );
+    let ended = |t: &str| -> Vec<String> {
+        events
+            .iter()
+            .filter(|e| e["type"] == t)
+            .map(|e| e["nodeId"].as_str().unwrap_or_default().to_owned())
+            .collect()
+    };
+    let (completed, failed) = (ended("node.completed"), ended("node.failed"));
+    for (i, n) in BUILTIN_NODES.iter().enumerate() {
+        let id = format!("n{i}");
+        let want = if n.executor == Executor::Fail {
+            &failed
+        } else {
+            &completed
+        };
+        assert!(
+            want.contains(&id),
+            "{} ({id}): {completed:?} {failed:?}",
+            n.type_id
+        );
+    }
+    // The failed node is the run's one unhandled failure.
     assert_eq!(
         types(&events).last().map(String::as_str),
-        Some("run.completed")
+        Some("run.failed")
     );
 }
 

@@ -128,6 +128,7 @@ separated; empty unless conformance.seams.enabled): discovery advertises them in
 */}}
 {{- define "openwop.conformanceFixtures" -}}
 {{- if .Values.conformance.seams.enabled -}}
-conformance-noop,conformance-idempotent,conformance-multi-node,conformance-agent-reasoning,conformance-agent-low-confidence,conformance-envelope-truncated,conformance-envelope-retry-attempted,conformance-envelope-truncation-cap-exhaustion,conformance-envelope-refusal
+{{- range $path, $_ := .Files.Glob "fixtures/conformance-*.json" }}{{ base $path | trimSuffix ".json" }},{{ end -}}
+conformance-agent-reasoning,conformance-agent-low-confidence,conformance-envelope-truncated,conformance-envelope-retry-attempted,conformance-envelope-truncation-cap-exhaustion,conformance-envelope-refusal
 {{- end -}}
 {{- end }}

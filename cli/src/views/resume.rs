@@ -1,11 +1,15 @@
-//! `kubectl-openwop resume RUN --answer id=value… | --approve | --reject [--reason TEXT]`:
-//! appends one entry to `spec.answers` (append-only, enforced by the CRD's CEL rule), guarded
-//! by the Run's resourceVersion so a concurrent writer is never overwritten.
+//! `kubectl-openwop resume RUN --answer id=value… | --action ACTION | --approve | --reject
+//! [--reason TEXT]`: appends one entry to `spec.answers` (append-only, enforced by the CRD's
+//! CEL rule), guarded by the Run's resourceVersion so a concurrent writer is never
+//! overwritten. The answer records who gave it — the kubeconfig user as the API server
+//! authenticates it (a SelfSubjectReview) — and when.
 
 use anyhow::{Context as _, Result, bail};
 use clap::Args;
+use k8s_openapi::api::authentication::v1::SelfSubjectReview;
+use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use openwop_crds::{InterruptAnswer, Run};
 use openwop_protocol::run::snapshot::{AnswerError, Reply};
 use openwop_protocol::run::status::AnswerMismatch;
@@ -14,7 +18,7 @@ use serde_json::{Map, Value, json};
 use super::{NamespaceArg, client_and_namespace};
 
 #[derive(Args, Debug)]
-#[command(group(clap::ArgGroup::new("decision").required(true).args(["answer", "approve", "reject"])))]
+#[command(group(clap::ArgGroup::new("decision").required(true).args(["answer", "action", "approve", "reject"])))]
 pub struct ResumeArgs {
     /// Name of the Run waiting for input or approval.
     pub run: String,
@@ -22,12 +26,16 @@ pub struct ResumeArgs {
     pub ns: NamespaceArg,
     /// Answer a clarification question: QUESTION_ID=VALUE (repeat for each question). VALUE is
     /// read as JSON when it parses (42, true, {"a":1}), otherwise as a string.
-    #[arg(long, value_name = "ID=VALUE", conflicts_with_all = ["approve", "reject"])]
+    #[arg(long, value_name = "ID=VALUE", conflicts_with_all = ["action", "approve", "reject"])]
     pub answer: Vec<String>,
-    /// Approve the pending approval (e.g. a low-confidence agent decision).
+    /// Take an approval action the gate offers: accept, reject (refine and edit-accept need
+    /// data: answer those over the REST API).
+    #[arg(long, value_name = "ACTION", conflicts_with_all = ["approve", "reject"])]
+    pub action: Option<String>,
+    /// Approve the pending approval (`--action accept`).
     #[arg(long, conflicts_with = "reject")]
     pub approve: bool,
-    /// Reject the pending approval.
+    /// Reject the pending approval (`--action reject`).
     #[arg(long)]
     pub reject: bool,
     /// Comment stored with the answer (why you approved or rejected).
@@ -109,7 +117,9 @@ pub fn build_answer(run: &Run, args: &ResumeArgs) -> Result<InterruptAnswer> {
             "interrupt {interrupt_id} of Run {name} is already answered (answers are append-only)"
         );
     }
-    let reply = if args.approve || args.reject {
+    let reply = if let Some(action) = &args.action {
+        Reply::Action(action.clone())
+    } else if args.approve || args.reject {
         Reply::Decision(args.approve)
     } else {
         let mut value = Map::new();
@@ -151,7 +161,14 @@ pub fn build_answer(run: &Run, args: &ResumeArgs) -> Result<InterruptAnswer> {
         AnswerError::Mismatch(e @ AnswerMismatch::NotAnApproval { .. }) => {
             bail!("{e}: answer its questions with --answer ID=VALUE")
         }
-        AnswerError::Mismatch(e) => bail!("{e}: use --approve or --reject"),
+        AnswerError::Mismatch(e) => bail!("{e}: use --action ACTION (or --approve / --reject)"),
+        AnswerError::ActionNotOffered { action, allowed } => bail!(
+            "interrupt {interrupt_id} does not offer action {action:?}; use --action with one of: {}",
+            allowed.join(", ")
+        ),
+        AnswerError::ActionData { action, field } => bail!(
+            "action {action} needs {field}, which this command cannot send; answer over the REST API (POST /v1/runs/{{runId}}/interrupts/{{nodeId}})"
+        ),
         // The CLI neither sets a trust nor passes a resumeValue.
         e => bail!("{e}"),
     })
@@ -167,8 +184,45 @@ pub fn answers_patch(run: &Run, answer: &InterruptAnswer) -> Result<Value> {
     }))
 }
 
+/// Who this kubeconfig is, as the API server authenticates it (a SelfSubjectReview,
+/// Kubernetes ≥ 1.28); when the review is unavailable, the kubeconfig context's user name,
+/// marked as unverified.
+async fn whoami(client: &kube::Client) -> String {
+    let api: Api<SelfSubjectReview> = Api::all(client.clone());
+    let review = SelfSubjectReview::default();
+    if let Ok(r) = api.create(&PostParams::default(), &review).await
+        && let Some(name) = r
+            .status
+            .and_then(|s| s.user_info)
+            .and_then(|u| u.username)
+            .filter(|n| !n.is_empty())
+    {
+        return name;
+    }
+    unverified_user(kube::config::Kubeconfig::read().ok().as_ref())
+}
+
+/// The current context's user name from `kubeconfig`, marked as unverified.
+fn unverified_user(kubeconfig: Option<&kube::config::Kubeconfig>) -> String {
+    let user = kubeconfig.and_then(|k| {
+        let current = k.current_context.as_deref()?;
+        k.contexts
+            .iter()
+            .find(|c| c.name == current)?
+            .context
+            .as_ref()?
+            .user
+            .clone()
+    });
+    match user {
+        Some(u) => format!("kubeconfig:{u} (unverified)"),
+        None => "kubeconfig user (unverified)".to_owned(),
+    }
+}
+
 pub async fn run(args: ResumeArgs) -> Result<()> {
     let (client, namespace) = client_and_namespace(args.ns.namespace.as_deref()).await?;
+    let who = whoami(&client).await;
     let api: Api<Run> = Api::namespaced(client, &namespace);
     // A concurrent update makes the conditional patch fail with 409: re-read and retry.
     for attempt in 1..=5 {
@@ -177,20 +231,21 @@ pub async fn run(args: ResumeArgs) -> Result<()> {
             .await
             .with_context(|| format!("cannot read Run {namespace}/{}", args.run))?
             .with_context(|| format!("Run {:?} not found in namespace {namespace}", args.run))?;
-        let answer = build_answer(&run, &args)?;
+        let answer = build_answer(&run, &args)?.answered(&who, Timestamp::now().to_string());
         let patch = answers_patch(&run, &answer)?;
         match api
             .patch(&args.run, &PatchParams::default(), &Patch::Merge(&patch))
             .await
         {
             Ok(_) => {
-                let what = match answer.approved {
-                    Some(true) => "approved".to_owned(),
-                    Some(false) => "rejected".to_owned(),
+                let what = match answer.approval_action() {
+                    Some("accept") => "approved".to_owned(),
+                    Some("reject") => "rejected".to_owned(),
+                    Some(other) => format!("answered with {other}"),
                     None => "answered".to_owned(),
                 };
                 println!(
-                    "run.openwop.dev/{} {what} (interrupt {}); a new worker resumes it",
+                    "run.openwop.dev/{} {what} by {who} (interrupt {}); a new worker resumes it",
                     args.run, answer.interrupt_id
                 );
                 return Ok(());
@@ -261,10 +316,7 @@ mod tests {
                         question: "?".into(),
                     })
                     .collect(),
-                reason: None,
-                agent_id: None,
-                threshold: None,
-                observed: None,
+                ..Default::default()
             }],
             ..Default::default()
         });
@@ -328,6 +380,35 @@ mod tests {
     }
 
     #[test]
+    fn action_takes_an_offered_action() {
+        let mut run = waiting("approval", &[]);
+        run.status.as_mut().unwrap().pending_interrupts[0].actions =
+            vec!["accept".into(), "reject".into()];
+        let a = build_answer(&run, &args(&["r1", "--action", "reject"])).unwrap();
+        assert_eq!(
+            (a.action.as_deref(), a.approved),
+            (Some("reject"), Some(false))
+        );
+        let e = build_answer(&run, &args(&["r1", "--action", "refine"])).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "interrupt i1 does not offer action \"refine\"; use --action with one of: accept, reject"
+        );
+        assert!(Cli::try_parse_from(["resume", "r1", "--action", "accept", "--approve"]).is_err());
+    }
+
+    #[test]
+    fn without_a_review_the_kubeconfig_user_is_named_unverified() {
+        let k: kube::config::Kubeconfig = serde_json::from_value(json!({
+            "current-context": "c",
+            "contexts": [{"name": "c", "context": {"cluster": "k", "user": "alice"}}]
+        }))
+        .unwrap();
+        assert_eq!(unverified_user(Some(&k)), "kubeconfig:alice (unverified)");
+        assert_eq!(unverified_user(None), "kubeconfig user (unverified)");
+    }
+
+    #[test]
     fn mistakes_are_explained() {
         let e = build_answer(
             &waiting("clarification", &["q1"]),
@@ -355,7 +436,7 @@ mod tests {
         assert!(e.to_string().contains("not an approval"), "{e}");
         let e =
             build_answer(&waiting("approval", &[]), &args(&["r1", "--answer", "a=b"])).unwrap_err();
-        assert!(e.to_string().contains("use --approve or --reject"), "{e}");
+        assert!(e.to_string().contains("use --action ACTION"), "{e}");
         let e = build_answer(
             &waiting("clarification", &["q1"]),
             &args(&["r1", "--answer", "noequals"]),
@@ -378,17 +459,19 @@ mod tests {
         let mut run = waiting("approval", &[]);
         run.spec.answers.push(InterruptAnswer {
             interrupt_id: "i0".into(),
-            value: None,
             approved: Some(true),
-            comment: None,
-            content_trust: None,
+            ..Default::default()
         });
-        let a = build_answer(&run, &args(&["r1", "--approve"])).unwrap();
+        let a = build_answer(&run, &args(&["r1", "--approve"]))
+            .unwrap()
+            .answered("alice", "2026-05-18T10:00:00Z");
         let p = answers_patch(&run, &a).unwrap();
         assert_eq!(p["metadata"]["resourceVersion"], "42");
         assert_eq!(
             p["spec"]["answers"],
-            json!([{"interruptId": "i0", "approved": true}, {"interruptId": "i1", "approved": true}])
+            json!([{"interruptId": "i0", "approved": true},
+                   {"interruptId": "i1", "approved": true, "action": "accept", "nodeId": "n",
+                    "answeredBy": "alice", "answeredAt": "2026-05-18T10:00:00Z"}])
         );
         let again =
             build_answer(&run, &args(&["r1", "--approve", "--interrupt", "i0"])).unwrap_err();

@@ -137,7 +137,15 @@ pub fn resume_hint(run: &Run, pending: &PendingInterrupt) -> Option<String> {
         name
     };
     Some(if pending.kind == "approval" {
-        format!("kubectl openwop resume {name} -n {ns} --approve   (or --reject --reason TEXT)")
+        let others: Vec<String> = pending
+            .offered_actions()
+            .into_iter()
+            .filter(|a| a != "accept")
+            .collect();
+        format!(
+            "kubectl openwop resume {name} -n {ns} --action accept   (or --action {} --reason TEXT)",
+            others.join("|")
+        )
     } else if pending.questions.is_empty() {
         format!("kubectl openwop resume {name} -n {ns} --answer ID=VALUE")
     } else {
@@ -231,6 +239,12 @@ pub fn describe_text(run: &Run, now: Timestamp) -> String {
         let _ = writeln!(o, "  ID:        {}", p.interrupt_id);
         let _ = writeln!(o, "  Kind:      {}", p.kind);
         let _ = writeln!(o, "  Node:      {}", p.node_id);
+        if let Some(t) = &p.title {
+            let _ = writeln!(o, "  Title:     {}", one_line(t, 300));
+        }
+        if p.is_approval() {
+            let _ = writeln!(o, "  Actions:   {}", p.offered_actions().join(", "));
+        }
         if let Some(r) = &p.reason {
             let _ = writeln!(o, "  Reason:    {r}");
         }
@@ -248,21 +262,56 @@ pub fn describe_text(run: &Run, now: Timestamp) -> String {
         }
         if let Some(hint) = resume_hint(run, p) {
             let _ = writeln!(o, "  Answer with: {hint}");
+            let body = if p.is_approval() {
+                r#"{"resumeValue": {"action": "accept"}}"#.to_owned()
+            } else if p.questions.is_empty() {
+                r#"{"resumeValue": {...}}"#.to_owned()
+            } else {
+                let ids: Vec<String> = p
+                    .questions
+                    .iter()
+                    .map(|q| format!("\"{}\": ...", q.id))
+                    .collect();
+                format!(
+                    r#"{{"resumeValue": {{"answers": {{{}}}}}}}"#,
+                    ids.join(", ")
+                )
+            };
+            let _ = writeln!(
+                o,
+                "  or REST:   POST /v1/runs/{}/interrupts/{} {body}",
+                status.run_id.as_deref().unwrap_or("RUN_ID"),
+                p.node_id
+            );
         }
     }
     if !run.spec.answers.is_empty() {
         let _ = writeln!(o, "Answers:");
         for a in &run.spec.answers {
-            let what = match (a.approved, &a.value) {
-                (Some(true), _) => "approved".to_owned(),
-                (Some(false), _) => "rejected".to_owned(),
+            let what = match (a.approval_action(), &a.value) {
+                (Some("accept"), _) => "approved".to_owned(),
+                (Some("reject"), _) => "rejected".to_owned(),
+                (Some(action), _) => action.to_owned(),
                 (None, Some(v)) => one_line(&v.to_string(), 200),
                 (None, None) => "-".to_owned(),
             };
             let consumed = status.answered_interrupts.contains(&a.interrupt_id);
+            let node = a
+                .node_id
+                .as_deref()
+                .map(|n| format!(" at {n}"))
+                .unwrap_or_default();
+            let by = format!(
+                " by {}{}",
+                a.principal(),
+                a.answered_at
+                    .as_deref()
+                    .map(|t| format!(" at {t}"))
+                    .unwrap_or_default()
+            );
             let _ = writeln!(
                 o,
-                "  {}: {what}{}{}",
+                "  {}{node}: {what}{by}{}{}",
                 a.interrupt_id,
                 a.comment
                     .as_deref()
@@ -349,10 +398,7 @@ mod tests {
                         id: "region".into(),
                         question: "Which region?".into(),
                     }],
-                    reason: None,
-                    agent_id: None,
-                    threshold: None,
-                    observed: None,
+                    ..Default::default()
                 }],
                 error: Some(RunError {
                     code: "run_timeout".into(),
@@ -381,11 +427,7 @@ mod tests {
             interrupt_id: format!("int-{node}"),
             node_id: node.into(),
             kind: kind.into(),
-            questions: vec![],
-            reason: None,
-            agent_id: None,
-            threshold: None,
-            observed: None,
+            ..Default::default()
         };
         let run = sample(
             "r1",
@@ -406,9 +448,62 @@ mod tests {
             "{d}"
         );
         assert!(
-            d.contains("kubectl openwop resume r1 --node review -n team-a --approve"),
+            d.contains("kubectl openwop resume r1 --node review -n team-a --action accept   (or --action reject --reason TEXT)"),
+            "{d}"
+        );
+        assert!(
+            d.contains(r#"or REST:   POST /v1/runs/RUN_ID/interrupts/review {"resumeValue": {"action": "accept"}}"#),
             "{d}"
         );
         assert!(!d.contains("Pending interrupt: none"), "{d}");
+    }
+
+    #[test]
+    fn describe_shows_what_a_gate_needs_and_who_answered() {
+        let mut run = sample(
+            "r1",
+            Some(RunStatus {
+                phase: Some(RunPhase::WaitingApproval),
+                run_id: Some("u-1".into()),
+                pending_interrupts: vec![PendingInterrupt {
+                    interrupt_id: "int-2".into(),
+                    node_id: "ship".into(),
+                    kind: "approval".into(),
+                    title: Some("Ship the release?".into()),
+                    actions: vec!["accept".into(), "reject".into(), "refine".into()],
+                    ..Default::default()
+                }],
+                answered_interrupts: vec!["int-1".into()],
+                ..Default::default()
+            }),
+        );
+        run.spec.answers.push(
+            serde_json::from_value(serde_json::json!({"interruptId": "int-1", "nodeId": "ask",
+                "value": {"q1": "blue"}, "answeredBy": "alice", "answeredAt": "2026-05-18T10:01:00Z"}))
+            .unwrap(),
+        );
+        run.spec.answers.push(
+            serde_json::from_value(serde_json::json!({"interruptId": "int-0", "approved": false}))
+                .unwrap(),
+        );
+        let d = describe_text(&run, now());
+        assert!(d.contains("  Title:     Ship the release?"), "{d}");
+        assert!(d.contains("  Actions:   accept, reject, refine"), "{d}");
+        assert!(
+            d.contains("--action accept   (or --action reject|refine --reason TEXT)"),
+            "{d}"
+        );
+        assert!(
+            d.contains(r#"or REST:   POST /v1/runs/u-1/interrupts/ship {"resumeValue": {"action": "accept"}}"#),
+            "{d}"
+        );
+        assert!(
+            d.contains(r#"  int-1 at ask: {"q1":"blue"} by alice at 2026-05-18T10:01:00Z"#),
+            "{d}"
+        );
+        assert!(
+            d.contains("  int-0: rejected by unattributed (spec.answers written directly) [not yet consumed]"),
+            "{d}"
+        );
     }
 }

@@ -3,6 +3,9 @@
 //! the seams off every answer is "none". (Run creation's hook is [`crate::rest::RunHooks`],
 //! implemented in [`super::run_hooks`].)
 
+use openwop_protocol::seams::fixtures;
+use openwop_protocol::workflow_check::NodeRegistry;
+
 use crate::config::OperatorConfig;
 
 /// The span store's OTLP/HTTP traces path (below the operator's base URL).
@@ -40,6 +43,13 @@ pub fn advertised_paths(cfg: &OperatorConfig) -> Vec<String> {
     }
 }
 
+/// The fixture ids discovery advertises (`fixtures`): the configured ones, less the official
+/// fixtures that use a node type `registry` lacks (the chart installs them all; one is
+/// advertised once this build can run it).
+pub fn advertised_fixtures(cfg: &OperatorConfig, registry: &NodeRegistry) -> Vec<String> {
+    fixtures::runnable(&cfg.fixtures, |t| registry.get(t).is_some())
+}
+
 /// The traces URL workers also export their spans to (the seams' span store), or `None`
 /// when there is no span store (seams off, or no `conformance.seams.spanIngestUrl`).
 pub fn span_ingest_traces_url(cfg: &OperatorConfig) -> Option<String> {
@@ -64,6 +74,28 @@ mod tests {
         );
         cfg.conformance.seams.span_ingest_url.clear();
         assert_eq!(span_ingest_traces_url(&cfg), None);
+    }
+
+    #[test]
+    fn fixtures_are_advertised_once_their_node_types_are_registered() {
+        let cfg = OperatorConfig {
+            fixtures: vec![
+                "conformance-approval".into(),
+                "conformance-delay".into(),
+                "conformance-agent-reasoning".into(),
+            ],
+            ..OperatorConfig::default()
+        };
+        let mut registry = NodeRegistry::builtin();
+        let without_delay = advertised_fixtures(&cfg, &registry);
+        assert!(!without_delay.contains(&"conformance-delay".to_owned()));
+        assert!(without_delay.contains(&"conformance-approval".to_owned()));
+        assert!(without_delay.contains(&"conformance-agent-reasoning".to_owned()));
+        registry.register(openwop_protocol::workflow_check::NodeType {
+            type_id: "core.delay".into(),
+            config: openwop_protocol::workflow_check::ConfigRule::AnyObject,
+        });
+        assert_eq!(advertised_fixtures(&cfg, &registry), cfg.fixtures);
     }
 
     #[test]

@@ -98,8 +98,11 @@ pub struct RunStatusResponse {
 #[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ResolveInterruptRequest {
-    /// Clarification: an object of question id → answer. Approval: `true` / `false`,
-    /// `"approve"` / `"reject"`, or `{"approved": bool}`.
+    /// Approval: `{"action": "accept" | "reject" | "refine" | "edit-accept"}` (an action the
+    /// gate offers; `refine` with `refineFeedback {scope}`, `edit-accept` with
+    /// `editedArtifactData`; the legacy `{"decision": "approved" | "rejected"}` is read too).
+    /// Clarification: `{"answers": {QUESTION_ID: ANSWER}}` or `{"answers": [{"id", "answer"}]}`,
+    /// every question answered. Custom interrupt: any object.
     #[schema(value_type = Object)]
     pub resume_value: Value,
     /// `untrusted` when the answer relays content the caller did not author; an untrusted

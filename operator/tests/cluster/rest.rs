@@ -922,3 +922,235 @@ async fn rest_figures_json_events_and_sse_followers() {
     );
     f.cleanup().await;
 }
+
+/// The spec's run-scoped interrupt resolution over real HTTP (INT, core-standard G4–G6): a
+/// gate's wait (events as a worker records them) shows in status with its actions; a body that
+/// does not fit is 400 naming the allowed actions or the missing questions, a node with
+/// nothing waiting 404 `interrupt_not_found`, an accepted answer 200 `{runId, nodeId, status}`
+/// recorded in `spec.answers` with the caller the TokenReview authenticated, a second answer
+/// 409 `interrupt_already_resolved`.
+#[tokio::test]
+async fn rest_interrupt_resolution_speaks_the_spec_and_records_who_answered() {
+    let Some(f) = RestFixture::start(
+        "rest_interrupt_resolution_speaks_the_spec_and_records_who_answered",
+        "opi-rest-gates",
+        "{}",
+        "",
+    )
+    .await
+    else {
+        return;
+    };
+    let runs: Api<Run> = Api::namespaced(f.c.client.clone(), &f.ns.name);
+    let post = |run_id: &str, node: &str, body: Value| {
+        f.http
+            .post(f.op.url(&format!("/v1/runs/{run_id}/interrupts/{node}")))
+            .bearer_auth(&f.token)
+            .json(&body)
+            .timeout(Duration::from_secs(30))
+            .send()
+    };
+    let status_of = |name: &'static str| {
+        let runs = runs.clone();
+        async move { runs.get(name).await.ok()?.status }
+    };
+
+    // An approval gate waits.
+    let approve = f.run("approve").await;
+    let subject = f.subject(&approve);
+    let ev = |seq, ty, payload| event(&approve, seq, ty, payload);
+    publish(&f.js, &subject, ev(0, "run.started", json!({}))).await;
+    publish(
+        &f.js,
+        &subject,
+        ev(1, "node.started", json!({"nodeId": "gate"})),
+    )
+    .await;
+    publish(
+        &f.js,
+        &subject,
+        ev(
+            2,
+            "node.suspended",
+            json!({"nodeId": "gate", "interruptId": "int-a", "kind": "approval"}),
+        ),
+    )
+    .await;
+    publish(
+        &f.js,
+        &subject,
+        ev(3, "approval.requested", json!({"nodeId": "gate", "interruptId": "int-a",
+            "artifactId": "gate", "artifactType": "approval", "title": "Ship?", "actions": ["accept", "reject"]})),
+    )
+    .await;
+    let st = wait_for(30, "waiting-approval with the gate's actions", || async {
+        let st = status_of("approve").await?;
+        (st.phase == Some(openwop_crds::RunPhase::WaitingApproval)
+            && st
+                .pending_interrupts
+                .first()
+                .is_some_and(|p| !p.actions.is_empty()))
+        .then_some(st)
+    })
+    .await;
+    assert_eq!(st.current_node.as_deref(), Some("gate"));
+    assert_eq!(st.pending_interrupts[0].title.as_deref(), Some("Ship?"));
+
+    // {action: "maybe"} → 400 naming the allowed actions; an unknown node → 404.
+    let r = post(
+        &approve,
+        "gate",
+        json!({"resumeValue": {"action": "maybe"}}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    let (code, body) = spec_error(r).await;
+    assert_eq!(code, "validation_error", "{body}");
+    assert_eq!(
+        body["details"]["allowed"],
+        json!(["accept", "reject"]),
+        "{body}"
+    );
+    let r = post(
+        &approve,
+        "no-such-node",
+        json!({"resumeValue": {"action": "accept"}}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+    assert_eq!(spec_error(r).await.0, "interrupt_not_found");
+
+    // Accept → 200 {runId, nodeId, status}; the answer names the caller and the time.
+    let r = post(
+        &approve,
+        "gate",
+        json!({"resumeValue": {"action": "accept"}, "comment": "ship it"}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(
+        (&body["runId"], &body["nodeId"], &body["status"]),
+        (&json!(approve), &json!("gate"), &json!("waiting-approval")),
+        "{body}"
+    );
+    let answers = serde_json::to_value(runs.get("approve").await.unwrap().spec.answers).unwrap();
+    assert_eq!(answers[0]["interruptId"], "int-a");
+    assert_eq!(answers[0]["action"], "accept");
+    assert_eq!(answers[0]["nodeId"], "gate");
+    assert_eq!(answers[0]["comment"], "ship it");
+    assert_eq!(
+        answers[0]["answeredBy"],
+        format!("system:serviceaccount:{}:team", f.ns.name)
+    );
+    assert!(
+        answers[0]["answeredAt"]
+            .as_str()
+            .is_some_and(|t| t.ends_with('Z')),
+        "{answers}"
+    );
+    // Answered already: 409, before and after the worker resolves it.
+    let r = post(
+        &approve,
+        "gate",
+        json!({"resumeValue": {"action": "reject"}}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status(), StatusCode::CONFLICT);
+    assert_eq!(spec_error(r).await.0, "interrupt_already_resolved");
+    publish(
+        &f.js,
+        &subject,
+        ev(4, "run.resumed", json!({"interruptId": "int-a"})),
+    )
+    .await;
+    publish(
+        &f.js,
+        &subject,
+        ev(
+            5,
+            "approval.received",
+            json!({"nodeId": "gate", "interruptId": "int-a", "action": "accept",
+            "decidedBy": format!("system:serviceaccount:{}:team", f.ns.name)}),
+        ),
+    )
+    .await;
+    wait_for(30, "running once approval.received is recorded", || async {
+        let st = status_of("approve").await?;
+        (st.phase == Some(openwop_crds::RunPhase::Running) && st.pending_interrupts.is_empty())
+            .then_some(())
+    })
+    .await;
+    let r = post(
+        &approve,
+        "gate",
+        json!({"resumeValue": {"action": "accept"}}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status(), StatusCode::CONFLICT);
+    assert_eq!(spec_error(r).await.0, "interrupt_already_resolved");
+
+    // A clarification gate: every question answered, object or list form.
+    let ask = f.run("ask").await;
+    let subject = f.subject(&ask);
+    let ev = |seq, ty, payload| event(&ask, seq, ty, payload);
+    publish(&f.js, &subject, ev(0, "run.started", json!({}))).await;
+    publish(
+        &f.js,
+        &subject,
+        ev(
+            1,
+            "node.suspended",
+            json!({"nodeId": "ask", "interruptId": "int-q", "kind": "clarification"}),
+        ),
+    )
+    .await;
+    publish(
+        &f.js,
+        &subject,
+        ev(
+            2,
+            "clarification.requested",
+            json!({"nodeId": "ask", "interruptId": "int-q",
+            "questions": [{"id": "q1", "question": "What is your favorite color?"}]}),
+        ),
+    )
+    .await;
+    wait_for(30, "waiting-input with q1", || async {
+        let st = status_of("ask").await?;
+        (st.phase == Some(openwop_crds::RunPhase::WaitingInput)
+            && st
+                .pending_interrupts
+                .first()
+                .is_some_and(|p| p.questions.len() == 1))
+        .then_some(())
+    })
+    .await;
+    for bad in [json!({"q1": "blue"}), json!({"answers": {"q2": "blue"}})] {
+        let r = post(&ask, "ask", json!({"resumeValue": bad}))
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::BAD_REQUEST, "{bad}");
+        assert_eq!(spec_error(r).await.0, "validation_error");
+    }
+    let r = post(
+        &ask,
+        "ask",
+        json!({"resumeValue": {"answers": [{"id": "q1", "answer": "blue"}]}}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let answers = serde_json::to_value(runs.get("ask").await.unwrap().spec.answers).unwrap();
+    assert_eq!(answers[0]["value"], json!({"q1": "blue"}));
+    assert_eq!(
+        answers[0]["answeredBy"],
+        format!("system:serviceaccount:{}:team", f.ns.name)
+    );
+    f.cleanup().await;
+}

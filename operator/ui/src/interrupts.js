@@ -3,7 +3,7 @@ import { html } from './html.js';
 import { post, enc } from './api.js';
 import { nodeOf } from './model.js';
 
-const RESOLVED = new Set(['clarification.resolved', 'interrupt.resolved', 'approval.granted', 'approval.rejected']);
+const RESOLVED = new Set(['clarification.resolved', 'approval.received', 'approval.granted', 'approval.rejected']);
 
 function Card({ runId, it, canUpdate, onAnswered }) {
   const approval = it.kind === 'approval';
@@ -25,8 +25,9 @@ function Card({ runId, it, canUpdate, onAnswered }) {
     <h4>${approval ? 'Approval' : 'Clarification'} needed at ${it.nodeId}</h4>
     ${it.reason && html`<p class="reason">${it.reason}${typeof it.observed === 'number' && typeof it.threshold === 'number'
       ? ` (confidence ${it.observed} below ${it.threshold})` : ''}${it.agentId ? ` · agent ${it.agentId}` : ''}</p>`}
+    ${it.title && html`<p class="title">${it.title}</p>`}
     ${it.message && html`<p class="message">${it.message}</p>`}
-    ${!approval && html`<form onSubmit=${(e) => { e.preventDefault(); send(answers); }}>
+    ${!approval && html`<form onSubmit=${(e) => { e.preventDefault(); send({ answers }); }}>
       ${qs.map((qq) => html`<label class="question">${qq.question}
         <input name=${qq.id} data-question-id=${qq.id} disabled=${!canUpdate} value=${answers[qq.id] || ''}
           onInput=${(e) => setAnswers({ ...answers, [qq.id]: e.target.value })} /></label>`)}
@@ -34,8 +35,8 @@ function Card({ runId, it, canUpdate, onAnswered }) {
     </form>`}
     ${approval && canUpdate && html`<div>
       <label>Comment (optional)<textarea class="comment" rows="2" value=${comment} onInput=${(e) => setComment(e.target.value)}></textarea></label>
-      <button class="approve" disabled=${busy} onClick=${() => send(true)}>Approve</button>
-      <button class="reject danger" disabled=${busy} onClick=${() => send(false)}>Reject</button>
+      <button class="approve" disabled=${busy} onClick=${() => send({ action: 'accept' })}>Approve</button>
+      <button class="reject danger" disabled=${busy} onClick=${() => send({ action: 'reject' })}>Reject</button>
     </div>`}
     ${!canUpdate && html`<p class="hint">Read-only: this token may not answer.</p>`}
     ${error && html`<p class="error" role="alert">${error}</p>`}
@@ -53,8 +54,9 @@ export function Interrupts({ runId, snapshot, events, canUpdate, onAnswered }) {
     ${done.length > 0 && html`<ul class="resolved" id="resolved">
       ${done.map((e) => {
         const p = e.payload || {};
-        const who = p.resolvedBy || p.answeredBy || p.approvedBy || p.rejectedBy || p.actor;
-        return html`<li data-seq=${e.sequence}>#${e.sequence} ${e.type} at ${nodeOf(e) || ''}${who ? ` by ${typeof who === 'string' ? who : JSON.stringify(who)}` : ''}${p.comment ? ` — “${p.comment}”` : ''}</li>`;
+        const who = p.decidedBy || p.answeredBy || p.resolvedBy || p.principal;
+        const when = p.decidedAt || p.answeredAt;
+        return html`<li data-seq=${e.sequence}>#${e.sequence} ${e.type}${p.action ? ` (${p.action})` : ''} at ${nodeOf(e) || ''}${who ? ` by ${typeof who === 'string' ? who : JSON.stringify(who)}` : ''}${when ? ` at ${when}` : ''}${p.comment ? ` — “${p.comment}”` : ''}</li>`;
       })}
     </ul>`}
   </section>`;

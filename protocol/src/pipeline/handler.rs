@@ -248,6 +248,9 @@ mod tests {
             payload: Some(
                 json!({"questions": payload["questions"], "envelopeId": "env-1", "contextType": "deploy"}),
             ),
+            key: None,
+            data: None,
+            requested_at: None,
         };
         assert_eq!(docs.len(), 2);
         assert_eq!(docs[0].event_type, EventType::ClarificationRequested);

@@ -15,7 +15,9 @@
 //! * [`nodes`] — the node-type registry: validation, dispatch and discovery read one list;
 //! * [`telemetry`] — the span attributes naming a run, read back by the operator;
 //! * [`stream_modes`] — which events each `streamMode` of the event stream admits;
-//! * [`options`] — the reserved `configurable` keys the host honours (`runTimeoutMs`).
+//! * [`options`] — the reserved `configurable` keys the host honours (`runTimeoutMs`);
+//! * [`gate`] — the nodes that wait for a person: what they wait for, the events of the
+//!   wait and of its resolution.
 //!
 //! Run identity is the runId: the Run object's uid, unique per object and never reused. A
 //! Run deleted and re-created under the same name is a new run with its own subject, its own
@@ -26,6 +28,7 @@ pub mod debug_bundle;
 pub mod ending;
 pub mod env;
 pub mod exit;
+pub mod gate;
 pub mod host;
 pub mod nodes;
 pub mod options;

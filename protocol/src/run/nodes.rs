@@ -14,6 +14,14 @@ pub enum Executor {
     MockAgent,
     /// One HTTP call through the egress guard, journaled (`crate::http`).
     Http,
+    /// Completes at once: outputs `{value}` when an input `value` is wired, else `{}`.
+    Noop,
+    /// Fails with its configured error (`core.fail`), never retried.
+    Fail,
+    /// Waits for a person: an approval decision or answers (`core.approvalGate`,
+    /// `core.clarificationGate`, `core.interrupt`). The wait is recorded in the log and holds
+    /// no pod; an answer in the Run's `spec.answers` resumes it.
+    Gate,
 }
 
 /// How a node type's `config` is checked at registration.
@@ -25,6 +33,24 @@ pub enum ConfigCheck {
     MockAgent,
     /// The HTTP node's config in one of its dialects ([`crate::http::HttpConfig::parse`]).
     Http(crate::http::Dialect),
+    /// The definition `def` under `$defs` of the JSON Schema document `doc` (its text, from
+    /// `schemas/nodes/`).
+    SchemaDef {
+        doc: &'static str,
+        def: &'static str,
+    },
+}
+
+/// The config schemas of the gate and basic node types (`$defs`: noop, fail, approval,
+/// clarification, custom, interrupt).
+pub const GATES_CONFIG_SCHEMA: &str =
+    include_str!("../../../schemas/nodes/gates.config.schema.json");
+
+const fn gates(def: &'static str) -> ConfigCheck {
+    ConfigCheck::SchemaDef {
+        doc: GATES_CONFIG_SCHEMA,
+        def,
+    }
 }
 
 /// A built-in node type.
@@ -37,6 +63,12 @@ pub struct BuiltinNode {
 
 /// The conformance-only mock agent node type (RFC 0023).
 pub const MOCK_AGENT_TYPE_ID: &str = "core.conformance.mock-agent";
+/// The approval gate.
+pub const APPROVAL_GATE_TYPE_ID: &str = "core.approvalGate";
+/// The clarification gate.
+pub const CLARIFICATION_GATE_TYPE_ID: &str = "core.clarificationGate";
+/// The interrupt primitive (`config.kind` says what it waits for).
+pub const INTERRUPT_TYPE_ID: &str = "core.interrupt";
 
 /// Every node type the worker executes.
 pub const BUILTIN_NODES: &[BuiltinNode] = &[
@@ -74,8 +106,73 @@ pub const BUILTIN_NODES: &[BuiltinNode] = &[
         type_id: crate::http::REQUEST_TYPE_ID,
         executor: Executor::Http,
         config: ConfigCheck::Http(crate::http::Dialect::Request),
+        type_id: "core.noop",
+        executor: Executor::Noop,
+        config: gates("noop"),
+    },
+    BuiltinNode {
+        type_id: "core.start",
+        executor: Executor::Noop,
+        config: gates("noop"),
+    },
+    BuiltinNode {
+        type_id: "core.end",
+        executor: Executor::Noop,
+        config: gates("noop"),
+    },
+    BuiltinNode {
+        type_id: "core.fail",
+        executor: Executor::Fail,
+        config: gates("fail"),
+    },
+    BuiltinNode {
+        type_id: APPROVAL_GATE_TYPE_ID,
+        executor: Executor::Gate,
+        config: gates("approval"),
+    },
+    BuiltinNode {
+        type_id: CLARIFICATION_GATE_TYPE_ID,
+        executor: Executor::Gate,
+        config: gates("clarification"),
+    },
+    BuiltinNode {
+        type_id: INTERRUPT_TYPE_ID,
+        executor: Executor::Gate,
+        config: gates("interrupt"),
     },
 ];
+
+/// The error code `core.fail` fails with unless its config names one (FX).
+pub const FAIL_DEFAULT_CODE: &str = "conformance_test_failure";
+/// The message `core.fail` fails with unless its config names one (FX).
+pub const FAIL_DEFAULT_MESSAGE: &str = "Intentional conformance failure";
+
+/// The outputs of a `core.noop` (and `core.start` / `core.end`) given its resolved inputs:
+/// `{value}` when an input `value` is wired, else nothing.
+pub fn noop_outputs(inputs: &serde_json::Value) -> serde_json::Value {
+    match inputs.get("value") {
+        Some(v) => serde_json::json!({ "value": v }),
+        None => serde_json::json!({}),
+    }
+}
+
+/// The error a `core.fail` node fails with: its config's `code`, `message` and `details`, or
+/// the conformance defaults; never retryable, so `maxRetries` does not re-run it.
+pub fn fail_error(config: &serde_json::Value) -> crate::events::ErrorInfo {
+    let text = |k: &str, default: &str| {
+        config
+            .get(k)
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or(default)
+            .to_owned()
+    };
+    crate::events::ErrorInfo {
+        code: text("code", FAIL_DEFAULT_CODE),
+        message: text("message", FAIL_DEFAULT_MESSAGE),
+        details: config.get("details").cloned(),
+        retryable: Some(false),
+    }
+}
 
 /// How the worker executes `type_id`; `None` for a type this host cannot execute.
 pub fn executor_of(type_id: &str) -> Option<Executor> {
@@ -100,5 +197,131 @@ mod tests {
             );
         }
         assert_eq!(executor_of("core.unknown"), None);
+    }
+
+    #[test]
+    fn noop_and_fail_semantics() {
+        use serde_json::json;
+        assert_eq!(noop_outputs(&json!({"input": {"a": 1}})), json!({}));
+        assert_eq!(noop_outputs(&json!({"value": [1]})), json!({"value": [1]}));
+        let e = fail_error(&json!({}));
+        assert_eq!(
+            (e.code.as_str(), e.message.as_str(), e.retryable),
+            (FAIL_DEFAULT_CODE, FAIL_DEFAULT_MESSAGE, Some(false))
+        );
+        let e = fail_error(&json!({"code": "boom", "message": "m", "details": {"a": 1}}));
+        assert_eq!(
+            (e.code.as_str(), e.message.as_str(), e.details),
+            ("boom", "m", Some(json!({"a": 1})))
+        );
+    }
+
+    #[test]
+    fn every_config_schema_compiles() {
+        for n in BUILTIN_NODES {
+            if let ConfigCheck::SchemaDef { doc, def } = n.config {
+                crate::workflow_check::schema_def(doc, def)
+                    .unwrap_or_else(|e| panic!("{}: {e}", n.type_id));
+            }
+        }
+    }
+
+    /// Registration checks each gate's config and names the node and the field at fault.
+    #[test]
+    fn gate_configs_are_checked_at_registration() {
+        use crate::workflow_check::{CheckOptions, NodeRegistry, Tier1Posture, check_workflow};
+        use serde_json::json;
+        let registry = NodeRegistry::builtin();
+        let kinds = Default::default();
+        let opts = CheckOptions {
+            registry: &registry,
+            advertised_kinds: &kinds,
+            tier1: Tier1Posture::Warn,
+            mock_agent_opt_in: false,
+        };
+        let problems = |type_id: &str, config: serde_json::Value| -> Vec<String> {
+            let wf = json!({"id": "w", "name": "w", "version": "1", "nodes": [
+                {"id": "n", "typeId": type_id, "name": "n", "position": {"x": 0, "y": 0},
+                 "config": config, "inputs": {}}]});
+            check_workflow(&wf, &opts)
+                .errors
+                .iter()
+                .map(ToString::to_string)
+                .collect()
+        };
+        for (type_id, config) in [
+            ("core.noop", json!({})),
+            ("core.start", json!({})),
+            (
+                "core.fail",
+                json!({"code": "boom", "message": "m", "details": {"a": 1}}),
+            ),
+            (
+                "core.approvalGate",
+                json!({"title": "t", "description": "d", "actions": ["accept", "reject"]}),
+            ),
+            ("core.approvalGate", json!({})),
+            (
+                "core.clarificationGate",
+                json!({"questions": [{"id": "q1", "question": "?"}]}),
+            ),
+            (
+                "core.interrupt",
+                json!({"kind": "custom", "data": {"customKind": "payment"}}),
+            ),
+            (
+                "core.interrupt",
+                json!({"kind": "approval", "data": {"actions": ["accept"]}}),
+            ),
+        ] {
+            assert_eq!(
+                problems(type_id, config.clone()),
+                Vec::<String>::new(),
+                "{type_id} {config}"
+            );
+        }
+        for (type_id, config, at) in [
+            ("core.noop", json!({"x": 1}), "/nodes/0/config"),
+            ("core.fail", json!({"code": ""}), "/nodes/0/config/code"),
+            (
+                "core.approvalGate",
+                json!({"actions": ["approve"]}),
+                "/nodes/0/config/actions/0",
+            ),
+            (
+                "core.approvalGate",
+                json!({"actions": ["accept", "accept"]}),
+                "/nodes/0/config/actions",
+            ),
+            (
+                "core.approvalGate",
+                json!({"requiredApprovals": 3}),
+                "/nodes/0/config/requiredApprovals",
+            ),
+            (
+                "core.clarificationGate",
+                json!({"questions": []}),
+                "/nodes/0/config/questions",
+            ),
+            ("core.clarificationGate", json!({}), "/nodes/0/config"),
+            (
+                "core.interrupt",
+                json!({"kind": "external-event", "data": {}}),
+                "/nodes/0/config/kind",
+            ),
+            (
+                "core.interrupt",
+                json!({"kind": "clarification", "data": {"questions": [{"id": "q"}]}}),
+                "/nodes/0/config/data/questions/0",
+            ),
+        ] {
+            let p = problems(type_id, config.clone());
+            assert!(
+                p.iter().any(|m| m.starts_with("node \"n\" (")
+                    && m.contains(at)
+                    && m.contains(type_id)),
+                "{type_id} {config}: {p:?}"
+            );
+        }
     }
 }

@@ -8,8 +8,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::status::{
-    MAX_PENDING_INTERRUPTS, MAX_QUESTION_CHARS, MAX_QUESTIONS, PendingInterrupt, PendingQuestion,
-    RunError, RunPhase, suspension, waiting_phase,
+    APPROVAL_ACTIONS, MAX_PENDING_INTERRUPTS, MAX_QUESTION_CHARS, MAX_QUESTIONS, MAX_TITLE_CHARS,
+    PendingInterrupt, PendingQuestion, RunError, RunPhase, suspension, waiting_phase,
 };
 use super::truncate;
 
@@ -150,20 +150,19 @@ impl Projection {
                 let interrupt_id = s(payload, "interruptId").unwrap_or_default();
                 let node_id = node.unwrap_or_default();
                 self.running_nodes.remove(node_id);
-                // The questions of a clarification.requested with the same interrupt.
-                let questions = self
-                    .take_pending(interrupt_id, node_id)
-                    .map(|p| p.questions)
-                    .unwrap_or_default();
+                // What a companion event already said (a pipeline's clarification comes first).
+                let earlier = self.take_pending(interrupt_id, node_id).unwrap_or_default();
                 self.push_pending(PendingInterrupt {
                     interrupt_id: interrupt_id.to_owned(),
                     node_id: node_id.to_owned(),
                     kind: kind.to_owned(),
-                    questions,
+                    questions: earlier.questions,
                     reason: s(payload, "reason").map(str::to_owned),
                     agent_id: s(payload, "agentId").map(str::to_owned),
                     threshold: payload.get("threshold").and_then(Value::as_f64),
                     observed: payload.get("observed").and_then(Value::as_f64),
+                    actions: earlier.actions,
+                    title: earlier.title,
                 });
                 self.current_node = node.map(str::to_owned);
                 self.settle();
@@ -177,18 +176,39 @@ impl Projection {
                             interrupt_id: interrupt_id.to_owned(),
                             node_id: node_id.to_owned(),
                             kind: "clarification".into(),
-                            questions: vec![],
-                            reason: None,
-                            agent_id: None,
-                            threshold: None,
-                            observed: None,
+                            ..PendingInterrupt::default()
                         });
                 p.questions = questions_of(payload);
                 self.push_pending(p);
                 self.settle();
             }
-            "approval.requested" => self.settle(),
-            "interrupt.resolved" | "clarification.resolved" | "approval.granted" => {
+            "approval.requested" => {
+                // The actions and title of a gate's approval (its node.suspended came first).
+                let interrupt_id = s(payload, "interruptId").unwrap_or_default();
+                let node_id = node.unwrap_or_default();
+                if let Some(mut p) = self.take_pending(interrupt_id, node_id) {
+                    p.actions = payload
+                        .get("actions")
+                        .and_then(Value::as_array)
+                        .map(|a| {
+                            a.iter()
+                                .filter_map(Value::as_str)
+                                .take(APPROVAL_ACTIONS.len())
+                                .map(str::to_owned)
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    p.title = s(payload, "title").map(|t| truncate(t, MAX_TITLE_CHARS));
+                    self.push_pending(p);
+                }
+                self.settle()
+            }
+            // `approval.granted` resolved CP-1 approvals in logs written before
+            // `approval.received` (it is RFC 0051's governance event now).
+            "interrupt.resolved"
+            | "clarification.resolved"
+            | "approval.received"
+            | "approval.granted" => {
                 self.resolve(s(payload, "interruptId"), node);
                 self.phase = Some(RunPhase::Running);
             }
@@ -399,6 +419,44 @@ mod tests {
     }
 
     #[test]
+    fn an_approval_gate_waits_with_its_actions_and_approval_received_resolves_it() {
+        let mut p = Projection::default();
+        p.apply(&ev(0, "node.started", json!({"nodeId": "gate"})));
+        p.apply(&ev(
+            1,
+            "node.suspended",
+            json!({"nodeId": "gate", "interruptId": "i1", "kind": "approval"}),
+        ));
+        p.apply(&ev(
+            2,
+            "interrupt.requested",
+            json!({"nodeId": "gate", "interruptId": "i1", "kind": "approval", "data": {}}),
+        ));
+        p.apply(&ev(
+            3,
+            "approval.requested",
+            json!({"nodeId": "gate", "interruptId": "i1", "artifactId": "gate", "artifactType": "approval",
+                   "title": "t".repeat(600), "actions": ["accept", "reject", "refine"]}),
+        ));
+        assert_eq!(
+            (p.phase, p.current_node.as_deref()),
+            (Some(RunPhase::WaitingApproval), Some("gate"))
+        );
+        let pi = &p.pending_interrupts[0];
+        assert_eq!(pi.actions, ["accept", "reject", "refine"]);
+        assert!(pi.title.as_ref().unwrap().chars().count() <= MAX_TITLE_CHARS + 1);
+        p.apply(&ev(
+            4,
+            "approval.received",
+            json!({"nodeId": "gate", "interruptId": "i1", "action": "accept", "decidedBy": "alice"}),
+        ));
+        assert_eq!(
+            (p.phase, p.pending_interrupts.is_empty()),
+            (Some(RunPhase::Running), true)
+        );
+    }
+
+    #[test]
     fn clarification_waits_for_input_with_bounded_questions() {
         let mut p = Projection::default();
         let long = "q".repeat(2000);
@@ -551,11 +609,7 @@ mod tests {
                     interrupt_id: (*id).into(),
                     node_id: "n".into(),
                     kind: "clarification".into(),
-                    questions: vec![],
-                    reason: None,
-                    agent_id: None,
-                    threshold: None,
-                    observed: None,
+                    ..PendingInterrupt::default()
                 })
                 .collect(),
             error: error.map(|c| RunError::new(c, "m")),

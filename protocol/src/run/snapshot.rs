@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::host::HostProfile;
-use super::status::{AnswerMismatch, PendingInterrupt};
+use super::status::{APPROVAL_ACTIONS, AnswerMismatch, PendingInterrupt};
 use crate::retry::mock::{MockError, MockProgram, ProviderMock};
 
 /// Where the run lives and who it is.
@@ -69,17 +69,19 @@ pub struct SecretMount {
 // An item of the Run CRD's `spec.answers` (hence the schema annotations, with the Kubernetes
 // CEL rule as a plain schema keyword), copied as is into the snapshot the worker reads. Built
 // from what a person replied with `Answer::from_user_input`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-validations" = [{
-    "rule": "has(self.value) || has(self.approved)",
-    "message": "an answer needs value (clarification answers) or approved (approval decision)"
+    "rule": "has(self.value) || has(self.approved) || has(self.action)",
+    "message": "an answer needs value (clarification answers), action (approval action) or approved (approval decision)"
 }]))]
 pub struct Answer {
     /// The interrupt answered (an id in `status.pendingInterrupts`).
     #[schemars(length(min = 1, max = 128))]
     pub interrupt_id: String,
-    /// Clarification answers: an object keyed by question id (values are any JSON).
+    /// Clarification answers: an object keyed by question id (values are any JSON); for a
+    /// `custom` interrupt the resume value; for an approval the action's extra data
+    /// (`refineFeedback`, `editedArtifactData`).
     // Typed `object` (not untyped JSON) so the CEL rule above can test `has(self.value)`.
     #[serde(
         default,
@@ -88,9 +90,13 @@ pub struct Answer {
     )]
     #[schemars(schema_with = "crate::structural::free_object")]
     pub value: Option<Value>,
-    /// Approval decision.
+    /// Approval decision (`true`: accept, `false`: reject) when no `action` is given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approved: Option<bool>,
+    /// Approval action: `accept`, `reject`, `refine` or `edit-accept` (one the gate offers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^(accept|reject|refine|edit-accept)$"))]
+    pub action: Option<String>,
     /// Free-text comment.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 4096))]
@@ -100,18 +106,38 @@ pub struct Answer {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^(trusted|untrusted)$"))]
     pub content_trust: Option<String>,
+    /// The suspended node (as `status.pendingInterrupts` named it when the answer was given).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 256))]
+    pub node_id: Option<String>,
+    /// Who answered: the authenticated user of the REST API, or the kubeconfig user of
+    /// `kubectl openwop resume`. Absent when the answer was written to `spec.answers`
+    /// directly (the worker then records [`UNATTRIBUTED`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 256))]
+    pub answered_by: Option<String>,
+    /// When it was answered (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64))]
+    pub answered_at: Option<String>,
 }
+
+/// The principal recorded for an answer that names none (written to `spec.answers` by hand).
+pub const UNATTRIBUTED: &str = "unattributed (spec.answers written directly)";
 
 /// What a person replied to an interrupt, before it is checked against the interrupt.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Reply {
-    /// An approval decision: `true` approves, `false` rejects.
+    /// An approval decision: `true` accepts, `false` rejects.
     Decision(bool),
+    /// An approval action (`accept`, `reject`, `refine`, `edit-accept`).
+    Action(String),
     /// Answers keyed by question id.
     Answers(Map<String, Value>),
-    /// A `resumeValue` as the REST API takes it: for an approval `true` / `false`,
-    /// `"approve"` / `"reject"` (or `"approved"` / `"rejected"`), `{"approved": bool}` or
-    /// `{"decision": "approve" | "reject"}`; for any other interrupt an object of answers.
+    /// A `resumeValue` of the spec's interrupt resolution: for an approval
+    /// `{action, comment?, feedback?, refineFeedback?, editedArtifactData?}` (or the legacy
+    /// `{decision: "approved" | "rejected"}`); for a clarification `{answers: {id: answer}}`
+    /// or `{answers: [{id, answer}]}`; for a custom interrupt any object.
     ResumeValue(Value),
 }
 
@@ -121,13 +147,29 @@ pub enum AnswerError {
     /// `contentTrust` is neither `trusted` nor `untrusted`.
     #[error("contentTrust {0:?} must be trusted or untrusted")]
     ContentTrust(String),
-    /// A `resumeValue` for an approval that spells no decision.
+    /// A `resumeValue` for an approval that names no action.
     #[error(
-        "this interrupt waits for an approval: resumeValue must be true / false, \"approve\" / \"reject\" or {{\"approved\": bool}}"
+        "this interrupt waits for an approval: resumeValue must be {{\"action\": ACTION}} with ACTION one of {}",
+        allowed.join(", ")
     )]
-    NotADecision,
-    /// A `resumeValue` for a question interrupt that is not an object.
-    #[error("this interrupt asks questions: resumeValue must be an object of question id → answer")]
+    NotADecision { allowed: Vec<String> },
+    /// An action the approval does not offer.
+    #[error("action {action:?} is not offered by this approval; use one of {}", allowed.join(", "))]
+    ActionNotOffered {
+        action: String,
+        allowed: Vec<String>,
+    },
+    /// An action that needs data the reply lacks (`refine` → `refineFeedback {scope}`,
+    /// `edit-accept` → `editedArtifactData`).
+    #[error("action {action:?} needs resumeValue.{field}")]
+    ActionData { action: String, field: &'static str },
+    /// A `resumeValue` for a question interrupt that is not `{answers: ...}`.
+    #[error(
+        "this interrupt asks questions: resumeValue must be {{\"answers\": {{QUESTION_ID: ANSWER}}}} or {{\"answers\": [{{\"id\": QUESTION_ID, \"answer\": ANSWER}}]}}"
+    )]
+    NotAnswers,
+    /// A `resumeValue` for a custom interrupt that is not an object.
+    #[error("this interrupt waits for an object: resumeValue must be a JSON object")]
     NotAnObject,
     /// The reply does not fit what the interrupt waits for.
     #[error(transparent)]
@@ -144,11 +186,17 @@ impl AnswerError {
     }
 }
 
+/// What a reply resolves to once read: an approval action (with its extra data) or answers.
+enum Resolved {
+    Action(String, Option<Map<String, Value>>),
+    Answers(Map<String, Value>),
+}
+
 impl Answer {
     /// The answer to interrupt `interrupt_id` from what a person replied. `pending` is the
-    /// interrupt as the Run's status lists it: the reply is checked against it (a decision
-    /// for an approval, exactly one answer per listed question otherwise); `None` when the
-    /// caller names an interrupt the status does not list (yet), which is taken unchecked.
+    /// interrupt as the Run's status lists it: the reply is checked against it (an action it
+    /// offers for an approval, exactly one answer per listed question otherwise); `None` when
+    /// the caller names an interrupt the status does not list (yet), which is taken unchecked.
     pub fn from_user_input(
         interrupt_id: String,
         pending: Option<&PendingInterrupt>,
@@ -163,46 +211,173 @@ impl Answer {
             return Err(AnswerError::ContentTrust(t.to_owned()));
         }
         let approval = pending.map(PendingInterrupt::is_approval);
-        // Answers (`Some`) or a decision.
-        let (answers, approved) = match reply {
-            Reply::Decision(b) => (None, Some(b)),
-            Reply::Answers(m) => (Some(m), None),
-            Reply::ResumeValue(v) if approval == Some(true) => {
-                (None, Some(decision(&v).ok_or(AnswerError::NotADecision)?))
-            }
-            Reply::ResumeValue(Value::Object(m)) => (Some(m), None),
-            Reply::ResumeValue(Value::Bool(b)) if approval.is_none() => (None, Some(b)),
-            Reply::ResumeValue(_) => return Err(AnswerError::NotAnObject),
+        let allowed = || {
+            pending.map_or_else(
+                || APPROVAL_ACTIONS.map(str::to_owned).to_vec(),
+                PendingInterrupt::offered_actions,
+            )
         };
-        if let Some(p) = pending {
-            p.check_answer(answers.as_ref())?;
-        }
-        let value = answers.map(Value::Object);
+        let mut comment = comment;
+        let resolved = match reply {
+            Reply::Decision(b) => {
+                Resolved::Action(if b { "accept" } else { "reject" }.into(), None)
+            }
+            Reply::Action(a) => Resolved::Action(a, None),
+            Reply::Answers(m) => Resolved::Answers(m),
+            Reply::ResumeValue(v) => {
+                let questions = pending.is_some_and(|p| !p.questions.is_empty())
+                    || pending.is_some_and(|p| p.kind == "clarification");
+                match (approval, v) {
+                    (Some(true), v) => approval_of(v, allowed(), &mut comment)?,
+                    (None, Value::Object(o))
+                        if o.contains_key("action") || o.contains_key("decision") =>
+                    {
+                        approval_of(Value::Object(o), allowed(), &mut comment)?
+                    }
+                    (_, Value::Object(mut o)) if questions || o.contains_key("answers") => {
+                        match o.remove("answers") {
+                            Some(a) => Resolved::Answers(answers_of(a)?),
+                            None => return Err(AnswerError::NotAnswers),
+                        }
+                    }
+                    (_, Value::Object(o)) => Resolved::Answers(o),
+                    (_, _) if questions => return Err(AnswerError::NotAnswers),
+                    (_, _) => return Err(AnswerError::NotAnObject),
+                }
+            }
+        };
+        let (value, approved, action) = match resolved {
+            Resolved::Action(action, extra) => {
+                if let Some(p) = pending.filter(|p| !p.is_approval()) {
+                    return Err(AnswerMismatch::NotAnApproval {
+                        interrupt_id: p.interrupt_id.clone(),
+                        kind: p.kind.clone(),
+                    }
+                    .into());
+                }
+                let allowed = allowed();
+                if !allowed.contains(&action) {
+                    return Err(AnswerError::ActionNotOffered { action, allowed });
+                }
+                let needs = match action.as_str() {
+                    "refine" => Some("refineFeedback"),
+                    "edit-accept" => Some("editedArtifactData"),
+                    _ => None,
+                };
+                if let Some(field) = needs
+                    && !extra.as_ref().is_some_and(|e| e.contains_key(field))
+                {
+                    return Err(AnswerError::ActionData { action, field });
+                }
+                let approved = match action.as_str() {
+                    "accept" => Some(true),
+                    "reject" => Some(false),
+                    _ => None,
+                };
+                (extra.map(Value::Object), approved, Some(action))
+            }
+            Resolved::Answers(m) => {
+                if let Some(p) = pending {
+                    p.check_answer(Some(&m))?;
+                }
+                (Some(Value::Object(m)), None, None)
+            }
+        };
         Ok(Answer {
             interrupt_id,
             value,
             approved,
+            action,
             comment,
             content_trust,
+            node_id: pending.map(|p| p.node_id.clone()),
+            answered_by: None,
+            answered_at: None,
         })
+    }
+
+    /// This answer recorded as given by `by` at `at` (RFC 3339).
+    pub fn answered(mut self, by: impl Into<String>, at: impl Into<String>) -> Self {
+        self.answered_by = Some(by.into());
+        self.answered_at = Some(at.into());
+        self
+    }
+
+    /// The approval action this answer takes: its `action`, else its `approved` decision.
+    pub fn approval_action(&self) -> Option<&str> {
+        self.action.as_deref().or(match self.approved {
+            Some(true) => Some("accept"),
+            Some(false) => Some("reject"),
+            None => None,
+        })
+    }
+
+    /// Who answered, as recorded in events: [`UNATTRIBUTED`] when the answer names no one.
+    pub fn principal(&self) -> &str {
+        self.answered_by.as_deref().unwrap_or(UNATTRIBUTED)
     }
 }
 
-/// The decision a `resumeValue` spells for an approval, if any.
-fn decision(v: &Value) -> Option<bool> {
-    let word = |s: &str| match s {
-        "approve" | "approved" => Some(true),
-        "reject" | "rejected" => Some(false),
-        _ => None,
+/// Members of an approval's `resumeValue` besides `action` that are kept with the answer.
+const APPROVAL_DATA: [&str; 2] = ["refineFeedback", "editedArtifactData"];
+
+/// The action an approval's `resumeValue` takes, with its extra data; a `comment` or legacy
+/// `feedback` in it becomes the answer's comment unless one was given beside it.
+fn approval_of(
+    v: Value,
+    allowed: Vec<String>,
+    comment: &mut Option<String>,
+) -> Result<Resolved, AnswerError> {
+    let Value::Object(mut o) = v else {
+        return Err(AnswerError::NotADecision { allowed });
     };
-    match v {
-        Value::Bool(b) => Some(*b),
-        Value::String(s) => word(s),
-        Value::Object(o) => o
-            .get("approved")
-            .and_then(Value::as_bool)
-            .or_else(|| o.get("decision").and_then(Value::as_str).and_then(word)),
-        _ => None,
+    let action = match (o.get("action"), o.get("decision")) {
+        (Some(Value::String(a)), _) => a.clone(),
+        // INT's legacy spelling, normalised.
+        (None, Some(Value::String(d))) if d == "approved" => "accept".into(),
+        (None, Some(Value::String(d))) if d == "rejected" => "reject".into(),
+        _ => return Err(AnswerError::NotADecision { allowed }),
+    };
+    for k in ["comment", "feedback"] {
+        if comment.is_none()
+            && let Some(Value::String(c)) = o.get(k)
+        {
+            *comment = Some(c.clone());
+        }
+    }
+    if let Some(f) = o.get("refineFeedback")
+        && f.get("scope").and_then(Value::as_str).is_none()
+    {
+        return Err(AnswerError::ActionData {
+            action,
+            field: "refineFeedback.scope",
+        });
+    }
+    let extra: Map<String, Value> = APPROVAL_DATA
+        .iter()
+        .filter_map(|k| o.remove(*k).map(|v| ((*k).to_owned(), v)))
+        .collect();
+    Ok(Resolved::Action(
+        action,
+        (!extra.is_empty()).then_some(extra),
+    ))
+}
+
+/// Clarification answers from `{id: answer}` or `[{id, answer}]`, as an object keyed by id.
+fn answers_of(a: Value) -> Result<Map<String, Value>, AnswerError> {
+    match a {
+        Value::Object(m) => Ok(m),
+        Value::Array(items) => items
+            .into_iter()
+            .map(|item| match item {
+                Value::Object(mut o) => match (o.remove("id"), o.remove("answer")) {
+                    (Some(Value::String(id)), Some(answer)) => Ok((id, answer)),
+                    _ => Err(AnswerError::NotAnswers),
+                },
+                _ => Err(AnswerError::NotAnswers),
+            })
+            .collect(),
+        _ => Err(AnswerError::NotAnswers),
     }
 }
 
@@ -483,25 +658,52 @@ mod tests {
     }
 
     #[test]
-    fn a_resume_value_for_an_approval_takes_the_usual_spellings() {
+    fn a_resume_value_for_an_approval_takes_the_spec_actions() {
         let p = pending("approval", &[]);
-        for (v, want) in [
-            (json!(true), true),
-            (json!(false), false),
-            (json!("approve"), true),
-            (json!("rejected"), false),
-            (json!({"approved": true}), true),
-            (json!({"decision": "reject"}), false),
+        for (v, action, approved) in [
+            (json!({"action": "accept"}), "accept", Some(true)),
+            (json!({"action": "reject"}), "reject", Some(false)),
+            // INT's legacy spelling is normalised.
+            (json!({"decision": "approved"}), "accept", Some(true)),
+            (json!({"decision": "rejected"}), "reject", Some(false)),
         ] {
             let a = answer(Some(&p), Reply::ResumeValue(v.clone())).unwrap();
-            assert_eq!((a.approved, a.value), (Some(want), None), "{v}");
-        }
-        for v in [json!({"region": "eu"}), json!("maybe"), json!(1)] {
             assert_eq!(
-                answer(Some(&p), Reply::ResumeValue(v)).unwrap_err(),
-                AnswerError::NotADecision
+                (
+                    a.action.as_deref(),
+                    a.approved,
+                    a.value.clone(),
+                    a.node_id.as_deref()
+                ),
+                (Some(action), approved, None, Some("n")),
+                "{v}"
             );
+            assert_eq!(a.approval_action(), Some(action));
         }
+        // Not spelled as the spec does, or not an action the gate offers: named.
+        for v in [
+            json!(true),
+            json!("approve"),
+            json!({"approved": true}),
+            json!({"region": "eu"}),
+        ] {
+            let e = answer(Some(&p), Reply::ResumeValue(v.clone())).unwrap_err();
+            assert_eq!(
+                e,
+                AnswerError::NotADecision {
+                    allowed: vec!["accept".into(), "reject".into()]
+                },
+                "{v}"
+            );
+            assert!(e.to_string().contains("{\"action\": ACTION}"), "{e}");
+        }
+        let e = answer(Some(&p), Reply::ResumeValue(json!({"action": "maybe"}))).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "action \"maybe\" is not offered by this approval; use one of accept, reject"
+        );
+        let e = answer(Some(&p), Reply::Action("refine".into())).unwrap_err();
+        assert!(matches!(e, AnswerError::ActionNotOffered { .. }), "{e}");
         // Answers for an approval do not fit it.
         let e = answer(Some(&p), Reply::Answers(Map::new())).unwrap_err();
         assert!(
@@ -514,21 +716,76 @@ mod tests {
     }
 
     #[test]
-    fn answers_must_be_an_object_with_exactly_the_questions() {
-        let p = pending("clarification", &["region", "tier"]);
+    fn refine_and_edit_accept_carry_their_data_and_a_comment_is_read_from_the_value() {
+        let mut p = pending("approval", &[]);
+        p.actions = vec!["accept".into(), "refine".into(), "edit-accept".into()];
         let a = answer(
             Some(&p),
-            Reply::ResumeValue(json!({"region": "eu", "tier": "gold"})),
+            Reply::ResumeValue(json!({"action": "refine", "refineFeedback": {"scope": "whole", "text": "shorter"}, "feedback": "too long", "other": 1})),
         )
         .unwrap();
-        assert_eq!(a.value, Some(json!({"region": "eu", "tier": "gold"})));
-        assert_eq!((a.interrupt_id.as_str(), a.approved), ("i1", None));
-        let e = answer(Some(&p), Reply::ResumeValue(json!("eu"))).unwrap_err();
-        assert_eq!(e, AnswerError::NotAnObject);
-        assert_eq!(e.field(), "resumeValue");
+        assert_eq!(
+            (a.action.as_deref(), a.approved, a.comment.as_deref()),
+            (Some("refine"), None, Some("too long"))
+        );
+        assert_eq!(
+            a.value,
+            Some(json!({"refineFeedback": {"scope": "whole", "text": "shorter"}}))
+        );
+        for (v, field) in [
+            (json!({"action": "refine"}), "refineFeedback"),
+            (
+                json!({"action": "refine", "refineFeedback": {}}),
+                "refineFeedback.scope",
+            ),
+            (json!({"action": "edit-accept"}), "editedArtifactData"),
+        ] {
+            let e = answer(Some(&p), Reply::ResumeValue(v)).unwrap_err();
+            assert!(
+                matches!(&e, AnswerError::ActionData { field: f, .. } if *f == field),
+                "{e}"
+            );
+        }
+        let a = answer(
+            Some(&p),
+            Reply::ResumeValue(json!({"action": "edit-accept", "editedArtifactData": {"x": 1}})),
+        )
+        .unwrap();
+        assert_eq!(a.value, Some(json!({"editedArtifactData": {"x": 1}})));
+    }
+
+    #[test]
+    fn clarification_answers_come_as_an_object_or_a_list_and_must_be_exactly_the_questions() {
+        let p = pending("clarification", &["region", "tier"]);
+        for v in [
+            json!({"answers": {"region": "eu", "tier": "gold"}}),
+            json!({"answers": [{"id": "tier", "answer": "gold"}, {"id": "region", "answer": "eu"}]}),
+        ] {
+            let a = answer(Some(&p), Reply::ResumeValue(v.clone())).unwrap();
+            assert_eq!(
+                a.value,
+                Some(json!({"region": "eu", "tier": "gold"})),
+                "{v}"
+            );
+            assert_eq!(
+                (a.interrupt_id.as_str(), a.approved, a.action),
+                ("i1", None, None)
+            );
+        }
+        // The bare object is not the spec's body.
+        for v in [
+            json!({"region": "eu", "tier": "gold"}),
+            json!("eu"),
+            json!({"answers": "eu"}),
+            json!({"answers": [{"id": "region"}]}),
+        ] {
+            let e = answer(Some(&p), Reply::ResumeValue(v.clone())).unwrap_err();
+            assert_eq!(e, AnswerError::NotAnswers, "{v}");
+            assert_eq!(e.field(), "resumeValue");
+        }
         let e = answer(
             Some(&p),
-            Reply::ResumeValue(json!({"region": "eu", "zone": 1})),
+            Reply::ResumeValue(json!({"answers": {"region": "eu", "zone": 1}})),
         )
         .unwrap_err();
         let AnswerError::Mismatch(AnswerMismatch::Questions {
@@ -543,6 +800,14 @@ mod tests {
         );
         let e = answer(Some(&p), Reply::Decision(true)).unwrap_err();
         assert!(e.to_string().contains("not an approval"), "{e}");
+        // A custom interrupt takes any object as its resume value.
+        let c = pending("custom", &[]);
+        let a = answer(Some(&c), Reply::ResumeValue(json!({"done": true}))).unwrap();
+        assert_eq!(a.value, Some(json!({"done": true})));
+        assert_eq!(
+            answer(Some(&c), Reply::ResumeValue(json!(1))).unwrap_err(),
+            AnswerError::NotAnObject
+        );
     }
 
     #[test]
@@ -558,7 +823,7 @@ mod tests {
         .unwrap();
         assert_eq!(
             serde_json::to_value(&a).unwrap(),
-            json!({"interruptId": "i1", "approved": false, "comment": "too risky", "contentTrust": "untrusted"})
+            json!({"interruptId": "i1", "approved": false, "action": "reject", "comment": "too risky", "contentTrust": "untrusted", "nodeId": "n"})
         );
         let e = Answer::from_user_input(
             "i1".into(),
@@ -580,12 +845,35 @@ mod tests {
     #[test]
     fn an_interrupt_the_status_does_not_list_is_answered_unchecked() {
         let a = answer(None, Reply::Answers(Map::new())).unwrap();
-        assert_eq!(a.value, Some(json!({})));
-        let a = answer(None, Reply::ResumeValue(json!(true))).unwrap();
+        assert_eq!((a.value, a.node_id), (Some(json!({})), None));
+        let a = answer(None, Reply::ResumeValue(json!({"action": "accept"}))).unwrap();
         assert_eq!(a.approved, Some(true));
+        let a = answer(None, Reply::ResumeValue(json!({"answers": {"q": 1}}))).unwrap();
+        assert_eq!(a.value, Some(json!({"q": 1})));
         assert_eq!(
             answer(None, Reply::ResumeValue(json!("yes"))).unwrap_err(),
             AnswerError::NotAnObject
+        );
+    }
+
+    #[test]
+    fn an_answer_records_who_and_when_and_an_unattributed_one_says_so() {
+        let p = pending("approval", &[]);
+        let a = answer(Some(&p), Reply::Decision(true))
+            .unwrap()
+            .answered("alice", "2026-05-18T10:00:00Z");
+        assert_eq!(
+            serde_json::to_value(&a).unwrap(),
+            json!({"interruptId": "i1", "approved": true, "action": "accept", "nodeId": "n",
+                   "answeredBy": "alice", "answeredAt": "2026-05-18T10:00:00Z"})
+        );
+        assert_eq!(a.principal(), "alice");
+        // Written to spec.answers by hand (kubectl patch): no principal, and the old shape reads.
+        let b: Answer =
+            serde_json::from_value(json!({"interruptId": "i1", "approved": false})).unwrap();
+        assert_eq!(
+            (b.principal(), b.approval_action()),
+            (UNATTRIBUTED, Some("reject"))
         );
     }
 }

@@ -200,8 +200,16 @@ pub fn waiting_phase(pending: &[PendingInterrupt]) -> Option<RunPhase> {
     Some(suspension(Some(&p.kind), p.reason.as_deref()).0)
 }
 
+/// The approval actions this host resolves: `reject` fails the gate, the others complete it
+/// (`ask`, which does not leave the suspension, and the retired `edit` are not offered).
+pub const APPROVAL_ACTIONS: [&str; 4] = ["accept", "reject", "refine", "edit-accept"];
+/// The actions an approval offers when it names none (CP-1, a gate without `actions`).
+pub const DEFAULT_APPROVAL_ACTIONS: [&str; 2] = ["accept", "reject"];
+/// Longest approval title kept in status (characters).
+pub const MAX_TITLE_CHARS: usize = 512;
+
 /// An interrupt waiting for an answer.
-#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct PendingInterrupt {
     /// Interrupt id, to quote in `spec.answers[].interruptId`.
@@ -226,6 +234,13 @@ pub struct PendingInterrupt {
     /// Observed confidence (low-confidence approvals).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed: Option<f64>,
+    /// Actions an approval offers (empty: accept or reject).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 4))]
+    pub actions: Vec<String>,
+    /// What the approver is asked (truncated to 512 characters).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
 }
 
 /// Why an answer does not fit the interrupt it names (the REST interrupts endpoint and
@@ -251,6 +266,15 @@ pub enum AnswerMismatch {
 impl PendingInterrupt {
     pub fn is_approval(&self) -> bool {
         self.kind == "approval"
+    }
+
+    /// The actions an answer to this approval may take.
+    pub fn offered_actions(&self) -> Vec<String> {
+        if self.actions.is_empty() {
+            DEFAULT_APPROVAL_ACTIONS.map(str::to_owned).to_vec()
+        } else {
+            self.actions.clone()
+        }
     }
 
     /// Whether an approval (`answers: None`) or these answers (question id → answer) fit
@@ -304,6 +328,8 @@ impl PendingInterrupt {
     /// Applies the status bounds (question count and length).
     pub fn bounded(mut self) -> Self {
         self.questions.truncate(MAX_QUESTIONS);
+        self.actions.truncate(APPROVAL_ACTIONS.len());
+        self.title = self.title.map(|t| super::truncate(&t, MAX_TITLE_CHARS));
         for q in &mut self.questions {
             q.question = super::truncate(&q.question, MAX_QUESTION_CHARS);
         }
@@ -355,10 +381,7 @@ mod tests {
                     question: "?".into(),
                 })
                 .collect(),
-            reason: None,
-            agent_id: None,
-            threshold: None,
-            observed: None,
+            ..PendingInterrupt::default()
         }
     }
 

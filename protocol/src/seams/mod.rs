@@ -6,6 +6,7 @@
 //! needs them. The envelope-accept seam's request and evaluation live in
 //! `crate::pipeline::request`, shared with `kubectl-openwop envelope accept`.
 
+pub mod fixtures;
 mod mock_ai;
 
 pub use mock_ai::{MAX_PROGRAMMED_CALLS, ProgrammedCall, staged_mock};

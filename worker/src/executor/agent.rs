@@ -1,5 +1,9 @@
 //! The RFC 0023 conformance mock agent and CP-1 escalation.
 
+use openwop_protocol::events::{InterruptResolved, NodeResumed};
+use openwop_protocol::run::gate;
+use openwop_protocol::run::status::DEFAULT_APPROVAL_ACTIONS;
+
 use super::*;
 
 impl<P: Publisher> Executor<'_, P> {
@@ -222,71 +226,61 @@ impl<P: Publisher> Executor<'_, P> {
                 InterruptKind::Approval,
             ));
         };
-        let untrusted = answer.content_trust.as_deref() == Some(ContentTrust::Untrusted.as_str());
-        if openwop_protocol::trust::blocks_approval(
-            if untrusted {
-                ContentTrust::Untrusted
-            } else {
-                ContentTrust::Trusted
-            },
-            true,
-        ) || answer.approved.is_none()
-        {
-            let why = if untrusted {
-                "untrusted_content_blocks_approval: an untrusted answer can never approve"
-            } else {
-                "the answer carries no approval decision"
-            };
-            self.emit(
-                &format!("{id}/cp1/answer-refused"),
-                Some(id),
-                &LogAppended {
-                    level: LogLevel::Warn,
-                    message: why.into(),
-                    node_id: Some(id.to_owned()),
-                    fields: Some(json!({"interruptId": interrupt_id})),
-                },
-            )
-            .await?;
-            return Ok(NodeOutcome::Suspended(
-                interrupt_id,
-                InterruptKind::Approval,
-            ));
-        }
-        let approved = answer.approved == Some(true);
-        self.run_resumed(&interrupt_id).await?;
-        let (t, p) = if approved {
-            (
-                EventType::ApprovalGranted,
-                json!({"nodeId": id, "interruptId": interrupt_id}),
-            )
-        } else {
-            (
-                EventType::ApprovalRejected,
-                json!({"nodeId": id, "interruptId": interrupt_id, "comment": answer.comment}),
-            )
+        // The same approval rules as the gates: an action CP-1 offers (accept / reject), and an
+        // untrusted answer never approves.
+        let allowed = DEFAULT_APPROVAL_ACTIONS.map(str::to_owned);
+        let received = match gate::approval_received(id, &interrupt_id, &answer, &allowed) {
+            Ok(r) => r,
+            Err(refusal) => {
+                self.emit(
+                    &format!("{id}/cp1/answer-refused"),
+                    Some(id),
+                    &LogAppended {
+                        level: LogLevel::Warn,
+                        message: refusal.to_string(),
+                        node_id: Some(id.to_owned()),
+                        fields: Some(json!({"interruptId": interrupt_id})),
+                    },
+                )
+                .await?;
+                return Ok(NodeOutcome::Suspended(
+                    interrupt_id,
+                    InterruptKind::Approval,
+                ));
+            }
         };
-        self.emit_value(&format!("{id}/cp1/decision"), Some(id), t, p)
+        let approved = received.action != "reject";
+        self.run_resumed(&interrupt_id).await?;
+        self.emit(&format!("{id}/cp1/decision"), Some(id), &received)
             .await?;
-        self.emit_value(
+        self.emit(
             &format!("{id}/cp1/resolved"),
             Some(id),
-            EventType::InterruptResolved,
-            json!({"interruptId": interrupt_id, "nodeId": id, "approved": approved}),
+            &InterruptResolved {
+                node_id: id.to_owned(),
+                interrupt_id: interrupt_id.clone(),
+                kind: Some(InterruptKind::Approval),
+                resume_value: Some(json!({"action": received.action})),
+                resolved_by: received.decided_by.clone(),
+                resolved_at: received.decided_at.clone(),
+            },
         )
         .await?;
         if !approved {
             return Ok(NodeOutcome::Failed(error(
-                "approval_rejected",
+                gate::APPROVAL_REJECTED,
                 "the low-confidence decision was rejected by the approver",
                 false,
             )));
         }
-        self.emit_value(
+        self.emit(
             &format!("{id}/cp1/resumed"),
             Some(id),
-            EventType::NodeResumed,
-            json!({"nodeId": id, "interruptId": interrupt_id}),
+            &NodeResumed {
+                node_id: id.to_owned(),
+                interrupt_id: Some(interrupt_id.clone()),
+                resume_value: Some(json!({"action": received.action})),
+            },
         )
         .await?;
         Ok(NodeOutcome::Completed(output))

@@ -4,7 +4,8 @@
 //! its events through the run's one writer (the [`RunLog`] behind a lock held for a whole
 //! append), so `sequence` stays gapless and each event's id depends only on (run, node,
 //! logical step), never on the interleaving. Node kinds live in their own files:
-//! [`agent`] (the RFC 0023 mock agent and CP-1) and [`prompt`] (LLM nodes); the node type →
+//! [`agent`] (the RFC 0023 mock agent and CP-1), [`prompt`] (LLM nodes), [`basic`] (noop,
+//! fail) and [`wait`] (the gates that wait for a person); the node type →
 //! kind mapping is protocol's registry (`openwop_protocol::run::nodes`).
 //!
 //! Replay: the executor always starts from the root nodes. A node whose `node.completed` /
@@ -30,11 +31,12 @@ use std::time::{Duration, Instant};
 
 mod agent;
 mod http;
+mod basic;
 mod prompt;
+mod wait;
 
 use futures::stream::{FuturesUnordered, StreamExt};
 use openwop_protocol::emission;
-use openwop_protocol::envelope::ContentTrust;
 use openwop_protocol::events::RunEventDoc;
 use openwop_protocol::events::{
     AgentDecided, AgentHandoff, AgentReasoned, AgentToolCalled, AgentToolReturned, ErrorInfo,
@@ -802,6 +804,9 @@ impl<'a, P: Publisher> Executor<'a, P> {
             Some(NodeExecutor::MockAgent) => self.mock_agent(node).await,
             Some(NodeExecutor::Prompt) => self.prompt(node, inputs, attempt, deadline, span).await,
             Some(NodeExecutor::Http) => self.http(node, inputs, attempt, deadline, span).await,
+            Some(NodeExecutor::Noop) => Ok(basic::noop(inputs)),
+            Some(NodeExecutor::Fail) => Ok(basic::fail(node)),
+            Some(NodeExecutor::Gate) => self.gate(node, attempt).await,
             None => {
                 let other = node.type_id.as_str();
                 Ok(NodeOutcome::Failed(ErrorInfo {

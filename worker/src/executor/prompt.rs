@@ -116,11 +116,16 @@ impl<P: Publisher> Executor<'_, P> {
                 };
                 let value = answer.value.clone().unwrap_or(Value::Null);
                 self.run_resumed(&interrupt_id).await?;
-                self.emit_value(
+                self.emit(
                     &format!("{corr}/clarification.resolved"),
                     Some(id),
-                    EventType::ClarificationResolved,
-                    json!({"nodeId": id, "interruptId": interrupt_id, "answers": value}),
+                    &openwop_protocol::events::ClarificationResolved {
+                        node_id: id.to_owned(),
+                        answers: value.clone(),
+                        interrupt_id: Some(interrupt_id.clone()),
+                        answered_by: Some(answer.principal().to_owned()),
+                        answered_at: answer.answered_at.clone(),
+                    },
                 )
                 .await?;
                 self.emit_value(

@@ -375,3 +375,270 @@ fn several_interrupts_wait_together_and_are_answered_one_by_one() {
             .all(|e| e.event_type != EventType::ReplayDiverged)
     );
 }
+
+/// An official fixture (`charts/openwop/fixtures/`) as its workflow definition.
+fn fixture(id: &str) -> Value {
+    let text = match id {
+        "approval" => include_str!("../../../charts/openwop/fixtures/conformance-approval.json"),
+        "clarification" => {
+            include_str!("../../../charts/openwop/fixtures/conformance-clarification.json")
+        }
+        "failure" => include_str!("../../../charts/openwop/fixtures/conformance-failure.json"),
+        "noop" => include_str!("../../../charts/openwop/fixtures/conformance-noop.json"),
+        "multi-node" => {
+            include_str!("../../../charts/openwop/fixtures/conformance-multi-node.json")
+        }
+        other => panic!("no fixture {other}"),
+    };
+    serde_json::from_str(text).unwrap()
+}
+
+fn types_of(events: &[RunEventDoc]) -> Vec<&'static str> {
+    events.iter().map(|e| e.event_type.as_str()).collect()
+}
+
+/// `(event id, type)` of each event: what a replay must reproduce exactly.
+fn ids(events: &[RunEventDoc]) -> Vec<(String, EventType)> {
+    events
+        .iter()
+        .map(|e| (e.event_id.clone(), e.event_type))
+        .collect()
+}
+
+/// The answered run, and the same run's worker killed after each event of that log in turn:
+/// a new worker replaying the prefix ends with the same log and the same end.
+fn replays_from_every_kill_point(wf: &Value, answers: Value) -> Outcome {
+    let full = run(wf, &json!({}), answers.clone(), vec![]);
+    assert_gapless(&full.events);
+    for k in 0..full.events.len() {
+        let again = run(wf, &json!({}), answers.clone(), full.events[..k].to_vec());
+        assert_eq!(
+            ids(&again.events),
+            ids(&full.events),
+            "killed after {k} events"
+        );
+        assert_eq!(again.end, full.end, "killed after {k} events");
+    }
+    full
+}
+
+#[test]
+fn the_approval_fixture_waits_then_accept_completes_with_who_decided() {
+    let wf = fixture("approval");
+    // `settings.timeout: 0` is no deadline: the gate waits instead of timing out.
+    let first = run(&wf, &json!({}), json!([]), vec![]);
+    let RunEnd::Suspended(pending) = &first.end else {
+        panic!("{:?}", first.end)
+    };
+    assert_eq!(
+        (pending[0].node_id.as_str(), pending[0].kind),
+        ("gate", InterruptKind::Approval)
+    );
+    assert_eq!(
+        types_of(&first.events),
+        [
+            "run.started",
+            "node.started",
+            "node.suspended",
+            "interrupt.requested",
+            "approval.requested"
+        ]
+    );
+    assert_eq!(first.events[1].payload["attempt"], 1);
+    let requested = &first.events[4].payload;
+    assert_eq!(requested["actions"], json!(["accept", "reject"]));
+    assert_eq!(requested["title"], "Conformance approval");
+    let interrupt_id = pending[0].interrupt_id.clone();
+    let answer = json!([{"interruptId": interrupt_id, "action": "accept", "nodeId": "gate",
+                         "answeredBy": "alice", "answeredAt": "2026-05-18T10:01:00Z"}]);
+    let second = run(&wf, &json!({}), answer.clone(), first.events.clone());
+    assert_eq!(second.end, RunEnd::Completed);
+    assert_gapless(&second.events);
+    assert_eq!(
+        types_of(&second.events[first.events.len()..]),
+        [
+            "run.resumed",
+            "approval.received",
+            "interrupt.resolved",
+            "node.resumed",
+            "node.completed",
+            "run.completed"
+        ]
+    );
+    let received = &second.events[first.events.len() + 1].payload;
+    assert_eq!(
+        received,
+        &json!({"nodeId": "gate", "action": "accept", "interruptId": interrupt_id,
+                "decidedBy": "alice", "decidedAt": "2026-05-18T10:01:00Z"})
+    );
+    let done = of(&second.events, EventType::NodeCompleted, "gate")[0];
+    assert_eq!(
+        second.events[done].payload["outputs"],
+        json!({"action": "accept", "decidedBy": "alice", "decidedAt": "2026-05-18T10:01:00Z"})
+    );
+    // Every event validates against its payload schema.
+    for e in &second.events {
+        if let Some(Err(issues)) =
+            openwop_protocol::schema::validate_event_payload(e.event_type.as_str(), &e.payload)
+        {
+            panic!("{}: {issues:?}", e.event_type);
+        }
+    }
+    // A worker killed after any event of that log replays to the same log.
+    let full = replays_from_every_kill_point(&wf, answer);
+    assert_eq!(ids(&full.events), ids(&second.events));
+}
+
+#[test]
+fn a_rejected_approval_fails_the_gate_and_the_run() {
+    let wf = fixture("approval");
+    let first = run(&wf, &json!({}), json!([]), vec![]);
+    let RunEnd::Suspended(pending) = &first.end else {
+        panic!("{:?}", first.end)
+    };
+    // Written with `kubectl patch` (no principal): recorded as unattributed.
+    let answer = json!([{"interruptId": pending[0].interrupt_id, "approved": false}]);
+    let o = replays_from_every_kill_point(&wf, answer);
+    let RunEnd::Failed(e) = &o.end else {
+        panic!("{:?}", o.end)
+    };
+    assert_eq!(e.code, "approval_rejected");
+    let received = o
+        .events
+        .iter()
+        .find(|e| e.event_type == EventType::ApprovalReceived)
+        .unwrap();
+    assert_eq!(received.payload["action"], "reject");
+    assert_eq!(
+        received.payload["decidedBy"],
+        openwop_protocol::run::snapshot::UNATTRIBUTED
+    );
+    assert_eq!(
+        types_of(&o.events[o.events.len() - 2..]),
+        ["node.failed", "run.failed"]
+    );
+}
+
+#[test]
+fn an_answer_that_cannot_decide_keeps_the_gate_waiting() {
+    let wf = fixture("approval");
+    let first = run(&wf, &json!({}), json!([]), vec![]);
+    let RunEnd::Suspended(pending) = &first.end else {
+        panic!("{:?}", first.end)
+    };
+    let id = pending[0].interrupt_id.clone();
+    let o = run(
+        &wf,
+        &json!({}),
+        json!([{"interruptId": id, "action": "accept", "contentTrust": "untrusted"}]),
+        first.events.clone(),
+    );
+    assert!(matches!(o.end, RunEnd::Suspended(_)), "{:?}", o.end);
+    let last = o.events.last().unwrap();
+    assert_eq!(last.event_type, EventType::LogAppended);
+    assert!(
+        last.payload["message"]
+            .as_str()
+            .unwrap()
+            .contains("untrusted_content_blocks_approval"),
+        "{}",
+        last.payload
+    );
+}
+
+#[test]
+fn the_clarification_fixture_completes_with_the_answers() {
+    let wf = fixture("clarification");
+    let first = run(&wf, &json!({}), json!([]), vec![]);
+    let RunEnd::Suspended(pending) = &first.end else {
+        panic!("{:?}", first.end)
+    };
+    assert_eq!(pending[0].kind, InterruptKind::Clarification);
+    let asked = of(&first.events, EventType::ClarificationRequested, "ask")[0];
+    assert_eq!(
+        first.events[asked].payload["questions"],
+        json!([{"id": "q1", "question": "What is your favorite color?"}])
+    );
+    let answer = json!([{"interruptId": pending[0].interrupt_id, "value": {"q1": "blue"},
+                         "answeredBy": "bob"}]);
+    let o = replays_from_every_kill_point(&wf, answer);
+    assert_eq!(o.end, RunEnd::Completed);
+    let resolved = of(&o.events, EventType::ClarificationResolved, "ask")[0];
+    assert_eq!(o.events[resolved].payload["answeredBy"], "bob");
+    assert_eq!(o.events[resolved].payload["answers"], json!({"q1": "blue"}));
+    let done = of(&o.events, EventType::NodeCompleted, "ask")[0];
+    assert_eq!(
+        o.events[done].payload["outputs"],
+        json!({"answers": {"q1": "blue"}, "answeredBy": "bob"})
+    );
+}
+
+#[test]
+fn the_failure_fixture_fails_once_with_the_conformance_error() {
+    let mut wf = fixture("failure");
+    // Never retried, whatever maxRetries says.
+    wf["settings"]["maxRetries"] = json!(3);
+    let o = run(&wf, &json!({}), json!([]), vec![]);
+    let RunEnd::Failed(e) = &o.end else {
+        panic!("{:?}", o.end)
+    };
+    assert_eq!(
+        (e.code.as_str(), e.message.as_str()),
+        (
+            "conformance_test_failure",
+            "Intentional conformance failure"
+        )
+    );
+    assert_eq!(
+        types_of(&o.events),
+        ["run.started", "node.started", "node.failed", "run.failed"]
+    );
+    assert_eq!(o.events[2].payload["attempts"], 1);
+}
+
+#[test]
+fn noop_fixtures_complete_in_order() {
+    let o = run(&fixture("noop"), &json!({}), json!([]), vec![]);
+    assert_eq!(o.end, RunEnd::Completed);
+    assert_eq!(
+        types_of(&o.events),
+        [
+            "run.started",
+            "node.started",
+            "node.completed",
+            "run.completed"
+        ]
+    );
+    assert_eq!(o.events[2].payload["outputs"], json!({}));
+    let o = run(&fixture("multi-node"), &json!({}), json!([]), vec![]);
+    let completed: Vec<&str> = o
+        .events
+        .iter()
+        .filter(|e| e.event_type == EventType::NodeCompleted)
+        .filter_map(|e| e.node_id.as_deref())
+        .collect();
+    assert_eq!(completed, ["a", "b", "c"]);
+}
+
+#[test]
+fn a_custom_interrupt_resumes_with_any_object() {
+    let wf = json!({"id": "w", "nodes": [{"id": "pay", "typeId": "core.interrupt",
+        "config": {"kind": "custom", "data": {"customKind": "payment"}}}]});
+    let first = run(&wf, &json!({}), json!([]), vec![]);
+    let RunEnd::Suspended(pending) = &first.end else {
+        panic!("{:?}", first.end)
+    };
+    assert_eq!(pending[0].kind, InterruptKind::Custom);
+    let o = run(
+        &wf,
+        &json!({}),
+        json!([{"interruptId": pending[0].interrupt_id, "value": {"paid": true}, "answeredBy": "svc"}]),
+        first.events.clone(),
+    );
+    assert_eq!(o.end, RunEnd::Completed);
+    let done = of(&o.events, EventType::NodeCompleted, "pay")[0];
+    assert_eq!(
+        o.events[done].payload["outputs"],
+        json!({"resumeValue": {"paid": true}, "answeredBy": "svc"})
+    );
+}

@@ -1,0 +1,613 @@
+//! The nodes that wait for a person — `core.approvalGate`, `core.clarificationGate` and
+//! `core.interrupt` (kinds approval, clarification, custom): what a gate waits for, read from
+//! its config, the events that record the wait, and how an answer resolves it. Pure: the
+//! worker emits what these return, under the step keys given here, so a replayed gate
+//! publishes the same event ids.
+//!
+//! The wait (INT, FX): `node.suspended {kind, key}`, `interrupt.requested {kind, key, data,
+//! requestedAt}`, then `approval.requested` or `clarification.requested`. The resolution:
+//! `approval.received {action, decidedBy, decidedAt}` or `clarification.resolved {answers,
+//! answeredBy}`, `interrupt.resolved`, `node.resumed`, then the node completes — or, for a
+//! rejection, fails with `approval_rejected`.
+
+use serde_json::{Map, Value, json};
+
+use super::nodes::{APPROVAL_GATE_TYPE_ID, CLARIFICATION_GATE_TYPE_ID, INTERRUPT_TYPE_ID};
+use super::snapshot::Answer;
+use super::status::DEFAULT_APPROVAL_ACTIONS;
+use crate::envelope::ContentTrust;
+use crate::events::{
+    ApprovalReceived, ApprovalRequested, ClarificationRequested, ClarificationResolved, ErrorInfo,
+    InterruptKind, InterruptRequested, InterruptResolved, NodeResumed, NodeSuspended, QuestionRef,
+    event_id_for,
+};
+
+/// The error code of a rejected approval gate (spec silent; the node fails with it so an
+/// `any_failed` / `all_complete` edge can route the rejection).
+pub const APPROVAL_REJECTED: &str = "approval_rejected";
+
+/// What a gate node waits for.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Gate {
+    pub kind: InterruptKind,
+    /// `interrupt.requested.key` (default `{nodeId}/interrupt`).
+    pub key: String,
+    /// `interrupt.requested.data`: the approval data, the questions, or the custom kind.
+    pub data: Value,
+    pub approval: Option<ApprovalSpec>,
+    pub questions: Vec<QuestionRef>,
+}
+
+/// What an approver is shown and may do.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApprovalSpec {
+    pub title: Option<String>,
+    pub artifact_id: String,
+    pub artifact_type: String,
+    pub actions: Vec<String>,
+}
+
+/// Why a node's config names no gate (registration refuses these configs; the worker fails
+/// the node with `node_config_invalid` should one reach it).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GateError {
+    #[error("node type {0} is not a gate")]
+    NotAGate(String),
+    #[error("config.kind {0:?} is not one of approval, clarification, custom")]
+    Kind(String),
+    #[error("config{at} must list at least one question with an id and a question")]
+    NoQuestions { at: &'static str },
+}
+
+/// The events that record a gate's wait.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Wait {
+    pub suspended: NodeSuspended,
+    pub requested: InterruptRequested,
+    pub approval: Option<ApprovalRequested>,
+    pub clarification: Option<ClarificationRequested>,
+}
+
+/// The events that record an answer, and how the node ends.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Resolution {
+    pub approval: Option<ApprovalReceived>,
+    pub clarification: Option<ClarificationResolved>,
+    pub resolved: InterruptResolved,
+    pub resumed: NodeResumed,
+    /// The node's outputs, or the error it fails with (a rejection).
+    pub outcome: Result<Value, ErrorInfo>,
+}
+
+/// Why an answer in `spec.answers` cannot resolve a gate: the gate keeps waiting and the
+/// worker records the reason (answers written to `spec.answers` by hand skip the REST and
+/// `kubectl openwop resume` checks).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    #[error("untrusted_content_blocks_approval: an untrusted answer can never approve")]
+    Untrusted,
+    #[error("the answer names no approval action; this gate offers {}", .0.join(", "))]
+    NoAction(Vec<String>),
+    #[error("action {action:?} is not offered by this gate; it offers {}", allowed.join(", "))]
+    ActionNotOffered {
+        action: String,
+        allowed: Vec<String>,
+    },
+    #[error("the answer must be an object answering every question ({})", .0.join(", "))]
+    Answers(Vec<String>),
+}
+
+/// The interrupt id of a gate's wait at node attempt `attempt`: deterministic, so a replayed
+/// worker waits on (and finds the answer to) the same interrupt.
+pub fn interrupt_id(run_id: &str, node_id: &str, attempt: u32) -> String {
+    event_id_for(run_id, &step(node_id, attempt, "")).replacen("evt-", "int-", 1)
+}
+
+/// The step key of one of a gate's events (`{nodeId}/interrupt/{attempt}{suffix}`).
+pub fn step(node_id: &str, attempt: u32, suffix: &str) -> String {
+    format!("{node_id}/interrupt/{attempt}{suffix}")
+}
+
+fn str_of<'a>(v: &'a Value, k: &str) -> Option<&'a str> {
+    v.get(k).and_then(Value::as_str)
+}
+
+fn approval_spec(node_id: &str, data: &Value) -> ApprovalSpec {
+    let actions: Vec<String> = data
+        .get("actions")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect()
+        })
+        .filter(|a: &Vec<String>| !a.is_empty())
+        .unwrap_or_else(|| DEFAULT_APPROVAL_ACTIONS.map(str::to_owned).to_vec());
+    ApprovalSpec {
+        title: str_of(data, "title").map(str::to_owned),
+        artifact_id: str_of(data, "artifactId").unwrap_or(node_id).to_owned(),
+        artifact_type: str_of(data, "artifactType")
+            .unwrap_or("approval")
+            .to_owned(),
+        actions,
+    }
+}
+
+fn questions_of(data: &Value, at: &'static str) -> Result<Vec<QuestionRef>, GateError> {
+    let qs: Vec<QuestionRef> = data
+        .get("questions")
+        .and_then(Value::as_array)
+        .map(|qs| {
+            qs.iter()
+                .filter_map(|q| {
+                    Some(QuestionRef {
+                        id: str_of(q, "id")?.to_owned(),
+                        question: str_of(q, "question")?.to_owned(),
+                        schema: q.get("schema").cloned(),
+                    })
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    if qs.is_empty() {
+        return Err(GateError::NoQuestions { at });
+    }
+    Ok(qs)
+}
+
+impl Gate {
+    /// The gate a node of `type_id` with `config` is.
+    pub fn of(node_id: &str, type_id: &str, config: &Value) -> Result<Gate, GateError> {
+        let key = |c: &Value| {
+            str_of(c, "key")
+                .map(str::to_owned)
+                .unwrap_or_else(|| format!("{node_id}/interrupt"))
+        };
+        let (kind, data) = match type_id {
+            APPROVAL_GATE_TYPE_ID => (InterruptKind::Approval, config),
+            CLARIFICATION_GATE_TYPE_ID => (InterruptKind::Clarification, config),
+            INTERRUPT_TYPE_ID => {
+                let kind = match str_of(config, "kind").unwrap_or_default() {
+                    "approval" => InterruptKind::Approval,
+                    "clarification" => InterruptKind::Clarification,
+                    "custom" => InterruptKind::Custom,
+                    other => return Err(GateError::Kind(other.to_owned())),
+                };
+                const NULL: &Value = &Value::Null;
+                (kind, config.get("data").unwrap_or(NULL))
+            }
+            other => return Err(GateError::NotAGate(other.to_owned())),
+        };
+        let at = if type_id == INTERRUPT_TYPE_ID {
+            ".data.questions"
+        } else {
+            ".questions"
+        };
+        let (approval, questions, data) = match kind {
+            InterruptKind::Approval => {
+                let a = approval_spec(node_id, data);
+                let mut d = data.as_object().cloned().unwrap_or_default();
+                d.insert("artifactId".into(), json!(a.artifact_id));
+                d.insert("artifactType".into(), json!(a.artifact_type));
+                d.insert("actions".into(), json!(a.actions));
+                (Some(a), vec![], Value::Object(d))
+            }
+            InterruptKind::Clarification => {
+                let qs = questions_of(data, at)?;
+                (None, qs.clone(), json!({"questions": qs_json(&qs)}))
+            }
+            _ => (None, vec![], data.clone()),
+        };
+        Ok(Gate {
+            kind,
+            key: key(config),
+            data,
+            approval,
+            questions,
+        })
+    }
+
+    /// The events that record the wait at `interrupt_id`, requested at `requested_at`.
+    pub fn wait(&self, node_id: &str, interrupt_id: &str, requested_at: &str) -> Wait {
+        Wait {
+            suspended: NodeSuspended {
+                node_id: node_id.to_owned(),
+                interrupt_id: interrupt_id.to_owned(),
+                kind: Some(self.kind),
+                reason: None,
+                agent_id: None,
+                threshold: None,
+                observed: None,
+            },
+            requested: InterruptRequested {
+                interrupt_id: interrupt_id.to_owned(),
+                node_id: node_id.to_owned(),
+                kind: self.kind,
+                payload: None,
+                key: Some(self.key.clone()),
+                data: Some(self.data.clone()),
+                requested_at: Some(requested_at.to_owned()),
+            },
+            approval: self.approval.as_ref().map(|a| ApprovalRequested {
+                node_id: node_id.to_owned(),
+                interrupt_id: interrupt_id.to_owned(),
+                artifact_id: a.artifact_id.clone(),
+                artifact_type: a.artifact_type.clone(),
+                title: a.title.clone(),
+                actions: a.actions.clone(),
+                required_approvals: Some(1),
+            }),
+            clarification: (self.kind == InterruptKind::Clarification).then(|| {
+                ClarificationRequested {
+                    node_id: node_id.to_owned(),
+                    questions: self.questions.clone(),
+                    interrupt_id: Some(interrupt_id.to_owned()),
+                }
+            }),
+        }
+    }
+
+    /// How `answer` resolves the wait at `interrupt_id`, or why it cannot.
+    pub fn resolve(
+        &self,
+        node_id: &str,
+        interrupt_id: &str,
+        answer: &Answer,
+    ) -> Result<Resolution, Refusal> {
+        let resolved_by = Some(answer.principal().to_owned());
+        let resolved_at = answer.answered_at.clone();
+        let (approval, clarification, resume_value, outcome) = match self.kind {
+            InterruptKind::Approval => {
+                let allowed = self
+                    .approval
+                    .as_ref()
+                    .map(|a| a.actions.clone())
+                    .unwrap_or_else(|| DEFAULT_APPROVAL_ACTIONS.map(str::to_owned).to_vec());
+                let received = approval_received(node_id, interrupt_id, answer, &allowed)?;
+                let outcome = approval_outcome(node_id, &received);
+                let resume = json!({"action": received.action});
+                (Some(received), None, resume, outcome)
+            }
+            InterruptKind::Clarification => {
+                let ids: Vec<String> = self.questions.iter().map(|q| q.id.clone()).collect();
+                let answers = answer
+                    .value
+                    .as_ref()
+                    .and_then(Value::as_object)
+                    .filter(|m| ids.iter().all(|id| m.contains_key(id)))
+                    .ok_or_else(|| Refusal::Answers(ids.clone()))?;
+                let answers = Value::Object(answers.clone());
+                let resolved = ClarificationResolved {
+                    node_id: node_id.to_owned(),
+                    answers: answers.clone(),
+                    interrupt_id: Some(interrupt_id.to_owned()),
+                    answered_by: resolved_by.clone(),
+                    answered_at: resolved_at.clone(),
+                };
+                let outcome = Ok(json!({"answers": answers, "answeredBy": answer.principal()}));
+                (None, Some(resolved), json!({"answers": answers}), outcome)
+            }
+            _ => {
+                let value = answer.value.clone().unwrap_or(Value::Object(Map::new()));
+                let outcome = Ok(json!({"resumeValue": value, "answeredBy": answer.principal()}));
+                (None, None, value, outcome)
+            }
+        };
+        Ok(Resolution {
+            approval,
+            clarification,
+            resolved: InterruptResolved {
+                node_id: node_id.to_owned(),
+                interrupt_id: interrupt_id.to_owned(),
+                kind: Some(self.kind),
+                resume_value: Some(resume_value.clone()),
+                resolved_by,
+                resolved_at,
+            },
+            resumed: NodeResumed {
+                node_id: node_id.to_owned(),
+                interrupt_id: Some(interrupt_id.to_owned()),
+                resume_value: Some(resume_value),
+            },
+            outcome,
+        })
+    }
+}
+
+fn qs_json(qs: &[QuestionRef]) -> Value {
+    serde_json::to_value(qs).unwrap_or(Value::Null)
+}
+
+/// `approval.received` for `answer` to an approval that offers `allowed`, or why the answer
+/// cannot decide it (no action, an action not offered, an untrusted approval). Shared by the
+/// approval gates and CP-1's low-confidence approval.
+pub fn approval_received(
+    node_id: &str,
+    interrupt_id: &str,
+    answer: &Answer,
+    allowed: &[String],
+) -> Result<ApprovalReceived, Refusal> {
+    let action = answer
+        .approval_action()
+        .ok_or_else(|| Refusal::NoAction(allowed.to_vec()))?;
+    if !allowed.iter().any(|a| a == action) {
+        return Err(Refusal::ActionNotOffered {
+            action: action.to_owned(),
+            allowed: allowed.to_vec(),
+        });
+    }
+    let untrusted = answer.content_trust.as_deref() == Some(ContentTrust::Untrusted.as_str());
+    if action != "reject"
+        && crate::trust::blocks_approval(
+            if untrusted {
+                ContentTrust::Untrusted
+            } else {
+                ContentTrust::Trusted
+            },
+            true,
+        )
+    {
+        return Err(Refusal::Untrusted);
+    }
+    let extra = |k: &str| answer.value.as_ref().and_then(|v| v.get(k)).cloned();
+    Ok(ApprovalReceived {
+        node_id: node_id.to_owned(),
+        action: action.to_owned(),
+        interrupt_id: Some(interrupt_id.to_owned()),
+        decided_by: Some(answer.principal().to_owned()),
+        decided_at: answer.answered_at.clone(),
+        comment: answer.comment.clone(),
+        refine_feedback: extra("refineFeedback"),
+        edited_artifact_data: extra("editedArtifactData"),
+    })
+}
+
+/// How an approval gate ends once `received` is recorded: `reject` fails it with
+/// [`APPROVAL_REJECTED`]; any other action completes it with the decision as its outputs.
+pub fn approval_outcome(node_id: &str, received: &ApprovalReceived) -> Result<Value, ErrorInfo> {
+    let by = received.decided_by.as_deref().unwrap_or_default();
+    if received.action == "reject" {
+        return Err(ErrorInfo {
+            code: APPROVAL_REJECTED.into(),
+            message: format!("the approval at node {node_id} was rejected by {by}"),
+            details: Some(json!({"decidedBy": by, "comment": received.comment})),
+            retryable: Some(false),
+        });
+    }
+    let mut out = Map::new();
+    out.insert("action".into(), json!(received.action));
+    out.insert("decidedBy".into(), json!(by));
+    for (k, v) in [
+        ("decidedAt", received.decided_at.clone().map(Value::String)),
+        ("comment", received.comment.clone().map(Value::String)),
+        ("refineFeedback", received.refine_feedback.clone()),
+        ("editedArtifactData", received.edited_artifact_data.clone()),
+    ] {
+        if let Some(v) = v {
+            out.insert(k.into(), v);
+        }
+    }
+    Ok(Value::Object(out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schema;
+
+    fn fixture_gate() -> Gate {
+        Gate::of(
+            "gate",
+            APPROVAL_GATE_TYPE_ID,
+            &json!({"title": "Conformance approval", "description": "please accept", "actions": ["accept", "reject"]}),
+        )
+        .unwrap()
+    }
+
+    fn answer(v: Value) -> Answer {
+        serde_json::from_value(v).unwrap()
+    }
+
+    /// Every payload a gate emits passes its event schema.
+    fn valid(t: &str, p: &impl serde::Serialize) -> Value {
+        let v = serde_json::to_value(p).unwrap();
+        if let Some(Err(issues)) = schema::validate_event_payload(t, &v) {
+            panic!("{t}: {issues:?} in {v}");
+        }
+        v
+    }
+
+    #[test]
+    fn an_approval_gate_waits_with_the_spec_events() {
+        let g = fixture_gate();
+        let id = interrupt_id("run-1", "gate", 0);
+        assert!(id.starts_with("int-") && id != interrupt_id("run-1", "gate", 1));
+        let w = g.wait("gate", &id, "2026-05-18T10:00:00Z");
+        assert_eq!(
+            valid("node.suspended", &w.suspended),
+            json!({"nodeId": "gate", "interruptId": id, "kind": "approval"})
+        );
+        assert_eq!(
+            valid("interrupt.requested", &w.requested),
+            json!({"interruptId": id, "nodeId": "gate", "kind": "approval", "key": "gate/interrupt",
+                   "requestedAt": "2026-05-18T10:00:00Z",
+                   "data": {"title": "Conformance approval", "description": "please accept",
+                            "actions": ["accept", "reject"], "artifactId": "gate", "artifactType": "approval"}})
+        );
+        assert_eq!(
+            valid("approval.requested", w.approval.as_ref().unwrap()),
+            json!({"nodeId": "gate", "interruptId": id, "artifactId": "gate", "artifactType": "approval",
+                   "title": "Conformance approval", "actions": ["accept", "reject"], "requiredApprovals": 1})
+        );
+        assert!(w.clarification.is_none());
+    }
+
+    #[test]
+    fn accept_completes_with_who_decided_and_reject_fails() {
+        let g = fixture_gate();
+        let r = g
+            .resolve(
+                "gate",
+                "i1",
+                &answer(json!({"interruptId": "i1", "action": "accept", "answeredBy": "alice", "answeredAt": "2026-05-18T10:01:00Z", "comment": "ok"})),
+            )
+            .unwrap();
+        assert_eq!(
+            valid("approval.received", r.approval.as_ref().unwrap()),
+            json!({"nodeId": "gate", "interruptId": "i1", "action": "accept", "decidedBy": "alice",
+                   "decidedAt": "2026-05-18T10:01:00Z", "comment": "ok"})
+        );
+        assert_eq!(
+            valid("interrupt.resolved", &r.resolved),
+            json!({"nodeId": "gate", "interruptId": "i1", "kind": "approval", "resumeValue": {"action": "accept"},
+                   "resolvedBy": "alice", "resolvedAt": "2026-05-18T10:01:00Z"})
+        );
+        valid("node.resumed", &r.resumed);
+        assert_eq!(
+            r.outcome.unwrap(),
+            json!({"action": "accept", "decidedBy": "alice", "decidedAt": "2026-05-18T10:01:00Z", "comment": "ok"})
+        );
+        // A hand-written `approved: false` (kubectl patch) rejects, unattributed.
+        let r = g
+            .resolve(
+                "gate",
+                "i1",
+                &answer(json!({"interruptId": "i1", "approved": false})),
+            )
+            .unwrap();
+        let e = r.outcome.unwrap_err();
+        assert_eq!(
+            (e.code.as_str(), e.retryable),
+            (APPROVAL_REJECTED, Some(false))
+        );
+        assert!(e.message.contains("unattributed"), "{}", e.message);
+        assert_eq!(r.approval.unwrap().action, "reject");
+    }
+
+    #[test]
+    fn answers_that_cannot_decide_keep_the_gate_waiting() {
+        let g = fixture_gate();
+        let refused = |v: Value| g.resolve("gate", "i1", &answer(v)).unwrap_err();
+        assert_eq!(
+            refused(json!({"interruptId": "i1", "value": {"q": 1}})),
+            Refusal::NoAction(vec!["accept".into(), "reject".into()])
+        );
+        assert!(matches!(
+            refused(json!({"interruptId": "i1", "action": "refine"})),
+            Refusal::ActionNotOffered { .. }
+        ));
+        assert_eq!(
+            refused(json!({"interruptId": "i1", "action": "accept", "contentTrust": "untrusted"})),
+            Refusal::Untrusted
+        );
+        // An untrusted rejection is still a rejection.
+        assert!(
+            g.resolve(
+                "gate",
+                "i1",
+                &answer(
+                    json!({"interruptId": "i1", "action": "reject", "contentTrust": "untrusted"})
+                )
+            )
+            .is_ok()
+        );
+    }
+
+    #[test]
+    fn a_clarification_gate_asks_and_completes_with_the_answers() {
+        let g = Gate::of(
+            "ask",
+            CLARIFICATION_GATE_TYPE_ID,
+            &json!({"questions": [{"id": "q1", "question": "What is your favorite color?"}]}),
+        )
+        .unwrap();
+        let w = g.wait("ask", "i2", "t");
+        assert_eq!(w.requested.kind, InterruptKind::Clarification);
+        assert_eq!(
+            valid("clarification.requested", w.clarification.as_ref().unwrap()),
+            json!({"nodeId": "ask", "interruptId": "i2", "questions": [{"id": "q1", "question": "What is your favorite color?"}]})
+        );
+        let r = g
+            .resolve(
+                "ask",
+                "i2",
+                &answer(json!({"interruptId": "i2", "value": {"q1": "blue"}, "answeredBy": "bob"})),
+            )
+            .unwrap();
+        assert_eq!(
+            valid("clarification.resolved", r.clarification.as_ref().unwrap()),
+            json!({"nodeId": "ask", "interruptId": "i2", "answers": {"q1": "blue"}, "answeredBy": "bob"})
+        );
+        assert_eq!(
+            r.outcome.unwrap(),
+            json!({"answers": {"q1": "blue"}, "answeredBy": "bob"})
+        );
+        assert_eq!(
+            g.resolve(
+                "ask",
+                "i2",
+                &answer(json!({"interruptId": "i2", "value": {}}))
+            )
+            .unwrap_err(),
+            Refusal::Answers(vec!["q1".into()])
+        );
+    }
+
+    #[test]
+    fn core_interrupt_reads_its_kind_and_data() {
+        let g = Gate::of(
+            "i",
+            INTERRUPT_TYPE_ID,
+            &json!({"kind": "custom", "key": "order-42", "data": {"customKind": "payment", "payload": {"amount": 3}}}),
+        )
+        .unwrap();
+        assert_eq!(
+            (g.kind, g.key.as_str()),
+            (InterruptKind::Custom, "order-42")
+        );
+        let r = g
+            .resolve(
+                "i",
+                "i3",
+                &answer(json!({"interruptId": "i3", "value": {"paid": true}})),
+            )
+            .unwrap();
+        assert_eq!(
+            r.outcome.unwrap(),
+            json!({"resumeValue": {"paid": true}, "answeredBy": crate::run::snapshot::UNATTRIBUTED})
+        );
+        let a = Gate::of(
+            "i",
+            INTERRUPT_TYPE_ID,
+            &json!({"kind": "approval", "data": {"title": "ship?", "actions": ["accept", "reject", "refine"]}}),
+        )
+        .unwrap();
+        assert_eq!(
+            a.approval.unwrap().actions,
+            ["accept", "reject", "refine"].map(String::from)
+        );
+        assert_eq!(
+            Gate::of(
+                "i",
+                INTERRUPT_TYPE_ID,
+                &json!({"kind": "clarification", "data": {}})
+            ),
+            Err(GateError::NoQuestions {
+                at: ".data.questions"
+            })
+        );
+        assert_eq!(
+            Gate::of(
+                "i",
+                INTERRUPT_TYPE_ID,
+                &json!({"kind": "external-event", "data": {}})
+            ),
+            Err(GateError::Kind("external-event".into()))
+        );
+        assert_eq!(
+            Gate::of("i", "core.noop", &json!({})),
+            Err(GateError::NotAGate("core.noop".into()))
+        );
+    }
+}
