@@ -13,7 +13,8 @@
 //! * [`exit`] — the worker's exit codes;
 //! * [`ending`] — the terminal event, as the worker or the operator appends it;
 //! * [`nodes`] — the node-type registry: validation, dispatch and discovery read one list;
-//! * [`telemetry`] — the span attributes naming a run, read back by the operator.
+//! * [`telemetry`] — the span attributes naming a run, read back by the operator;
+//! * [`variables`] — a run's workflow variables: seeding, per-node visibility, the served bag.
 //!
 //! Run identity is the runId: the Run object's uid, unique per object and never reused. A
 //! Run deleted and re-created under the same name is a new run with its own subject, its own
@@ -32,6 +33,7 @@ pub mod snapshot;
 pub mod status;
 pub mod subjects;
 pub mod telemetry;
+pub mod variables;
 
 pub use crate::text::truncate;
 // What other crates name most, one level deep (`openwop_protocol::run::RunPhase`).
