@@ -238,9 +238,19 @@ fn every_registered_node_type_executes() {
                 json!({"prompt": "p", "envelopeType": "vendor.acme.note"})
             }
             Executor::MockAgent => json!({"mockConfidence": 0.95}),
-            Executor::Passthrough => json!({}),
+            Executor::Passthrough | Executor::Iterator | Executor::Merge | Executor::ArrayMerge => {
+                json!({})
+            }
+            Executor::Conditional => json!({"predicate": {"path": "", "op": "exists"}}),
+            Executor::Router => json!({"routes": [{"label": "all"}]}),
+            Executor::SetVariable => json!({"name": "v", "value": 1}),
+            Executor::GetVariable => json!({"name": "v"}),
         };
-        nodes.push(json!({"id": id, "typeId": n.type_id, "config": config}));
+        let mut node = json!({"id": id, "typeId": n.type_id, "config": config});
+        if n.executor == Executor::Iterator {
+            node["inputs"] = json!({"array": {"type": "static", "value": [1, 2]}});
+        }
+        nodes.push(node);
     }
     assert!(
         BUILTIN_NODES
@@ -250,7 +260,8 @@ fn every_registered_node_type_executes() {
     let files = RunFiles::new(
         "all-types",
         "run-contract-all-types",
-        json!({"id": "conformance-all-types", "nodes": nodes}),
+        json!({"id": "conformance-all-types", "nodes": nodes,
+               "variables": [{"name": "v", "type": "number"}]}),
         json!({}),
         Value::Object(mocks),
     );
