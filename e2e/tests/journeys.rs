@@ -4856,5 +4856,190 @@ async fn gates_answered_by_resume_patch_and_rest() {
     );
     let st = wait_run(&c, &ns, "fail", "failed", 120).await;
     assert_eq!(st["error"]["code"], "conformance_test_failure", "{st:#}");
+// ---------------------------------------------------------------- control flow (issue #24)
+
+/// The flow node library end to end over REST: a conditional routes (the branch not taken is
+/// `node.skipped`, the skip cascades), `core.setVariable` / `core.getVariable` see writes in
+/// graph order, `core.merge` joins whichever branch ran, and `GET /v1/runs/{id}` serves the
+/// run's `variables` (inputs over defaults plus the write, the sensitive one masked). Then the
+/// node-execution ceiling: `configurable.recursionLimit: 3` on a six-node chain fails the run
+/// with one `cap.breached` and `recursion_limit_exceeded`; a bad limit is a 400, a huge one is
+/// clamped to the host's `maxNodeExecutions` on the Run. A workflow with an `expression`
+/// condition is Invalid with the JSON Pointer.
+#[tokio::test]
+async fn flow_nodes_route_skip_merge_and_set_variables_and_the_recursion_limit_breaches() {
+    let (c, _g) = setup().await;
+    let ns = namespace(&c.client, "j-flow").await;
+    let cond = |branch: &str| json!({"type": "equals", "left": "branch", "right": branch});
+    let flow = json!({"apiVersion": "openwop.dev/v1alpha1", "kind": "Workflow",
+        "metadata": {"name": "flow-demo"},
+        "spec": {"id": "flow-demo", "name": "Flow demo", "version": "1",
+            "variables": [{"name": "order", "type": "object", "required": true},
+                          {"name": "verdict", "type": "string", "defaultValue": "pending"},
+                          {"name": "apiKey", "type": "string", "sensitive": true, "defaultValue": "key-0123456789"}],
+            "nodes": [
+                {"id": "check", "typeId": "core.conditional",
+                 "inputs": {"value": {"type": "variable", "variableName": "order"}},
+                 "config": {"predicate": {"path": "score", "op": "gte", "value": 0.5}}},
+                {"id": "hi", "typeId": "core.setVariable", "config": {"name": "verdict", "value": "high"}},
+                {"id": "lo", "typeId": "core.setVariable", "config": {"name": "verdict", "value": "low"}},
+                {"id": "after-lo", "typeId": "core.flow.noop"},
+                {"id": "join", "typeId": "core.merge"},
+                {"id": "read", "typeId": "core.getVariable", "config": {"name": "verdict"}}],
+            "edges": [
+                {"id": "then", "sourceNodeId": "check", "targetNodeId": "hi", "condition": cond("then")},
+                {"id": "else", "sourceNodeId": "check", "targetNodeId": "lo", "condition": cond("else")},
+                {"id": "lo-after", "sourceNodeId": "lo", "targetNodeId": "after-lo"},
+                {"id": "hi-join", "sourceNodeId": "hi", "targetNodeId": "join", "triggerRule": "any_success"},
+                {"id": "lo-join", "sourceNodeId": "lo", "targetNodeId": "join", "triggerRule": "any_success"},
+                {"id": "join-read", "sourceNodeId": "join", "targetNodeId": "read"}]}});
+    ok(apply(&c, &ns, &flow.to_string()), "apply flow-demo");
+    let nodes: Vec<Value> = (1..=6)
+        .map(|i| json!({"id": format!("n{i}"), "typeId": "core.flow.noop"}))
+        .collect();
+    let edges: Vec<Value> = (1..6)
+        .map(|i| json!({"id": format!("e{i}"), "sourceNodeId": format!("n{i}"), "targetNodeId": format!("n{}", i + 1)}))
+        .collect();
+    let chain = json!({"apiVersion": "openwop.dev/v1alpha1", "kind": "Workflow",
+        "metadata": {"name": "chain"},
+        "spec": {"id": "chain", "name": "Chain", "version": "1", "nodes": nodes, "edges": edges}});
+    ok(apply(&c, &ns, &chain.to_string()), "apply chain");
+    let expr = json!({"apiVersion": "openwop.dev/v1alpha1", "kind": "Workflow",
+        "metadata": {"name": "expr"},
+        "spec": {"id": "expr", "name": "Expr", "version": "1",
+            "nodes": [{"id": "a", "typeId": "core.flow.noop"}, {"id": "b", "typeId": "core.flow.noop"}],
+            "edges": [{"id": "ab", "sourceNodeId": "a", "targetNodeId": "b",
+                       "condition": {"type": "expression", "expression": "a.output > 1"}}]}});
+    ok(apply(&c, &ns, &expr.to_string()), "apply expr");
+    wait_workflow(&c, &ns, "flow-demo", "True").await;
+    wait_workflow(&c, &ns, "chain", "True").await;
+    let invalid = wait_workflow(&c, &ns, "expr", "False").await;
+    let msg = invalid["message"].as_str().unwrap_or_default();
+    assert!(
+        msg.contains("/edges/0/condition/type") && msg.contains("expression"),
+        "{invalid}"
+    );
+
+    ok(apply(&c, &ns, &rest_role("team")), "team Role");
+    let token = sa_token(&c, &ns, "team");
+    let base = format!("http://127.0.0.1:{}", operator_port());
+    let order = json!({"score": 0.9, "items": [{"sku": "a", "qty": 2}], "note": {"deep": [1, {"x": null}]}});
+    let (code, created) = http_json(
+        "POST",
+        &format!("{base}/v1/runs"),
+        Some(&token),
+        Some(&json!({"workflowId": "flow-demo", "inputs": {"order": order}})),
+    );
+    assert_eq!(code, 201, "{created}");
+    let run_id = created["runId"].as_str().unwrap().to_owned();
+    let snap = rest_terminal(&base, &token, &run_id).await;
+    assert_eq!(snap["status"], "completed", "{snap}");
+    assert_eq!(snap["variables"]["order"], order, "{snap}");
+    assert_eq!(snap["variables"]["verdict"], "high", "{snap}");
+    assert_eq!(snap["variables"]["apiKey"], "[REDACTED:apiKey]", "{snap}");
+
+    let runs: Value = serde_json::from_str(&ok(
+        kubectl(&c, &["get", "runs", "-n", &ns, "-o", "json"], None),
+        "kubectl get runs",
+    ))
+    .unwrap();
+    let name_of = |uid: &str| {
+        runs["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["metadata"]["uid"] == uid)
+            .and_then(|r| r["metadata"]["name"].as_str())
+            .unwrap()
+            .to_owned()
+    };
+    let evs = events(&c, &ns, &name_of(&run_id));
+    assert_gapless(&evs);
+    let skipped: Vec<&str> = of_type(&evs, "node.skipped")
+        .iter()
+        .map(|e| e["payload"]["nodeId"].as_str().unwrap())
+        .collect();
+    assert_eq!(skipped, ["lo", "after-lo"]);
+    let changed = of_type(&evs, "variable.changed");
+    assert_eq!(changed.len(), 1);
+    assert_eq!(changed[0]["payload"]["next"], "high");
+    let read = of_type(&evs, "node.completed")
+        .into_iter()
+        .find(|e| e["nodeId"] == "read")
+        .unwrap();
+    assert_eq!(read["payload"]["outputs"], json!({"value": "high"}));
+    assert!(
+        !evs.iter().any(|e| e.to_string().contains("key-0123456789")),
+        "the sensitive default never reaches the log"
+    );
+
+    // The ceiling: n1..n3 run, n4 never starts.
+    let (code, created) = http_json(
+        "POST",
+        &format!("{base}/v1/runs"),
+        Some(&token),
+        Some(&json!({"workflowId": "chain", "configurable": {"recursionLimit": 3}})),
+    );
+    assert_eq!(code, 201, "{created}");
+    let cap_id = created["runId"].as_str().unwrap().to_owned();
+    let snap = rest_terminal(&base, &token, &cap_id).await;
+    assert_eq!(snap["status"], "failed", "{snap}");
+    assert_eq!(snap["error"]["code"], "recursion_limit_exceeded", "{snap}");
+    let runs: Value = serde_json::from_str(&ok(
+        kubectl(&c, &["get", "runs", "-n", &ns, "-o", "json"], None),
+        "kubectl get runs",
+    ))
+    .unwrap();
+    let cap_name = runs["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["metadata"]["uid"] == cap_id.as_str())
+        .and_then(|r| r["metadata"]["name"].as_str())
+        .unwrap()
+        .to_owned();
+    let evs = events(&c, &ns, &cap_name);
+    let breaches = of_type(&evs, "cap.breached");
+    assert_eq!(breaches.len(), 1, "{evs:#?}");
+    assert_eq!(
+        breaches[0]["payload"],
+        json!({"kind": "node-executions", "limit": 3, "observed": 4, "nodeId": "n4"})
+    );
+    assert_eq!(of_type(&evs, "node.started").len(), 3);
+    assert!(of_type(&evs, "node.failed").is_empty());
+    assert_eq!(types(&evs).last().map(String::as_str), Some("run.failed"));
+
+    // A limit that is not a positive integer is refused; a larger one than the host's is
+    // recorded clamped on the Run.
+    let (code, body) = http_json(
+        "POST",
+        &format!("{base}/v1/runs"),
+        Some(&token),
+        Some(&json!({"workflowId": "chain", "configurable": {"recursionLimit": 0}})),
+    );
+    assert_eq!(code, 400, "{body}");
+    assert_eq!(body["error"], "validation_error", "{body}");
+    let (code, created) = http_json(
+        "POST",
+        &format!("{base}/v1/runs"),
+        Some(&token),
+        Some(&json!({"workflowId": "chain", "configurable": {"recursionLimit": 1_000_000}})),
+    );
+    assert_eq!(code, 201, "{created}");
+    let big_id = created["runId"].as_str().unwrap().to_owned();
+    let runs: Value = serde_json::from_str(&ok(
+        kubectl(&c, &["get", "runs", "-n", &ns, "-o", "json"], None),
+        "kubectl get runs",
+    ))
+    .unwrap();
+    let big = runs["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["metadata"]["uid"] == big_id.as_str())
+        .unwrap();
+    assert_eq!(big["spec"]["configurable"]["recursionLimit"], 1000, "{big}");
+    let snap = rest_terminal(&base, &token, &big_id).await;
+    assert_eq!(snap["status"], "completed", "{snap}");
     delete_namespace(&c.client, &ns).await;
 }

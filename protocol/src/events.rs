@@ -86,6 +86,8 @@ event_types! {
     NodeFailed => "node.failed",
     NodeSuspended => "node.suspended",
     NodeResumed => "node.resumed",
+    NodeSkipped => "node.skipped",
+    VariableChanged => "variable.changed",
     ClarificationRequested => "clarification.requested",
     ClarificationResolved => "clarification.resolved",
     InterruptRequested => "interrupt.requested",
@@ -399,6 +401,30 @@ pub struct NodeSuspended {
     pub observed: Option<f64>,
 }
 payload_type!(NodeSuspended => NodeSuspended);
+
+/// `node.skipped`: the node did not run (`reason`: `disabled`, `trigger-rule-not-met`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeSkipped {
+    pub node_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+payload_type!(NodeSkipped => NodeSkipped);
+
+/// `variable.changed`: a node wrote a workflow variable (`previous` absent when unset).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VariableChanged {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_id: Option<String>,
+}
+payload_type!(VariableChanged => VariableChanged);
 
 /// A question as projected into `clarification.requested`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -744,7 +770,7 @@ mod tests {
             let v = serde_json::to_value(t).unwrap();
             assert_eq!(serde_json::from_value::<EventType>(v).unwrap(), *t);
         }
-        assert_eq!(EventType::ALL.len(), 35);
+        assert_eq!(EventType::ALL.len(), 37);
         assert_eq!(EventType::AgentToolCalled.as_str(), "agent.toolCalled");
         assert!(serde_json::from_value::<EventType>(json!("no.such")).is_err());
     }

@@ -8,7 +8,9 @@
 use std::collections::BTreeMap;
 
 pub use crate::workflow::{ConditionKind, PortValue, TriggerRule};
-use crate::workflow::{EdgeCondition, NodeEnvelopeContract, WorkflowDefinition, WorkflowError};
+use crate::workflow::{
+    EdgeCondition, NodeEnvelopeContract, VariableKind, WorkflowDefinition, WorkflowError,
+};
 use serde_json::Value;
 
 /// Why the snapshot's workflow cannot be executed (the run fails with `workflow_invalid`).
@@ -43,8 +45,11 @@ pub struct Node {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Variable {
     pub name: String,
+    pub kind: VariableKind,
     pub required: bool,
     pub default: Option<Value>,
+    /// Masked in `RunSnapshot.variables` and never written by a node.
+    pub sensitive: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -59,6 +64,30 @@ pub struct Graph {
     pub default_max_retries: u32,
     /// `settings.maxConcurrency` (see [`crate::schedule::concurrency_limit`]).
     pub max_concurrency: Option<u32>,
+    /// Edge indexes by node, so the scheduler's per-node look-ups do not scan every edge.
+    index: EdgeIndex,
+}
+
+/// Positions in `edges` of each node's incoming and outgoing edges, in definition order.
+#[derive(Debug, Clone, PartialEq, Default)]
+struct EdgeIndex {
+    incoming: BTreeMap<String, Vec<usize>>,
+    outgoing: BTreeMap<String, Vec<usize>>,
+    nodes: BTreeMap<String, usize>,
+}
+
+impl EdgeIndex {
+    fn of(nodes: &[Node], edges: &[Edge]) -> Self {
+        let mut ix = EdgeIndex::default();
+        for (i, e) in edges.iter().enumerate() {
+            ix.incoming.entry(e.target.clone()).or_default().push(i);
+            ix.outgoing.entry(e.source.clone()).or_default().push(i);
+        }
+        for (i, n) in nodes.iter().enumerate() {
+            ix.nodes.entry(n.id.clone()).or_insert(i);
+        }
+        ix
+    }
 }
 
 /// Retries per node are capped here whatever the definition says.
@@ -73,7 +102,7 @@ impl Graph {
     /// The executor's view of a definition read by [`WorkflowDefinition::from_value`].
     pub fn from_definition(def: &WorkflowDefinition) -> Result<Graph, GraphError> {
         let retries = |r: Option<u64>| r.map(|r| r.min(MAX_RETRIES) as u32);
-        let nodes = def
+        let nodes: Vec<Node> = def
             .topological_order()?
             .into_iter()
             .map(|n| Node {
@@ -99,7 +128,7 @@ impl Graph {
                 disabled: n.disabled.unwrap_or(false),
             })
             .collect();
-        let edges = def
+        let edges: Vec<Edge> = def
             .edges()
             .iter()
             .map(|e| Edge {
@@ -118,11 +147,14 @@ impl Graph {
             .flatten()
             .map(|v| Variable {
                 name: v.name.clone(),
+                kind: v.kind,
                 required: v.required.unwrap_or(false),
                 default: v.default_value.clone(),
+                sensitive: v.sensitive.unwrap_or(false),
             })
             .collect();
         let settings = def.settings.as_ref().and_then(|s| s.typed());
+        let index = EdgeIndex::of(&nodes, &edges);
         Ok(Graph {
             id: def.id.clone(),
             nodes,
@@ -135,19 +167,24 @@ impl Graph {
             max_concurrency: settings
                 .and_then(|s| s.max_concurrency)
                 .map(|c| c.min(u64::from(u32::MAX)) as u32),
+            index,
         })
     }
 
+    /// The edges ending at `node_id`, in definition order.
     pub fn incoming(&self, node_id: &str) -> impl Iterator<Item = &Edge> {
-        self.edges.iter().filter(move |e| e.target == node_id)
+        let ix = self.index.incoming.get(node_id);
+        ix.into_iter().flatten().map(|&i| &self.edges[i])
     }
 
+    /// The edges starting at `node_id`, in definition order.
     pub fn outgoing(&self, node_id: &str) -> impl Iterator<Item = &Edge> {
-        self.edges.iter().filter(move |e| e.source == node_id)
+        let ix = self.index.outgoing.get(node_id);
+        ix.into_iter().flatten().map(|&i| &self.edges[i])
     }
 
     pub fn node(&self, node_id: &str) -> Option<&Node> {
-        self.nodes.iter().find(|n| n.id == node_id)
+        self.index.nodes.get(node_id).map(|&i| &self.nodes[i])
     }
 }
 
@@ -186,7 +223,8 @@ pub fn lookup<'a>(root: &'a Value, path: &str) -> Option<&'a Value> {
         })
 }
 
-fn truthy(v: Option<&Value>) -> bool {
+/// JS-style truthiness (RFC 0134): absent, `null`, `false`, `0`, `""`, `[]` and `{}` are falsy.
+pub fn truthy(v: Option<&Value>) -> bool {
     match v {
         None | Some(Value::Null) => false,
         Some(Value::Bool(b)) => *b,
@@ -210,39 +248,222 @@ pub enum ConditionError {
     Unsupported(String),
 }
 
-/// Whether edge condition `c` holds for the source node's outputs (port name → value).
-pub fn condition_holds(c: &EdgeCondition, outputs: &Value) -> Result<bool, ConditionError> {
-    let op = || operator_name(c.kind).to_owned();
-    let left = || {
-        c.left
-            .as_deref()
-            .ok_or_else(|| ConditionError::MissingLeft(op()))
-            .map(|p| lookup(outputs, p))
-    };
-    let right = c.right.as_ref().unwrap_or(&Value::Null);
-    Ok(match c.kind {
-        ConditionKind::Truthy => truthy(left()?),
-        ConditionKind::Falsy => !truthy(left()?),
-        ConditionKind::Equals => left()? == Some(right),
-        ConditionKind::NotEquals => left()? != Some(right),
-        ConditionKind::Contains => match left()? {
-            Some(Value::String(s)) => right.as_str().is_some_and(|r| s.contains(r)),
-            Some(Value::Array(a)) => a.contains(right),
-            Some(Value::Object(o)) => right.as_str().is_some_and(|r| o.contains_key(r)),
+/// A comparison of the one condition language. Both vocabularies map onto it: the workflow
+/// definition's `EdgeCondition.type` (`equals`, `notEquals`, `contains`, `regex`, `truthy`,
+/// `falsy`) and the `core.openwop.flow` predicate `op` (`eq` … `falsy`), so an edge and a
+/// `core.conditional` node that say the same thing decide the same way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Op {
+    Eq,
+    Neq,
+    Lt,
+    Lte,
+    Gt,
+    Gte,
+    In,
+    Contains,
+    StartsWith,
+    EndsWith,
+    Regex,
+    Exists,
+    NotExists,
+    Truthy,
+    Falsy,
+}
+
+impl Op {
+    /// Every operator, in the predicate vocabulary's order.
+    pub const ALL: [Op; 15] = [
+        Op::Eq,
+        Op::Neq,
+        Op::Lt,
+        Op::Lte,
+        Op::Gt,
+        Op::Gte,
+        Op::In,
+        Op::Contains,
+        Op::StartsWith,
+        Op::EndsWith,
+        Op::Regex,
+        Op::Exists,
+        Op::NotExists,
+        Op::Truthy,
+        Op::Falsy,
+    ];
+
+    /// The predicate wire name (`starts-with`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Op::Eq => "eq",
+            Op::Neq => "neq",
+            Op::Lt => "lt",
+            Op::Lte => "lte",
+            Op::Gt => "gt",
+            Op::Gte => "gte",
+            Op::In => "in",
+            Op::Contains => "contains",
+            Op::StartsWith => "starts-with",
+            Op::EndsWith => "ends-with",
+            Op::Regex => "regex",
+            Op::Exists => "exists",
+            Op::NotExists => "not-exists",
+            Op::Truthy => "truthy",
+            Op::Falsy => "falsy",
+        }
+    }
+
+    /// The operator whose answer is always the opposite of this one's, if there is one.
+    pub fn negation(self) -> Option<Op> {
+        Some(match self {
+            Op::Eq => Op::Neq,
+            Op::Neq => Op::Eq,
+            Op::Exists => Op::NotExists,
+            Op::NotExists => Op::Exists,
+            Op::Truthy => Op::Falsy,
+            Op::Falsy => Op::Truthy,
+            _ => return None,
+        })
+    }
+
+    /// Whether `right` is read (a regex pattern, a value to compare); `exists`, `truthy` and
+    /// their negations ignore it.
+    pub fn reads_right(self) -> bool {
+        !matches!(self, Op::Exists | Op::NotExists | Op::Truthy | Op::Falsy)
+    }
+}
+
+/// Longest compiled regex (bytes of the automaton): a pattern in a workflow cannot make the
+/// worker build an unbounded one.
+pub const REGEX_SIZE_LIMIT: usize = 1 << 20;
+
+/// Compiles a condition's regex pattern with the bound every evaluation uses.
+pub fn compile_regex(pattern: &str) -> Result<regex::Regex, ConditionError> {
+    regex::RegexBuilder::new(pattern)
+        .size_limit(REGEX_SIZE_LIMIT)
+        .build()
+        .map_err(|e| ConditionError::BadRegex(e.to_string()))
+}
+
+/// Two JSON values equal as the condition language sees them: numbers by value (`1` equals
+/// `1.0`), everything else structurally.
+fn same(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => {
+            x == y || ((x.is_f64() || y.is_f64()) && x.as_f64() == y.as_f64())
+        }
+        (Value::Array(x), Value::Array(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(a, b)| same(a, b))
+        }
+        (Value::Object(x), Value::Object(y)) => {
+            x.len() == y.len() && x.iter().all(|(k, v)| y.get(k).is_some_and(|w| same(v, w)))
+        }
+        _ => a == b,
+    }
+}
+
+/// Orders two numbers or two strings; anything else is unordered.
+fn order(a: &Value, b: &Value) -> Option<std::cmp::Ordering> {
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => x.as_f64()?.partial_cmp(&y.as_f64()?),
+        (Value::String(x), Value::String(y)) => Some(x.cmp(y)),
+        _ => None,
+    }
+}
+
+/// Whether `haystack` contains `needle`: a substring of a string, an element of an array,
+/// a key of an object.
+fn contains(haystack: Option<&Value>, needle: &Value) -> bool {
+    match haystack {
+        Some(Value::String(s)) => needle.as_str().is_some_and(|r| s.contains(r)),
+        Some(Value::Array(a)) => a.iter().any(|x| same(x, needle)),
+        Some(Value::Object(o)) => needle.as_str().is_some_and(|r| o.contains_key(r)),
+        _ => false,
+    }
+}
+
+/// The one evaluator: whether `op` holds between `left` (the value found at the path, `None`
+/// when nothing is there) and `right`. Comparisons of values of different kinds are false,
+/// never an error; only a `regex` whose pattern does not compile is one.
+pub fn evaluate(op: Op, left: Option<&Value>, right: &Value) -> Result<bool, ConditionError> {
+    use std::cmp::Ordering::*;
+    let ord = || left.and_then(|l| order(l, right));
+    Ok(match op {
+        Op::Eq => left.is_some_and(|l| same(l, right)),
+        Op::Neq => !left.is_some_and(|l| same(l, right)),
+        Op::Lt => ord() == Some(Less),
+        Op::Lte => matches!(ord(), Some(Less | Equal)),
+        Op::Gt => ord() == Some(Greater),
+        Op::Gte => matches!(ord(), Some(Greater | Equal)),
+        Op::In => left.is_some_and(|l| contains(Some(right), l)),
+        Op::Contains => contains(left, right),
+        Op::StartsWith => match (left, right) {
+            (Some(Value::String(s)), Value::String(p)) => s.starts_with(p.as_str()),
             _ => false,
         },
-        ConditionKind::Regex => {
-            let pattern = right.as_str().unwrap_or_default();
-            let re = regex::RegexBuilder::new(pattern)
-                .size_limit(1 << 20)
-                .build()
-                .map_err(|e| ConditionError::BadRegex(e.to_string()))?;
-            left()?
-                .and_then(Value::as_str)
-                .is_some_and(|s| re.is_match(s))
+        Op::EndsWith => match (left, right) {
+            (Some(Value::String(s)), Value::String(p)) => s.ends_with(p.as_str()),
+            _ => false,
+        },
+        Op::Regex => {
+            let re = compile_regex(right.as_str().unwrap_or_default())?;
+            left.and_then(Value::as_str).is_some_and(|s| re.is_match(s))
         }
-        ConditionKind::Expression => return Err(ConditionError::Unsupported(op())),
+        Op::Exists => left.is_some_and(|l| !l.is_null()),
+        Op::NotExists => !left.is_some_and(|l| !l.is_null()),
+        Op::Truthy => truthy(left),
+        Op::Falsy => !truthy(left),
     })
+}
+
+/// The operator an edge condition type means; `None` for `expression` (no engine here).
+pub fn edge_operator(kind: ConditionKind) -> Option<Op> {
+    Some(match kind {
+        ConditionKind::Equals => Op::Eq,
+        ConditionKind::NotEquals => Op::Neq,
+        ConditionKind::Contains => Op::Contains,
+        ConditionKind::Regex => Op::Regex,
+        ConditionKind::Truthy => Op::Truthy,
+        ConditionKind::Falsy => Op::Falsy,
+        ConditionKind::Expression => return None,
+    })
+}
+
+/// Whether edge condition `c` holds for the source node's outputs (port name → value).
+pub fn condition_holds(c: &EdgeCondition, outputs: &Value) -> Result<bool, ConditionError> {
+    let name = || operator_name(c.kind).to_owned();
+    let op = edge_operator(c.kind).ok_or_else(|| ConditionError::Unsupported(name()))?;
+    let path = c
+        .left
+        .as_deref()
+        .ok_or_else(|| ConditionError::MissingLeft(name()))?;
+    evaluate(
+        op,
+        lookup(outputs, path),
+        c.right.as_ref().unwrap_or(&Value::Null),
+    )
+}
+
+/// A `core.openwop.flow` predicate (`core.conditional` / `core.flow.if`, router routes):
+/// `path` into the node's input value (empty: the value itself), `op`, `value`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Predicate {
+    pub path: String,
+    pub op: Op,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<Value>,
+}
+
+impl Predicate {
+    /// Whether the predicate holds for `root`.
+    pub fn holds(&self, root: &Value) -> Result<bool, ConditionError> {
+        evaluate(
+            self.op,
+            lookup(root, &self.path),
+            self.value.as_ref().unwrap_or(&Value::Null),
+        )
+    }
 }
 
 /// The wire name of a condition type (`notEquals`, ...).
@@ -345,8 +566,10 @@ mod tests {
             g.variables[0],
             Variable {
                 name: "v".into(),
+                kind: VariableKind::String,
                 required: true,
-                default: None
+                default: None,
+                sensitive: false,
             }
         );
     }

@@ -30,6 +30,54 @@ pub fn concurrency_limit(workflow: Option<u32>, host_default: u32) -> usize {
         .clamp(1, MAX_NODE_CONCURRENCY) as usize
 }
 
+/// The run's node-execution ceiling (`configurable.recursionLimit` clamped to the host's
+/// `maxNodeExecutions`, [`crate::run::snapshot::node_execution_limit`]) as the scheduler
+/// applies it: every node it starts counts once (live or replayed, so a restarted worker
+/// counts what the first one did; node-level retries are attempts of the same execution),
+/// and the first node past the limit is refused before it starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExecutionBudget {
+    limit: Option<u32>,
+    started: u32,
+}
+
+/// The node execution that would pass the ceiling: `cap.breached {kind: node-executions,
+/// limit, observed, nodeId}`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Breach {
+    pub limit: u32,
+    pub observed: u32,
+    pub node_id: String,
+}
+
+impl ExecutionBudget {
+    pub fn new(limit: Option<u32>) -> Self {
+        ExecutionBudget { limit, started: 0 }
+    }
+
+    /// Counts one more execution of `node_id`, or refuses it when it would pass the limit
+    /// (the count does not move then: the node never starts).
+    pub fn admit(&mut self, node_id: &str) -> Result<(), Breach> {
+        let observed = self.started.saturating_add(1);
+        match self.limit {
+            Some(limit) if observed > limit => Err(Breach {
+                limit,
+                observed,
+                node_id: node_id.to_owned(),
+            }),
+            _ => {
+                self.started = observed;
+                Ok(())
+            }
+        }
+    }
+
+    /// Executions admitted so far.
+    pub fn started(&self) -> u32 {
+        self.started
+    }
+}
+
 /// How a node stands. A node absent from the state map has not been decided yet.
 #[derive(Debug, Clone, PartialEq)]
 pub enum NodeState {
@@ -61,7 +109,7 @@ impl SkipReason {
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Disabled => "disabled",
-            Self::TriggerRuleNotMet => "trigger rule not met",
+            Self::TriggerRuleNotMet => "trigger-rule-not-met",
         }
     }
 }
@@ -398,6 +446,26 @@ mod tests {
         );
         // The invalid condition failed `bad`, so its any_failed handler is decided in the same call.
         assert!(matches!(got[4], ("after_bad", Decision::Run { .. })));
+    }
+
+    #[test]
+    fn the_execution_budget_refuses_the_first_node_past_the_limit() {
+        let mut b = ExecutionBudget::new(Some(3));
+        for n in ["n1", "n2", "n3"] {
+            assert_eq!(b.admit(n), Ok(()));
+        }
+        let breach = Breach {
+            limit: 3,
+            observed: 4,
+            node_id: "n4".into(),
+        };
+        assert_eq!(b.admit("n4"), Err(breach));
+        assert_eq!(b.started(), 3);
+        let mut free = ExecutionBudget::new(None);
+        for _ in 0..10_000 {
+            free.admit("n").unwrap();
+        }
+        assert_eq!(free.started(), 10_000);
     }
 
     #[test]

@@ -83,8 +83,8 @@ impl NodeRegistry {
                     ConfigCheck::AnyObject => ConfigRule::AnyObject,
                     ConfigCheck::MockAgent => ConfigRule::MockAgent,
                     ConfigCheck::Http(d) => ConfigRule::Http(d),
-                    ConfigCheck::SchemaDef { doc, def } => ConfigRule::Schema(
-                        // Embedded documents; `nodes::tests` compiles every one.
+                    // Embedded documents; `nodes::tests` compiles every one.
+                    ConfigCheck::Schema { doc, def } => ConfigRule::Schema(
                         schema_def(doc, def).expect("embedded node config schema compiles"),
                     ),
                 },
@@ -122,15 +122,15 @@ impl NodeRegistry {
     }
 }
 
-/// The definition `def` under `$defs` of the schema document `doc` (JSON text), compiled.
-pub fn schema_def(doc: &str, def: &str) -> Result<CompiledSchema, schema::SchemaCompileError> {
+/// The schema document `doc` (JSON text), or its definition `def` under `$defs`, compiled.
+pub fn schema_def(doc: &str, def: Option<&str>) -> Result<CompiledSchema, schema::SchemaCompileError> {
     let mut root: Value =
         serde_json::from_str(doc).map_err(|e| schema::SchemaCompileError::Invalid {
             pointer: String::new(),
             keyword: "$schema".into(),
             message: format!("not JSON: {e}"),
         })?;
-    if let Some(o) = root.as_object_mut() {
+    if let (Some(o), Some(def)) = (root.as_object_mut(), def) {
         o.insert("$ref".into(), Value::String(format!("#/$defs/{def}")));
     }
     schema::compile(&root)
@@ -202,6 +202,14 @@ pub enum ProblemCode {
     EnvelopeSchemaInvalid,
     /// A declared vendor envelope schema is outside the Tier-1 subset.
     EnvelopeSchemaNotTier1,
+    /// An `expression` edge condition or port value: this host has no expression engine.
+    ExpressionUnsupported,
+    /// A condition or predicate that can never be evaluated (a regex that does not compile).
+    ConditionInvalid,
+    /// A variable node names a variable the workflow does not declare.
+    UnknownVariable,
+    /// A node writes a `sensitive` variable.
+    SensitiveVariableWrite,
     /// More problems than [`MAX_PROBLEMS`].
     TooManyProblems,
 }
@@ -220,6 +228,10 @@ impl ProblemCode {
             ProblemCode::ContractKindNotAdvertised => "ContractKindNotAdvertised",
             ProblemCode::EnvelopeSchemaInvalid => "EnvelopeSchemaInvalid",
             ProblemCode::EnvelopeSchemaNotTier1 => "EnvelopeSchemaNotTier1",
+            ProblemCode::ExpressionUnsupported => "ExpressionUnsupported",
+            ProblemCode::ConditionInvalid => "ConditionInvalid",
+            ProblemCode::UnknownVariable => "UnknownVariable",
+            ProblemCode::SensitiveVariableWrite => "SensitiveVariableWrite",
             ProblemCode::TooManyProblems => "TooManyProblems",
         }
     }
@@ -334,6 +346,7 @@ pub fn check_workflow(definition: &Value, opts: &CheckOptions<'_>) -> CheckRepor
     for (i, node) in nodes.iter().enumerate() {
         check_node(i, node, workflow_id, &ids, opts, &mut report);
     }
+    check_flow(definition, nodes, &mut report);
     // The order the worker executes in: only a structurally valid definition has one. The
     // schema was checked above, so the typed read needs no second validation.
     if report.is_valid()
@@ -432,6 +445,159 @@ fn check_node(
 
     if let Some(contract) = node.get("envelopeContract") {
         check_contract(&base, node_id.as_deref(), contract, opts, report);
+    }
+}
+
+/// The checks that make every condition and variable reference decidable before a run
+/// starts: no `expression` (edge conditions, port values), regex patterns that compile, and
+/// variable nodes that name a declared variable (a writer never a `sensitive` one: its value
+/// would have to be recorded in the run's log to replay).
+fn check_flow(definition: &Value, nodes: &[Value], report: &mut CheckReport) {
+    use crate::graph::{Op, compile_regex};
+    use crate::run::nodes::{Executor, executor_of};
+    let problem = |code, node_id: Option<&str>, pointer: String, message: String| WorkflowProblem {
+        code,
+        node_id: node_id.map(str::to_owned),
+        pointer,
+        message,
+    };
+    let bad_regex = |v: Option<&Value>| {
+        compile_regex(v.and_then(Value::as_str).unwrap_or_default())
+            .err()
+            .map(|e| e.to_string())
+    };
+    for (i, edge) in definition
+        .get("edges")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        let Some(c) = edge.get("condition") else {
+            continue;
+        };
+        match c.get("type").and_then(Value::as_str) {
+            Some("expression") => report.error(problem(
+                ProblemCode::ExpressionUnsupported,
+                None,
+                format!("/edges/{i}/condition/type"),
+                "expression conditions are not supported by this host (no expression engine); use equals, notEquals, contains, regex, truthy or falsy".into(),
+            )),
+            Some("regex") => {
+                if let Some(e) = bad_regex(c.get("right")) {
+                    report.error(problem(
+                        ProblemCode::ConditionInvalid,
+                        None,
+                        format!("/edges/{i}/condition/right"),
+                        format!("{e}; fix the pattern"),
+                    ));
+                }
+            }
+            _ => {}
+        }
+    }
+    let variables: BTreeMap<&str, bool> = definition
+        .get("variables")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|v| {
+            let sensitive = v.get("sensitive").and_then(Value::as_bool) == Some(true);
+            Some((v.get("name")?.as_str()?, sensitive))
+        })
+        .collect();
+    for (i, node) in nodes.iter().enumerate() {
+        let id = node.get("id").and_then(Value::as_str);
+        let base = format!("/nodes/{i}");
+        for (port, src) in node
+            .get("inputs")
+            .and_then(Value::as_object)
+            .into_iter()
+            .flatten()
+        {
+            if src.get("type").and_then(Value::as_str) == Some("expression") {
+                report.error(problem(
+                    ProblemCode::ExpressionUnsupported,
+                    id,
+                    format!("{base}/inputs/{}/type", tier1::escape_token(port)),
+                    format!("input {port:?} is an expression; this host has no expression engine: use a static, connection or variable input"),
+                ));
+            }
+        }
+        let config = node.get("config");
+        let executor = node
+            .get("typeId")
+            .and_then(Value::as_str)
+            .and_then(executor_of);
+        // Regex predicates: `config.predicate` (conditional), `config.routes[j].predicate` (router).
+        let predicates: Vec<(String, &Value)> = match executor {
+            Some(Executor::Conditional) => config
+                .and_then(|c| c.get("predicate"))
+                .map(|p| (format!("{base}/config/predicate"), p))
+                .into_iter()
+                .chain(config.and_then(|c| c.get("condition")).map(|c| {
+                    (format!("{base}/config/condition"), c)
+                }))
+                .collect(),
+            Some(Executor::Router) => config
+                .and_then(|c| c.get("routes"))
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .enumerate()
+                .filter_map(|(j, r)| {
+                    Some((format!("{base}/config/routes/{j}/predicate"), r.get("predicate")?))
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
+        for (at, p) in predicates {
+            let (op, right) = match (p.get("op"), p.get("type")) {
+                (Some(op), _) => (op, "value"),
+                (None, Some(t)) => (t, "right"),
+                _ => continue,
+            };
+            if op.as_str() == Some(Op::Regex.as_str())
+                && let Some(e) = bad_regex(p.get(right))
+            {
+                report.error(problem(
+                    ProblemCode::ConditionInvalid,
+                    id,
+                    format!("{at}/{right}"),
+                    format!("{e}; fix the pattern"),
+                ));
+            }
+        }
+        let writes = match executor {
+            Some(Executor::SetVariable) => true,
+            Some(Executor::GetVariable) => false,
+            _ => continue,
+        };
+        let Some(name) = config.and_then(|c| c.get("name")).and_then(Value::as_str) else {
+            continue; // the config schema reports a missing name
+        };
+        let at = format!("{base}/config/name");
+        match variables.get(name) {
+            None => {
+                let declared: Vec<&str> = variables.keys().copied().collect();
+                report.error(problem(
+                    ProblemCode::UnknownVariable,
+                    id,
+                    at,
+                    format!(
+                        "variable {name:?} is not declared; declare it under variables (declared: {})",
+                        if declared.is_empty() { "none".to_owned() } else { declared.join(", ") }
+                    ),
+                ));
+            }
+            Some(true) if writes => report.error(problem(
+                ProblemCode::SensitiveVariableWrite,
+                id,
+                at,
+                format!("variable {name:?} is sensitive: a node cannot write it (the value would be recorded in the run's log); pass it as a run input instead"),
+            )),
+            Some(_) => {}
+        }
     }
 }
 
@@ -761,6 +927,69 @@ mod tests {
             "{:?}",
             r.errors
         );
+    }
+
+    #[test]
+    fn flow_nodes_are_checked_at_registration_with_pointers() {
+        let reg = NodeRegistry::builtin();
+        let kinds = BTreeSet::new();
+        let d = json!({"id": "w", "name": "W", "version": "1",
+            "variables": [{"name": "count", "type": "number"},
+                          {"name": "token", "type": "string", "sensitive": true}],
+            "nodes": [
+                {"id": "a", "typeId": "core.identity",
+                 "inputs": {"x": {"type": "expression", "expression": "1 + 1"}}},
+                {"id": "if", "typeId": "core.conditional",
+                 "config": {"predicate": {"path": "s", "op": "regex", "value": "("}}},
+                {"id": "route", "typeId": "core.parallel",
+                 "config": {"routes": [{"label": "x", "predicate": {"path": "", "op": "regex", "value": "[a-"}}]}},
+                {"id": "set", "typeId": "core.setVariable", "config": {"name": "cuont", "value": 1}},
+                {"id": "leak", "typeId": "core.setVariable", "config": {"name": "token", "value": "t"}},
+                {"id": "get", "typeId": "core.getVariable", "config": {"name": "token"}},
+                {"id": "loop", "typeId": "core.loop", "config": {"every": 2}}],
+            "edges": [
+                {"id": "e1", "sourceNodeId": "a", "targetNodeId": "if", "condition": {"type": "expression", "expression": "x > 1"}},
+                {"id": "e2", "sourceNodeId": "if", "targetNodeId": "set", "condition": {"type": "regex", "left": "branch", "right": "(("}}]});
+        let r = check_workflow(&d, &opts(&reg, &kinds));
+        let got: Vec<(ProblemCode, &str, Option<&str>)> = r
+            .errors
+            .iter()
+            .map(|p| (p.code, p.pointer.as_str(), p.node_id.as_deref()))
+            .collect();
+        use ProblemCode::*;
+        assert_eq!(
+            got,
+            vec![
+                (NodeConfigInvalid, "/nodes/6/config", Some("loop")),
+                (ExpressionUnsupported, "/edges/0/condition/type", None),
+                (ConditionInvalid, "/edges/1/condition/right", None),
+                (ExpressionUnsupported, "/nodes/0/inputs/x/type", Some("a")),
+                (ConditionInvalid, "/nodes/1/config/predicate/value", Some("if")),
+                (
+                    ConditionInvalid,
+                    "/nodes/2/config/routes/0/predicate/value",
+                    Some("route")
+                ),
+                (UnknownVariable, "/nodes/3/config/name", Some("set")),
+                (SensitiveVariableWrite, "/nodes/4/config/name", Some("leak")),
+            ],
+            "{:#?}",
+            r.errors
+        );
+        assert!(r.errors[6].message.contains("declared: count, token"), "{}", r.errors[6].message);
+        // A conditional needs exactly one of predicate / condition, and no expression.
+        for bad in [json!({}), json!({"condition": {"type": "expression", "left": "x"}}),
+                    json!({"predicate": {"path": "x", "op": "eq"}, "condition": {"type": "truthy", "left": "x"}})] {
+            let d = wf("w", json!([{"id": "c", "typeId": "core.conditional", "config": bad}]));
+            let r = check_workflow(&d, &opts(&reg, &kinds));
+            assert_eq!(codes(&r).first(), Some(&NodeConfigInvalid), "{bad}: {r:?}");
+        }
+        let ok = wf("w", json!([{"id": "c", "typeId": "core.flow.if",
+            "config": {"predicate": {"path": "x", "op": "starts-with", "value": "a"}}},
+            {"id": "m", "typeId": "core.merge", "config": {"mode": "combine-by-key", "keyPath": "id"}}]));
+        assert!(check_workflow(&ok, &opts(&reg, &kinds)).is_valid());
+        let no_key = wf("w", json!([{"id": "m", "typeId": "core.flow.merge", "config": {"mode": "combine-by-key"}}]));
+        assert_eq!(codes(&check_workflow(&no_key, &opts(&reg, &kinds))), vec![NodeConfigInvalid]);
     }
 
     #[test]

@@ -596,6 +596,20 @@ fn event_cases() -> Vec<(&'static str, Value, Value, &'static str, &'static str)
             "",
         ),
         (
+            "node.skipped",
+            json!({"nodeId": "n1", "reason": "trigger-rule-not-met"}),
+            json!({"nodeId": "", "reason": "disabled"}),
+            "minLength",
+            "/nodeId",
+        ),
+        (
+            "variable.changed",
+            json!({"name": "verdict", "previous": "pending", "next": "high", "nodeId": "n1"}),
+            json!({"next": 1}),
+            "required",
+            "",
+        ),
+        (
             "clarification.requested",
             json!({"nodeId": "n1", "interruptId": "i1", "questions": [{"id": "q", "question": "?"}]}),
             json!({"nodeId": "n1", "questions": []}),

@@ -251,15 +251,28 @@ fn every_registered_node_type_executes() {
             }
             Executor::MockAgent => json!({"mockConfidence": 0.95}),
             Executor::Http => json!({"url": service_url}),
-            Executor::Passthrough | Executor::Noop | Executor::Fail => json!({}),
+            Executor::Passthrough
+            | Executor::Noop
+            | Executor::Fail
+            | Executor::Iterator
+            | Executor::Merge
+            | Executor::ArrayMerge => json!({}),
             // Gates wait for an answer (given below).
             Executor::Gate => match n.type_id {
                 "core.clarificationGate" => json!({"questions": [{"id": "q", "question": "?"}]}),
                 "core.interrupt" => json!({"kind": "custom", "data": {"customKind": "k"}}),
                 _ => json!({}),
             },
+            Executor::Conditional => json!({"predicate": {"path": "", "op": "exists"}}),
+            Executor::Router => json!({"routes": [{"label": "all"}]}),
+            Executor::SetVariable => json!({"name": "v", "value": 1}),
+            Executor::GetVariable => json!({"name": "v"}),
         };
-        nodes.push(json!({"id": id, "typeId": n.type_id, "config": config}));
+        let mut node = json!({"id": id, "typeId": n.type_id, "config": config});
+        if n.executor == Executor::Iterator {
+            node["inputs"] = json!({"array": {"type": "static", "value": [1, 2]}});
+        }
+        nodes.push(node);
     }
     assert!(
         BUILTIN_NODES
@@ -269,7 +282,8 @@ fn every_registered_node_type_executes() {
     let files = RunFiles::new(
         "all-types",
         "run-contract-all-types",
-        json!({"id": "conformance-all-types", "nodes": nodes}),
+        json!({"id": "conformance-all-types", "nodes": nodes,
+               "variables": [{"name": "v", "type": "number"}]}),
         json!({}),
         Value::Object(mocks),
     );

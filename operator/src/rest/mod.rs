@@ -48,6 +48,7 @@ pub mod json;
 pub mod runs;
 pub mod support;
 pub mod types;
+mod variables;
 mod workflows;
 
 use std::pin::Pin;

@@ -18,6 +18,7 @@ use openwop_protocol::run::{
     IDEMPOTENCY_KEY_MISMATCH, IDEMPOTENT_REPLAY_HEADER, Projection, RunFacts, RunSnapshotDoc,
     check_inputs,
 };
+use openwop_protocol::run::snapshot::clamp_recursion_limit;
 use openwop_protocol::workflow::WorkflowDefinition;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
@@ -226,12 +227,16 @@ pub async fn create_run(
                 ApiError::validation(e.to_string())
                     .with_details(json!({"field": format!("configurable.{}", e.key())}))
             })?;
-            Some(
-                serde_json::from_value(Value::Object(c.clone())).map_err(|e| {
-                    ApiError::validation(format!("configurable: {e}"))
-                        .with_details(json!({"field": "configurable"}))
-                })?,
-            )
+            // The node-execution ceiling is recorded clamped: the run carries what it gets.
+            let mut c = c.clone();
+            clamp_recursion_limit(&mut c, s.config.limits.max_node_executions).map_err(|e| {
+                ApiError::validation(e.to_string())
+                    .with_details(json!({"field": "configurable.recursionLimit"}))
+            })?;
+            Some(serde_json::from_value(Value::Object(c)).map_err(|e| {
+                ApiError::validation(format!("configurable: {e}"))
+                    .with_details(json!({"field": "configurable"}))
+            })?)
         }
     };
     let request_hash = hash_hex(&[raw.to_string().as_bytes(), ns.as_bytes()]);
@@ -442,5 +447,7 @@ pub async fn get_run(
     Path(run_id): Path<String>,
 ) -> Result<Json<RunSnapshotDoc>, ApiError> {
     let run = visible_run(&s, &caller, &run_id).await?;
-    Ok(Json(fresh_snapshot(&s, &run).await))
+    let mut doc = fresh_snapshot(&s, &run).await;
+    doc.variables = super::variables::variables_of(&s, &run).await;
+    Ok(Json(doc))
 }

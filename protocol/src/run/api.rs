@@ -9,7 +9,8 @@ use serde_json::{Map, Value};
 use super::projection::Projection;
 use super::status::RunPhase;
 use crate::pipeline::json_type;
-use crate::workflow::{VariableKind, WorkflowVariable};
+use super::variables::{kind_name, matches_kind};
+use crate::workflow::WorkflowVariable;
 
 /// The error code of `POST /v1/runs` when an `Idempotency-Key` is reused with another request
 /// body (409; `idempotency.md` §"Record shape, digest, and lease").
@@ -60,6 +61,12 @@ pub struct RunSnapshotDoc {
     /// Caller-supplied `RunOptions.scopeId` (opaque correlation), echoed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scope_id: Option<String>,
+    /// The run's workflow variables: its inputs over the declared defaults, plus the writes
+    /// of `core.setVariable` nodes so far ([`super::variables::Variables`]); `sensitive`
+    /// variables masked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
+    pub variables: Option<Map<String, Value>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -137,6 +144,7 @@ impl RunSnapshotDoc {
             metadata: None,
             configurable: None,
             scope_id: None,
+            variables: None,
         }
     }
 }
@@ -179,26 +187,6 @@ pub fn check_inputs(
         }
     }
     out
-}
-
-fn matches_kind(k: VariableKind, v: &Value) -> bool {
-    match k {
-        VariableKind::String => v.is_string(),
-        VariableKind::Number => v.is_number(),
-        VariableKind::Boolean => v.is_boolean(),
-        VariableKind::Object => v.is_object(),
-        VariableKind::Array => v.is_array(),
-    }
-}
-
-fn kind_name(k: VariableKind) -> &'static str {
-    match k {
-        VariableKind::String => "a string",
-        VariableKind::Number => "a number",
-        VariableKind::Boolean => "a boolean",
-        VariableKind::Object => "an object",
-        VariableKind::Array => "an array",
-    }
 }
 
 #[cfg(test)]

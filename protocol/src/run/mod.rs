@@ -17,7 +17,8 @@
 //! * [`stream_modes`] — which events each `streamMode` of the event stream admits;
 //! * [`options`] — the reserved `configurable` keys the host honours (`runTimeoutMs`);
 //! * [`gate`] — the nodes that wait for a person: what they wait for, the events of the
-//!   wait and of its resolution.
+//!   wait and of its resolution;
+//! * [`variables`] — a run's workflow variables: seeding, per-node visibility, the served bag.
 //!
 //! Run identity is the runId: the Run object's uid, unique per object and never reused. A
 //! Run deleted and re-created under the same name is a new run with its own subject, its own
@@ -39,6 +40,7 @@ pub mod status;
 pub mod stream_modes;
 pub mod subjects;
 pub mod telemetry;
+pub mod variables;
 
 pub use crate::text::truncate;
 // What other crates name most, one level deep (`openwop_protocol::run::RunPhase`).

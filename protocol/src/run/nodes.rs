@@ -22,6 +22,23 @@ pub enum Executor {
     /// `core.clarificationGate`, `core.interrupt`). The wait is recorded in the log and holds
     /// no pod; an answer in the Run's `spec.answers` resumes it.
     Gate,
+    /// Evaluates a predicate (or an edge-condition-shaped `condition`) against its input
+    /// `value`: outputs `{branch: "then" | "else", matched, value}`; outgoing edge conditions
+    /// route on them.
+    Conditional,
+    /// Annotates its input `array`: outputs `{items: [{item, index, total}], total}`.
+    Iterator,
+    /// Selects route labels for its input `value`: outputs `{branches, value}`.
+    Router,
+    /// Fan-in once its incoming edges' trigger rule is met: outputs `{inputs: {<source>:
+    /// outputs}}` (+ `merged` with a `mode`).
+    Merge,
+    /// Combines the upstream `output` arrays (`core.openwop.flow` merge): outputs `{merged}`.
+    ArrayMerge,
+    /// Writes a declared workflow variable (type-checked): outputs `{name, value}`.
+    SetVariable,
+    /// Reads a declared workflow variable as this node sees it: outputs `{value}`.
+    GetVariable,
 }
 
 /// How a node type's `config` is checked at registration.
@@ -33,11 +50,11 @@ pub enum ConfigCheck {
     MockAgent,
     /// The HTTP node's config in one of its dialects ([`crate::http::HttpConfig::parse`]).
     Http(crate::http::Dialect),
-    /// The definition `def` under `$defs` of the JSON Schema document `doc` (its text, from
-    /// `schemas/nodes/`).
-    SchemaDef {
+    /// A JSON Schema from `schemas/nodes/`: the document `doc` (its text), or the entry `def`
+    /// under its `$defs`.
+    Schema {
         doc: &'static str,
-        def: &'static str,
+        def: Option<&'static str>,
     },
 }
 
@@ -47,10 +64,15 @@ pub const GATES_CONFIG_SCHEMA: &str =
     include_str!("../../../schemas/nodes/gates.config.schema.json");
 
 const fn gates(def: &'static str) -> ConfigCheck {
-    ConfigCheck::SchemaDef {
+    ConfigCheck::Schema {
         doc: GATES_CONFIG_SCHEMA,
-        def,
+        def: Some(def),
     }
+}
+
+/// A whole schema document as a node's config check.
+const fn schema(doc: &'static str) -> ConfigCheck {
+    ConfigCheck::Schema { doc, def: None }
 }
 
 /// A built-in node type.
@@ -69,6 +91,22 @@ pub const APPROVAL_GATE_TYPE_ID: &str = "core.approvalGate";
 pub const CLARIFICATION_GATE_TYPE_ID: &str = "core.clarificationGate";
 /// The interrupt primitive (`config.kind` says what it waits for).
 pub const INTERRUPT_TYPE_ID: &str = "core.interrupt";
+
+const CONDITIONAL_CONFIG: &str =
+    include_str!("../../../schemas/nodes/core.conditional.config.schema.json");
+const LOOP_CONFIG: &str = include_str!("../../../schemas/nodes/core.loop.config.schema.json");
+const PARALLEL_CONFIG: &str =
+    include_str!("../../../schemas/nodes/core.parallel.config.schema.json");
+const MERGE_CONFIG: &str = include_str!("../../../schemas/nodes/core.merge.config.schema.json");
+const SET_VARIABLE_CONFIG: &str =
+    include_str!("../../../schemas/nodes/core.setVariable.config.schema.json");
+const GET_VARIABLE_CONFIG: &str =
+    include_str!("../../../schemas/nodes/core.getVariable.config.schema.json");
+
+/// The node types that write a workflow variable (the `config.name` they write).
+pub const SET_VARIABLE_TYPE_ID: &str = "core.setVariable";
+/// The node type that reads a workflow variable.
+pub const GET_VARIABLE_TYPE_ID: &str = "core.getVariable";
 
 /// Every node type the worker executes.
 pub const BUILTIN_NODES: &[BuiltinNode] = &[
@@ -106,6 +144,8 @@ pub const BUILTIN_NODES: &[BuiltinNode] = &[
         type_id: crate::http::REQUEST_TYPE_ID,
         executor: Executor::Http,
         config: ConfigCheck::Http(crate::http::Dialect::Request),
+    },
+    BuiltinNode {
         type_id: "core.noop",
         executor: Executor::Noop,
         config: gates("noop"),
@@ -139,6 +179,56 @@ pub const BUILTIN_NODES: &[BuiltinNode] = &[
         type_id: INTERRUPT_TYPE_ID,
         executor: Executor::Gate,
         config: gates("interrupt"),
+    },
+    BuiltinNode {
+        type_id: "core.conditional",
+        executor: Executor::Conditional,
+        config: schema(CONDITIONAL_CONFIG),
+    },
+    BuiltinNode {
+        type_id: "core.flow.if",
+        executor: Executor::Conditional,
+        config: schema(CONDITIONAL_CONFIG),
+    },
+    BuiltinNode {
+        type_id: "core.loop",
+        executor: Executor::Iterator,
+        config: schema(LOOP_CONFIG),
+    },
+    BuiltinNode {
+        type_id: "core.flow.iterator",
+        executor: Executor::Iterator,
+        config: schema(LOOP_CONFIG),
+    },
+    BuiltinNode {
+        type_id: "core.parallel",
+        executor: Executor::Router,
+        config: schema(PARALLEL_CONFIG),
+    },
+    BuiltinNode {
+        type_id: "core.flow.router",
+        executor: Executor::Router,
+        config: schema(PARALLEL_CONFIG),
+    },
+    BuiltinNode {
+        type_id: "core.merge",
+        executor: Executor::Merge,
+        config: schema(MERGE_CONFIG),
+    },
+    BuiltinNode {
+        type_id: "core.flow.merge",
+        executor: Executor::ArrayMerge,
+        config: schema(MERGE_CONFIG),
+    },
+    BuiltinNode {
+        type_id: SET_VARIABLE_TYPE_ID,
+        executor: Executor::SetVariable,
+        config: schema(SET_VARIABLE_CONFIG),
+    },
+    BuiltinNode {
+        type_id: GET_VARIABLE_TYPE_ID,
+        executor: Executor::GetVariable,
+        config: schema(GET_VARIABLE_CONFIG),
     },
 ];
 
@@ -219,7 +309,7 @@ mod tests {
     #[test]
     fn every_config_schema_compiles() {
         for n in BUILTIN_NODES {
-            if let ConfigCheck::SchemaDef { doc, def } = n.config {
+            if let ConfigCheck::Schema { doc, def } = n.config {
                 crate::workflow_check::schema_def(doc, def)
                     .unwrap_or_else(|e| panic!("{}: {e}", n.type_id));
             }

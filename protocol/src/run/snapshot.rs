@@ -453,6 +453,62 @@ fn bad_mock(text: &str) -> Option<SnapshotError> {
         })
 }
 
+/// The `configurable` key of the per-run node-execution ceiling (run-options.md).
+pub const RECURSION_LIMIT_KEY: &str = "recursionLimit";
+
+/// The error code of a run ended by its node-execution ceiling (`configurable.recursionLimit`
+/// or the host's `limits.maxNodeExecutions`, whichever binds).
+pub const RECURSION_LIMIT_EXCEEDED: &str = "recursion_limit_exceeded";
+
+/// A `configurable.recursionLimit` that is not a positive integer.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error(
+    "configurable.recursionLimit must be an integer of at least 1 (the most node executions of the run), got {0}"
+)]
+pub struct RecursionLimitError(pub String);
+
+/// The node-execution ceiling of a run: `configurable.recursionLimit` clamped to the host's
+/// `maxNodeExecutions` (run-options.md: clamp, never refuse, a value above it), else the
+/// host's. `None` when neither is set.
+pub fn node_execution_limit(
+    configurable: &Value,
+    host_max: Option<u32>,
+) -> Result<Option<u32>, RecursionLimitError> {
+    match configurable.get(RECURSION_LIMIT_KEY) {
+        None => Ok(host_max),
+        Some(v) => clamped(v, host_max).map(Some),
+    }
+}
+
+/// `recursionLimit` value `v`, checked and clamped to `host_max`.
+fn clamped(v: &Value, host_max: Option<u32>) -> Result<u32, RecursionLimitError> {
+    let asked = v
+        .as_u64()
+        .or_else(|| {
+            v.as_f64()
+                .filter(|f| f.fract() == 0.0 && *f >= 1.0)
+                .map(|f| f.min(u64::MAX as f64) as u64)
+        })
+        .filter(|n| *n >= 1)
+        .ok_or_else(|| RecursionLimitError(crate::text::truncate(&v.to_string(), 64)))?;
+    let asked = u32::try_from(asked).unwrap_or(u32::MAX);
+    Ok(host_max.map_or(asked, |h| asked.min(h)))
+}
+
+/// Checks `configurable.recursionLimit` and records its clamped value in place, so the run
+/// (and its snapshot) carries the limit it gets. `POST /v1/runs` calls it; on error nothing
+/// changes.
+pub fn clamp_recursion_limit(
+    configurable: &mut Map<String, Value>,
+    host_max: Option<u32>,
+) -> Result<(), RecursionLimitError> {
+    if let Some(v) = configurable.get(RECURSION_LIMIT_KEY) {
+        let limit = clamped(v, host_max)?;
+        configurable.insert(RECURSION_LIMIT_KEY.into(), Value::from(limit));
+    }
+    Ok(())
+}
+
 /// Default escalation threshold (CP-1).
 pub const DEFAULT_ESCALATION_THRESHOLD: f64 = 0.7;
 
@@ -493,6 +549,12 @@ impl RunSnapshot {
             .and_then(Value::as_f64)
             .filter(|t| (0.0..=1.0).contains(t))
             .unwrap_or(DEFAULT_ESCALATION_THRESHOLD)
+    }
+
+    /// The run's node-execution ceiling ([`node_execution_limit`] of its `configurable` and
+    /// the host profile).
+    pub fn node_execution_limit(&self) -> Result<Option<u32>, RecursionLimitError> {
+        node_execution_limit(&self.configurable, self.host.limits.max_node_executions)
     }
 
     /// The provider mocks as programs: node id → one program per clarification turn.
@@ -584,6 +646,35 @@ mod tests {
         assert_eq!(s.host.limits.clarification_rounds, 1);
         let back = RunSnapshot::from_json(&s.to_json(), "s.json").unwrap();
         assert_eq!(back, s);
+    }
+
+    #[test]
+    fn the_recursion_limit_is_clamped_to_the_hosts_ceiling() {
+        let table = [
+            (json!({}), Some(1000), Ok(Some(1000))),
+            (json!({}), None, Ok(None)),
+            (json!({"recursionLimit": 3}), Some(1000), Ok(Some(3))),
+            (json!({"recursionLimit": 3.0}), Some(1000), Ok(Some(3))),
+            (json!({"recursionLimit": 5000}), Some(1000), Ok(Some(1000))),
+            (json!({"recursionLimit": 5000}), None, Ok(Some(5000))),
+            (json!({"recursionLimit": 1e12}), None, Ok(Some(u32::MAX))),
+        ];
+        for (c, host, want) in table {
+            assert_eq!(node_execution_limit(&c, host), want, "{c} {host:?}");
+        }
+        for bad in [json!(0), json!(-1), json!(2.5), json!("3"), json!(null)] {
+            let e = node_execution_limit(&json!({"recursionLimit": bad}), Some(10)).unwrap_err();
+            assert!(e.to_string().starts_with("configurable.recursionLimit must be"), "{e}");
+        }
+        let mut c = json!({"recursionLimit": 5000, "other": 1}).as_object().unwrap().clone();
+        clamp_recursion_limit(&mut c, Some(1000)).unwrap();
+        assert_eq!(Value::Object(c), json!({"recursionLimit": 1000, "other": 1}));
+        let mut c = json!({"recursionLimit": "x"}).as_object().unwrap().clone();
+        assert!(clamp_recursion_limit(&mut c, Some(1000)).is_err());
+        assert_eq!(c.len(), 1, "nothing is lost on error");
+        let mut s = RunSnapshot::from_json(&doc().to_string(), "s.json").unwrap();
+        s.configurable = json!({"recursionLimit": 3});
+        assert_eq!(s.node_execution_limit(), Ok(Some(3)));
     }
 
     #[test]

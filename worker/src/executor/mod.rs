@@ -22,7 +22,7 @@
 //! bookkeeping decide together which node runs and which event is appended once; they are
 //! read side by side. Every node kind's own logic lives in its own file.
 
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
@@ -32,6 +32,7 @@ use std::time::{Duration, Instant};
 mod agent;
 mod http;
 mod basic;
+mod flow;
 mod prompt;
 mod wait;
 
@@ -40,7 +41,8 @@ use openwop_protocol::emission;
 use openwop_protocol::events::RunEventDoc;
 use openwop_protocol::events::{
     AgentDecided, AgentHandoff, AgentReasoned, AgentToolCalled, AgentToolReturned, ErrorInfo,
-    EventType, InterruptKind, LogAppended, LogLevel, NodeFailed, NodeSuspended,
+    EventType, InterruptKind, LogAppended, LogLevel, NodeFailed, NodeSkipped, NodeSuspended,
+    VariableChanged,
 };
 use openwop_protocol::graph::{Graph, Node, PortValue};
 use openwop_protocol::outcome::Outcome;
@@ -50,8 +52,9 @@ use openwop_protocol::retry::MockProgram;
 use openwop_protocol::retry::{Action, NlToFormat, NormalizedResponse, Router, RouterConfig};
 use openwop_protocol::run::ending;
 use openwop_protocol::run::nodes::{Executor as NodeExecutor, executor_of};
-use openwop_protocol::run::snapshot::RunSnapshot;
-use openwop_protocol::schedule::{self, Decision, NodeState, SkipReason};
+use openwop_protocol::run::snapshot::{RECURSION_LIMIT_EXCEEDED, RunSnapshot};
+use openwop_protocol::run::variables::Variables;
+use openwop_protocol::schedule::{self, Breach, Decision, ExecutionBudget, NodeState, SkipReason};
 use openwop_protocol::schema::{self, ValidationIssue};
 use openwop_protocol::workflow::NodeEnvelopeContract;
 use openwop_providers::{CompletionRequest, MockProvider, Provider};
@@ -166,8 +169,6 @@ pub struct Executor<'a, P: Publisher> {
     redactor: Arc<Redactor>,
     threshold: f64,
     run_span: SpanHandle,
-    /// Node executions so far in this worker (capped by the host's `maxNodeExecutions`).
-    executions: Cell<u32>,
 }
 
 impl<'a, P: Publisher> Executor<'a, P> {
@@ -199,7 +200,6 @@ impl<'a, P: Publisher> Executor<'a, P> {
             redactor: Arc::new(Redactor::new(cfg.secrets.clone())),
             threshold: snap.escalation_threshold(),
             run_span: SpanHandle::none(),
-            executions: Cell::new(0),
         }
     }
 
@@ -332,27 +332,21 @@ impl<'a, P: Publisher> Executor<'a, P> {
             json!({"workflowId": self.graph.id, "inputs": inputs}),
         )
         .await?;
-        let mut variables = Map::new();
-        for v in &self.graph.variables {
-            match self.snap.inputs.get(&v.name).or(v.default.as_ref()) {
-                Some(val) => {
-                    variables.insert(v.name.clone(), val.clone());
-                }
-                None if v.required => {
-                    let e = error(
-                        "workflow_input_invalid",
-                        format!(
-                            "required variable `{}` has no value: pass it in the run's inputs",
-                            v.name
-                        ),
-                        false,
-                    );
-                    return self.finish_failed(e).await;
-                }
-                None => {}
-            }
+        let variables = Variables::new(self.graph, &self.snap.inputs);
+        if let Err(missing) = variables.check_required(self.graph) {
+            let e = error("workflow_input_invalid", missing.to_string(), false);
+            return self.finish_failed(e).await;
         }
-        let variables = Value::Object(variables);
+        let mut budget = match self.snap.node_execution_limit() {
+            Ok(limit) => ExecutionBudget::new(limit),
+            Err(e) => {
+                let mut e = error("validation_error", e.to_string(), false);
+                e.details = Some(json!({"field": "/configurable/recursionLimit"}));
+                return self.finish_failed(e).await;
+            }
+        };
+        // The node that would have passed the execution ceiling: nothing starts after it.
+        let mut breach: Option<Breach> = None;
         let started = Instant::now();
         // The workflow's settings.timeout and the run's configurable.runTimeoutMs (checked
         // when the run was created), capped by the host's maxRunDurationMs.
@@ -376,7 +370,6 @@ impl<'a, P: Publisher> Executor<'a, P> {
         // Nodes executing (skips and condition failures are branches too, but count for nothing).
         let mut executing = 0usize;
         let mut failure: Option<LogError> = None;
-        let variables = &variables;
         loop {
             if let Some(d) = deadline
                 && tokio::time::Instant::now() >= d
@@ -384,7 +377,7 @@ impl<'a, P: Publisher> Executor<'a, P> {
             {
                 self.abandon(Abandon::Timeout(run_timeout(run_limit.unwrap_or_default())));
             }
-            if !self.abandon.is_requested() {
+            if !self.abandon.is_requested() && breach.is_none() {
                 for (node, decision) in schedule::decide(self.graph, &states) {
                     let id = node.id.clone();
                     let branch: Branch<'_> = match decision {
@@ -403,11 +396,21 @@ impl<'a, P: Publisher> Executor<'a, P> {
                         }
                         Decision::Run { .. } if executing >= limit => continue,
                         Decision::Run { edge_inputs } => {
+                            if let Err(b) = budget.admit(&id) {
+                                breach = Some(b);
+                                break;
+                            }
                             executing += 1;
+                            let bag = Value::Object(variables.visible_to(&id, |n| {
+                                match states.get(n) {
+                                    Some(NodeState::Succeeded(o)) => Some(o),
+                                    _ => None,
+                                }
+                            }));
                             states.insert(id, NodeState::Running);
                             let upstream = states.clone();
                             Box::pin(async move {
-                                let r = self.visit(node, edge_inputs, &upstream, variables).await;
+                                let r = self.visit(node, edge_inputs, &upstream, &bag).await;
                                 (node, r)
                             })
                         }
@@ -459,6 +462,9 @@ impl<'a, P: Publisher> Executor<'a, P> {
         }
         if let Some(e) = failure {
             return Err(e);
+        }
+        if let Some(b) = breach {
+            return self.breached(b).await;
         }
         if let Some(Ok(e)) = self.abandon_reason() {
             let limit = run_limit.unwrap_or_default();
@@ -533,17 +539,37 @@ impl<'a, P: Publisher> Executor<'a, P> {
         Ok(RunEnd::Failed(e))
     }
 
+    /// The run passed its node-execution ceiling: `cap.breached` (once: one step key
+    /// whichever node a replay stops at), then `run.failed` with `recursion_limit_exceeded`.
+    /// The node past the ceiling never started.
+    async fn breached(&self, b: Breach) -> Result<RunEnd, LogError> {
+        self.emit_value(
+            "cap.breached/node-executions",
+            Some(&b.node_id),
+            EventType::CapBreached,
+            json!({"kind": "node-executions", "limit": b.limit, "observed": b.observed, "nodeId": b.node_id}),
+        )
+        .await?;
+        let mut e = error(
+            RECURSION_LIMIT_EXCEEDED,
+            format!(
+                "the run reached its limit of {} node executions (configurable.recursionLimit, capped by the host's maxNodeExecutions); node {} was not started",
+                b.limit, b.node_id
+            ),
+            false,
+        );
+        e.details = Some(json!({"limit": b.limit, "observed": b.observed, "nodeId": b.node_id}));
+        self.finish_failed(e).await
+    }
+
     async fn skip(&self, node: &Node, why: SkipReason) -> Result<Visited, LogError> {
         let id = node.id.as_str();
-        let why = why.as_str();
         self.emit(
             &format!("{id}/skipped"),
             Some(id),
-            &LogAppended {
-                level: LogLevel::Info,
-                message: format!("node {id} skipped: {why}"),
-                node_id: Some(id.to_owned()),
-                fields: Some(json!({"skipped": true, "reason": why})),
+            &NodeSkipped {
+                node_id: id.to_owned(),
+                reason: Some(why.as_str().to_owned()),
             },
         )
         .await?;
@@ -597,25 +623,6 @@ impl<'a, P: Publisher> Executor<'a, P> {
                 None => {}
             }
             span.set_i64("openwop.node_attempt", i64::from(attempt) + 1);
-            let executions = self.executions.get() + 1;
-            self.executions.set(executions);
-            if let Some(cap) = self.snap.host.limits.max_node_executions
-                && executions > cap
-            {
-                self.emit_value(
-                    &format!("{id}/cap/node-executions"),
-                    Some(id),
-                    EventType::CapBreached,
-                    json!({"kind": "node-executions", "limit": cap, "observed": executions, "nodeId": id}),
-                )
-                .await?;
-                let e = error(
-                    "cap_breached",
-                    format!("the run exceeded the host's maxNodeExecutions ({cap})"),
-                    false,
-                );
-                return self.failed(id, e, Some(attempt + 1)).await;
-            }
             let key = if attempt == 0 {
                 format!("{id}/started")
             } else {
@@ -632,7 +639,7 @@ impl<'a, P: Publisher> Executor<'a, P> {
                 .timeout_ms
                 .map(|ms| Instant::now() + Duration::from_millis(ms));
             let outcome = self
-                .execute(node, &inputs, attempt, deadline, &span)
+                .execute(node, &inputs, attempt, deadline, &span, states, variables)
                 .await?;
             match &outcome {
                 NodeOutcome::Completed(_) => span.set_str("openwop.node_outcome", "completed"),
@@ -784,6 +791,7 @@ impl<'a, P: Publisher> Executor<'a, P> {
         Ok(Value::Object(inputs))
     }
 
+    #[allow(clippy::too_many_arguments)]
     async fn execute(
         &self,
         node: &Node,
@@ -791,8 +799,46 @@ impl<'a, P: Publisher> Executor<'a, P> {
         attempt: u32,
         deadline: Option<Instant>,
         span: &SpanHandle,
+        states: &BTreeMap<String, NodeState>,
+        variables: &Value,
     ) -> Result<NodeOutcome, LogError> {
+        let done = |r: Result<Value, ErrorInfo>| {
+            Ok(match r {
+                Ok(v) => NodeOutcome::Completed(v),
+                Err(e) => NodeOutcome::Failed(e),
+            })
+        };
         match executor_of(&node.type_id) {
+            Some(NodeExecutor::Conditional) => done(flow::conditional(node, inputs)),
+            Some(NodeExecutor::Iterator) => done(flow::iterator(node, inputs)),
+            Some(NodeExecutor::Router) => done(flow::router(node, inputs)),
+            Some(NodeExecutor::Merge) => done(flow::merge(self.graph, node, states)),
+            Some(NodeExecutor::ArrayMerge) => {
+                done(flow::array_merge(self.graph, node, inputs, states))
+            }
+            Some(NodeExecutor::GetVariable) => done(flow::get_variable(node, variables)),
+            Some(NodeExecutor::SetVariable) => {
+                match flow::set_variable(self.graph, node, inputs, variables) {
+                    Err(e) => Ok(NodeOutcome::Failed(e)),
+                    Ok(w) => {
+                        let id = node.id.as_str();
+                        self.emit(
+                            &format!("{id}/variable"),
+                            Some(id),
+                            &VariableChanged {
+                                name: w.name.clone(),
+                                previous: w.previous,
+                                next: Some(w.next.clone()),
+                                node_id: Some(id.to_owned()),
+                            },
+                        )
+                        .await?;
+                        Ok(NodeOutcome::Completed(
+                            json!({"name": w.name, "value": w.next}),
+                        ))
+                    }
+                }
+            }
             Some(NodeExecutor::Passthrough) => {
                 let mut out = inputs.as_object().cloned().unwrap_or_default();
                 if !out.contains_key("output") {
@@ -881,5 +927,7 @@ fn config_error(id: &str, issues: &[ValidationIssue]) -> ErrorInfo {
     }
 }
 
+#[cfg(test)]
+mod flow_runs;
 #[cfg(test)]
 mod tests;

@@ -42,11 +42,11 @@ fn fan(branches: &[&str], rule: &str, settings: Value) -> Value {
     json!({"id": "fan", "nodes": nodes, "edges": edges, "settings": settings})
 }
 
-struct Outcome {
-    end: RunEnd,
-    events: Vec<RunEventDoc>,
+pub(super) struct Outcome {
+    pub(super) end: RunEnd,
+    pub(super) events: Vec<RunEventDoc>,
     /// Provider calls this worker made, by program key.
-    calls: Vec<String>,
+    pub(super) calls: Vec<String>,
 }
 
 /// Runs (or replays over `existing`) the workflow with `mocks` and `answers`.
@@ -62,11 +62,18 @@ fn run_configured(
     existing: Vec<RunEventDoc>,
     configurable: Value,
 ) -> Outcome {
-    let snap: RunSnapshot = serde_json::from_value(json!({
+    run_snapshot(
+        json!({
         "run": {"namespace": "ns", "name": "r", "runId": "run-1"},
         "workflow": workflow, "inputs": {"doc": "d"}, "answers": answers, "providerMocks": mocks,
-        "configurable": configurable}))
-    .unwrap();
+        "configurable": configurable}),
+        existing,
+    )
+}
+
+/// Runs (or replays over `existing`) the run snapshot `snap` (JSON) of run `run-1`.
+pub(super) fn run_snapshot(snap: Value, existing: Vec<RunEventDoc>) -> Outcome {
+    let snap: RunSnapshot = serde_json::from_value(snap).unwrap();
     let graph = Graph::parse(&snap.workflow).unwrap();
     let cfg = ExecConfig {
         mock_programs: snap.mock_programs().unwrap(),
@@ -117,7 +124,7 @@ fn per_node(events: &[RunEventDoc]) -> BTreeMap<String, Vec<String>> {
     m
 }
 
-fn assert_gapless(events: &[RunEventDoc]) {
+pub(super) fn assert_gapless(events: &[RunEventDoc]) {
     let seqs: Vec<u64> = events.iter().map(|e| e.sequence).collect();
     assert_eq!(seqs, (0..events.len() as u64).collect::<Vec<_>>());
     let ids: BTreeSet<&str> = events.iter().map(|e| e.event_id.as_str()).collect();

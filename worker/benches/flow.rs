@@ -1,0 +1,187 @@
+//! Issue 24 figure: one run of 10,000 node executions — node executions per second and the
+//! executing process's peak RSS, beside a 1-node run measured in the same bench run.
+//!
+//! The run is a chain of 10,000 `core.flow.noop` nodes (n1 → n2 → … ): the only shape in
+//! which one run executes 10,000 nodes on this host (cycles are refused and `core.loop`
+//! annotates its array rather than re-running nodes), and a chain makes every execution go
+//! through the whole per-node path — scheduling decision, replay look-ups, `node.started` /
+//! `node.completed` appended and acknowledged by JetStream — with nothing else (no provider
+//! call) in the measurement. A workflow definition holds at most 200 nodes (the schema), so
+//! the graph is built from the definition without the schema check, and run by the worker's
+//! executor in a child process (this bench re-executed) against a nats-server started here,
+//! with the host's `maxNodeExecutions` raised to the chain's length. The child's VmHWM is
+//! sampled by the parent, as `fanout` does for the worker binary.
+//!
+//! Run alone: `cargo bench -p openwop-worker --bench flow`.
+
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use openwop_nats::NatsAuth;
+use openwop_nats::testing::NatsServer;
+use openwop_protocol::graph::Graph;
+use openwop_protocol::redact::Redactor;
+use openwop_protocol::run::snapshot::RunSnapshot;
+use openwop_protocol::workflow::WorkflowDefinition;
+use openwop_worker::eventlog::RunLog;
+use openwop_worker::executor::{ExecConfig, Executor, RunEnd};
+use openwop_worker::nats::{self, JetStreamPublisher, RetryPolicy};
+use openwop_worker::providers::ProviderSet;
+use openwop_worker::reasoning::ReasoningStream;
+use serde_json::{Value, json};
+
+const STREAM: &str = "BENCH_FLOW";
+const CHILD_ENV: &str = "OPENWOP_FLOW_BENCH_NODES";
+
+fn chain(n: usize) -> Value {
+    let nodes: Vec<Value> = (1..=n)
+        .map(|i| json!({"id": format!("n{i}"), "typeId": "core.flow.noop"}))
+        .collect();
+    let edges: Vec<Value> = (1..n)
+        .map(|i| json!({"id": format!("e{i}"), "sourceNodeId": format!("n{i}"), "targetNodeId": format!("n{}", i + 1)}))
+        .collect();
+    json!({"id": "chain", "nodes": nodes, "edges": edges})
+}
+
+/// The child: runs one chain of `n` nodes to completion and prints its wall time (ms).
+fn child(n: usize, url: &str) {
+    let name = format!("chain-{n}");
+    let snap: RunSnapshot = serde_json::from_value(json!({
+        "run": {"namespace": "bench", "name": name, "runId": format!("{name}-run")},
+        "workflow": chain(n),
+        "host": {"limits": {"clarificationRounds": 3, "schemaRounds": 3, "envelopesPerTurn": 32,
+                            "maxNodeExecutions": n}}}))
+    .unwrap();
+    let def: WorkflowDefinition = serde_json::from_value(snap.workflow.clone()).unwrap();
+    let graph = Graph::from_definition(&def).unwrap();
+    let cfg = ExecConfig {
+        mock_programs: Default::default(),
+        providers: ProviderSet::default(),
+        secrets: vec![],
+    };
+    let policy = RetryPolicy::default();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let wall = rt.block_on(async {
+        let js = nats::context(nats::connect(url, &NatsAuth::None).await.unwrap(), &policy);
+        let subject = format!("openwop.events.bench.{name}-run");
+        let log = RunLog::new(
+            JetStreamPublisher::new(js, policy.clone()),
+            &subject,
+            &format!("{name}-run"),
+            Arc::new(Redactor::default()),
+            vec![],
+        );
+        let reasoning = ReasoningStream::new("openwop.reasoning.bench.x", 64);
+        let started = Instant::now();
+        let mut exec = Executor::new(&snap, &graph, &cfg, log, reasoning);
+        let end = exec.run().await.unwrap();
+        assert_eq!(end, RunEnd::Completed);
+        assert_eq!(exec.log_mut().events().len(), 2 * n + 2);
+        started.elapsed()
+    });
+    println!("{}", wall.as_secs_f64() * 1000.0);
+}
+
+fn vm_hwm(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
+/// (wall time of the run, peak RSS KiB of the process) of one chain of `n` nodes.
+fn measure(url: &str, n: usize) -> (Duration, u64) {
+    let exe = std::env::current_exe().unwrap();
+    // Reaped below with waitpid (polled, so VmHWM can be sampled while it runs).
+    #[allow(clippy::zombie_processes)]
+    let child = Command::new(exe)
+        .env(CHILD_ENV, n.to_string())
+        .env("OPENWOP_FLOW_BENCH_URL", url)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let pid = child.id() as libc::pid_t;
+    let mut hwm = 0;
+    let mut status = 0;
+    loop {
+        if let Some(v) = vm_hwm(child.id()) {
+            hwm = hwm.max(v);
+        }
+        // SAFETY: waiting on our own child; WNOHANG never blocks.
+        let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+        if r == pid {
+            break;
+        }
+        assert!(r == 0, "waitpid failed");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "bench child failed (status {status})"
+    );
+    let mut out = String::new();
+    std::io::Read::read_to_string(&mut child.stdout.unwrap(), &mut out).unwrap();
+    let ms: f64 = out.trim().parse().unwrap();
+    (Duration::from_secs_f64(ms / 1000.0), hwm)
+}
+
+fn main() {
+    if let Ok(n) = std::env::var(CHILD_ENV) {
+        let url = std::env::var("OPENWOP_FLOW_BENCH_URL").unwrap();
+        child(n.parse().unwrap(), &url);
+        return;
+    }
+    // `cargo bench` passes `--bench`; a filter that names another bench skips this one.
+    if std::env::args()
+        .skip(1)
+        .any(|a| !a.starts_with('-') && !"flow".contains(a.as_str()))
+    {
+        return;
+    }
+    let srv = NatsServer::start();
+    let url = srv.url();
+    let policy = RetryPolicy::default();
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async {
+            let js = nats::context(nats::connect(&url, &NatsAuth::None).await.unwrap(), &policy);
+            nats::ensure_stream(
+                &js,
+                &openwop_protocol::run::subjects::StreamSpec::new(STREAM, None),
+                &policy,
+            )
+            .await
+            .unwrap();
+        });
+    const N: usize = 10_000;
+    // Warm-up (page cache, the stream's first writes).
+    measure(&url, 10);
+    let (one, one_rss) = measure(&url, 1);
+    let (big, big_rss) = measure(&url, N);
+    let rate = |n: usize, d: Duration| n as f64 / d.as_secs_f64();
+    println!(
+        "one run of {N} node executions (a chain of core.flow.noop; worker executor, real JetStream acks):"
+    );
+    println!(
+        "  {N} nodes: {:>9.0} ms  -> {:>8.0} node executions/s; peak RSS {big_rss} KiB",
+        big.as_secs_f64() * 1000.0,
+        rate(N, big)
+    );
+    println!(
+        "  1 node:    {:>9.1} ms  -> {:>8.0} node executions/s; peak RSS {one_rss} KiB",
+        one.as_secs_f64() * 1000.0,
+        rate(1, one)
+    );
+    println!(
+        "  peak RSS of the 10,000-node run over the 1-node run: +{} KiB",
+        big_rss.saturating_sub(one_rss)
+    );
+}
