@@ -208,7 +208,7 @@ async fn runs_describe_and_resume_on_a_real_apiserver() {
     assert!(
         out(&o).contains(&format!(
             "i7 at decide: rejected by {}",
-            who.as_str().unwrap()
+            who
         )) && out(&o).contains("(needs a human) [not yet consumed]"),
         "{}",
         out(&o)

@@ -4455,127 +4455,6 @@ async fn conformance_seams_with_kubernetes_auth() {
     delete_namespace(&c.client, &ns).await;
 }
 
-/// A one-route HTTP service on this host's loopback for the HTTP node journey: answers every
-/// request `201` with a JSON body and keeps each request's head (request line and headers).
-fn ticket_service() -> (u16, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
-    use std::io::{BufRead, BufReader, Read, Write};
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let seen: std::sync::Arc<std::sync::Mutex<Vec<String>>> = Default::default();
-    let keep = seen.clone();
-    std::thread::spawn(move || {
-        for stream in listener.incoming().map_while(Result::ok) {
-            let mut reader = BufReader::new(stream);
-            let (mut head, mut length) = (String::new(), 0usize);
-            loop {
-                let mut line = String::new();
-                if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
-                    break;
-                }
-                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-                    length = v.trim().parse().unwrap_or(0);
-                }
-                head.push_str(&line);
-            }
-            let mut body = vec![0; length];
-            let _ = reader.read_exact(&mut body);
-            keep.lock().unwrap().push(head);
-            let answer = r#"{"ticket":"T-1","state":"open"}"#;
-            let _ = write!(
-                reader.get_mut(),
-                "HTTP/1.1 201 Created\r\nContent-Type: application/json\r\nSet-Cookie: sid=never-recorded\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{answer}",
-                answer.len()
-            );
-        }
-    });
-    (port, seen)
-}
-
-/// Issue 24, the HTTP node on the cluster: a workflow POSTs to a service this journey starts
-/// (loopback, allowed by the mini-cluster values' `egress.allowHosts`) with an Authorization
-/// header from a Secret, which shows in no event; a call to the cloud metadata address fails
-/// with `http_url_rejected` before any request; a header naming an undeclared secret makes
-/// the Workflow Invalid; discovery advertises the node type and `httpClient`.
-#[tokio::test]
-async fn http_node_calls_an_allowed_service_and_the_guard_refuses_metadata() {
-    let (c, _g) = setup().await;
-    if !c.local {
-        eprintln!(
-            "SKIPPED http_node_calls_an_allowed_service_and_the_guard_refuses_metadata: the service listens on this host's loopback, which only the mini-cluster's workers share"
-        );
-        return;
-    }
-    const TOKEN: &str = "tkt-token-e2e-never-shown-5d1a";
-    let ns = namespace(&c.client, "j-http").await;
-    let (port, seen) = ticket_service();
-    let manifests = format!(
-        r#"
-apiVersion: v1
-kind: Secret
-metadata: {{name: ticketing}}
-stringData: {{token: {TOKEN}}}
----
-apiVersion: openwop.dev/v1alpha1
-kind: Workflow
-metadata: {{name: open-ticket}}
-spec:
-  id: open-ticket
-  name: Open a ticket
-  version: "1.0.0"
-  secrets:
-    - name: ticketing-token
-      secretRef: {{name: ticketing, key: token}}
-  nodes:
-    - id: call
-      typeId: core.openwop.http.fetch
-      config:
-        url: http://127.0.0.1:{port}/tickets
-        method: POST
-        headers: {{Authorization: "Bearer {{{{secrets.ticketing-token}}}}"}}
-      inputs:
-        body: {{type: static, value: {{title: disk full}}}}
----
-apiVersion: openwop.dev/v1alpha1
-kind: Workflow
-metadata: {{name: metadata-probe}}
-spec:
-  id: metadata-probe
-  name: Metadata probe
-  version: "1.0.0"
-  nodes:
-    - id: probe
-      typeId: core.openwop.http.fetch
-      config: {{url: "http://169.254.169.254/latest/meta-data/"}}
----
-apiVersion: openwop.dev/v1alpha1
-kind: Workflow
-metadata: {{name: undeclared}}
-spec:
-  id: undeclared
-  name: Undeclared secret
-  version: "1.0.0"
-  nodes:
-    - id: call
-      typeId: core.openwop.http.fetch
-      config:
-        url: https://tickets.example.com/
-        headers: {{X-Key: "{{{{secrets.missing}}}}"}}
-"#
-    );
-    ok(apply(&c, &ns, &manifests), "apply secret and workflows");
-    wait_workflow(&c, &ns, "open-ticket", "True").await;
-    wait_workflow(&c, &ns, "metadata-probe", "True").await;
-    let invalid = wait_workflow(&c, &ns, "undeclared", "False").await;
-    let msg = invalid["message"].as_str().unwrap();
-    assert!(
-        msg.contains("{{secrets.missing}}") && msg.contains("spec.secrets"),
-        "{msg}"
-    );
-    let run = |name: &str, wf: &str| {
-        format!(
-            "apiVersion: openwop.dev/v1alpha1\nkind: Run\nmetadata: {{name: {name}}}\nspec:\n  workflowRef: {{name: {wf}}}\n"
-        )
-    };
 /// The official gate fixtures (charts/openwop/fixtures, verbatim) as Workflows in `ns`.
 fn apply_fixture(c: &Cluster, ns: &str, id: &str) {
     let spec: Value = serde_json::from_str(
@@ -4668,65 +4547,6 @@ async fn gates_answered_by_resume_patch_and_rest() {
         apply(
             &c,
             &ns,
-            &format!(
-                "{}---\n{}",
-                run("ticket-1", "open-ticket"),
-                run("probe-1", "metadata-probe")
-            ),
-        ),
-        "apply runs",
-    );
-
-    wait_run(&c, &ns, "ticket-1", "completed", 120).await;
-    let evs = events(&c, &ns, "ticket-1");
-    assert_gapless(&evs);
-    let done = evs
-        .iter()
-        .find(|e| e["type"] == "node.completed")
-        .expect("node.completed");
-    let out = &done["payload"]["outputs"];
-    assert_eq!(out["status"], 201, "{out}");
-    assert_eq!(out["body"], json!({"ticket": "T-1", "state": "open"}));
-    assert!(out["headers"].get("set-cookie").is_none(), "{out}");
-    let key = out["idempotencyKey"].as_str().unwrap();
-    let heads = seen.lock().unwrap().clone();
-    assert_eq!(heads.len(), 1, "one request: {heads:?}");
-    let head = heads[0].to_ascii_lowercase();
-    assert!(head.starts_with("post /tickets "), "{head}");
-    assert!(
-        head.contains(&format!(
-            "authorization: bearer {}",
-            TOKEN.to_ascii_lowercase()
-        )),
-        "the Secret reached the service: {head}"
-    );
-    assert!(head.contains(&format!("idempotency-key: {key}")), "{head}");
-    let all = serde_json::to_string(&evs).unwrap();
-    assert!(!all.contains(TOKEN), "the Secret reached the run's events");
-    assert!(!all.contains("never-recorded"), "a Set-Cookie was recorded");
-
-    let st = wait_run(&c, &ns, "probe-1", "failed", 120).await;
-    let evs = events(&c, &ns, "probe-1");
-    let failed = evs
-        .iter()
-        .find(|e| e["type"] == "node.failed")
-        .expect("node.failed");
-    assert_eq!(
-        failed["payload"]["error"]["code"], "http_url_rejected",
-        "{failed}"
-    );
-    assert_eq!(st["error"]["code"], "http_url_rejected", "{st:#}");
-
-    let (_, doc, _) = discovery_document(&c).await;
-    assert_eq!(doc["httpClient"]["supported"], true, "{doc}");
-    assert_eq!(doc["httpClient"]["ssrfGuard"], true);
-    assert!(
-        doc["nodeTypes"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|t| t == "core.openwop.http.fetch")
-    );
             &fixture_run("reject-patch", "conformance-approval"),
         ),
         "run",
@@ -4856,6 +4676,194 @@ async fn gates_answered_by_resume_patch_and_rest() {
     );
     let st = wait_run(&c, &ns, "fail", "failed", 120).await;
     assert_eq!(st["error"]["code"], "conformance_test_failure", "{st:#}");
+    delete_namespace(&c.client, &ns).await;
+}
+/// A one-route HTTP service on this host's loopback for the HTTP node journey: answers every
+/// request `201` with a JSON body and keeps each request's head (request line and headers).
+fn ticket_service() -> (u16, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let seen: std::sync::Arc<std::sync::Mutex<Vec<String>>> = Default::default();
+    let keep = seen.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().map_while(Result::ok) {
+            let mut reader = BufReader::new(stream);
+            let (mut head, mut length) = (String::new(), 0usize);
+            loop {
+                let mut line = String::new();
+                if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                    break;
+                }
+                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                    length = v.trim().parse().unwrap_or(0);
+                }
+                head.push_str(&line);
+            }
+            let mut body = vec![0; length];
+            let _ = reader.read_exact(&mut body);
+            keep.lock().unwrap().push(head);
+            let answer = r#"{"ticket":"T-1","state":"open"}"#;
+            let _ = write!(
+                reader.get_mut(),
+                "HTTP/1.1 201 Created\r\nContent-Type: application/json\r\nSet-Cookie: sid=never-recorded\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{answer}",
+                answer.len()
+            );
+        }
+    });
+    (port, seen)
+}
+
+/// Issue 24, the HTTP node on the cluster: a workflow POSTs to a service this journey starts
+/// (loopback, allowed by the mini-cluster values' `egress.allowHosts`) with an Authorization
+/// header from a Secret, which shows in no event; a call to the cloud metadata address fails
+/// with `http_url_rejected` before any request; a header naming an undeclared secret makes
+/// the Workflow Invalid; discovery advertises the node type and `httpClient`.
+#[tokio::test]
+async fn http_node_calls_an_allowed_service_and_the_guard_refuses_metadata() {
+    let (c, _g) = setup().await;
+    if !c.local {
+        eprintln!(
+            "SKIPPED http_node_calls_an_allowed_service_and_the_guard_refuses_metadata: the service listens on this host's loopback, which only the mini-cluster's workers share"
+        );
+        return;
+    }
+    const TOKEN: &str = "tkt-token-e2e-never-shown-5d1a";
+    let ns = namespace(&c.client, "j-http").await;
+    let (port, seen) = ticket_service();
+    let manifests = format!(
+        r#"
+apiVersion: v1
+kind: Secret
+metadata: {{name: ticketing}}
+stringData: {{token: {TOKEN}}}
+---
+apiVersion: openwop.dev/v1alpha1
+kind: Workflow
+metadata: {{name: open-ticket}}
+spec:
+  id: open-ticket
+  name: Open a ticket
+  version: "1.0.0"
+  secrets:
+    - name: ticketing-token
+      secretRef: {{name: ticketing, key: token}}
+  nodes:
+    - id: call
+      typeId: core.openwop.http.fetch
+      config:
+        url: http://127.0.0.1:{port}/tickets
+        method: POST
+        headers: {{Authorization: "Bearer {{{{secrets.ticketing-token}}}}"}}
+      inputs:
+        body: {{type: static, value: {{title: disk full}}}}
+---
+apiVersion: openwop.dev/v1alpha1
+kind: Workflow
+metadata: {{name: metadata-probe}}
+spec:
+  id: metadata-probe
+  name: Metadata probe
+  version: "1.0.0"
+  nodes:
+    - id: probe
+      typeId: core.openwop.http.fetch
+      config: {{url: "http://169.254.169.254/latest/meta-data/"}}
+---
+apiVersion: openwop.dev/v1alpha1
+kind: Workflow
+metadata: {{name: undeclared}}
+spec:
+  id: undeclared
+  name: Undeclared secret
+  version: "1.0.0"
+  nodes:
+    - id: call
+      typeId: core.openwop.http.fetch
+      config:
+        url: https://tickets.example.com/
+        headers: {{X-Key: "{{{{secrets.missing}}}}"}}
+"#
+    );
+    ok(apply(&c, &ns, &manifests), "apply secret and workflows");
+    wait_workflow(&c, &ns, "open-ticket", "True").await;
+    wait_workflow(&c, &ns, "metadata-probe", "True").await;
+    let invalid = wait_workflow(&c, &ns, "undeclared", "False").await;
+    let msg = invalid["message"].as_str().unwrap();
+    assert!(
+        msg.contains("{{secrets.missing}}") && msg.contains("spec.secrets"),
+        "{msg}"
+    );
+    let run = |name: &str, wf: &str| {
+        format!(
+            "apiVersion: openwop.dev/v1alpha1\nkind: Run\nmetadata: {{name: {name}}}\nspec:\n  workflowRef: {{name: {wf}}}\n"
+        )
+    };
+    ok(
+        apply(
+            &c,
+            &ns,
+            &format!(
+                "{}---\n{}",
+                run("ticket-1", "open-ticket"),
+                run("probe-1", "metadata-probe")
+            ),
+        ),
+        "apply runs",
+    );
+
+    wait_run(&c, &ns, "ticket-1", "completed", 120).await;
+    let evs = events(&c, &ns, "ticket-1");
+    assert_gapless(&evs);
+    let done = evs
+        .iter()
+        .find(|e| e["type"] == "node.completed")
+        .expect("node.completed");
+    let out = &done["payload"]["outputs"];
+    assert_eq!(out["status"], 201, "{out}");
+    assert_eq!(out["body"], json!({"ticket": "T-1", "state": "open"}));
+    assert!(out["headers"].get("set-cookie").is_none(), "{out}");
+    let key = out["idempotencyKey"].as_str().unwrap();
+    let heads = seen.lock().unwrap().clone();
+    assert_eq!(heads.len(), 1, "one request: {heads:?}");
+    let head = heads[0].to_ascii_lowercase();
+    assert!(head.starts_with("post /tickets "), "{head}");
+    assert!(
+        head.contains(&format!(
+            "authorization: bearer {}",
+            TOKEN.to_ascii_lowercase()
+        )),
+        "the Secret reached the service: {head}"
+    );
+    assert!(head.contains(&format!("idempotency-key: {key}")), "{head}");
+    let all = serde_json::to_string(&evs).unwrap();
+    assert!(!all.contains(TOKEN), "the Secret reached the run's events");
+    assert!(!all.contains("never-recorded"), "a Set-Cookie was recorded");
+
+    let st = wait_run(&c, &ns, "probe-1", "failed", 120).await;
+    let evs = events(&c, &ns, "probe-1");
+    let failed = evs
+        .iter()
+        .find(|e| e["type"] == "node.failed")
+        .expect("node.failed");
+    assert_eq!(
+        failed["payload"]["error"]["code"], "http_url_rejected",
+        "{failed}"
+    );
+    assert_eq!(st["error"]["code"], "http_url_rejected", "{st:#}");
+
+    let (_, doc, _) = discovery_document(&c).await;
+    assert_eq!(doc["httpClient"]["supported"], true, "{doc}");
+    assert_eq!(doc["httpClient"]["ssrfGuard"], true);
+    assert!(
+        doc["nodeTypes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t == "core.openwop.http.fetch")
+    );
+    delete_namespace(&c.client, &ns).await;
+}
 // ---------------------------------------------------------------- control flow (issue #24)
 
 /// The flow node library end to end over REST: a conditional routes (the branch not taken is
