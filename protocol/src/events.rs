@@ -86,6 +86,7 @@ event_types! {
     NodeFailed => "node.failed",
     NodeSuspended => "node.suspended",
     NodeResumed => "node.resumed",
+    NodeDispatched => "node.dispatched",
     ClarificationRequested => "clarification.requested",
     ClarificationResolved => "clarification.resolved",
     InterruptRequested => "interrupt.requested",
@@ -649,7 +650,7 @@ mod tests {
             let v = serde_json::to_value(t).unwrap();
             assert_eq!(serde_json::from_value::<EventType>(v).unwrap(), *t);
         }
-        assert_eq!(EventType::ALL.len(), 34);
+        assert_eq!(EventType::ALL.len(), 35);
         assert_eq!(EventType::AgentToolCalled.as_str(), "agent.toolCalled");
         assert!(serde_json::from_value::<EventType>(json!("no.such")).is_err());
     }

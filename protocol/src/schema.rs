@@ -308,6 +308,7 @@ const SOURCES: &[(&str, &str)] = embed!(
     "events/node.failed.schema.json",
     "events/node.suspended.schema.json",
     "events/node.resumed.schema.json",
+    "events/node.dispatched.schema.json",
     "events/clarification.requested.schema.json",
     "events/clarification.resolved.schema.json",
     "events/interrupt.requested.schema.json",

@@ -13,6 +13,8 @@
 //! * [`exit`] — the worker's exit codes;
 //! * [`ending`] — the terminal event, as the worker or the operator appends it;
 //! * [`nodes`] — the node-type registry: validation, dispatch and discovery read one list;
+//! * [`waits`] — durable waits (long delays, child runs): what the worker records and the
+//!   operator wakes the run on;
 //! * [`telemetry`] — the span attributes naming a run, read back by the operator.
 //!
 //! Run identity is the runId: the Run object's uid, unique per object and never reused. A
@@ -32,6 +34,7 @@ pub mod snapshot;
 pub mod status;
 pub mod subjects;
 pub mod telemetry;
+pub mod waits;
 
 pub use crate::text::truncate;
 // What other crates name most, one level deep (`openwop_protocol::run::RunPhase`).

@@ -12,6 +12,12 @@ pub enum Executor {
     Prompt,
     /// The RFC 0023 conformance mock agent (gated: `conformance-*` workflows or an opt-in).
     MockAgent,
+    /// `core.delay`: waits in the pod up to the host's durable-wait threshold; longer, the
+    /// wake time is recorded and the pod exits (`run::waits`).
+    Delay,
+    /// `core.subWorkflow`: records intent (`node.dispatched`); the operator runs the child
+    /// and writes its outcome into the snapshot (`run::waits`).
+    SubWorkflow,
 }
 
 /// How a node type's `config` is checked at registration.
@@ -21,6 +27,12 @@ pub enum ConfigCheck {
     AnyObject,
     /// The closed RFC 0023 mock-agent config.
     MockAgent,
+    /// `core.delay`: waits in the pod up to the host's durable-wait threshold; longer, the
+    /// wake time is recorded and the pod exits (`run::waits`).
+    Delay,
+    /// `core.subWorkflow`: records intent (`node.dispatched`); the operator runs the child
+    /// and writes its outcome into the snapshot (`run::waits`).
+    SubWorkflow,
 }
 
 /// A built-in node type.
@@ -60,6 +72,22 @@ pub const BUILTIN_NODES: &[BuiltinNode] = &[
         type_id: MOCK_AGENT_TYPE_ID,
         executor: Executor::MockAgent,
         config: ConfigCheck::MockAgent,
+    },
+    BuiltinNode {
+        type_id: "core.delay",
+        executor: Executor::Delay,
+        config: ConfigCheck::AnyObject,
+    },
+    BuiltinNode {
+        type_id: "core.subWorkflow",
+        executor: Executor::SubWorkflow,
+        config: ConfigCheck::AnyObject,
+    },
+    // The conformance fixtures' spelling of the same node (node-library.md §3.13).
+    BuiltinNode {
+        type_id: "core.control.subWorkflow",
+        executor: Executor::SubWorkflow,
+        config: ConfigCheck::AnyObject,
     },
 ];
 

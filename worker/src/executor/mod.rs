@@ -29,7 +29,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 mod agent;
+mod delay;
 mod prompt;
+mod subworkflow;
 
 use futures::stream::{FuturesUnordered, StreamExt};
 use openwop_protocol::emission;
@@ -92,7 +94,8 @@ pub enum RunEnd {
     /// `run.cancelled` is durable.
     Cancelled,
     /// Waiting for answers; the worker exits with `exit::SUSPENDED`. Everything that could
-    /// run has run: these are the interrupts left pending, in the graph's order.
+    /// run has run: these are the interrupts left pending, in the graph's order — empty when
+    /// only durable waits (a long delay, a child run) are left, which the operator wakes.
     Suspended(Vec<Suspension>),
 }
 
@@ -108,6 +111,8 @@ enum NodeOutcome {
     Completed(Value),
     Failed(ErrorInfo),
     Suspended(String, InterruptKind),
+    /// Waits without a pod (a recorded timer or child run): the operator wakes the run.
+    Dormant,
 }
 
 /// How a branch left its node.
@@ -116,6 +121,7 @@ enum Visited {
     Failed(ErrorInfo),
     Skipped,
     Suspended(String, InterruptKind),
+    Dormant,
 }
 
 /// Why the run tells its in-flight branches to stop.
@@ -368,6 +374,8 @@ impl<'a, P: Publisher> Executor<'a, P> {
         let mut states: BTreeMap<String, NodeState> = BTreeMap::new();
         let mut errors: BTreeMap<String, ErrorInfo> = BTreeMap::new();
         let mut waiting: Vec<Suspension> = Vec::new();
+        // A node waits without a pod (a long delay, a child run).
+        let mut dormant = false;
         let mut running: FuturesUnordered<Branch<'_>> = FuturesUnordered::new();
         // Nodes executing (skips and condition failures are branches too, but count for nothing).
         let mut executing = 0usize;
@@ -437,6 +445,10 @@ impl<'a, P: Publisher> Executor<'a, P> {
                 Ok(Visited::Skipped) => {
                     states.insert(id, NodeState::Skipped);
                 }
+                Ok(Visited::Dormant) => {
+                    states.insert(id, NodeState::Waiting);
+                    dormant = true;
+                }
                 Ok(Visited::Suspended(interrupt_id, kind)) => {
                     states.insert(id.clone(), NodeState::Waiting);
                     waiting.push(Suspension {
@@ -469,7 +481,7 @@ impl<'a, P: Publisher> Executor<'a, P> {
         }
         // Branches waiting for answers suspend the run even beside a failed branch (as when
         // the suspension came first in a sequential run): the run ends once nothing waits.
-        if !waiting.is_empty() {
+        if !waiting.is_empty() || dormant {
             let order = |s: &Suspension| self.graph.nodes.iter().position(|n| n.id == s.node_id);
             waiting.sort_by_key(order);
             return Ok(RunEnd::Suspended(waiting));
@@ -628,11 +640,12 @@ impl<'a, P: Publisher> Executor<'a, P> {
                 .timeout_ms
                 .map(|ms| Instant::now() + Duration::from_millis(ms));
             let outcome = self
-                .execute(node, &inputs, attempt, deadline, &span)
+                .execute(node, &inputs, variables, attempt, deadline, &span)
                 .await?;
             match &outcome {
                 NodeOutcome::Completed(_) => span.set_str("openwop.node_outcome", "completed"),
                 NodeOutcome::Suspended(..) => span.set_str("openwop.node_outcome", "suspended"),
+                NodeOutcome::Dormant => span.set_str("openwop.node_outcome", "waiting"),
                 NodeOutcome::Failed(e) => {
                     span.set_str("openwop.node_outcome", "failed");
                     span.fail(&e.code, &e.message);
@@ -658,6 +671,7 @@ impl<'a, P: Publisher> Executor<'a, P> {
                 NodeOutcome::Suspended(interrupt, kind) => {
                     return Ok(Visited::Suspended(interrupt, kind));
                 }
+                NodeOutcome::Dormant => return Ok(Visited::Dormant),
                 NodeOutcome::Failed(e)
                     if e.retryable == Some(true)
                         && attempt < max_retries
@@ -784,6 +798,7 @@ impl<'a, P: Publisher> Executor<'a, P> {
         &self,
         node: &Node,
         inputs: &Value,
+        variables: &Value,
         attempt: u32,
         deadline: Option<Instant>,
         span: &SpanHandle,
@@ -799,6 +814,8 @@ impl<'a, P: Publisher> Executor<'a, P> {
             }
             Some(NodeExecutor::MockAgent) => self.mock_agent(node).await,
             Some(NodeExecutor::Prompt) => self.prompt(node, inputs, attempt, deadline, span).await,
+            Some(NodeExecutor::Delay) => self.delay(node, inputs).await,
+            Some(NodeExecutor::SubWorkflow) => self.sub_workflow(node, variables).await,
             None => {
                 let other = node.type_id.as_str();
                 Ok(NodeOutcome::Failed(ErrorInfo {
@@ -834,7 +851,7 @@ pub fn recorded_end<P: Publisher>(log: &RunLog<P>) -> Option<RunEnd> {
 /// a SIGTERM stop.
 pub async fn cancel_run<P: Publisher>(
     log: &mut RunLog<P>,
-    reason: &str,
+    snap: &RunSnapshot,
 ) -> Result<RunEnd, LogError> {
     if let Some(end) = recorded_end(log) {
         return Ok(end);
@@ -843,7 +860,10 @@ pub async fn cancel_run<P: Publisher>(
         ending::RUN_CANCELLED_STEP,
         None,
         EventType::RunCancelled,
-        ending::cancelled_payload(reason, ending::CANCELLED_BY_OPERATOR),
+        openwop_protocol::run::waits::cancelled_payload(
+            snap.cancel_reason.as_deref(),
+            snap.parent.as_ref(),
+        ),
     )
     .await?;
     Ok(RunEnd::Cancelled)
@@ -873,5 +893,7 @@ fn config_error(id: &str, issues: &[ValidationIssue]) -> ErrorInfo {
     }
 }
 
+#[cfg(test)]
+mod durable_tests;
 #[cfg(test)]
 mod tests;
