@@ -27,12 +27,6 @@ pub enum ConfigCheck {
     AnyObject,
     /// The closed RFC 0023 mock-agent config.
     MockAgent,
-    /// `core.delay`: waits in the pod up to the host's durable-wait threshold; longer, the
-    /// wake time is recorded and the pod exits (`run::waits`).
-    Delay,
-    /// `core.subWorkflow`: records intent (`node.dispatched`); the operator runs the child
-    /// and writes its outcome into the snapshot (`run::waits`).
-    SubWorkflow,
 }
 
 /// A built-in node type.

@@ -614,6 +614,7 @@ mod tests {
                 })
                 .collect(),
             error: error.map(|c| RunError::new(c, "m")),
+            ..Projection::default()
         }
     }
 

@@ -127,7 +127,8 @@ fn a_delay_above_the_threshold_records_its_wake_time_and_exits_running() {
     assert_eq!(p.phase, Some(RunPhase::Running), "a delay is never waiting-*");
     let at = openwop_protocol::run::waits::parse_time(p.wake_at().unwrap()).unwrap();
     let delay = (at - started).whole_milliseconds();
-    assert!((390..=600).contains(&delay), "wakeAt {delay} ms after the start");
+    // The delay counts from when the worker records it (a loaded host may start it late).
+    assert!((399..=10_000).contains(&delay), "wakeAt {delay} ms after the start");
     // Woken early (another branch, an early start): the rest is still above the threshold,
     // so it exits again with the same recorded time and nothing new.
     let (again, replayed) = run(&delay_flow(400), 100, json!({}), events.clone());
