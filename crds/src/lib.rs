@@ -8,7 +8,7 @@ pub mod run;
 pub mod workflow;
 
 pub use run::{
-    Configurable, InterruptAnswer, MockStep, MockTurn, PendingInterrupt, PendingQuestion,
+    ArmedTimer, ChildRun, ChildWait, Configurable, InterruptAnswer, MockStep, MockTurn, PendingInterrupt, PendingQuestion,
     ProviderMock, Run, RunError, RunPhase, RunSpec, RunStatus, WorkflowRef,
 };
 pub use workflow::{

@@ -297,6 +297,7 @@ impl RunStatus {
     /// [`RunStatus::projection`]); every other field is kept. No events counted and none
     /// recorded before stays unset.
     pub fn set_projection(&mut self, p: Projection) {
+        self.wake_at = p.wake_at().map(str::to_owned);
         self.phase = p.phase;
         self.current_node = p.current_node;
         if p.events > 0 || self.events.is_some() {
@@ -306,7 +307,6 @@ impl RunStatus {
         self.running_nodes = p.running_nodes;
         self.pending_interrupts = p.pending_interrupts;
         self.error = p.error;
-        self.wake_at = p.wake_at().map(str::to_owned);
         self.timers = p.timers;
         self.child_waits = p.children;
     }

@@ -133,22 +133,20 @@ fn is_child_of(child: &Run, parent: &Run) -> bool {
 
 /// Records (or refreshes) the child of `wait` in `status.childRuns`.
 fn note_child(status: &mut RunStatus, wait: &ChildWait, uid: Option<String>, phase: Option<RunPhase>) {
-    match status
+    if let Some(c) = status
         .child_runs
         .iter_mut()
         .find(|c| c.name == wait.child_run_name)
     {
-        Some(c) => {
-            c.run_id = uid.or(c.run_id.take());
-            c.phase = phase.or(c.phase);
-        }
-        None if status.child_runs.len() < MAX_CHILD_RUNS => status.child_runs.push(ChildRun {
+        c.run_id = uid.or(c.run_id.take());
+        c.phase = phase.or(c.phase);
+    } else if status.child_runs.len() < MAX_CHILD_RUNS {
+        status.child_runs.push(ChildRun {
             node_id: wait.node_id.clone(),
             name: wait.child_run_name.clone(),
             run_id: uid,
             phase,
-        }),
-        None => {}
+        });
     }
 }
 
