@@ -387,7 +387,8 @@ impl Default for RunPolicy {
         Self {
             max_concurrent_per_namespace: 10,
             node_concurrency: openwop_protocol::schedule::DEFAULT_NODE_CONCURRENCY,
-            durable_wait_threshold_ms: openwop_protocol::run::host::DEFAULT_DURABLE_WAIT_THRESHOLD_MS,
+            durable_wait_threshold_ms:
+                openwop_protocol::run::host::DEFAULT_DURABLE_WAIT_THRESHOLD_MS,
             max_sub_workflow_depth: openwop_protocol::run::host::DEFAULT_MAX_SUB_WORKFLOW_DEPTH,
             max_worker_retries: 3,
             backoff_base_seconds: 10,

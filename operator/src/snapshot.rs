@@ -257,7 +257,9 @@ fn snapshot_of(
 /// Where a child Run comes from (`core.subWorkflow`): its owner Run, the parent-run label,
 /// the parent-node and depth annotations the operator wrote when it created the child.
 pub fn parent_of(run: &Run) -> Option<ParentRef> {
-    use openwop_crds::names::{ANNOTATION_PARENT_NODE, ANNOTATION_SUB_WORKFLOW_DEPTH, LABEL_PARENT_RUN};
+    use openwop_crds::names::{
+        ANNOTATION_PARENT_NODE, ANNOTATION_SUB_WORKFLOW_DEPTH, LABEL_PARENT_RUN,
+    };
     let run_id = run.labels().get(LABEL_PARENT_RUN)?.clone();
     let owner = run
         .owner_references()

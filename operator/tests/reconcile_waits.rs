@@ -83,7 +83,10 @@ async fn a_waiting_run_before_its_wake_time_only_requeues() {
     let (ctx, mut api) = Context::test();
     let scenario = Scenario::new().then(get_snapshot().reply(200, snapshot_cm(false)));
     let action = api
-        .play(scenario, reconcile_run(Arc::new(dormant(timer(30_000))), ctx))
+        .play(
+            scenario,
+            reconcile_run(Arc::new(dormant(timer(30_000))), ctx),
+        )
         .await
         .expect("reconcile");
     assert_eq!(action, Action::requeue(Duration::from_secs(29)));
@@ -96,16 +99,19 @@ async fn a_due_timer_starts_a_worker() {
         .then(get_snapshot().reply(200, snapshot_cm(false)))
         .then(apply_snapshot().echo(200))
         .then(list_worker_pods())
-        .then(get_workflow("triage").reply(
-            200,
-            serde_json::to_value(workflow("core.delay")).unwrap(),
-        ))
+        .then(
+            get_workflow("triage")
+                .reply(200, serde_json::to_value(workflow("core.delay")).unwrap()),
+        )
         .then(get_worker_service_account())
         .then(create_pod().body(|pod| assert_eq!(pod["metadata"]["name"], "r1-w2")))
         .then(run_status(|st| {
             assert_eq!(st["phase"], "running");
             assert_eq!(st["workerPod"], "r1-w2");
-            assert_eq!(st["timers"][0]["nodeId"], "wait", "kept until node.completed");
+            assert_eq!(
+                st["timers"][0]["nodeId"], "wait",
+                "kept until node.completed"
+            );
         }))
         .then(event("Woken").body(|b| {
             assert_eq!(b["note"], "a timer is due; started worker pod r1-w2");
@@ -158,10 +164,19 @@ async fn a_recorded_dispatch_creates_the_child_run_once() {
             .body(|r| {
                 assert_eq!(r["metadata"]["name"], "r1-cabc");
                 assert_eq!(r["metadata"]["labels"]["openwop.dev/parent-run"], "ruid");
-                assert_eq!(r["metadata"]["annotations"]["openwop.dev/parent-node"], "call");
-                assert_eq!(r["metadata"]["annotations"]["openwop.dev/sub-workflow-depth"], "1");
+                assert_eq!(
+                    r["metadata"]["annotations"]["openwop.dev/parent-node"],
+                    "call"
+                );
+                assert_eq!(
+                    r["metadata"]["annotations"]["openwop.dev/sub-workflow-depth"],
+                    "1"
+                );
                 let owner = &r["metadata"]["ownerReferences"][0];
-                assert_eq!((owner["kind"].as_str(), owner["uid"].as_str()), (Some("Run"), Some("ruid")));
+                assert_eq!(
+                    (owner["kind"].as_str(), owner["uid"].as_str()),
+                    (Some("Run"), Some("ruid"))
+                );
                 assert_eq!(r["spec"]["workflowRef"], json!({"id": "child-wf"}));
             })
             .reply(
@@ -180,10 +195,17 @@ async fn a_recorded_dispatch_creates_the_child_run_once() {
         }))
         .then(event("ChildRunCreated"));
     let action = api
-        .play(scenario, reconcile_run(Arc::new(dormant(child_wait())), ctx))
+        .play(
+            scenario,
+            reconcile_run(Arc::new(dormant(child_wait())), ctx),
+        )
         .await
         .expect("reconcile");
-    assert_eq!(action, Action::await_change(), "the child's changes wake the parent");
+    assert_eq!(
+        action,
+        Action::await_change(),
+        "the child's changes wake the parent"
+    );
 }
 
 #[tokio::test]
@@ -198,15 +220,20 @@ async fn an_ended_child_writes_its_outcome_into_the_parent_and_starts_its_worker
     let scenario = Scenario::new()
         .then(get_snapshot().reply(200, snapshot_cm(false)))
         .then(get_child().reply(200, child))
-        .then(apply_snapshot().body(|cm| {
-            let doc: Value =
-                serde_json::from_str(cm["data"]["snapshot.json"].as_str().unwrap()).unwrap();
-            assert_eq!(
-                doc["children"],
-                json!([{"nodeId": "call", "childRunId": "cuid", "childRunName": "r1-cabc",
+        .then(
+            apply_snapshot()
+                .body(|cm| {
+                    let doc: Value =
+                        serde_json::from_str(cm["data"]["snapshot.json"].as_str().unwrap())
+                            .unwrap();
+                    assert_eq!(
+                        doc["children"],
+                        json!([{"nodeId": "call", "childRunId": "cuid", "childRunName": "r1-cabc",
                         "childStatus": "completed"}])
-            );
-        }).echo(200))
+                    );
+                })
+                .echo(200),
+        )
         .then(list_worker_pods())
         .then(get_workflow("triage").reply(
             200,
@@ -220,16 +247,21 @@ async fn an_ended_child_writes_its_outcome_into_the_parent_and_starts_its_worker
         }))
         .then(event("ChildRunEnded"))
         .then(event("Woken"));
-    api.play(scenario, reconcile_run(Arc::new(dormant(child_wait())), ctx))
-        .await
-        .expect("reconcile");
+    api.play(
+        scenario,
+        reconcile_run(Arc::new(dormant(child_wait())), ctx),
+    )
+    .await
+    .expect("reconcile");
 }
 
 #[tokio::test]
 async fn cancelling_the_parent_cancels_its_running_child() {
     let (ctx, mut api) = Context::test();
-    let mut r = dormant(json!({"childWaits": [{"nodeId": "call", "childRunName": "r1-cabc", "childWorkflowId": "child-wf"}],
-                               "childRuns": [{"nodeId": "call", "name": "r1-cabc", "runId": "cuid", "phase": "running"}]}));
+    let mut r = dormant(
+        json!({"childWaits": [{"nodeId": "call", "childRunName": "r1-cabc", "childWorkflowId": "child-wf"}],
+                               "childRuns": [{"nodeId": "call", "name": "r1-cabc", "runId": "cuid", "phase": "running"}]}),
+    );
     r.spec.cancel = Some(true);
     let child = json!({"apiVersion": "openwop.dev/v1alpha1", "kind": "Run",
         "metadata": {"name": "r1-cabc", "uid": "cuid",

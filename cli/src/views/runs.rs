@@ -384,7 +384,9 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("Waiting child: node call waits for child Run r1-c0123456789 (workflow child)"),
+            text.contains(
+                "Waiting child: node call waits for child Run r1-c0123456789 (workflow child)"
+            ),
             "{text}"
         );
     }

@@ -65,16 +65,26 @@ fn lateness_ms(c: &Cluster, ns: &str, run: &str) -> i64 {
 async fn a_long_delay_holds_no_pod_and_wakes_on_time_across_an_operator_restart() {
     let (c, _g) = setup().await;
     let ns = namespace(&c.client, "j-delay").await;
-    ok(apply(&c, &ns, &delay_workflow("nap", 10_000)), "apply workflow");
+    ok(
+        apply(&c, &ns, &delay_workflow("nap", 10_000)),
+        "apply workflow",
+    );
     wait_workflow(&c, &ns, "nap", "True").await;
-    ok(apply(&c, &ns, &run_of("nap-1", "nap", json!({}))), "apply run");
+    ok(
+        apply(&c, &ns, &run_of("nap-1", "nap", json!({}))),
+        "apply run",
+    );
     let wake = at(&wake_at(&c, &ns, "nap-1").await);
     // The worker exits once the timer is recorded: no pod while the run waits.
-    wait_for(Duration::from_secs(30), "no worker pod while waiting", || {
-        let c = &c;
-        let ns = &ns;
-        async move { worker_pods(c, ns).await.is_empty().then_some(()) }
-    })
+    wait_for(
+        Duration::from_secs(30),
+        "no worker pod while waiting",
+        || {
+            let c = &c;
+            let ns = &ns;
+            async move { worker_pods(c, ns).await.is_empty().then_some(()) }
+        },
+    )
     .await;
     let st = status(&api(&c, &ns, "Run").get("nap-1").await.unwrap());
     assert_eq!(st["phase"], "running", "a delay is never waiting-*: {st:#}");
@@ -92,7 +102,15 @@ async fn a_long_delay_holds_no_pod_and_wakes_on_time_across_an_operator_restart(
             ok(
                 kubectl(
                     &c,
-                    &["delete", "pod", &name, "-n", release_ns(), "--grace-period=0", "--force"],
+                    &[
+                        "delete",
+                        "pod",
+                        &name,
+                        "-n",
+                        release_ns(),
+                        "--grace-period=0",
+                        "--force",
+                    ],
                     None,
                 ),
                 "force-delete the operator pod",
@@ -172,7 +190,10 @@ async fn a_sub_workflow_runs_its_child_and_completes_with_its_outcome() {
     sub_workflows(&c, &ns, false);
     wait_workflow(&c, &ns, "parent-wf", "True").await;
     wait_workflow(&c, &ns, "child-wf", "True").await;
-    ok(apply(&c, &ns, &run_of("parent-1", "parent-wf", json!({}))), "apply run");
+    ok(
+        apply(&c, &ns, &run_of("parent-1", "parent-wf", json!({}))),
+        "apply run",
+    );
     let st = wait_run(&c, &ns, "parent-1", "completed", 120).await;
     let child = child_of(&c, &ns, "parent-1").await;
     let child_name = child.metadata.name.clone().unwrap();
@@ -184,7 +205,10 @@ async fn a_sub_workflow_runs_its_child_and_completes_with_its_outcome() {
     assert_eq!(child.metadata.owner_references.unwrap()[0].name, "parent-1");
     let evs = events(&c, &ns, "parent-1");
     assert_gapless(&evs);
-    let dispatched: Vec<&Value> = evs.iter().filter(|e| e["type"] == "node.dispatched").collect();
+    let dispatched: Vec<&Value> = evs
+        .iter()
+        .filter(|e| e["type"] == "node.dispatched")
+        .collect();
     assert_eq!(dispatched.len(), 1, "{:?}", types(&evs));
     let done = evs
         .iter()
@@ -200,7 +224,10 @@ async fn a_sub_workflow_runs_its_child_and_completes_with_its_outcome() {
         cli(&c, &["describe", &child_name, "-n", &ns]),
         "kubectl openwop describe",
     );
-    assert!(described.contains("Phase:         completed"), "{described}");
+    assert!(
+        described.contains("Phase:         completed"),
+        "{described}"
+    );
 }
 
 #[tokio::test]
@@ -210,14 +237,26 @@ async fn cancelling_a_parent_cancels_its_child() {
     sub_workflows(&c, &ns, true);
     wait_workflow(&c, &ns, "parent-wf", "True").await;
     wait_workflow(&c, &ns, "child-wf", "True").await;
-    ok(apply(&c, &ns, &run_of("parent-2", "parent-wf", json!({}))), "apply run");
+    ok(
+        apply(&c, &ns, &run_of("parent-2", "parent-wf", json!({}))),
+        "apply run",
+    );
     let child = child_of(&c, &ns, "parent-2").await;
     let child_name = child.metadata.name.unwrap();
     wait_run(&c, &ns, &child_name, "running", 60).await;
     ok(
         kubectl(
             &c,
-            &["patch", "run", "parent-2", "-n", &ns, "--type=merge", "-p", r#"{"spec":{"cancel":true}}"#],
+            &[
+                "patch",
+                "run",
+                "parent-2",
+                "-n",
+                &ns,
+                "--type=merge",
+                "-p",
+                r#"{"spec":{"cancel":true}}"#,
+            ],
             None,
         ),
         "cancel the parent",
@@ -225,10 +264,21 @@ async fn cancelling_a_parent_cancels_its_child() {
     wait_run(&c, &ns, "parent-2", "cancelled", 30).await;
     let started = std::time::Instant::now();
     wait_run(&c, &ns, &child_name, "cancelled", 30).await;
-    eprintln!("child cancelled {} ms after the parent", started.elapsed().as_millis());
+    eprintln!(
+        "child cancelled {} ms after the parent",
+        started.elapsed().as_millis()
+    );
     let evs = events(&c, &ns, &child_name);
     let cancelled = evs.iter().find(|e| e["type"] == "run.cancelled").unwrap();
     assert_eq!(cancelled["payload"]["reason"], "parent-cancelled");
-    let parent_uid = api(&c, &ns, "Run").get("parent-2").await.unwrap().metadata.uid;
-    assert_eq!(cancelled["payload"]["parentRunId"].as_str(), parent_uid.as_deref());
+    let parent_uid = api(&c, &ns, "Run")
+        .get("parent-2")
+        .await
+        .unwrap()
+        .metadata
+        .uid;
+    assert_eq!(
+        cancelled["payload"]["parentRunId"].as_str(),
+        parent_uid.as_deref()
+    );
 }

@@ -68,7 +68,11 @@ pub(super) async fn delay_wake_lateness(c: &Cluster) {
     for i in 0..RUNS {
         let name = format!("nap{i:02}");
         let out = ok(
-            run_cmd(c, &cli, &["events", &name, "-n", &ns, "--json", "--no-reasoning"]),
+            run_cmd(
+                c,
+                &cli,
+                &["events", &name, "-n", &ns, "--json", "--no-reasoning"],
+            ),
             "kubectl openwop events",
         );
         let evs: Vec<Value> = out

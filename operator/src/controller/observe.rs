@@ -118,9 +118,7 @@ pub(super) fn observe_worker(
         }
         // Gone after it left a durable wait (a timer or a child run) and nothing running:
         // the run waits for the operator to wake it, not a crash.
-        WorkerState::Missing
-            if dormant(&draft.status) && draft.status.running_nodes.is_empty() =>
-        {
+        WorkerState::Missing if dormant(&draft.status) && draft.status.running_nodes.is_empty() => {
             draft.status.worker_pod = None;
             draft.status.failed_attempts = None;
             draft.status.retry_after = None;

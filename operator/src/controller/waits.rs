@@ -19,11 +19,11 @@ use openwop_crds::names::{
     LABEL_INSTANCE, LABEL_PARENT_RUN,
 };
 use openwop_crds::{ChildRun, Run, RunSpec, RunStatus, WorkflowRef};
+use openwop_protocol::run::RunPhase;
 use openwop_protocol::run::snapshot::RunSnapshot;
 use openwop_protocol::run::status::RunError;
 use openwop_protocol::run::subjects::events_subject;
 use openwop_protocol::run::waits::{ChildResult, ChildWait, PARENT_CANCELLED, initial_variables};
-use openwop_protocol::run::RunPhase;
 use serde_json::{Map, Value, json};
 
 use super::Error;
@@ -132,7 +132,12 @@ fn is_child_of(child: &Run, parent: &Run) -> bool {
 }
 
 /// Records (or refreshes) the child of `wait` in `status.childRuns`.
-fn note_child(status: &mut RunStatus, wait: &ChildWait, uid: Option<String>, phase: Option<RunPhase>) {
+fn note_child(
+    status: &mut RunStatus,
+    wait: &ChildWait,
+    uid: Option<String>,
+    phase: Option<RunPhase>,
+) {
     if let Some(c) = status
         .child_runs
         .iter_mut()
@@ -210,7 +215,12 @@ async fn create_child(
 
 /// The child Run of `wait`: owned by the parent (deleted with it), labelled with the parent's
 /// runId, annotated with the node and the nesting depth.
-pub(super) fn child_run(parent: &Run, wait: &ChildWait, inputs: Map<String, Value>, depth: u32) -> Run {
+pub(super) fn child_run(
+    parent: &Run,
+    wait: &ChildWait,
+    inputs: Map<String, Value>,
+    depth: u32,
+) -> Run {
     let mut labels = BTreeMap::from([(
         LABEL_PARENT_RUN.to_owned(),
         parent.uid().unwrap_or_default(),
@@ -249,11 +259,15 @@ pub(super) fn child_run(parent: &Run, wait: &ChildWait, inputs: Map<String, Valu
 
 /// The child's inputs as the parent's `node.dispatched` recorded them (read back from the
 /// parent's log); empty without an event stream.
-async fn dispatched_inputs(rr: &RunReconcile<'_>, node_id: &str) -> Result<Map<String, Value>, Error> {
+async fn dispatched_inputs(
+    rr: &RunReconcile<'_>,
+    node_id: &str,
+) -> Result<Map<String, Value>, Error> {
     let (Some(slot), Some(run_id)) = (&rr.ctx.jetstream, rr.run.uid()) else {
         return Ok(Map::new());
     };
-    let events_err = |e: String| Error::Events(format!("reading the dispatch of node {node_id}: {e}"));
+    let events_err =
+        |e: String| Error::Events(format!("reading the dispatch of node {node_id}: {e}"));
     let js = slot
         .get()
         .ok_or_else(|| events_err("the operator is not connected to NATS yet".into()))?;
@@ -312,7 +326,12 @@ fn mapped_child_variables(workflow: &Value, node_id: &str) -> BTreeSet<String> {
     node_config(workflow, node_id)
         .and_then(|c| c.get("outputMapping"))
         .and_then(Value::as_object)
-        .map(|m| m.values().filter_map(Value::as_str).map(str::to_owned).collect())
+        .map(|m| {
+            m.values()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -332,7 +351,10 @@ pub(super) fn note_outcomes(draft: &mut Draft, ended: &[ChildResult]) {
     for r in ended {
         let msg = match &r.error {
             Some(e) if r.child_run_id.is_empty() => {
-                format!("node {}: no child run: {} ({})", r.node_id, e.message, e.code)
+                format!(
+                    "node {}: no child run: {} ({})",
+                    r.node_id, e.message, e.code
+                )
             }
             _ => format!(
                 "node {}: child Run {} ended {}; resuming",
@@ -448,7 +470,11 @@ impl RunReconcile<'_> {
 
 /// The reconcile's requeue while the run waits without a pod: at the earliest timer, or on a
 /// change (a child Run's change reaches the parent through its owner reference).
-pub(super) fn waiting_requeue(status: &RunStatus, now: Timestamp, lead: Duration) -> Option<Duration> {
+pub(super) fn waiting_requeue(
+    status: &RunStatus,
+    now: Timestamp,
+    lead: Duration,
+) -> Option<Duration> {
     match timers(status, now, lead) {
         Timers::Later(d) => Some(d),
         Timers::Due => Some(Duration::ZERO),
@@ -524,7 +550,8 @@ mod tests {
         assert!(is_child_of(&c, &parent));
         assert_eq!(c.spec.workflow_ref.id.as_deref(), Some("child-wf"));
         assert_eq!(c.spec.inputs, Some(json!({"topic": "cats"})));
-        let wf = json!({"nodes": [{"id": "call", "config": {"outputMapping": {"a": "x", "b": "y"}}}]});
+        let wf =
+            json!({"nodes": [{"id": "call", "config": {"outputMapping": {"a": "x", "b": "y"}}}]});
         assert_eq!(
             mapped_child_variables(&wf, "call"),
             BTreeSet::from(["x".to_owned(), "y".to_owned()])

@@ -78,16 +78,16 @@ pub fn remaining_ms(wake_at: OffsetDateTime, now: OffsetDateTime) -> u64 {
     u64::try_from(ms.max(0)).unwrap_or(u64::MAX)
 }
 
-fn validation(node_id: &str, port: &str, message: String) -> ErrorInfo {
-    ErrorInfo {
+fn validation(node_id: &str, port: &str, message: String) -> Box<ErrorInfo> {
+    Box::new(ErrorInfo {
         code: "validation_error".into(),
         message: format!("node {node_id}: {port}: {message}"),
         details: Some(json!({"nodeId": node_id, "field": port})),
         retryable: Some(false),
-    }
+    })
 }
 
-fn bounded_ms(node_id: &str, port: &str, v: &Value, scale: u64) -> Result<u64, ErrorInfo> {
+fn bounded_ms(node_id: &str, port: &str, v: &Value, scale: u64) -> Result<u64, Box<ErrorInfo>> {
     let whole = v.as_u64().or_else(|| {
         v.as_f64()
             .filter(|f| f.fract() == 0.0 && *f >= 0.0 && *f <= u64::MAX as f64)
@@ -110,7 +110,12 @@ fn bounded_ms(node_id: &str, port: &str, v: &Value, scale: u64) -> Result<u64, E
     }
 }
 
-fn until_ms(node_id: &str, port: &str, v: &Value, now: OffsetDateTime) -> Result<u64, ErrorInfo> {
+fn until_ms(
+    node_id: &str,
+    port: &str,
+    v: &Value,
+    now: OffsetDateTime,
+) -> Result<u64, Box<ErrorInfo>> {
     let Some(t) = v.as_str().and_then(parse_time) else {
         return Err(validation(
             node_id,
@@ -138,7 +143,7 @@ pub fn delay_ms(
     inputs: &Value,
     config: &Value,
     now: OffsetDateTime,
-) -> Result<u64, ErrorInfo> {
+) -> Result<u64, Box<ErrorInfo>> {
     if let Some(v) = inputs.get("delayMs").filter(|v| !v.is_null()) {
         return bounded_ms(node_id, "inputs.delayMs", v, 1);
     }
@@ -165,14 +170,14 @@ pub fn delay_ms(
                 "mode until needs timestamp".into(),
             )),
         },
-        Some(other) => Err(ErrorInfo {
+        Some(other) => Err(Box::new(ErrorInfo {
             code: "capability_required".into(),
             message: format!(
                 "node {node_id}: config.mode {other:?} is not supported by this host; use duration or until"
             ),
             details: Some(json!({"nodeId": node_id, "field": "config.mode"})),
             retryable: Some(false),
-        }),
+        })),
         None => Err(validation(
             node_id,
             "inputs.delayMs",
@@ -187,7 +192,9 @@ pub fn timer_record(node_id: &str, wake_at: &str, delay_ms: u64) -> LogAppended 
         level: LogLevel::Debug,
         message: format!("node {node_id} waits until {wake_at}; the worker exits meanwhile"),
         node_id: Some(node_id.to_owned()),
-        fields: Some(json!({TIMER_FIELD: {"nodeId": node_id, "wakeAt": wake_at, "delayMs": delay_ms}})),
+        fields: Some(
+            json!({TIMER_FIELD: {"nodeId": node_id, "wakeAt": wake_at, "delayMs": delay_ms}}),
+        ),
     }
 }
 
@@ -223,7 +230,11 @@ pub struct SubWorkflowConfig {
     pub propagate_cancellation: bool,
 }
 
-fn string_map(node_id: &str, field: &str, v: Option<&Value>) -> Result<BTreeMap<String, String>, ErrorInfo> {
+fn string_map(
+    node_id: &str,
+    field: &str,
+    v: Option<&Value>,
+) -> Result<BTreeMap<String, String>, Box<ErrorInfo>> {
     let Some(v) = v.filter(|v| !v.is_null()) else {
         return Ok(BTreeMap::new());
     };
@@ -243,7 +254,7 @@ fn string_map(node_id: &str, field: &str, v: Option<&Value>) -> Result<BTreeMap<
 
 impl SubWorkflowConfig {
     /// Reads a node's config; what is wrong is named.
-    pub fn parse(node_id: &str, config: &Value) -> Result<SubWorkflowConfig, ErrorInfo> {
+    pub fn parse(node_id: &str, config: &Value) -> Result<SubWorkflowConfig, Box<ErrorInfo>> {
         let workflow_id = config
             .get("workflowId")
             .and_then(Value::as_str)
@@ -302,7 +313,9 @@ impl SubWorkflowConfig {
 /// `node.dispatched` twice can never make two children. Fits a Kubernetes name and leaves
 /// room for the worker pod's suffix.
 pub fn child_run_name(parent_name: &str, node_id: &str) -> String {
-    let hash = hex::encode(Sha256::digest(format!("{parent_name}\0{node_id}").as_bytes()));
+    let hash = hex::encode(Sha256::digest(
+        format!("{parent_name}\0{node_id}").as_bytes(),
+    ));
     let stem: String = parent_name.chars().take(40).collect();
     let stem = stem.trim_end_matches(['-', '.']);
     format!("{stem}-c{}", &hash[..10])
@@ -399,18 +412,18 @@ pub fn initial_variables(workflow: &Value, inputs: &Value) -> Map<String, Value>
 /// (`{childRunId, childStatus, variables}` — `variables` the output-mapped parent variables,
 /// a child value that is unset never overwrites), or `Err` for `node.failed` under
 /// `fail-parent`.
-pub fn child_outcome(cfg: &SubWorkflowConfig, r: &ChildResult) -> Result<Value, ErrorInfo> {
+pub fn child_outcome(cfg: &SubWorkflowConfig, r: &ChildResult) -> Result<Value, Box<ErrorInfo>> {
     let status = r.child_status.as_str();
     // No child was made (e.g. `unknown_child_workflow`): the operator's error, as it is.
     if r.child_run_id.is_empty()
         && let Some(e) = &r.error
     {
-        return Err(ErrorInfo {
+        return Err(Box::new(ErrorInfo {
             code: e.code.clone(),
             message: e.message.clone(),
             details: Some(json!({"childStatus": status})),
             retryable: Some(false),
-        });
+        }));
     }
     if r.child_status != RunPhase::Completed && cfg.on_child_failure == OnChildFailure::FailParent {
         let why = r
@@ -418,7 +431,7 @@ pub fn child_outcome(cfg: &SubWorkflowConfig, r: &ChildResult) -> Result<Value, 
             .as_ref()
             .map(|e| format!(": {} ({})", e.message, e.code))
             .unwrap_or_default();
-        return Err(ErrorInfo {
+        return Err(Box::new(ErrorInfo {
             code: "child_failed".into(),
             message: format!(
                 "child run {} of workflow {} ended {status}{why}",
@@ -426,7 +439,7 @@ pub fn child_outcome(cfg: &SubWorkflowConfig, r: &ChildResult) -> Result<Value, 
             ),
             details: Some(json!({"childRunId": r.child_run_id, "childStatus": status})),
             retryable: Some(false),
-        });
+        }));
     }
     let mut variables = Map::new();
     if r.child_status == RunPhase::Completed {
@@ -452,15 +465,28 @@ mod tests {
         let d = |i: Value, c: Value| delay_ms("w", &i, &c, now());
         assert_eq!(d(json!({"delayMs": 1000}), json!({"delayMs": 5})), Ok(1000));
         assert_eq!(d(json!({}), json!({"delayMs": 5})), Ok(5));
-        assert_eq!(d(json!({}), json!({"until": "2026-01-01T00:00:02.5Z"})), Ok(2500));
-        assert_eq!(d(json!({}), json!({"until": "2025-01-01T00:00:00Z"})), Ok(0));
-        assert_eq!(d(json!({}), json!({"mode": "duration", "seconds": 3})), Ok(3000));
+        assert_eq!(
+            d(json!({}), json!({"until": "2026-01-01T00:00:02.5Z"})),
+            Ok(2500)
+        );
+        assert_eq!(
+            d(json!({}), json!({"until": "2025-01-01T00:00:00Z"})),
+            Ok(0)
+        );
+        assert_eq!(
+            d(json!({}), json!({"mode": "duration", "seconds": 3})),
+            Ok(3000)
+        );
         assert_eq!(d(json!({"delayMs": 2.0}), json!({})), Ok(2));
         for (i, c, field) in [
             (json!({"delayMs": -1}), json!({}), "inputs.delayMs"),
             (json!({"delayMs": 1.5}), json!({}), "inputs.delayMs"),
             (json!({"delayMs": "10"}), json!({}), "inputs.delayMs"),
-            (json!({}), json!({"delayMs": MAX_DELAY_MS + 1}), "config.delayMs"),
+            (
+                json!({}),
+                json!({"delayMs": MAX_DELAY_MS + 1}),
+                "config.delayMs",
+            ),
             (json!({}), json!({"until": "tomorrow"}), "config.until"),
             (json!({}), json!({}), "inputs.delayMs"),
             (json!({}), json!({"mode": "duration"}), "config.seconds"),
@@ -515,9 +541,18 @@ mod tests {
         assert!(cfg.child_inputs(&json!({"subject": null})).is_empty());
         for (c, field) in [
             (json!({}), "config.workflowId"),
-            (json!({"workflowId": "c", "waitForCompletion": false}), "config.waitForCompletion"),
-            (json!({"workflowId": "c", "onChildFailure": "explode"}), "config.onChildFailure"),
-            (json!({"workflowId": "c", "inputMapping": {"a": 1}}), "config.inputMapping"),
+            (
+                json!({"workflowId": "c", "waitForCompletion": false}),
+                "config.waitForCompletion",
+            ),
+            (
+                json!({"workflowId": "c", "onChildFailure": "explode"}),
+                "config.onChildFailure",
+            ),
+            (
+                json!({"workflowId": "c", "inputMapping": {"a": 1}}),
+                "config.inputMapping",
+            ),
         ] {
             let e = SubWorkflowConfig::parse("s", &c).unwrap_err();
             assert_eq!(e.details.unwrap()["field"], field, "{c}");
@@ -541,7 +576,10 @@ mod tests {
             ..cfg
         };
         let e = child_outcome(&strict, &r).unwrap_err();
-        assert_eq!((e.code.as_str(), e.details.unwrap()["childStatus"].as_str()), ("child_failed", Some("failed")));
+        assert_eq!(
+            (e.code.as_str(), e.details.unwrap()["childStatus"].as_str()),
+            ("child_failed", Some("failed"))
+        );
     }
 
     #[test]

@@ -31,7 +31,7 @@ impl<P: Publisher> Executor<'_, P> {
             None => {
                 let ms = match delay_ms(id, inputs, &node.config, now) {
                     Ok(ms) => ms,
-                    Err(e) => return Ok(NodeOutcome::Failed(e)),
+                    Err(e) => return Ok(NodeOutcome::Failed(*e)),
                 };
                 if ms <= threshold {
                     return self.sleep_then_complete(ms, ms).await;
@@ -41,10 +41,9 @@ impl<P: Publisher> Executor<'_, P> {
                     .await?;
                 // What the log holds wins (a record made by an earlier worker that this one
                 // missed would have been returned above; this re-read is the same value).
-                self.recorded_timer(id).await.unwrap_or((
-                    parse_time(&at).unwrap_or(now),
-                    ms,
-                ))
+                self.recorded_timer(id)
+                    .await
+                    .unwrap_or((parse_time(&at).unwrap_or(now), ms))
             }
         };
         let rest = remaining_ms(wake_at, OffsetDateTime::now_utc());

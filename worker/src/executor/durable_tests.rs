@@ -13,7 +13,12 @@ use crate::eventlog::MemoryPublisher;
 
 /// Runs (or replays over `existing`) `workflow` with the host's durable-wait `threshold` and
 /// the snapshot fields in `extra` (children, parent).
-fn run(workflow: &Value, threshold: u64, extra: Value, existing: Vec<RunEventDoc>) -> (RunEnd, Vec<RunEventDoc>) {
+fn run(
+    workflow: &Value,
+    threshold: u64,
+    extra: Value,
+    existing: Vec<RunEventDoc>,
+) -> (RunEnd, Vec<RunEventDoc>) {
     let mut doc = json!({
         "run": {"namespace": "ns", "name": "parent", "runId": "run-1"},
         "workflow": workflow, "inputs": {"topic": "cats"},
@@ -91,7 +96,8 @@ fn to_the_end(workflow: &Value, threshold: u64, mut events: Vec<RunEventDoc>) ->
             RunEnd::Suspended(s) if s.is_empty() => {
                 let p = Projection::of_docs(&events);
                 let at = openwop_protocol::run::waits::parse_time(p.wake_at().unwrap()).unwrap();
-                let rest = openwop_protocol::run::waits::remaining_ms(at, time::OffsetDateTime::now_utc());
+                let rest =
+                    openwop_protocol::run::waits::remaining_ms(at, time::OffsetDateTime::now_utc());
                 std::thread::sleep(Duration::from_millis(rest));
             }
             _ => return events,
@@ -121,14 +127,24 @@ fn a_delay_above_the_threshold_records_its_wake_time_and_exits_running() {
     let (end, events) = run(&delay_flow(400), 100, json!({}), vec![]);
     assert_eq!(end, RunEnd::Suspended(vec![]), "exits without waiting");
     assert_eq!(count(&events, is_timer), 1);
-    assert_eq!(count(&events, |e| e.event_type == EventType::NodeCompleted), 0);
+    assert_eq!(
+        count(&events, |e| e.event_type == EventType::NodeCompleted),
+        0
+    );
     let mut p = Projection::of_docs(&events);
     p.suspend();
-    assert_eq!(p.phase, Some(RunPhase::Running), "a delay is never waiting-*");
+    assert_eq!(
+        p.phase,
+        Some(RunPhase::Running),
+        "a delay is never waiting-*"
+    );
     let at = openwop_protocol::run::waits::parse_time(p.wake_at().unwrap()).unwrap();
     let delay = (at - started).whole_milliseconds();
     // The delay counts from when the worker records it (a loaded host may start it late).
-    assert!((399..=10_000).contains(&delay), "wakeAt {delay} ms after the start");
+    assert!(
+        (399..=10_000).contains(&delay),
+        "wakeAt {delay} ms after the start"
+    );
     // Woken early (another branch, an early start): the rest is still above the threshold,
     // so it exits again with the same recorded time and nothing new.
     let (again, replayed) = run(&delay_flow(400), 100, json!({}), events.clone());
@@ -161,7 +177,9 @@ fn a_bad_delay_fails_the_node_naming_the_port() {
     let wf = json!({"id": "d", "nodes": [{"id": "wait", "typeId": "core.delay",
                                           "inputs": {"delayMs": {"type": "static", "value": -5}}}]});
     let (end, events) = run(&wf, 100, json!({}), vec![]);
-    let RunEnd::Failed(e) = end else { panic!("{end:?}") };
+    let RunEnd::Failed(e) = end else {
+        panic!("{end:?}")
+    };
     assert_eq!(e.code, "validation_error");
     assert!(e.message.contains("inputs.delayMs"), "{}", e.message);
     assert_eq!(count(&events, is_timer), 0);
@@ -185,7 +203,11 @@ fn a_sub_workflow_records_its_child_once_and_completes_from_its_outcome() {
     assert_eq!(dispatched.len(), 1);
     let d = &dispatched[0].payload;
     assert_eq!(d["childWorkflowId"], "child");
-    assert_eq!(d["inputs"], json!({"subject": "cats"}), "inputMapping seeds the child");
+    assert_eq!(
+        d["inputs"],
+        json!({"subject": "cats"}),
+        "inputMapping seeds the child"
+    );
     assert_eq!(
         d["childRunName"],
         openwop_protocol::run::waits::child_run_name("parent", "call")
@@ -231,8 +253,15 @@ fn a_sub_workflow_records_its_child_once_and_completes_from_its_outcome() {
 #[test]
 fn a_failed_child_fails_or_is_absorbed_by_on_child_failure() {
     let (_, events) = run(&sub_flow("fail-parent"), 100, json!({}), vec![]);
-    let (end, _) = run(&sub_flow("fail-parent"), 100, result("failed"), events.clone());
-    let RunEnd::Failed(e) = end else { panic!("{end:?}") };
+    let (end, _) = run(
+        &sub_flow("fail-parent"),
+        100,
+        result("failed"),
+        events.clone(),
+    );
+    let RunEnd::Failed(e) = end else {
+        panic!("{end:?}")
+    };
     assert_eq!(e.code, "child_failed");
     assert!(e.message.contains("it broke"), "{}", e.message);
     let (end, done) = run(&sub_flow("absorb"), 100, result("cancelled"), events);
@@ -249,9 +278,15 @@ fn a_failed_child_fails_or_is_absorbed_by_on_child_failure() {
 fn children_nested_beyond_the_hosts_depth_fail_with_a_clear_error() {
     let parent = json!({"parent": {"runId": "uid-gp", "runName": "gp", "nodeId": "n", "depth": 2}});
     let (end, events) = run(&sub_flow("fail-parent"), 100, parent, vec![]);
-    let RunEnd::Failed(e) = end else { panic!("{end:?}") };
+    let RunEnd::Failed(e) = end else {
+        panic!("{end:?}")
+    };
     assert_eq!(e.code, "sub_workflow_depth_exceeded");
-    assert!(e.message.contains("runs.maxSubWorkflowDepth"), "{}", e.message);
+    assert!(
+        e.message.contains("runs.maxSubWorkflowDepth"),
+        "{}",
+        e.message
+    );
     assert_eq!(
         count(&events, |e| e.event_type == EventType::NodeDispatched),
         0

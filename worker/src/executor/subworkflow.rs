@@ -25,12 +25,12 @@ impl<P: Publisher> Executor<'_, P> {
         let id = node.id.as_str();
         let cfg = match SubWorkflowConfig::parse(id, &node.config) {
             Ok(c) => c,
-            Err(e) => return Ok(NodeOutcome::Failed(e)),
+            Err(e) => return Ok(NodeOutcome::Failed(*e)),
         };
         if let Some(r) = self.snap.child_result(id) {
             return Ok(match child_outcome(&cfg, r) {
                 Ok(outputs) => NodeOutcome::Completed(outputs),
-                Err(e) => NodeOutcome::Failed(e),
+                Err(e) => NodeOutcome::Failed(*e),
             });
         }
         let depth = self.snap.parent.as_ref().map_or(0, |p| p.depth) + 1;
