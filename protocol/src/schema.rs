@@ -215,6 +215,7 @@ pub const EVENT_TYPES: &[&str] = &[
     "node.failed",
     "node.suspended",
     "node.resumed",
+    "node.dispatched",
     "clarification.requested",
     "clarification.resolved",
     "interrupt.requested",
