@@ -45,6 +45,15 @@ pub const ANNOTATION_TAGS: &str = "openwop.dev/tags";
 pub const ANNOTATION_METADATA: &str = "openwop.dev/metadata";
 /// Annotation: `scopeId` of the creating REST request (opaque caller correlation, echoed).
 pub const ANNOTATION_SCOPE_ID: &str = "openwop.dev/scope-id";
+/// Label on a child Run (`core.subWorkflow`): the parent's runId.
+pub const LABEL_PARENT_RUN: &str = "openwop.dev/parent-run";
+/// Annotation on a child Run: the parent's node that created it.
+pub const ANNOTATION_PARENT_NODE: &str = "openwop.dev/parent-node";
+/// Annotation on a child Run: how deep it is nested (1 for a root run's child).
+pub const ANNOTATION_SUB_WORKFLOW_DEPTH: &str = "openwop.dev/sub-workflow-depth";
+/// Annotation on a Run cancelled for a reason other than its own `spec.cancel`
+/// (`parent-cancelled`): the `reason` its `run.cancelled` carries.
+pub const ANNOTATION_CANCEL_REASON: &str = "openwop.dev/cancel-reason";
 /// Finalizer on Runs: the worker pod and snapshot go promptly when a Run is deleted.
 pub const RUN_FINALIZER: &str = "openwop.dev/cleanup";
 

@@ -30,6 +30,7 @@ use openwop_protocol::structural::free_object;
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
     printcolumn(name = "Workflow", type_ = "string", json_path = ".status.workflow"),
     printcolumn(name = "Node", type_ = "string", json_path = ".status.currentNode"),
+    printcolumn(name = "Wakes", type_ = "string", json_path = ".status.wakeAt"),
     printcolumn(
         name = "Attempts",
         type_ = "integer",
@@ -212,6 +213,22 @@ pub struct RunStatus {
     #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
     #[schemars(length(max = 64))]
     pub running_nodes: BTreeSet<String>,
+    /// When the run's next timer is due (RFC 3339): a `core.delay` waits without a pod and
+    /// the operator starts a worker then. The phase stays `running`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wake_at: Option<String>,
+    /// Every delay node waiting for its wake time.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub timers: Vec<ArmedTimer>,
+    /// Every sub-workflow node waiting for its child run.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub child_waits: Vec<ChildWait>,
+    /// The child runs this run created (`core.subWorkflow`), oldest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub child_runs: Vec<ChildRun>,
     /// Interrupts answered so far (ids), so an answer is consumed once.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 64))]
@@ -242,6 +259,23 @@ pub struct RunStatus {
 
 use openwop_protocol::run::projection::Projection;
 pub use openwop_protocol::run::status::{PendingInterrupt, PendingQuestion, RunError};
+pub use openwop_protocol::run::waits::{ArmedTimer, ChildWait};
+
+/// A child Run of this run (`core.subWorkflow`).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ChildRun {
+    /// The parent's node that called it.
+    pub node_id: String,
+    /// The child Run's name (same namespace).
+    pub name: String,
+    /// The child's runId, once created.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
+    /// The child's phase as last seen (terminal once its outcome reached this run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<RunPhase>,
+}
 
 impl RunStatus {
     /// The event-derived part of this status, as protocol's projection folded it.
@@ -254,6 +288,8 @@ impl RunStatus {
             running_nodes: self.running_nodes.iter().cloned().collect(),
             pending_interrupts: self.pending_interrupts.clone(),
             error: self.error.clone(),
+            timers: self.timers.clone(),
+            children: self.child_waits.clone(),
         }
     }
 
@@ -261,6 +297,7 @@ impl RunStatus {
     /// [`RunStatus::projection`]); every other field is kept. No events counted and none
     /// recorded before stays unset.
     pub fn set_projection(&mut self, p: Projection) {
+        self.wake_at = p.wake_at().map(str::to_owned);
         self.phase = p.phase;
         self.current_node = p.current_node;
         if p.events > 0 || self.events.is_some() {
@@ -270,6 +307,8 @@ impl RunStatus {
         self.running_nodes = p.running_nodes;
         self.pending_interrupts = p.pending_interrupts;
         self.error = p.error;
+        self.timers = p.timers;
+        self.child_waits = p.children;
     }
 
     /// Merges `newer` (the stored projection with new events folded in, or a worker's

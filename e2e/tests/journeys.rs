@@ -17,6 +17,9 @@
 //! lock that runs them one at a time; one test binary keeps that (and one link) for all.
 
 mod common;
+// Issue #24 durable waits (delay, sub-workflow), on this binary's cluster, release and lock.
+#[path = "journeys/durable.rs"]
+mod durable;
 
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;

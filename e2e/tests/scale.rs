@@ -15,6 +15,9 @@
 //! and port, so it never disturbs the journeys' `openwop`, and uninstalled at the end.
 
 mod common;
+// Issue #24: delay wake lateness on the same install.
+#[path = "scale/delay.rs"]
+mod delay;
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -739,6 +742,16 @@ async fn two_hundred_runs_at_once() {
     let (c, _g) = setup().await;
     install(&c);
     runs_at_once(&c).await;
+    uninstall(&c);
+    delete_namespace(&c.client, RELEASE_NS).await;
+}
+
+#[tokio::test]
+#[ignore = "measurement: minutes of wall time and the whole host; run with --ignored --nocapture"]
+async fn delay_wake_lateness() {
+    let (c, _g) = setup().await;
+    install(&c);
+    delay::delay_wake_lateness(&c).await;
     uninstall(&c);
     delete_namespace(&c.client, RELEASE_NS).await;
 }

@@ -383,6 +383,11 @@ pub struct RunPolicy {
     /// Nodes of one run executing at once when its workflow sets no `maxConcurrency`
     /// (frozen in the snapshot's host profile).
     pub node_concurrency: u32,
+    /// A wait (`core.delay`) up to this many ms sleeps in the worker pod; a longer one lets
+    /// the pod exit and the operator starts a worker at the wake time (host profile).
+    pub durable_wait_threshold_ms: u64,
+    /// The deepest a child run (`core.subWorkflow`) may be nested (host profile).
+    pub max_sub_workflow_depth: u32,
     /// Worker pods that may die before finishing before the run fails (`worker_crashed`).
     pub max_worker_retries: u32,
     /// First retry delay; doubles per failed attempt up to `backoffMaxSeconds`.
@@ -399,6 +404,9 @@ impl Default for RunPolicy {
         Self {
             max_concurrent_per_namespace: 10,
             node_concurrency: openwop_protocol::schedule::DEFAULT_NODE_CONCURRENCY,
+            durable_wait_threshold_ms:
+                openwop_protocol::run::host::DEFAULT_DURABLE_WAIT_THRESHOLD_MS,
+            max_sub_workflow_depth: openwop_protocol::run::host::DEFAULT_MAX_SUB_WORKFLOW_DEPTH,
             max_worker_retries: 3,
             backoff_base_seconds: 10,
             backoff_max_seconds: 300,
@@ -551,6 +559,12 @@ impl OperatorConfig {
                     "must be 1..{}",
                     openwop_protocol::schedule::MAX_NODE_CONCURRENCY
                 ),
+            );
+        }
+        if self.runs.max_sub_workflow_depth == 0 {
+            return invalid(
+                "runs.maxSubWorkflowDepth",
+                "must be at least 1 (a run with a core.subWorkflow node needs depth 1)".into(),
             );
         }
         if self.runs.backoff_base_seconds == 0
@@ -758,6 +772,8 @@ impl OperatorConfig {
                 allow_hosts: self.egress.allow_hosts.clone(),
                 max_response_bytes: self.limits.max_http_response_bytes,
             },
+            durable_wait_threshold_ms: self.runs.durable_wait_threshold_ms,
+            max_sub_workflow_depth: self.runs.max_sub_workflow_depth,
             mock_agent: false,
         }
     }

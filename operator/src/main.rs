@@ -406,6 +406,9 @@ async fn run_controllers(
             pods,
             watcher::Config::default().labels(&format!("{LABEL_MANAGED_BY}={MANAGER}")),
         )
+        // A parent Run waiting for its child (`core.subWorkflow`) proceeds when the child
+        // changes (the child's owner reference names the parent).
+        .owns(scoped::<Run>(&client, &ctx.config), mine())
         // A Run waiting for its Workflow proceeds as soon as the Workflow appears or turns Ready.
         .watches(workflows, mine(), move |wf: Workflow| {
             let ns = wf.namespace();

@@ -15,6 +15,7 @@ use openwop_protocol::run::host::HostProfile;
 use openwop_protocol::run::snapshot::{
     Answer, KeyMount, ProviderMount, RunRef, RunSnapshot, SecretMount, WorkflowOrigin,
 };
+use openwop_protocol::run::waits::ParentRef;
 use serde_json::json;
 
 use crate::pod::{PROVIDERS_DIR, WORKFLOW_SECRETS_DIR, owner_ref, run_labels, snapshot_name};
@@ -256,7 +257,33 @@ fn snapshot_of(
         cancel: false,
         provider_mocks,
         host: host.clone(),
+        parent: parent_of(run),
+        children: Vec::new(),
+        cancel_reason: None,
     }
+}
+
+/// Where a child Run comes from (`core.subWorkflow`): its owner Run, the parent-run label,
+/// the parent-node and depth annotations the operator wrote when it created the child.
+pub fn parent_of(run: &Run) -> Option<ParentRef> {
+    use openwop_crds::names::{
+        ANNOTATION_PARENT_NODE, ANNOTATION_SUB_WORKFLOW_DEPTH, LABEL_PARENT_RUN,
+    };
+    let run_id = run.labels().get(LABEL_PARENT_RUN)?.clone();
+    let owner = run
+        .owner_references()
+        .iter()
+        .find(|o| o.kind == "Run" && o.uid == run_id)?;
+    let ann = run.annotations();
+    Some(ParentRef {
+        run_id,
+        run_name: owner.name.clone(),
+        node_id: ann.get(ANNOTATION_PARENT_NODE)?.clone(),
+        depth: ann
+            .get(ANNOTATION_SUB_WORKFLOW_DEPTH)
+            .and_then(|d| d.parse().ok())
+            .unwrap_or(1),
+    })
 }
 
 /// The run's answers, as written in the snapshot (the CRD's answer type is protocol's).

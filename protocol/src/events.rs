@@ -88,6 +88,7 @@ event_types! {
     NodeResumed => "node.resumed",
     NodeSkipped => "node.skipped",
     VariableChanged => "variable.changed",
+    NodeDispatched => "node.dispatched",
     ClarificationRequested => "clarification.requested",
     ClarificationResolved => "clarification.resolved",
     InterruptRequested => "interrupt.requested",
@@ -770,7 +771,7 @@ mod tests {
             let v = serde_json::to_value(t).unwrap();
             assert_eq!(serde_json::from_value::<EventType>(v).unwrap(), *t);
         }
-        assert_eq!(EventType::ALL.len(), 37);
+        assert_eq!(EventType::ALL.len(), 38);
         assert_eq!(EventType::AgentToolCalled.as_str(), "agent.toolCalled");
         assert!(serde_json::from_value::<EventType>(json!("no.such")).is_err());
     }

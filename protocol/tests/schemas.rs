@@ -610,6 +610,13 @@ fn event_cases() -> Vec<(&'static str, Value, Value, &'static str, &'static str)
             "",
         ),
         (
+            "node.dispatched",
+            json!({"nodeId": "n1", "childWorkflowId": "child", "childRunName": "r-c0123456789", "inputs": {"a": 1}}),
+            json!({"nodeId": "n1", "inputs": []}),
+            "type",
+            "/inputs",
+        ),
+        (
             "clarification.requested",
             json!({"nodeId": "n1", "interruptId": "i1", "questions": [{"id": "q", "question": "?"}]}),
             json!({"nodeId": "n1", "questions": []}),

@@ -212,7 +212,7 @@ async fn run(stop: StopSignal, otel: &Otel, wenv: &WorkerEnv) -> anyhow::Result<
     );
 
     if snap.cancel {
-        let end = cancel_run(&mut log, "cancelled by spec.cancel").await?;
+        let end = cancel_run(&mut log, &snap).await?;
         let events = log.events().to_vec();
         return Ok(finish(wenv, &name, &end, &events, &run_span));
     }
@@ -242,14 +242,14 @@ async fn run(stop: StopSignal, otel: &Otel, wenv: &WorkerEnv) -> anyhow::Result<
                 Err(LogError::Stopped) => {
                     // The operator may have asked to cancel: the kubelet refreshes the
                     // mounted snapshot, so read it again.
-                    if !load_snapshot(snapshot_path).is_ok_and(|s| s.cancel) {
+                    let Some(fresh) = load_snapshot(snapshot_path).ok().filter(|s| s.cancel) else {
                         tracing::warn!(run = %name, "stopped at a safe point; a later worker replays");
                         run_span.set_str("openwop.run_outcome", "stopped");
                         let _ = client.flush().await;
                         return Ok(STOPPED);
-                    }
+                    };
                     exec.log_mut().set_stop(None);
-                    let end = cancel_run(exec.log_mut(), "cancelled by spec.cancel").await?;
+                    let end = cancel_run(exec.log_mut(), &fresh).await?;
                     (end, exec.log_mut().events().to_vec())
                 }
                 Ok(None) => {

@@ -267,6 +267,10 @@ fn every_registered_node_type_executes() {
             Executor::Router => json!({"routes": [{"label": "all"}]}),
             Executor::SetVariable => json!({"name": "v", "value": 1}),
             Executor::GetVariable => json!({"name": "v"}),
+            Executor::Delay => json!({"delayMs": 1}),
+            // Completes only once the operator ran its child Run: the executor's durable
+            // tests and the e2e journey cover it.
+            Executor::SubWorkflow => continue,
         };
         let mut node = json!({"id": id, "typeId": n.type_id, "config": config});
         if n.executor == Executor::Iterator {
@@ -279,6 +283,7 @@ fn every_registered_node_type_executes() {
             .iter()
             .any(|n| n.type_id == MOCK_AGENT_TYPE_ID)
     );
+    let nodes_len = nodes.len();
     let files = RunFiles::new(
         "all-types",
         "run-contract-all-types",
@@ -322,6 +327,9 @@ fn every_registered_node_type_executes() {
     };
     let (completed, failed) = (ended("node.completed"), ended("node.failed"));
     for (i, n) in BUILTIN_NODES.iter().enumerate() {
+        if n.executor == Executor::SubWorkflow {
+            continue;
+        }
         let id = format!("n{i}");
         let want = if n.executor == Executor::Fail {
             &failed

@@ -138,6 +138,8 @@ schema = {
         "runs": obj({
             "maxConcurrentPerNamespace": int_range(1),
             "nodeConcurrency": int_range(1, 64),
+            "durableWaitThresholdMs": int_range(),
+            "maxSubWorkflowDepth": int_range(1),
             "maxWorkerRetries": int_range(),
             "backoffBaseSeconds": int_range(1),
             "backoffMaxSeconds": int_range(1),

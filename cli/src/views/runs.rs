@@ -234,6 +234,31 @@ pub fn describe_text(run: &Run, now: Timestamp) -> String {
         let nodes: Vec<&str> = status.running_nodes.iter().map(String::as_str).collect();
         let _ = writeln!(o, "Running nodes: {}", nodes.join(", "));
     }
+    // Durable waits: what a waiting delay or child needs (nothing from a person: the
+    // operator starts a worker at the wake time, or once the child ended).
+    for t in &status.timers {
+        let _ = writeln!(
+            o,
+            "Waiting delay: node {} wakes at {} (no worker pod meanwhile; the operator starts one then)",
+            t.node_id, t.wake_at
+        );
+    }
+    for c in &status.child_waits {
+        let _ = writeln!(
+            o,
+            "Waiting child: node {} waits for child Run {} (workflow {}); see `kubectl openwop describe {}`",
+            c.node_id, c.child_run_name, c.child_workflow_id, c.child_run_name
+        );
+    }
+    for c in &status.child_runs {
+        let _ = writeln!(
+            o,
+            "Child run:     {} (node {}, {})",
+            c.name,
+            c.node_id,
+            c.phase.unwrap_or_default().as_str()
+        );
+    }
     for p in &status.pending_interrupts {
         let _ = writeln!(o, "Pending interrupt:");
         let _ = writeln!(o, "  ID:        {}", p.interrupt_id);
@@ -381,6 +406,38 @@ mod tests {
         let all = runs_table(&[sample("r2", None)], now(), true);
         assert!(all.starts_with("NAMESPACE   NAME"), "{all}");
         assert!(all.lines().nth(1).unwrap().starts_with("team-a      r2"));
+    }
+
+    #[test]
+    fn describe_shows_what_a_waiting_delay_or_child_needs() {
+        let run = sample(
+            "r1",
+            Some(RunStatus {
+                phase: Some(RunPhase::Running),
+                wake_at: Some("2026-05-18T10:10:00.000Z".into()),
+                timers: vec![openwop_crds::ArmedTimer {
+                    node_id: "wait".into(),
+                    wake_at: "2026-05-18T10:10:00.000Z".into(),
+                }],
+                child_waits: vec![openwop_crds::ChildWait {
+                    node_id: "call".into(),
+                    child_run_name: "r1-c0123456789".into(),
+                    child_workflow_id: "child".into(),
+                }],
+                ..Default::default()
+            }),
+        );
+        let text = describe_text(&run, now());
+        assert!(
+            text.contains("Waiting delay: node wait wakes at 2026-05-18T10:10:00.000Z (no worker pod meanwhile"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "Waiting child: node call waits for child Run r1-c0123456789 (workflow child)"
+            ),
+            "{text}"
+        );
     }
 
     #[test]

@@ -290,6 +290,9 @@ fn the_charts_default_host_settings_are_the_host_profiles() {
         "nodeConcurrency".into(),
         values["runs"]["nodeConcurrency"].clone(),
     );
+    for key in ["durableWaitThresholdMs", "maxSubWorkflowDepth"] {
+        runs.insert(key.into(), values["runs"][key].clone());
+    }
     section.insert("runs".into(), runs.into());
     let cfg = OperatorConfig::from_yaml(&serde_yaml::to_string(&section).unwrap()).unwrap();
     let defaults = OperatorConfig::default();

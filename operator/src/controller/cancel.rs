@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use kube::ResourceExt;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use openwop_crds::RunPhase;
@@ -43,9 +44,15 @@ pub(super) async fn cancel(rr: &mut RunReconcile<'_>) -> Result<Action, Error> {
         }
     };
     let stored = read_snapshot(&cm)?;
+    super::waits::cancel_children(rr, Some(&stored)).await?;
     if !stored.cancel {
-        rr.apply_snapshot(&snapshot_configmap(run, &with_cancel(&stored)))
-            .await?;
+        let mut doc = with_cancel(&stored);
+        // A child cancelled with its parent says so in its run.cancelled.
+        doc.cancel_reason = run
+            .annotations()
+            .get(openwop_crds::names::ANNOTATION_CANCEL_REASON)
+            .cloned();
+        rr.apply_snapshot(&snapshot_configmap(run, &doc)).await?;
     }
     let cancelling = rr.status().phase == Some(RunPhase::Cancelling);
     match rr.status().worker_pod.clone() {

@@ -7,7 +7,9 @@
 //!   subjects), the step a reconcile takes, terminal phases and TTLs, timeout;
 //! * [`start`] — snapshot, workflow resolution, the concurrency queue and worker start;
 //! * [`observe`] — the running worker: exit codes, termination summary, crashes and backoff;
-//! * [`cancel`] — `spec.cancel`;
+//! * [`cancel`] — `spec.cancel` (and its cascade to child runs);
+//! * [`waits`] — durable waits: timers woken at their time, child runs created and their
+//!   outcomes written back;
 //! * [`namespace`] — what a Run namespace needs: the worker ServiceAccount and the NATS
 //!   credentials copy;
 //! * [`ending`] — the terminal event of a run the operator ended itself;
@@ -37,6 +39,7 @@ mod reasons;
 mod run;
 mod start;
 mod state;
+mod waits;
 mod workflow;
 
 pub use common::backoff_seconds;

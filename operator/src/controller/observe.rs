@@ -50,22 +50,34 @@ pub(super) fn observe_worker(
             draft.status.merge_projection(&p);
             // The worker exited suspended: nothing runs, whatever late events said.
             draft.status.running_nodes.clear();
+            let pending = waiting_phase(&draft.status.pending_interrupts);
+            let dormant = dormant(&draft.status);
             if !draft.status.phase.is_some_and(RunPhase::is_waiting) {
-                draft.status.phase = Some(
-                    waiting_phase(&draft.status.pending_interrupts)
-                        .unwrap_or(RunPhase::WaitingInput),
-                );
+                // Only a timer or a child run left: the run is still `running` (a delay is
+                // never a waiting-* suspension); else it waits for the answers.
+                draft.status.phase = Some(match pending {
+                    None if dormant => RunPhase::Running,
+                    p => p.unwrap_or(RunPhase::WaitingInput),
+                });
             }
             // A waiting run holds no pod.
             draft.stop_worker();
             draft.status.failed_attempts = None;
-            let msg = format!(
-                "run is {}; answer the pending interrupt(s) of node(s) {} in spec.answers to resume",
-                draft.status.phase.unwrap_or_default(),
-                pending_nodes(&draft.status.pending_interrupts)
-            );
-            draft.event(EventType::Normal, Reason::Suspended, msg);
-            Action::await_change()
+            if pending.is_none() && dormant {
+                let msg = format!(
+                    "the worker exited; the run waits without a pod for {}",
+                    super::waits::describe(&draft.status)
+                );
+                draft.event(EventType::Normal, Reason::Waiting, msg);
+            } else {
+                let msg = format!(
+                    "run is {}; answer the pending interrupt(s) of node(s) {} in spec.answers to resume",
+                    draft.status.phase.unwrap_or_default(),
+                    pending_nodes(&draft.status.pending_interrupts)
+                );
+                draft.event(EventType::Normal, Reason::Suspended, msg);
+            }
+            wake_requeue(draft, cfg)
         }
         WorkerState::Ended { exit_code, message } => {
             let code = exit_code.unwrap_or(-1);
@@ -103,6 +115,14 @@ pub(super) fn observe_worker(
             );
             draft.event(EventType::Normal, Reason::Suspended, msg);
             Action::await_change()
+        }
+        // Gone after it left a durable wait (a timer or a child run) and nothing running:
+        // the run waits for the operator to wake it, not a crash.
+        WorkerState::Missing if dormant(&draft.status) && draft.status.running_nodes.is_empty() => {
+            draft.status.worker_pod = None;
+            draft.status.failed_attempts = None;
+            draft.status.retry_after = None;
+            wake_requeue(draft, cfg)
         }
         WorkerState::Missing => crashed(draft, cfg, "worker pod disappeared".into()),
         WorkerState::Active { running } => {
@@ -180,6 +200,19 @@ fn crashed(draft: &mut Draft, cfg: &OperatorConfig, why: String) -> Action {
         ),
     );
     Action::requeue(Duration::from_secs(delay))
+}
+
+/// Whether a node of the run waits without a pod (a timer or a child run).
+fn dormant(status: &openwop_crds::RunStatus) -> bool {
+    !status.timers.is_empty() || !status.child_waits.is_empty()
+}
+
+/// The requeue of a run that waits without a pod: at its earliest timer (less the start-up
+/// lead), else on a change (an answer, a child Run's change).
+fn wake_requeue(draft: &Draft, cfg: &OperatorConfig) -> Action {
+    let lead = super::waits::lead(cfg.runs.durable_wait_threshold_ms);
+    super::waits::waiting_requeue(&draft.status, draft.now(), lead)
+        .map_or_else(Action::await_change, Action::requeue)
 }
 
 /// `a, b` (the nodes whose interrupts wait), for messages.

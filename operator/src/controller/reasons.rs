@@ -51,6 +51,16 @@ pub enum Reason {
     Cancelling,
     Suspended,
     Resumed,
+    /// A run waits without a pod for a timer (a long `core.delay`) or a child run.
+    Waiting,
+    /// The operator started a worker because a timer was due or a child run ended.
+    Woken,
+    /// A `core.subWorkflow` node's child Run was created.
+    ChildRunCreated,
+    /// A child Run ended; its outcome reached the parent.
+    ChildRunEnded,
+    /// Cancelling the run cancelled its child runs.
+    ChildRunsCancelled,
     EventsNotPurged,
     /// A Workflow became valid.
     Validated,
@@ -79,6 +89,11 @@ impl Reason {
             Reason::Cancelling => "Cancelling",
             Reason::Suspended => "Suspended",
             Reason::Resumed => "Resumed",
+            Reason::Waiting => "Waiting",
+            Reason::Woken => "Woken",
+            Reason::ChildRunCreated => "ChildRunCreated",
+            Reason::ChildRunEnded => "ChildRunEnded",
+            Reason::ChildRunsCancelled => "ChildRunsCancelled",
             Reason::EventsNotPurged => "EventsNotPurged",
             Reason::Validated => "Validated",
             Reason::Invalid => "Invalid",
@@ -121,6 +136,11 @@ mod tests {
             (Reason::Cancelling, "Cancelling"),
             (Reason::Suspended, "Suspended"),
             (Reason::Resumed, "Resumed"),
+            (Reason::Waiting, "Waiting"),
+            (Reason::Woken, "Woken"),
+            (Reason::ChildRunCreated, "ChildRunCreated"),
+            (Reason::ChildRunEnded, "ChildRunEnded"),
+            (Reason::ChildRunsCancelled, "ChildRunsCancelled"),
             (Reason::EventsNotPurged, "EventsNotPurged"),
             (Reason::Validated, "Validated"),
             (Reason::Invalid, "Invalid"),

@@ -19,6 +19,7 @@ use super::namespace::{ensure_nats_credentials, ensure_worker_service_account};
 use super::observe::observe_worker;
 use super::reasons::{ConditionType, Reason};
 use super::state::{RunReconcile, WorkerState};
+use super::waits;
 use crate::pod::{
     LABEL_COMPONENT, LABEL_MANAGED_BY, MANAGER, WorkerInputs, needed_credentials, owned_by,
     pod_name, snapshot_name, worker_pod,
@@ -194,8 +195,29 @@ pub(super) async fn progress(rr: &mut RunReconcile<'_>) -> Result<Action, Error>
     let phase = rr.status().phase.unwrap_or_default();
     let mut resume = false;
     let answered = newly_answered(run, rr.status());
-    if phase.is_waiting() && answered.is_empty() {
-        return Ok(Action::await_change());
+    // Durable waits (a long delay, a child run): wake the run when a timer is due or a
+    // child ended; create the children its worker recorded.
+    let dormant = !rr.status().timers.is_empty() || !rr.status().child_waits.is_empty();
+    let lead = waits::lead(cfg.runs.durable_wait_threshold_ms);
+    let mut stored = None;
+    let mut woken = None;
+    if dormant {
+        let snap = read_snapshot(&snapshot_cm)?;
+        let children = waits::tend_children(rr, &snap).await?;
+        if !children.ended.is_empty() {
+            let mut doc = snap.clone();
+            waits::note_outcomes(&mut rr.draft, &children.ended);
+            doc.children.extend(children.ended);
+            stored = Some(doc);
+            woken = Some("a child run ended");
+        } else if waits::timers(rr.status(), now, lead) == waits::Timers::Due {
+            woken = Some("a timer is due");
+        }
+        stored.get_or_insert(snap);
+    }
+    if woken.is_none() && answered.is_empty() && (phase.is_waiting() || dormant) {
+        return Ok(waits::waiting_requeue(rr.status(), now, lead)
+            .map_or_else(Action::await_change, Action::requeue));
     }
     // Back off before an answer is consumed: a consumed answer is never "newly answered"
     // again, so consuming it and then waiting would leave the run waiting with nothing
@@ -205,8 +227,11 @@ pub(super) async fn progress(rr: &mut RunReconcile<'_>) -> Result<Action, Error>
     {
         return Ok(Action::requeue(wait_until(now, at.0)));
     }
-    if phase.is_waiting() {
-        let stored = read_snapshot(&snapshot_cm)?;
+    if phase.is_waiting() || woken.is_some() {
+        let stored = match stored {
+            Some(s) => s,
+            None => read_snapshot(&snapshot_cm)?,
+        };
         let doc = with_current_answers(&stored, run);
         if let Err(refused) = crate::snapshot::fits(&doc) {
             // The apiserver would refuse this snapshot at every retry: end the run now.
@@ -286,7 +311,12 @@ pub(super) async fn progress(rr: &mut RunReconcile<'_>) -> Result<Action, Error>
         Reason::WorkerStarted,
         format!("worker pod {pod_name}"),
     );
-    let (reason, note) = if resume {
+    let (reason, note) = if let Some(why) = woken {
+        (
+            Reason::Woken,
+            format!("{why}; started worker pod {pod_name}"),
+        )
+    } else if resume {
         (
             Reason::Resumed,
             format!("answer received; started worker pod {pod_name}"),

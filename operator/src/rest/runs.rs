@@ -120,6 +120,21 @@ pub fn snapshot_with(
         .configurable
         .as_ref()
         .and_then(|c| serde_json::to_value(c).ok());
+    if let Some(parent) = crate::snapshot::parent_of(run) {
+        doc.parent_run_id = Some(parent.run_id);
+        doc.parent_node_id = Some(parent.node_id);
+    }
+    doc.child_runs = st
+        .child_runs
+        .iter()
+        .filter_map(|c| {
+            Some(openwop_protocol::run::api::ChildRunRef {
+                run_id: c.run_id.clone()?,
+                status: c.phase.unwrap_or_default(),
+                node_id: c.node_id.clone(),
+            })
+        })
+        .collect();
     doc
 }
 

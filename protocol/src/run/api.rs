@@ -67,6 +67,31 @@ pub struct RunSnapshotDoc {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
     pub variables: Option<Map<String, Value>>,
+    /// Set on a child run: the run whose `core.subWorkflow` node created it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_run_id: Option<String>,
+    /// Set on a child run: the parent's node that created it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_node_id: Option<String>,
+    /// The child runs this run's sub-workflow nodes created.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub child_runs: Vec<ChildRunRef>,
+    /// Host addition: when the run's next timer (a long `core.delay`) is due; the run is
+    /// `running` and holds no worker meanwhile.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wake_at: Option<String>,
+}
+
+/// One child run of a run (`RunSnapshot.childRuns`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct ChildRunRef {
+    pub run_id: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = String, example = "completed"))]
+    pub status: RunPhase,
+    /// The parent's node that created it.
+    pub node_id: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -145,6 +170,13 @@ impl RunSnapshotDoc {
             configurable: None,
             scope_id: None,
             variables: None,
+            parent_run_id: None,
+            parent_node_id: None,
+            child_runs: Vec::new(),
+            wake_at: p
+                .wake_at()
+                .filter(|_| !status.is_terminal())
+                .map(str::to_owned),
         }
     }
 }

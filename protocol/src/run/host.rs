@@ -23,6 +23,15 @@ pub const MAX_SCHEMA_ROUNDS: u32 = 16;
 /// gives within an output budget, small enough that a broken or hostile endpoint cannot
 /// exhaust the worker's memory.
 pub const DEFAULT_MAX_PROVIDER_RESPONSE_BYTES: u64 = 8 * 1024 * 1024;
+/// Default `runs.durableWaitThresholdMs`: a wait (a `core.delay`) up to this long sleeps in
+/// the worker pod; a longer one is recorded in the run's log and the pod exits, the operator
+/// starting a worker again at the wake time. 30 s keeps every conformance timing (running
+/// within 5 s, cancel within 5 s) in one pod.
+pub const DEFAULT_DURABLE_WAIT_THRESHOLD_MS: u64 = 30_000;
+/// Default `runs.maxSubWorkflowDepth`: how deep child runs may nest (a root run is depth 0;
+/// its child 1). Deep enough for real compositions, shallow enough that a workflow calling
+/// itself fails early with a clear error instead of filling the cluster with Runs.
+pub const DEFAULT_MAX_SUB_WORKFLOW_DEPTH: u32 = 8;
 
 /// What the host enforces on every run. Its `Default` is the host's defaults, once: the
 /// operator's configuration starts from it and the chart's values must agree with it.
@@ -48,6 +57,11 @@ pub struct HostProfile {
     /// What the HTTP node's calls may reach and read (chart `egress.allowHosts`,
     /// `limits.maxHttpResponseBytes`); advertised as `httpClient`.
     pub http: crate::http::HttpClientProfile,
+    /// `runs.durableWaitThresholdMs`: a wait up to this long sleeps in the pod; a longer one
+    /// lets the pod exit and the operator wakes the run.
+    pub durable_wait_threshold_ms: u64,
+    /// `runs.maxSubWorkflowDepth`: the deepest a child run may be nested.
+    pub max_sub_workflow_depth: u32,
     /// The host opted in to the RFC 0023 mock agent for this run's tenant (chart
     /// `conformance.mockAgentNamespaces`), so its workflow may use
     /// `core.conformance.mock-agent` whatever its id
@@ -68,6 +82,8 @@ impl Default for HostProfile {
             max_provider_response_bytes: DEFAULT_MAX_PROVIDER_RESPONSE_BYTES,
             node_concurrency: crate::schedule::DEFAULT_NODE_CONCURRENCY,
             http: crate::http::HttpClientProfile::default(),
+            durable_wait_threshold_ms: DEFAULT_DURABLE_WAIT_THRESHOLD_MS,
+            max_sub_workflow_depth: DEFAULT_MAX_SUB_WORKFLOW_DEPTH,
             mock_agent: false,
         }
     }

@@ -18,7 +18,9 @@
 //! * [`options`] — the reserved `configurable` keys the host honours (`runTimeoutMs`);
 //! * [`gate`] — the nodes that wait for a person: what they wait for, the events of the
 //!   wait and of its resolution;
-//! * [`variables`] — a run's workflow variables: seeding, per-node visibility, the served bag.
+//! * [`variables`] — a run's workflow variables: seeding, per-node visibility, the served bag;
+//! * [`waits`] — durable waits (long delays, child runs): what the worker records and the
+//!   operator wakes the run on.
 //!
 //! Run identity is the runId: the Run object's uid, unique per object and never reused. A
 //! Run deleted and re-created under the same name is a new run with its own subject, its own
@@ -41,6 +43,7 @@ pub mod stream_modes;
 pub mod subjects;
 pub mod telemetry;
 pub mod variables;
+pub mod waits;
 
 pub use crate::text::truncate;
 // What other crates name most, one level deep (`openwop_protocol::run::RunPhase`).

@@ -39,6 +39,12 @@ pub enum Executor {
     SetVariable,
     /// Reads a declared workflow variable as this node sees it: outputs `{value}`.
     GetVariable,
+    /// `core.delay`: waits in the pod up to the host's durable-wait threshold; longer, the
+    /// wake time is recorded and the pod exits (`run::waits`).
+    Delay,
+    /// `core.subWorkflow`: records intent (`node.dispatched`); the operator runs the child
+    /// and writes its outcome into the snapshot (`run::waits`).
+    SubWorkflow,
 }
 
 /// How a node type's `config` is checked at registration.
@@ -229,6 +235,22 @@ pub const BUILTIN_NODES: &[BuiltinNode] = &[
         type_id: GET_VARIABLE_TYPE_ID,
         executor: Executor::GetVariable,
         config: schema(GET_VARIABLE_CONFIG),
+    },
+    BuiltinNode {
+        type_id: "core.delay",
+        executor: Executor::Delay,
+        config: ConfigCheck::AnyObject,
+    },
+    BuiltinNode {
+        type_id: "core.subWorkflow",
+        executor: Executor::SubWorkflow,
+        config: ConfigCheck::AnyObject,
+    },
+    // The conformance fixtures' spelling of the same node (node-library.md §3.13).
+    BuiltinNode {
+        type_id: "core.control.subWorkflow",
+        executor: Executor::SubWorkflow,
+        config: ConfigCheck::AnyObject,
     },
 ];
 

@@ -12,6 +12,7 @@ use super::status::{
     PendingInterrupt, PendingQuestion, RunError, RunPhase, suspension, waiting_phase,
 };
 use super::truncate;
+use super::waits::{ArmedTimer, ChildWait, MAX_WAITS, child_of, timer_of};
 
 /// Largest termination message the kubelet keeps (bytes).
 pub const TERMINATION_MESSAGE_BYTES: usize = 4096;
@@ -42,6 +43,13 @@ pub struct Projection {
     pub pending_interrupts: Vec<PendingInterrupt>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<RunError>,
+    /// Delay nodes waiting for their wake time (durable waits, `run::waits`): the run stays
+    /// `running` and the operator starts a worker at the earliest.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub timers: Vec<ArmedTimer>,
+    /// Sub-workflow nodes waiting for their child run.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub children: Vec<ChildWait>,
 }
 
 /// The parts of one event the projection reads.
@@ -139,11 +147,34 @@ impl Projection {
                 self.phase = Some(RunPhase::Running);
                 self.current_node = node.map(str::to_owned);
             }
-            "node.completed" | "node.failed" => {
+            "node.completed" | "node.failed" | "node.cancelled" => {
                 if let Some(n) = node {
                     self.running_nodes.remove(n);
+                    self.timers.retain(|t| t.node_id != n);
+                    self.children.retain(|c| c.node_id != n);
                 }
                 self.settle();
+            }
+            "log.appended" => {
+                if let Some(t) = timer_of(payload) {
+                    // The node waits without a pod: no longer running.
+                    self.running_nodes.remove(&t.node_id);
+                    self.timers.retain(|o| o.node_id != t.node_id);
+                    if self.timers.len() < MAX_WAITS {
+                        self.timers.push(t);
+                    }
+                    self.settle();
+                }
+            }
+            "node.dispatched" => {
+                if let Some(c) = child_of(node, payload) {
+                    self.running_nodes.remove(&c.node_id);
+                    self.children.retain(|o| o.node_id != c.node_id);
+                    if self.children.len() < MAX_WAITS {
+                        self.children.push(c);
+                    }
+                    self.settle();
+                }
             }
             "node.suspended" => {
                 let (_, kind) = suspension(s(payload, "kind"), s(payload, "reason"));
@@ -238,6 +269,22 @@ impl Projection {
         self.phase = Some(phase);
         self.pending_interrupts.clear();
         self.running_nodes.clear();
+        self.timers.clear();
+        self.children.clear();
+    }
+
+    /// The earliest wake time of the armed timers (RFC 3339), if any.
+    pub fn wake_at(&self) -> Option<&str> {
+        self.timers
+            .iter()
+            .filter_map(|t| Some((super::waits::parse_time(&t.wake_at)?, t.wake_at.as_str())))
+            .min_by_key(|(at, _)| *at)
+            .map(|(_, s)| s)
+    }
+
+    /// Whether a node waits without a pod (a timer or a child run).
+    pub fn dormant(&self) -> bool {
+        !self.timers.is_empty() || !self.children.is_empty()
     }
 
     /// Waiting only when no node runs and something is pending; running otherwise.
@@ -316,6 +363,12 @@ impl Projection {
             .map(PendingInterrupt::bounded)
             .collect();
         p.error = p.error.map(|e| RunError::new(e.code, &e.message));
+        p.timers.truncate(MAX_WAITS);
+        p.timers
+            .retain(|t| super::waits::parse_time(&t.wake_at).is_some() && t.node_id.len() <= 256);
+        p.children.truncate(MAX_WAITS);
+        p.children
+            .retain(|c| c.node_id.len() <= 256 && c.child_run_name.len() <= 253);
         Some(p)
     }
 }
@@ -329,7 +382,7 @@ impl Projection {
 ///   stays so, whatever late events say); `cancelling` holds until `newer` is terminal (late
 ///   events of the stopped worker must not make it look running again); otherwise `newer`'s,
 ///   else the stored one;
-/// * **pending interrupts, running nodes, error** — they belong to the phase: the stored ones
+/// * **pending interrupts, running nodes, timers, child waits, error** — they belong to the phase: the stored ones
 ///   while the phase is held, else `newer`'s (the error: `newer`'s, else the stored one);
 /// * **current node** — `newer`'s, else the stored one (informational: the last node named);
 /// * **events, lastSequence** — the larger: counters never go backwards (the consumer may
@@ -353,6 +406,8 @@ pub fn merge(stored: &Projection, newer: &Projection) -> Projection {
         last_sequence: stored.last_sequence.max(newer.last_sequence),
         running_nodes: from.running_nodes.clone(),
         pending_interrupts: from.pending_interrupts.clone(),
+        timers: from.timers.clone(),
+        children: from.children.clone(),
         error: if held {
             stored.error.clone()
         } else {
@@ -613,6 +668,7 @@ mod tests {
                 })
                 .collect(),
             error: error.map(|c| RunError::new(c, "m")),
+            ..Projection::default()
         }
     }
 
@@ -745,5 +801,50 @@ mod tests {
         for (case, stored, newer, want) in rows {
             assert_eq!(merge(&stored, &newer), want, "{case}");
         }
+    }
+
+    #[test]
+    fn a_timer_or_child_wait_keeps_the_run_running_without_a_node_running() {
+        let mut p = Projection::default();
+        p.apply(&ev(0, "run.started", json!({})));
+        p.apply(&ev(1, "node.started", json!({"nodeId": "wait"})));
+        let rec = serde_json::to_value(crate::run::waits::timer_record(
+            "wait",
+            "2026-01-01T00:01:00.000Z",
+            60000,
+        ))
+        .unwrap();
+        p.apply(&ev(2, "log.appended", rec));
+        p.apply(&ev(3, "node.started", json!({"nodeId": "sub"})));
+        p.apply(&ev(
+            4,
+            "node.dispatched",
+            json!({"nodeId": "sub", "childRunName": "p-c1", "childWorkflowId": "child"}),
+        ));
+        assert_eq!(p.phase, Some(RunPhase::Running));
+        assert!(p.running_nodes.is_empty());
+        assert!(p.dormant());
+        assert_eq!(p.wake_at(), Some("2026-01-01T00:01:00.000Z"));
+        assert_eq!(p.children[0].child_run_name, "p-c1");
+        // The worker exits: nothing runs, yet nothing needs an answer.
+        let mut summary = p.clone();
+        summary.suspend();
+        assert_eq!(summary.phase, Some(RunPhase::Running));
+        let back = Projection::from_termination_message(&summary.to_termination_message());
+        assert_eq!(back.as_ref().map(|b| &b.timers), Some(&p.timers));
+        // Beside a pending interrupt the run waits for the answer (and the timer).
+        p.apply(&ev(
+            5,
+            "node.suspended",
+            json!({"nodeId": "gate", "interruptId": "i1", "kind": "approval"}),
+        ));
+        assert_eq!(p.phase, Some(RunPhase::WaitingApproval));
+        p.apply(&ev(6, "node.completed", json!({"nodeId": "wait"})));
+        p.apply(&ev(7, "node.failed", json!({"nodeId": "sub"})));
+        assert!(!p.dormant() && p.wake_at().is_none());
+        let merged = merge(&Projection::default(), &summary);
+        assert_eq!((merged.timers.len(), merged.children.len()), (1, 1));
+        p.apply(&ev(8, "run.cancelled", json!({})));
+        assert!(p.timers.is_empty());
     }
 }

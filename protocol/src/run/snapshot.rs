@@ -11,6 +11,7 @@ use serde_json::{Map, Value};
 
 use super::host::HostProfile;
 use super::status::{APPROVAL_ACTIONS, AnswerMismatch, PendingInterrupt};
+use super::waits::{ChildResult, ParentRef};
 use crate::retry::mock::{MockError, MockProgram, ProviderMock};
 
 /// Where the run lives and who it is.
@@ -411,6 +412,16 @@ pub struct RunSnapshot {
     /// What the host enforces.
     #[serde(default)]
     pub host: HostProfile,
+    /// Set on a child run (`core.subWorkflow`): the run and node that called it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<ParentRef>,
+    /// How this run's child runs ended (written by the operator, like answers).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub children: Vec<ChildResult>,
+    /// `run.cancelled.reason` when the cancel has a reason other than `spec.cancel` (a child
+    /// cancelled with its parent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cancel_reason: Option<String>,
 }
 
 fn empty_object() -> Value {
@@ -532,6 +543,11 @@ impl RunSnapshot {
     /// The document as stored.
     pub fn to_json(&self) -> String {
         serde_json::to_string(self).unwrap_or_default()
+    }
+
+    /// How the child run of node `node_id` ended, once the operator wrote it.
+    pub fn child_result(&self, node_id: &str) -> Option<&ChildResult> {
+        self.children.iter().rev().find(|c| c.node_id == node_id)
     }
 
     /// The answer to `interrupt_id`, the last one when several were given.

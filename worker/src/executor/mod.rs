@@ -30,10 +30,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 mod agent;
-mod http;
 mod basic;
+mod delay;
 mod flow;
+mod http;
 mod prompt;
+mod subworkflow;
 mod wait;
 
 use futures::stream::{FuturesUnordered, StreamExt};
@@ -98,7 +100,8 @@ pub enum RunEnd {
     /// `run.cancelled` is durable.
     Cancelled,
     /// Waiting for answers; the worker exits with `exit::SUSPENDED`. Everything that could
-    /// run has run: these are the interrupts left pending, in the graph's order.
+    /// run has run: these are the interrupts left pending, in the graph's order — empty when
+    /// only durable waits (a long delay, a child run) are left, which the operator wakes.
     Suspended(Vec<Suspension>),
 }
 
@@ -114,6 +117,8 @@ enum NodeOutcome {
     Completed(Value),
     Failed(ErrorInfo),
     Suspended(String, InterruptKind),
+    /// Waits without a pod (a recorded timer or child run): the operator wakes the run.
+    Dormant,
 }
 
 /// How a branch left its node.
@@ -122,6 +127,7 @@ enum Visited {
     Failed(ErrorInfo),
     Skipped,
     Suspended(String, InterruptKind),
+    Dormant,
 }
 
 /// Why the run tells its in-flight branches to stop.
@@ -366,6 +372,8 @@ impl<'a, P: Publisher> Executor<'a, P> {
         let mut states: BTreeMap<String, NodeState> = BTreeMap::new();
         let mut errors: BTreeMap<String, ErrorInfo> = BTreeMap::new();
         let mut waiting: Vec<Suspension> = Vec::new();
+        // A node waits without a pod (a long delay, a child run).
+        let mut dormant = false;
         let mut running: FuturesUnordered<Branch<'_>> = FuturesUnordered::new();
         // Nodes executing (skips and condition failures are branches too, but count for nothing).
         let mut executing = 0usize;
@@ -444,6 +452,10 @@ impl<'a, P: Publisher> Executor<'a, P> {
                 Ok(Visited::Skipped) => {
                     states.insert(id, NodeState::Skipped);
                 }
+                Ok(Visited::Dormant) => {
+                    states.insert(id, NodeState::Waiting);
+                    dormant = true;
+                }
                 Ok(Visited::Suspended(interrupt_id, kind)) => {
                     states.insert(id.clone(), NodeState::Waiting);
                     waiting.push(Suspension {
@@ -479,7 +491,7 @@ impl<'a, P: Publisher> Executor<'a, P> {
         }
         // Branches waiting for answers suspend the run even beside a failed branch (as when
         // the suspension came first in a sequential run): the run ends once nothing waits.
-        if !waiting.is_empty() {
+        if !waiting.is_empty() || dormant {
             let order = |s: &Suspension| self.graph.nodes.iter().position(|n| n.id == s.node_id);
             waiting.sort_by_key(order);
             return Ok(RunEnd::Suspended(waiting));
@@ -644,6 +656,7 @@ impl<'a, P: Publisher> Executor<'a, P> {
             match &outcome {
                 NodeOutcome::Completed(_) => span.set_str("openwop.node_outcome", "completed"),
                 NodeOutcome::Suspended(..) => span.set_str("openwop.node_outcome", "suspended"),
+                NodeOutcome::Dormant => span.set_str("openwop.node_outcome", "waiting"),
                 NodeOutcome::Failed(e) => {
                     span.set_str("openwop.node_outcome", "failed");
                     span.fail(&e.code, &e.message);
@@ -669,6 +682,7 @@ impl<'a, P: Publisher> Executor<'a, P> {
                 NodeOutcome::Suspended(interrupt, kind) => {
                     return Ok(Visited::Suspended(interrupt, kind));
                 }
+                NodeOutcome::Dormant => return Ok(Visited::Dormant),
                 NodeOutcome::Failed(e)
                     if e.retryable == Some(true)
                         && attempt < max_retries
@@ -853,6 +867,8 @@ impl<'a, P: Publisher> Executor<'a, P> {
             Some(NodeExecutor::Noop) => Ok(basic::noop(inputs)),
             Some(NodeExecutor::Fail) => Ok(basic::fail(node)),
             Some(NodeExecutor::Gate) => self.gate(node, attempt).await,
+            Some(NodeExecutor::Delay) => self.delay(node, inputs).await,
+            Some(NodeExecutor::SubWorkflow) => self.sub_workflow(node, variables).await,
             None => {
                 let other = node.type_id.as_str();
                 Ok(NodeOutcome::Failed(ErrorInfo {
@@ -888,7 +904,7 @@ pub fn recorded_end<P: Publisher>(log: &RunLog<P>) -> Option<RunEnd> {
 /// a SIGTERM stop.
 pub async fn cancel_run<P: Publisher>(
     log: &mut RunLog<P>,
-    reason: &str,
+    snap: &RunSnapshot,
 ) -> Result<RunEnd, LogError> {
     if let Some(end) = recorded_end(log) {
         return Ok(end);
@@ -897,7 +913,10 @@ pub async fn cancel_run<P: Publisher>(
         ending::RUN_CANCELLED_STEP,
         None,
         EventType::RunCancelled,
-        ending::cancelled_payload(reason, ending::CANCELLED_BY_OPERATOR),
+        openwop_protocol::run::waits::cancelled_payload(
+            snap.cancel_reason.as_deref(),
+            snap.parent.as_ref(),
+        ),
     )
     .await?;
     Ok(RunEnd::Cancelled)
@@ -927,6 +946,8 @@ fn config_error(id: &str, issues: &[ValidationIssue]) -> ErrorInfo {
     }
 }
 
+#[cfg(test)]
+mod durable_tests;
 #[cfg(test)]
 mod flow_runs;
 #[cfg(test)]

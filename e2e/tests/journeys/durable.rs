@@ -1,0 +1,284 @@
+//! Issue #24 durable waits: a `core.delay` above the install's `runs.durableWaitThresholdMs`
+//! (2 s in e2e/helm/mini-cluster-values.yaml) holds no worker pod while it waits and wakes
+//! within 2 s of its recorded time, also across an operator restart; a `core.subWorkflow`
+//! runs its child Run and completes with the child's outcome; cancelling the parent cancels
+//! the child (`reason: parent-cancelled`).
+
+use super::*;
+
+/// Workflow `name`: `wait` (`core.delay`, `delayMs` from the variable of that name, default
+/// `default_ms`) then `after`.
+fn delay_workflow(name: &str, default_ms: u64) -> String {
+    serde_json::to_string(&json!({
+        "apiVersion": "openwop.dev/v1alpha1", "kind": "Workflow", "metadata": {"name": name},
+        "spec": {"id": name, "name": name, "version": "1",
+                 "variables": [{"name": "delayMs", "type": "number", "defaultValue": default_ms}],
+                 "nodes": [{"id": "wait", "typeId": "core.delay",
+                            "inputs": {"delayMs": {"type": "variable", "variableName": "delayMs"}}},
+                           {"id": "after", "typeId": "core.flow.noop"}],
+                 "edges": [{"id": "e1", "sourceNodeId": "wait", "targetNodeId": "after"}]}}))
+    .unwrap()
+}
+
+fn run_of(name: &str, workflow: &str, inputs: Value) -> String {
+    serde_json::to_string(&json!({
+        "apiVersion": "openwop.dev/v1alpha1", "kind": "Run", "metadata": {"name": name},
+        "spec": {"workflowRef": {"name": workflow}, "inputs": inputs}}))
+    .unwrap()
+}
+
+fn at(s: &str) -> k8s_openapi::jiff::Timestamp {
+    s.parse()
+        .unwrap_or_else(|e| panic!("{s:?} is not a time: {e}"))
+}
+
+/// The armed timer's `wakeAt` once the Run's status shows it.
+async fn wake_at(c: &Cluster, ns: &str, run: &str) -> String {
+    let runs = api(c, ns, "Run");
+    wait_for(Duration::from_secs(60), "the run's wakeAt", || {
+        let runs = runs.clone();
+        async move {
+            let st = status(&runs.get_opt(run).await.ok().flatten()?);
+            st["wakeAt"].as_str().map(str::to_owned)
+        }
+    })
+    .await
+}
+
+/// Lateness of `run`'s delay: its `node.completed` timestamp minus the recorded `wakeAt`.
+fn lateness_ms(c: &Cluster, ns: &str, run: &str) -> i64 {
+    let evs = events(c, ns, run);
+    assert_gapless(&evs);
+    let timer = evs
+        .iter()
+        .find_map(|e| e["payload"]["fields"]["timer"]["wakeAt"].as_str())
+        .expect("a recorded timer");
+    let done = evs
+        .iter()
+        .find(|e| e["type"] == "node.completed" && e["nodeId"] == "wait")
+        .expect("the delay completed");
+    let done = at(done["timestamp"].as_str().unwrap());
+    (done - at(timer)).get_milliseconds()
+}
+
+#[tokio::test]
+async fn a_long_delay_holds_no_pod_and_wakes_on_time_across_an_operator_restart() {
+    let (c, _g) = setup().await;
+    let ns = namespace(&c.client, "j-delay").await;
+    ok(
+        apply(&c, &ns, &delay_workflow("nap", 10_000)),
+        "apply workflow",
+    );
+    wait_workflow(&c, &ns, "nap", "True").await;
+    ok(
+        apply(&c, &ns, &run_of("nap-1", "nap", json!({}))),
+        "apply run",
+    );
+    let wake = at(&wake_at(&c, &ns, "nap-1").await);
+    // The worker exits once the timer is recorded: no pod while the run waits.
+    wait_for(
+        Duration::from_secs(30),
+        "no worker pod while waiting",
+        || {
+            let c = &c;
+            let ns = &ns;
+            async move { worker_pods(c, ns).await.is_empty().then_some(()) }
+        },
+    )
+    .await;
+    let st = status(&api(&c, &ns, "Run").get("nap-1").await.unwrap());
+    assert_eq!(st["phase"], "running", "a delay is never waiting-*: {st:#}");
+    let printed = ok(
+        kubectl(&c, &["get", "run", "nap-1", "-n", &ns], None),
+        "kubectl get run",
+    );
+    assert!(printed.contains("WAKES"), "{printed}");
+    if c.local {
+        // The operator restarts during the wait: the wake time comes from the run's log.
+        let pods: Api<Pod> = Api::namespaced(c.client.clone(), release_ns());
+        let lp = ListParams::default().labels("app.kubernetes.io/component=operator");
+        for p in pods.list(&lp).await.unwrap().items {
+            let name = p.metadata.name.unwrap_or_default();
+            ok(
+                kubectl(
+                    &c,
+                    &[
+                        "delete",
+                        "pod",
+                        &name,
+                        "-n",
+                        release_ns(),
+                        "--grace-period=0",
+                        "--force",
+                    ],
+                    None,
+                ),
+                "force-delete the operator pod",
+            );
+        }
+        wait_operator_ready(&c).await;
+    }
+    // Until shortly before the wake time, still no worker pod.
+    let lead = k8s_openapi::jiff::SignedDuration::from_millis(1500);
+    while k8s_openapi::jiff::Timestamp::now() < wake.checked_sub(lead).unwrap() {
+        assert!(
+            worker_pods(&c, &ns).await.is_empty(),
+            "a worker pod while the delay waits"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    wait_run(&c, &ns, "nap-1", "completed", 60).await;
+    let late = lateness_ms(&c, &ns, "nap-1");
+    assert!((0..=2000).contains(&late), "woke {late} ms after wakeAt");
+    let evs = events(&c, &ns, "nap-1");
+    assert_eq!(
+        evs.iter()
+            .filter(|e| e["payload"]["fields"]["timer"].is_object())
+            .count(),
+        1,
+        "one timer, recorded once: {:?}",
+        types(&evs)
+    );
+}
+
+/// Child `child-wf` (two noops, `childResult` defaulting to "child-completed", or a 10 s
+/// delay when `slow`) and parent `parent-wf` calling it.
+fn sub_workflows(c: &Cluster, ns: &str, slow: bool) {
+    let child_nodes = if slow {
+        json!([{"id": "child-wait", "typeId": "core.delay",
+                "inputs": {"delayMs": {"type": "static", "value": 10_000}}}])
+    } else {
+        json!([{"id": "child-n1", "typeId": "core.flow.noop"}, {"id": "child-n2", "typeId": "core.flow.noop"}])
+    };
+    let child = json!({
+        "apiVersion": "openwop.dev/v1alpha1", "kind": "Workflow", "metadata": {"name": "child-wf"},
+        "spec": {"id": "child-wf", "name": "child", "version": "1",
+                 "variables": [{"name": "childResult", "type": "string", "defaultValue": "child-completed"}],
+                 "nodes": child_nodes}});
+    let parent = json!({
+        "apiVersion": "openwop.dev/v1alpha1", "kind": "Workflow", "metadata": {"name": "parent-wf"},
+        "spec": {"id": "parent-wf", "name": "parent", "version": "1",
+                 "nodes": [{"id": "parent-start", "typeId": "core.flow.noop"},
+                           {"id": "subwf-call", "typeId": "core.control.subWorkflow",
+                            "config": {"workflowId": "child-wf", "waitForCompletion": true,
+                                       "onChildFailure": "fail-parent",
+                                       "outputMapping": {"childOutcome": "childResult"}}},
+                           {"id": "parent-end", "typeId": "core.flow.noop"}],
+                 "edges": [{"id": "ep1", "sourceNodeId": "parent-start", "targetNodeId": "subwf-call"},
+                           {"id": "ep2", "sourceNodeId": "subwf-call", "targetNodeId": "parent-end"}]}});
+    for wf in [child, parent] {
+        ok(apply(c, ns, &wf.to_string()), "apply workflow");
+    }
+}
+
+/// The child Run of `parent` once the operator created it.
+async fn child_of(c: &Cluster, ns: &str, parent: &str) -> DynamicObject {
+    let runs = api(c, ns, "Run");
+    let parent_uid = runs.get(parent).await.unwrap().metadata.uid.unwrap();
+    let lp = ListParams::default().labels(&format!("openwop.dev/parent-run={parent_uid}"));
+    wait_for(Duration::from_secs(60), "the child Run", || {
+        let (runs, lp) = (runs.clone(), lp.clone());
+        async move { runs.list(&lp).await.ok()?.items.into_iter().next() }
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_sub_workflow_runs_its_child_and_completes_with_its_outcome() {
+    let (c, _g) = setup().await;
+    let ns = namespace(&c.client, "j-subwf").await;
+    sub_workflows(&c, &ns, false);
+    wait_workflow(&c, &ns, "parent-wf", "True").await;
+    wait_workflow(&c, &ns, "child-wf", "True").await;
+    ok(
+        apply(&c, &ns, &run_of("parent-1", "parent-wf", json!({}))),
+        "apply run",
+    );
+    let st = wait_run(&c, &ns, "parent-1", "completed", 120).await;
+    let child = child_of(&c, &ns, "parent-1").await;
+    let child_name = child.metadata.name.clone().unwrap();
+    let child_st = wait_run(&c, &ns, &child_name, "completed", 10).await;
+    assert_eq!(
+        st["childRuns"][0]["runId"], child_st["runId"],
+        "the parent lists its child: {st:#}"
+    );
+    assert_eq!(child.metadata.owner_references.unwrap()[0].name, "parent-1");
+    let evs = events(&c, &ns, "parent-1");
+    assert_gapless(&evs);
+    let dispatched: Vec<&Value> = evs
+        .iter()
+        .filter(|e| e["type"] == "node.dispatched")
+        .collect();
+    assert_eq!(dispatched.len(), 1, "{:?}", types(&evs));
+    let done = evs
+        .iter()
+        .find(|e| e["type"] == "node.completed" && e["nodeId"] == "subwf-call")
+        .unwrap();
+    assert_eq!(done["payload"]["outputs"]["childStatus"], "completed");
+    assert_eq!(done["payload"]["outputs"]["childRunId"], child_st["runId"]);
+    assert_eq!(
+        done["payload"]["outputs"]["variables"]["childOutcome"],
+        "child-completed"
+    );
+    let described = ok(
+        cli(&c, &["describe", &child_name, "-n", &ns]),
+        "kubectl openwop describe",
+    );
+    assert!(
+        described.contains("Phase:         completed"),
+        "{described}"
+    );
+}
+
+#[tokio::test]
+async fn cancelling_a_parent_cancels_its_child() {
+    let (c, _g) = setup().await;
+    let ns = namespace(&c.client, "j-subcancel").await;
+    sub_workflows(&c, &ns, true);
+    wait_workflow(&c, &ns, "parent-wf", "True").await;
+    wait_workflow(&c, &ns, "child-wf", "True").await;
+    ok(
+        apply(&c, &ns, &run_of("parent-2", "parent-wf", json!({}))),
+        "apply run",
+    );
+    let child = child_of(&c, &ns, "parent-2").await;
+    let child_name = child.metadata.name.unwrap();
+    wait_run(&c, &ns, &child_name, "running", 60).await;
+    ok(
+        kubectl(
+            &c,
+            &[
+                "patch",
+                "run",
+                "parent-2",
+                "-n",
+                &ns,
+                "--type=merge",
+                "-p",
+                r#"{"spec":{"cancel":true}}"#,
+            ],
+            None,
+        ),
+        "cancel the parent",
+    );
+    wait_run(&c, &ns, "parent-2", "cancelled", 30).await;
+    let started = std::time::Instant::now();
+    wait_run(&c, &ns, &child_name, "cancelled", 30).await;
+    eprintln!(
+        "child cancelled {} ms after the parent",
+        started.elapsed().as_millis()
+    );
+    let evs = events(&c, &ns, &child_name);
+    let cancelled = evs.iter().find(|e| e["type"] == "run.cancelled").unwrap();
+    assert_eq!(cancelled["payload"]["reason"], "parent-cancelled");
+    let parent_uid = api(&c, &ns, "Run")
+        .get("parent-2")
+        .await
+        .unwrap()
+        .metadata
+        .uid;
+    assert_eq!(
+        cancelled["payload"]["parentRunId"].as_str(),
+        parent_uid.as_deref()
+    );
+}
