@@ -283,7 +283,6 @@ fn every_registered_node_type_executes() {
             .iter()
             .any(|n| n.type_id == MOCK_AGENT_TYPE_ID)
     );
-    let nodes_len = nodes.len();
     let files = RunFiles::new(
         "all-types",
         "run-contract-all-types",
