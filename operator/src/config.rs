@@ -76,6 +76,8 @@ pub struct OperatorConfig {
     pub rest: RestConfig,
     /// The web run viewer at `/ui/`.
     pub ui: crate::ui::UiConfig,
+    /// Webhook subscriptions and their delivery.
+    pub webhooks: crate::webhooks::WebhooksConfig,
 }
 
 /// The OpenWOP REST API (`/v1/...`).
@@ -175,6 +177,7 @@ impl Default for OperatorConfig {
             listen: "0.0.0.0:8080".into(),
             rest: RestConfig::default(),
             ui: crate::ui::UiConfig::default(),
+            webhooks: Default::default(),
         }
     }
 }
@@ -532,6 +535,7 @@ impl OperatorConfig {
             );
         }
         self.ui.validate()?;
+        self.webhooks.validate()?;
         let rest = &self.rest;
         if !(1..=MAX_KEEPALIVE_SECONDS).contains(&rest.keepalive_seconds) {
             return invalid(
