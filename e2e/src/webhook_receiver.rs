@@ -76,17 +76,35 @@ fn openssl(dir: &Path, args: &[&str]) -> anyhow::Result<()> {
 
 /// A CA and a server certificate for 127.0.0.1 signed by it, written in `dir`.
 fn make_certificates(dir: &Path) -> anyhow::Result<(String, String, String)> {
-    let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
     let mut ca = vec!["req", "-x509"];
     ca.extend(ec);
     ca.extend([
-        "-keyout", "ca.key", "-out", "ca.crt", "-days", "2", "-subj", "/CN=openwop-test-ca",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.crt",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=openwop-test-ca",
     ]);
     openssl(dir, &ca)?;
     let mut csr = vec!["req"];
     csr.extend(ec);
     csr.extend([
-        "-keyout", "leaf.key", "-out", "leaf.csr", "-subj", "/CN=127.0.0.1",
+        "-keyout",
+        "leaf.key",
+        "-out",
+        "leaf.csr",
+        "-subj",
+        "/CN=127.0.0.1",
     ]);
     openssl(dir, &csr)?;
     std::fs::write(
@@ -96,8 +114,21 @@ fn make_certificates(dir: &Path) -> anyhow::Result<(String, String, String)> {
     openssl(
         dir,
         &[
-            "x509", "-req", "-in", "leaf.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
-            "-CAcreateserial", "-out", "leaf.crt", "-days", "2", "-extfile", "leaf.ext",
+            "x509",
+            "-req",
+            "-in",
+            "leaf.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "leaf.crt",
+            "-days",
+            "2",
+            "-extfile",
+            "leaf.ext",
         ],
     )?;
     let read = |f: &str| std::fs::read_to_string(dir.join(f)).with_context(|| f.to_owned());

@@ -24,12 +24,28 @@ use serde_json::{Value, json};
 
 /// Every run event type a one-node prompt run can emit (the subscription asks for them all).
 const EVENT_TYPES: &[&str] = &[
-    "run.started", "run.completed", "run.failed", "run.cancelled", "run.resumed",
-    "node.started", "node.completed", "node.failed", "node.suspended", "node.resumed",
-    "log.appended", "prompt.composed", "provider.usage", "cap.breached",
-    "envelope.retry.attempted", "envelope.retry.exhausted", "envelope.refusal",
-    "envelope.truncated", "envelope.recovery.applied", "envelope.nlToFormat.engaged",
-    "agent.reasoned", "agent.reasoning.delta",
+    "run.started",
+    "run.completed",
+    "run.failed",
+    "run.cancelled",
+    "run.resumed",
+    "node.started",
+    "node.completed",
+    "node.failed",
+    "node.suspended",
+    "node.resumed",
+    "log.appended",
+    "prompt.composed",
+    "provider.usage",
+    "cap.breached",
+    "envelope.retry.attempted",
+    "envelope.retry.exhausted",
+    "envelope.refusal",
+    "envelope.truncated",
+    "envelope.recovery.applied",
+    "envelope.nlToFormat.engaged",
+    "agent.reasoned",
+    "agent.reasoning.delta",
 ];
 /// How long the run's provider call is held: the operator is deleted and back within it.
 const HOLD_MS: u64 = 25_000;
@@ -159,10 +175,14 @@ async fn a_run_is_delivered_signed_in_order_across_an_operator_restart_and_a_500
 
     // Once deliveries flow (the 500 and its retry among them), delete the operator pod while
     // the provider call is still held.
-    wait_for(Duration::from_secs(90), "the retried first delivery", || async {
-        let d = receiver.deliveries();
-        (d.iter().any(|d| d.status == 500) && d.iter().any(|d| d.status == 200)).then_some(())
-    })
+    wait_for(
+        Duration::from_secs(90),
+        "the retried first delivery",
+        || async {
+            let d = receiver.deliveries();
+            (d.iter().any(|d| d.status == 500) && d.iter().any(|d| d.status == 200)).then_some(())
+        },
+    )
     .await;
     let old = operator_pods(&c).await;
     for name in &old {
@@ -170,7 +190,13 @@ async fn a_run_is_delivered_signed_in_order_across_an_operator_restart_and_a_500
             kubectl(
                 &c,
                 &[
-                    "delete", "pod", name, "-n", &release_ns(), "--grace-period=0", "--force",
+                    "delete",
+                    "pod",
+                    name,
+                    "-n",
+                    &release_ns(),
+                    "--grace-period=0",
+                    "--force",
                 ],
                 None,
             ),
@@ -246,11 +272,17 @@ async fn a_run_is_delivered_signed_in_order_across_an_operator_restart_and_a_500
     }
     let seqs: Vec<u64> = first.iter().map(|(_, s)| *s).collect();
     let expect: Vec<u64> = (0..log.len() as u64).collect();
-    assert_eq!(seqs, expect, "first arrivals in sequence order, none missing");
+    assert_eq!(
+        seqs, expect,
+        "first arrivals in sequence order, none missing"
+    );
     // The 500 was the first event's first attempt; its retry carried the same id.
     let failed: Vec<&Delivery> = all.iter().filter(|d| d.status == 500).collect();
     assert_eq!(failed.len(), 1);
-    assert_eq!(failed[0].header(headers::DELIVERY_ID), Some(first[0].0.as_str()));
+    assert_eq!(
+        failed[0].header(headers::DELIVERY_ID),
+        Some(first[0].0.as_str())
+    );
 
     let (code, _, body) = kit::http(
         "DELETE",

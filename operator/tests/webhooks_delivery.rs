@@ -101,7 +101,9 @@ async fn subscribe(s: &Setup, tenant: &str, id: &str, events: &[&str]) -> (Subsc
         secret_fingerprint: webhook::fingerprint(&secret),
         created_at: "2026-11-26T00:00:00Z".into(),
     };
-    dispatch::create_consumer(&s.js, &s.cfg, &sub).await.unwrap();
+    dispatch::create_consumer(&s.js, &s.cfg, &sub)
+        .await
+        .unwrap();
     Store::open(&s.js, &s.cfg.webhooks.bucket)
         .await
         .unwrap()
@@ -144,7 +146,10 @@ async fn wait_deliveries(r: &Receiver, n: usize, secs: u64) -> Vec<Delivery> {
             "{} deliveries after {secs} s, want {n}: {:?}\noperator log:\n{}",
             d.len(),
             d.iter()
-                .map(|d| (d.header(headers::EVENT_TYPE).unwrap_or("").to_owned(), d.status))
+                .map(|d| (
+                    d.header(headers::EVENT_TYPE).unwrap_or("").to_owned(),
+                    d.status
+                ))
                 .collect::<Vec<_>>(),
             String::from_utf8_lossy(&captured_logs().lock().unwrap())
         );
@@ -220,7 +225,10 @@ async fn deliveries_are_filtered_ordered_signed_retried_and_survive_a_restart() 
             .into_iter()
             .find(|f| f.header(headers::DELIVERY_ID) == d.header(headers::DELIVERY_ID))
             .unwrap();
-        assert_eq!(verified(d, &secret)["event"], verified(first, &secret)["event"]);
+        assert_eq!(
+            verified(d, &secret)["event"],
+            verified(first, &secret)["event"]
+        );
     }
     let ok = first_arrivals(&all);
     let seqs: Vec<u64> = ok
@@ -294,8 +302,13 @@ async fn a_refusing_receiver_is_not_retried_and_the_breaker_opens() {
         cfg: Arc::new(cfg),
         ..s
     };
-    let (_sub, _secret) =
-        subscribe(&s, "team-a", "wh_000000000000000000000002", &["run.started"]).await;
+    let (_sub, _secret) = subscribe(
+        &s,
+        "team-a",
+        "wh_000000000000000000000002",
+        &["run.started"],
+    )
+    .await;
     let dispatcher = start(&s);
     // Two refusals (4xx: not retried) open the circuit; the next deliveries are skipped.
     s.receiver.answer_next(&[400, 410]);
@@ -316,7 +329,13 @@ async fn a_refusing_receiver_is_not_retried_and_the_breaker_opens() {
 async fn a_target_outside_the_egress_policy_is_refused_at_delivery() {
     let s = setup().await;
     // Registered while allowed; the allow list no longer names it.
-    let (_sub, _) = subscribe(&s, "team-a", "wh_000000000000000000000003", &["run.started"]).await;
+    let (_sub, _) = subscribe(
+        &s,
+        "team-a",
+        "wh_000000000000000000000003",
+        &["run.started"],
+    )
+    .await;
     let mut cfg = (*s.cfg).clone();
     cfg.webhooks.allow_hosts.clear();
     let s = Setup {

@@ -159,7 +159,9 @@ pub fn webhook_id(random: [u8; 12]) -> String {
 /// Whether `s` can be a subscription id this host issued (a lookup key, never trusted text).
 pub fn is_webhook_id(s: &str) -> bool {
     s.strip_prefix(WEBHOOK_ID_PREFIX).is_some_and(|h| {
-        h.len() == 24 && h.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        h.len() == 24
+            && h.bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
     })
 }
 
@@ -242,9 +244,7 @@ pub fn parse_registration(
         let why = if extra == "secret" {
             "this host generates every subscription's secret; a caller-supplied secret is not accepted".to_owned()
         } else {
-            format!(
-                "unknown field `{extra}`; a registration takes url, events, tenantId and tags"
-            )
+            format!("unknown field `{extra}`; a registration takes url, events, tenantId and tags")
         };
         return Err(RegistrationError::invalid(extra, why));
     }
@@ -610,14 +610,20 @@ mod tests {
         let id = webhook_id([0xab; 12]);
         assert_eq!(id, "wh_abababababababababababab");
         assert!(is_webhook_id(&id));
-        for bad in ["wh-does-not-exist", "wh_", "wh_ABABABABABABABABABABABAB", "x"] {
+        for bad in [
+            "wh-does-not-exist",
+            "wh_",
+            "wh_ABABABABABABABABABABABAB",
+            "x",
+        ] {
             assert!(!is_webhook_id(bad), "{bad}");
         }
     }
 
     #[test]
     fn the_body_carries_the_event_verbatim() {
-        let raw = RawValue::from_string(r#"{"type":"run.completed", "sequence":3}"#.into()).unwrap();
+        let raw =
+            RawValue::from_string(r#"{"type":"run.completed", "sequence":3}"#.into()).unwrap();
         let body = DeliveryBody {
             run_id: "r1",
             workspace_id: "team-a",
@@ -660,7 +666,10 @@ mod tests {
             &policy(),
         )
         .unwrap_err();
-        assert!(matches!(e, RegistrationError::UrlRejected(EgressRefusal::Address { .. })));
+        assert!(matches!(
+            e,
+            RegistrationError::UrlRejected(EgressRefusal::Address { .. })
+        ));
         // Leg 2: not a URL.
         assert_eq!(
             code_of(json!({"url": "not a url", "events": ["run.completed"]})),
@@ -682,14 +691,33 @@ mod tests {
             (json!({"url": url}), "events"),
             (json!({"url": url, "events": []}), "events"),
             (json!({"url": url, "events": "run.completed"}), "events"),
-            (json!({"url": url, "events": ["run.completed", "Run Completed"]}), "events[1]"),
-            (json!({"url": url, "events": ["run.completed"], "tags": "x"}), "tags"),
-            (json!({"url": url, "events": ["run.completed"], "tags": [""]}), "tags[0]"),
-            (json!({"url": url, "events": ["run.completed"], "tenantId": 3}), "tenantId"),
+            (
+                json!({"url": url, "events": ["run.completed", "Run Completed"]}),
+                "events[1]",
+            ),
+            (
+                json!({"url": url, "events": ["run.completed"], "tags": "x"}),
+                "tags",
+            ),
+            (
+                json!({"url": url, "events": ["run.completed"], "tags": [""]}),
+                "tags[0]",
+            ),
+            (
+                json!({"url": url, "events": ["run.completed"], "tenantId": 3}),
+                "tenantId",
+            ),
             (json!({"url": 7, "events": ["run.completed"]}), "url"),
-            (json!({"url": url, "events": ["run.completed"], "secret": "mine"}), "secret"),
+            (
+                json!({"url": url, "events": ["run.completed"], "secret": "mine"}),
+                "secret",
+            ),
         ] {
-            assert_eq!(code_of(body.clone()), ("validation_error".into(), field.into()), "{body}");
+            assert_eq!(
+                code_of(body.clone()),
+                ("validation_error".into(), field.into()),
+                "{body}"
+            );
         }
         let r = parse_registration(
             &json!({"url": url, "events": ["run.completed", "node.failed", "run.completed"],
@@ -717,10 +745,21 @@ mod tests {
 
     #[test]
     fn event_types_and_filters() {
-        for t in ["run.completed", "agent.toolCalled", "envelope.nlToFormat.engaged"] {
+        for t in [
+            "run.completed",
+            "agent.toolCalled",
+            "envelope.nlToFormat.engaged",
+        ] {
             assert!(is_event_type(t), "{t}");
         }
-        for t in ["run", "Run.completed", "run..x", "run.completed ", "run.comp-leted", ""] {
+        for t in [
+            "run",
+            "Run.completed",
+            "run..x",
+            "run.completed ",
+            "run.comp-leted",
+            "",
+        ] {
             assert!(!is_event_type(t), "{t}");
         }
         let ev = vec!["run.completed".to_owned()];
@@ -728,7 +767,12 @@ mod tests {
         assert!(!wants(&ev, &[], "run.failed", &[]));
         let tags = vec!["prod".to_owned()];
         assert!(!wants(&ev, &tags, "run.completed", &[]));
-        assert!(wants(&ev, &tags, "run.completed", &["dev".into(), "prod".into()]));
+        assert!(wants(
+            &ev,
+            &tags,
+            "run.completed",
+            &["dev".into(), "prod".into()]
+        ));
     }
 
     #[test]
@@ -751,7 +795,10 @@ mod tests {
                 Step::Failed,
             ]
         );
-        assert_eq!(p.step(1, &Attempt::Refused("HTTP 400".into())), Step::Failed);
+        assert_eq!(
+            p.step(1, &Attempt::Refused("HTTP 400".into())),
+            Step::Failed
+        );
         assert_eq!(p.step(3, &Attempt::Delivered), Step::Done);
         let best_effort = DeliveryPolicy {
             max_attempts: 1,
@@ -779,12 +826,7 @@ mod tests {
             assert!(!b.failed(t(10 + i), &p));
         }
         assert!(b.failed(t(20), &p));
-        assert_eq!(
-            b.admit(t(21)),
-            Admission::Skip {
-                remaining: t(3599)
-            }
-        );
+        assert_eq!(b.admit(t(21)), Admission::Skip { remaining: t(3599) });
         assert_eq!(b.admit(t(3620)), Admission::Probe);
         // A failed probe opens it again at once.
         assert!(b.failed(t(3620), &p));

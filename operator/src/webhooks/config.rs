@@ -250,7 +250,10 @@ mod tests {
         c.signing_key_file = path.display().to_string();
         assert!(matches!(c.signing_key(), Err(KeyError::Read { .. })));
         std::fs::write(&path, "short\n").unwrap();
-        assert!(matches!(c.signing_key(), Err(KeyError::Short { len: 5, .. })));
+        assert!(matches!(
+            c.signing_key(),
+            Err(KeyError::Short { len: 5, .. })
+        ));
         std::fs::write(&path, format!("{}\n", "k".repeat(40))).unwrap();
         assert_eq!(c.signing_key().unwrap(), "k".repeat(40).into_bytes());
     }

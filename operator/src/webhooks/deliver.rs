@@ -90,12 +90,11 @@ impl Deliverer {
                 path: cfg.ca_file.clone(),
                 source,
             })?;
-            let certs = reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| {
-                ClientError::CaParse {
+            let certs =
+                reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| ClientError::CaParse {
                     path: cfg.ca_file.clone(),
                     message: e.to_string(),
-                }
-            })?;
+                })?;
             if certs.is_empty() {
                 return Err(ClientError::CaParse {
                     path: cfg.ca_file.clone(),

@@ -19,7 +19,11 @@ use crate::config::OperatorConfig;
 pub fn active(cfg: &OperatorConfig) -> bool {
     cfg.webhooks.enabled
         && cfg.rest.enabled
-        && cfg.events.nats_url.as_deref().is_some_and(|u| !u.is_empty())
+        && cfg
+            .events
+            .nats_url
+            .as_deref()
+            .is_some_and(|u| !u.is_empty())
 }
 
 /// Checks at start that an active configuration can deliver (the signing key and CA file

@@ -96,7 +96,11 @@ impl Store {
         Ok(())
     }
 
-    pub async fn get(&self, tenant: &str, webhook_id: &str) -> Result<Option<Subscription>, StoreError> {
+    pub async fn get(
+        &self,
+        tenant: &str,
+        webhook_id: &str,
+    ) -> Result<Option<Subscription>, StoreError> {
         match self
             .kv
             .get(key(tenant, webhook_id))
@@ -134,8 +138,10 @@ impl Store {
     /// Every subscription now, then every change (`None` value = deleted), for the dispatcher.
     pub async fn watch(
         &self,
-    ) -> Result<impl futures::Stream<Item = Result<(String, Option<Subscription>), StoreError>> + use<>, StoreError>
-    {
+    ) -> Result<
+        impl futures::Stream<Item = Result<(String, Option<Subscription>), StoreError>> + use<>,
+        StoreError,
+    > {
         let me = self.clone();
         // The last value of every key first (a plain watch would only report changes).
         let watch = self

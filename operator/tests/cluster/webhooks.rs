@@ -12,7 +12,8 @@ use sha2::Digest as _;
 
 use super::*;
 
-const WEBHOOK_RULES: &str = "  - apiGroups: [openwop.dev]\n    resources: [webhooks]\n    verbs: [create, delete]\n";
+const WEBHOOK_RULES: &str =
+    "  - apiGroups: [openwop.dev]\n    resources: [webhooks]\n    verbs: [create, delete]\n";
 
 /// ServiceAccount `sa` in `ns` with `rules` (Role rules as YAML, may be empty); its token.
 fn token_with(c: &openwop_e2e::Cluster, ns: &str, sa: &str, rules: &str) -> String {
@@ -49,7 +50,11 @@ async fn error_of(r: reqwest::Response) -> (StatusCode, String, Value) {
             .all(|k| ["error", "message", "details"].contains(&k.as_str())),
         "{body}"
     );
-    (status, body["error"].as_str().unwrap_or("").to_owned(), body)
+    (
+        status,
+        body["error"].as_str().unwrap_or("").to_owned(),
+        body,
+    )
 }
 
 #[tokio::test]
@@ -110,7 +115,10 @@ async fn webhook_endpoints_answer_every_code_isolate_tenants_and_deliver_signed(
 
     // 401 without a token.
     let (st, code, _) = error_of(post(None, good.clone()).await.unwrap()).await;
-    assert_eq!((st, code.as_str()), (StatusCode::UNAUTHORIZED, "unauthenticated"));
+    assert_eq!(
+        (st, code.as_str()),
+        (StatusCode::UNAUTHORIZED, "unauthenticated")
+    );
     // The webhook-negative scenario's legs.
     for (body, want, field) in [
         (
@@ -128,8 +136,16 @@ async fn webhook_endpoints_answer_every_code_isolate_tenants_and_deliver_signed(
             "validation_error",
             "url",
         ),
-        (json!({"eventTypes": ["run.completed"]}), "validation_error", "eventTypes"),
-        (json!({"url": receiver.url("/hook")}), "validation_error", "events"),
+        (
+            json!({"eventTypes": ["run.completed"]}),
+            "validation_error",
+            "eventTypes",
+        ),
+        (
+            json!({"url": receiver.url("/hook")}),
+            "validation_error",
+            "events",
+        ),
         (
             json!({"url": receiver.url("/hook"), "events": []}),
             "validation_error",
@@ -142,15 +158,26 @@ async fn webhook_endpoints_answer_every_code_isolate_tenants_and_deliver_signed(
         ),
     ] {
         let (st, code, b) = error_of(post(Some(&team), body.clone()).await.unwrap()).await;
-        assert_eq!((st, code.as_str()), (StatusCode::BAD_REQUEST, want), "{body} → {b}");
+        assert_eq!(
+            (st, code.as_str()),
+            (StatusCode::BAD_REQUEST, want),
+            "{body} → {b}"
+        );
         assert_eq!(b["details"]["field"], field, "{b}");
     }
     // A tenant this operator does not serve (the stranger's own namespace): 400 naming it.
     let (st, code, _) = error_of(post(Some(&stranger), good.clone()).await.unwrap()).await;
-    assert_eq!((st, code.as_str()), (StatusCode::BAD_REQUEST, "validation_error"));
+    assert_eq!(
+        (st, code.as_str()),
+        (StatusCode::BAD_REQUEST, "validation_error")
+    );
     // 403: authenticated, no RBAC on webhooks here; a stranger naming this tenant likewise.
     let (st, code, b) = error_of(post(Some(&nobody), good.clone()).await.unwrap()).await;
-    assert_eq!((st, code.as_str()), (StatusCode::FORBIDDEN, "forbidden"), "{b}");
+    assert_eq!(
+        (st, code.as_str()),
+        (StatusCode::FORBIDDEN, "forbidden"),
+        "{b}"
+    );
     assert_eq!(b["details"]["resource"], "webhooks");
     let mut named = good.clone();
     named["tenantId"] = json!(ns.name);
@@ -174,8 +201,10 @@ async fn webhook_endpoints_answer_every_code_isolate_tenants_and_deliver_signed(
     // A run.completed of this tenant's run is delivered, signed with that secret.
     js.publish(
         openwop_protocol::run::subjects::events_subject(&ns.name, "run-uid-1"),
-        serde_json::to_vec(&json!({"eventId": "e-9", "runId": "run-uid-1", "type": "run.completed",
-            "sequence": 9, "timestamp": "2026-11-26T00:00:00Z", "payload": {}}))
+        serde_json::to_vec(
+            &json!({"eventId": "e-9", "runId": "run-uid-1", "type": "run.completed",
+            "sequence": 9, "timestamp": "2026-11-26T00:00:00Z", "payload": {}}),
+        )
         .unwrap()
         .into(),
     )
@@ -228,14 +257,20 @@ async fn webhook_endpoints_answer_every_code_isolate_tenants_and_deliver_signed(
             .unwrap(),
     )
     .await;
-    assert_eq!((st, code.as_str()), (StatusCode::NOT_FOUND, "subscription_not_found"));
+    assert_eq!(
+        (st, code.as_str()),
+        (StatusCode::NOT_FOUND, "subscription_not_found")
+    );
     let (st, code, _) = error_of(
         delete(&team, "/v1/webhooks/wh_0123456789abcdef01234567".into())
             .await
             .unwrap(),
     )
     .await;
-    assert_eq!((st, code.as_str()), (StatusCode::NOT_FOUND, "subscription_not_found"));
+    assert_eq!(
+        (st, code.as_str()),
+        (StatusCode::NOT_FOUND, "subscription_not_found")
+    );
     let (st, _, _) = error_of(delete(&nobody, format!("/v1/webhooks/{id}")).await.unwrap()).await;
     assert_eq!(st, StatusCode::FORBIDDEN);
     let (st, _, _) = error_of(
@@ -252,11 +287,17 @@ async fn webhook_endpoints_answer_every_code_isolate_tenants_and_deliver_signed(
         assert_eq!(r.status(), StatusCode::NO_CONTENT);
     }
     let (st, code, _) = error_of(delete(&team, format!("/v1/webhooks/{id}")).await.unwrap()).await;
-    assert_eq!((st, code.as_str()), (StatusCode::NOT_FOUND, "subscription_not_found"));
+    assert_eq!(
+        (st, code.as_str()),
+        (StatusCode::NOT_FOUND, "subscription_not_found")
+    );
 
     // The secret is in the 201 body only: never in the operator's log.
     let log = op.log_text();
-    assert!(log.contains(created["secretFingerprint"].as_str().unwrap()), "{log}");
+    assert!(
+        log.contains(created["secretFingerprint"].as_str().unwrap()),
+        "{log}"
+    );
     assert!(!log.contains(&secret));
     let _ = js.delete_key_value(&bucket).await;
 }
