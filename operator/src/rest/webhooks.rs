@@ -15,7 +15,10 @@ use serde_json::{Value, json};
 use super::json::Json;
 use super::types::TenantQuery;
 use super::{ApiError, Caller, ErrorBody, Resource, RestState, Verb};
-use crate::webhooks::dispatch;
+use crate::webhooks::{deliver, dispatch};
+
+/// Longest wait for the DNS answer that checks a new subscription's host.
+const RESOLVE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 use crate::webhooks::store::{Store, Subscription};
 
 /// `POST /v1/webhooks` body (documentation; the handler checks the JSON itself so every
@@ -44,6 +47,16 @@ pub struct WebhookCreated {
     pub secret: String,
     /// First 8 hex characters of sha256(secret).
     pub secret_fingerprint: String,
+}
+
+/// A refused registration: its code (`validation_error`, `webhook_url_rejected`) and field.
+fn refused(e: RegistrationError) -> ApiError {
+    let field = match &e {
+        RegistrationError::Invalid { field, .. } => field.clone(),
+        RegistrationError::UrlRejected(_) => "url".into(),
+    };
+    ApiError::new(StatusCode::BAD_REQUEST, e.code(), e.to_string())
+        .with_details(json!({ "field": field }))
 }
 
 fn not_enabled() -> ApiError {
@@ -94,18 +107,32 @@ pub async fn register_webhook(
     if !crate::webhooks::active(&s.config) {
         return Err(not_enabled());
     }
-    let reg = webhook::parse_registration(&body, &cfg.egress()).map_err(|e| {
-        let field = match &e {
-            RegistrationError::Invalid { field, .. } => field.clone(),
-            RegistrationError::UrlRejected(_) => "url".into(),
-        };
-        ApiError::new(StatusCode::BAD_REQUEST, e.code(), e.to_string())
-            .with_details(json!({ "field": field }))
-    })?;
+    let policy = cfg.egress();
+    let reg = webhook::parse_registration(&body, &policy).map_err(refused)?;
     let tenant = s.tenant(&caller, reg.tenant_id.as_deref())?;
     s.auth
         .authorize(&caller, Verb::Create, Resource::Webhooks, &tenant)
         .await?;
+    // Only for an authorized caller: the name must resolve to allowed addresses now as well
+    // (delivery checks again at every attempt: DNS may change).
+    match tokio::time::timeout(
+        RESOLVE_TIMEOUT,
+        deliver::resolve_checked(&policy, &reg.target),
+    )
+    .await
+    {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => return Err(refused(RegistrationError::UrlRejected(e))),
+        Err(_) => {
+            return Err(ApiError::unavailable(
+                format!(
+                    "resolving {} took longer than {RESOLVE_TIMEOUT:?}; retry",
+                    reg.target.host
+                ),
+                std::time::Duration::from_secs(2),
+            ));
+        }
+    }
     let key = cfg.signing_key().map_err(store_unavailable)?;
     let (js, store) = open_store(&s).await?;
     if store.count(&tenant).await.map_err(store_unavailable)? >= cfg.max_per_tenant {
@@ -181,18 +208,18 @@ pub async fn unregister_webhook(
     if !crate::webhooks::active(&s.config) {
         return Err(not_enabled());
     }
-    let tenant = s.tenant(&caller, q.tenant_id.as_deref())?;
-    let missing = || {
+    let missing = |tenant: &str| {
         ApiError::new(
             StatusCode::NOT_FOUND,
             "subscription_not_found",
             format!("no webhook subscription {webhook_id:?} in tenant {tenant}"),
         )
     };
-    // An id this host never issues cannot exist: no access review needed to say so.
+    // An id this host never issues cannot exist anywhere: no tenant or access review needed.
     if !webhook::is_webhook_id(&webhook_id) {
-        return Err(missing());
+        return Err(missing(q.tenant_id.as_deref().unwrap_or("(any)")));
     }
+    let tenant = s.tenant(&caller, q.tenant_id.as_deref())?;
     s.auth
         .authorize(&caller, Verb::Delete, Resource::Webhooks, &tenant)
         .await?;
@@ -202,7 +229,7 @@ pub async fn unregister_webhook(
         .await
         .map_err(store_unavailable)?
     else {
-        return Err(missing());
+        return Err(missing(&tenant));
     };
     // The record first: dispatchers stop on its deletion; then the queue it left.
     store

@@ -11,7 +11,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use openwop_protocol::egress::{EgressPolicy, EgressRefusal};
+use openwop_protocol::egress::{EgressPolicy, EgressRefusal, Target};
 use openwop_protocol::webhook::{self, Attempt, SIGNATURE_ALGORITHM, headers};
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 
@@ -42,15 +42,28 @@ impl Resolve for PinningResolver {
         let host = name.as_str().to_owned();
         Box::pin(async move {
             let target = policy.check_url(&format!("https://{host}/"))?;
-            let addrs: Vec<IpAddr> = tokio::net::lookup_host((host.as_str(), 0))
-                .await?
-                .map(|a| a.ip())
-                .collect();
-            let ip = policy.check_resolved(&target, &addrs)?;
+            let ip = resolve_checked(&policy, &target).await?;
             let pinned: Addrs = Box::new(std::iter::once(SocketAddr::new(ip, 0)));
             Ok(pinned)
         })
     }
+}
+
+/// Resolves `target`'s host (a literal address as itself) and returns the address to connect
+/// to when every resolved address is allowed. A name that does not resolve is refused
+/// (`EgressRefusal::Unresolved`).
+pub async fn resolve_checked(
+    policy: &EgressPolicy,
+    target: &Target,
+) -> Result<IpAddr, EgressRefusal> {
+    let addrs: Vec<IpAddr> = match target.literal {
+        Some(ip) => vec![ip],
+        None => tokio::net::lookup_host((target.host.as_str(), target.port))
+            .await
+            .map(|a| a.map(|a| a.ip()).collect())
+            .unwrap_or_default(),
+    };
+    policy.check_resolved(target, &addrs)
 }
 
 /// Sends deliveries.

@@ -184,6 +184,22 @@ async fn webhook_endpoints_answer_every_code_isolate_tenants_and_deliver_signed(
     let (st, _, _) = error_of(post(Some(&stranger), named).await.unwrap()).await;
     assert_eq!(st, StatusCode::FORBIDDEN);
 
+    // A name is resolved at registration too: one that resolves to nothing is refused.
+    let (st, code, b) = error_of(
+        post(
+            Some(&team),
+            json!({"url": "https://no-such-host.invalid/hook", "events": ["run.completed"]}),
+        )
+        .await
+        .unwrap(),
+    )
+    .await;
+    assert_eq!(
+        (st, code.as_str()),
+        (StatusCode::BAD_REQUEST, "webhook_url_rejected"),
+        "{b}"
+    );
+
     // 201: the secret once, with its fingerprint.
     let r = post(Some(&team), good.clone()).await.unwrap();
     assert_eq!(r.status(), StatusCode::CREATED);
