@@ -76,6 +76,29 @@ fn consumer_config(cfg: &OperatorConfig, sub: &Subscription) -> pull::Config {
     }
 }
 
+/// The run events stream.
+async fn events_stream(
+    js: &jetstream::Context,
+    cfg: &OperatorConfig,
+) -> Result<jetstream::stream::Stream, String> {
+    js.get_stream(&cfg.worker.events_stream)
+        .await
+        .map_err(|e| format!("stream {}: {e}", cfg.worker.events_stream))
+}
+
+/// The subscription's consumer, created when missing.
+async fn consumer(
+    js: &jetstream::Context,
+    cfg: &OperatorConfig,
+    sub: &Subscription,
+) -> Result<jetstream::consumer::PullConsumer, String> {
+    events_stream(js, cfg)
+        .await?
+        .get_or_create_consumer(&consumer_name(&sub.webhook_id), consumer_config(cfg, sub))
+        .await
+        .map_err(|e| format!("consumer for {}: {e}", sub.webhook_id))
+}
+
 /// Creates the subscription's consumer (registration does this before storing it, so events
 /// published from then on are kept even before a dispatcher picks the subscription up).
 pub async fn create_consumer(
@@ -83,18 +106,7 @@ pub async fn create_consumer(
     cfg: &OperatorConfig,
     sub: &Subscription,
 ) -> Result<(), String> {
-    let stream = js
-        .get_stream(&cfg.worker.events_stream)
-        .await
-        .map_err(|e| format!("stream {}: {e}", cfg.worker.events_stream))?;
-    stream
-        .get_or_create_consumer::<pull::Config>(
-            &consumer_name(&sub.webhook_id),
-            consumer_config(cfg, sub),
-        )
-        .await
-        .map_err(|e| format!("consumer for {}: {e}", sub.webhook_id))?;
-    Ok(())
+    consumer(js, cfg, sub).await.map(|_| ())
 }
 
 /// Removes the subscription's consumer (and whatever it still held).
@@ -103,10 +115,7 @@ pub async fn delete_consumer(
     cfg: &OperatorConfig,
     webhook_id: &str,
 ) -> Result<(), String> {
-    let stream = js
-        .get_stream(&cfg.worker.events_stream)
-        .await
-        .map_err(|e| format!("stream {}: {e}", cfg.worker.events_stream))?;
+    let stream = events_stream(js, cfg).await?;
     match stream.delete_consumer(&consumer_name(webhook_id)).await {
         Ok(_) => Ok(()),
         Err(e) if e.to_string().contains("not found") => Ok(()),
@@ -227,18 +236,7 @@ async fn consume(
     breaker: &mut Breaker,
     epoch: tokio::time::Instant,
 ) -> Result<(), String> {
-    let stream = shared
-        .js
-        .get_stream(&shared.cfg.worker.events_stream)
-        .await
-        .map_err(|e| e.to_string())?;
-    let consumer: jetstream::consumer::PullConsumer = stream
-        .get_or_create_consumer(
-            &consumer_name(&sub.webhook_id),
-            consumer_config(&shared.cfg, sub),
-        )
-        .await
-        .map_err(|e| e.to_string())?;
+    let consumer = consumer(&shared.js, &shared.cfg, sub).await?;
     let mut messages = consumer.messages().await.map_err(|e| e.to_string())?;
     while let Some(msg) = messages.next().await {
         let msg = msg.map_err(|e| e.to_string())?;
