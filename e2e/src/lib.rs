@@ -3,6 +3,7 @@
 
 pub mod agent;
 pub mod cluster;
+pub mod webhook_receiver;
 
 pub use cluster::{Cluster, ClusterError, ClusterOptions, cluster, cluster_with};
 

@@ -78,6 +78,8 @@ pub struct OperatorConfig {
     pub rest: RestConfig,
     /// The web run viewer at `/ui/`.
     pub ui: crate::ui::UiConfig,
+    /// Webhook subscriptions and their delivery.
+    pub webhooks: crate::webhooks::WebhooksConfig,
 }
 
 /// The OpenWOP REST API (`/v1/...`).
@@ -178,6 +180,7 @@ impl Default for OperatorConfig {
             listen: "0.0.0.0:8080".into(),
             rest: RestConfig::default(),
             ui: crate::ui::UiConfig::default(),
+            webhooks: Default::default(),
         }
     }
 }
@@ -576,6 +579,7 @@ impl OperatorConfig {
             );
         }
         self.ui.validate()?;
+        self.webhooks.validate()?;
         let rest = &self.rest;
         if !(1..=MAX_KEEPALIVE_SECONDS).contains(&rest.keepalive_seconds) {
             return invalid(

@@ -14,3 +14,4 @@ pub mod projection;
 pub mod rest;
 pub mod snapshot;
 pub mod ui;
+pub mod webhooks;

@@ -72,6 +72,9 @@ async fn main() -> anyhow::Result<()> {
         .load()
         .context("natsCredentials (chart nats.external.credentialsSecret)")?;
     tracing::info!(credentials = nats_auth.kind(), "NATS credentials");
+    openwop_operator::webhooks::check_startup(&cfg)
+        .map_err(anyhow::Error::msg)
+        .context("webhooks (chart webhooks.*)")?;
     let cfg = Arc::new(cfg);
     // Built-in node types only (the worker executes nothing else), with configured schemas.
     let registry = cfg.node_registry()?;
@@ -96,13 +99,15 @@ async fn main() -> anyhow::Result<()> {
             .with_discovery(discovery_state.clone())
             .with_run_hooks(conformance::run_hooks(&cfg));
         let seams = conformance::background(state.clone());
+        // Every replica delivers webhooks (one durable consumer per subscription, shared).
+        let webhooks = openwop_operator::webhooks::dispatch::run(state.clone());
         (
             Some(openwop_operator::ui::mount(
                 rest::router(state.clone(), conformance::mounted(&cfg)),
                 state,
             )),
             futures::future::Either::Left(async move {
-                futures::join!(caches, seams);
+                futures::join!(caches, seams, webhooks);
             }),
         )
     } else {

@@ -28,6 +28,8 @@ use serde_json::{Value, json};
 
 #[path = "cluster/rest.rs"]
 mod rest;
+#[path = "cluster/webhooks.rs"]
+mod webhooks;
 
 const TEST_MANAGER: &str = "openwop-operator-tests";
 

@@ -98,6 +98,9 @@ pub struct CapabilityFamilies {
     pub observability: Option<Observability>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secrets: Option<Secrets>,
+    /// Present only when webhook subscriptions are served and delivered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub webhooks: Option<Webhooks>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ai_providers: Option<AiProviders>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -292,6 +295,16 @@ pub enum ReasoningVerbosity {
     Off,
 }
 
+/// `webhooks`: subscriptions (`POST/DELETE /v1/webhooks`) and the signature schemes of their
+/// deliveries (`protocol::webhook`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Webhooks {
+    pub supported: bool,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub signature_algorithms: Vec<String>,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Secrets {
     pub supported: bool,
@@ -444,6 +457,8 @@ pub struct CapabilitiesConfig {
     pub agents_supported: bool,
     /// Scopes BYOK secrets may be bound at; empty = secrets not supported.
     pub secret_scopes: Vec<SecretScope>,
+    /// Webhook subscriptions are served and delivered (advertised as `webhooks` only then).
+    pub webhooks: bool,
     pub fixtures: Vec<String>,
     /// Conformance test seams served (advertised under `observability.testSeams` when any).
     pub test_seams: TestSeams,
@@ -475,6 +490,7 @@ impl Default for CapabilitiesConfig {
             mock_agent: false,
             agents_supported: false,
             secret_scopes: Vec::new(),
+            webhooks: false,
             fixtures: Vec::new(),
             test_seams: TestSeams::default(),
             transports: Vec::new(),
@@ -703,6 +719,10 @@ pub fn build(cfg: &CapabilitiesConfig) -> Result<CapabilitiesDocument, Capabilit
                 scopes: dedup(&cfg.secret_scopes),
                 resolution: supported.then_some(SecretResolution::HostManaged),
             }
+        }),
+        webhooks: cfg.webhooks.then(|| Webhooks {
+            supported: true,
+            signature_algorithms: vec![crate::webhook::SIGNATURE_ALGORITHM.to_owned()],
         }),
         ai_providers: Some(AiProviders {
             supported: cfg.providers.clone(),

@@ -124,6 +124,44 @@ assert seams["conformance"]["seams"] == {"enabled": True,
 assert full["worker"]["otlpEndpoint"] == "http://otel-collector.observability.svc:4318", full["worker"]
 PY
 
+# webhooks.*: on by default with a generated signing key Secret mounted into the operator;
+# an existing Secret replaces it; caBundle and allowHosts reach the operator config.
+helm template "$RELEASE" "$CHART" -n "$NAMESPACE" --set webhooks.signingKey.existingSecret=my-key \
+  --set 'webhooks.allowHosts[0]=10.0.0.0/8' --set-string webhooks.caBundle='-----BEGIN CERTIFICATE-----' \
+  --set webhooks.maxAttempts=1 >"$work/webhooks.yaml"
+helm template "$RELEASE" "$CHART" -n "$NAMESPACE" --set webhooks.enabled=false >"$work/webhooks-off.yaml"
+python3 - "$work/default.yaml" "$work/webhooks.yaml" "$work/webhooks-off.yaml" <<'PY' || fail "webhooks.* values not rendered as expected"
+import sys, yaml
+def docs(path):
+    return [d for d in yaml.safe_load_all(open(path)) if d]
+def find(ds, kind, suffix):
+    return [d for d in ds if d["kind"] == kind and d["metadata"]["name"].endswith(suffix)]
+def cfg(ds):
+    return yaml.safe_load(find(ds, "ConfigMap", "-operator")[0]["data"]["config.yaml"])
+def pod(ds):
+    return find(ds, "Deployment", "-operator")[0]["spec"]["template"]["spec"]
+default, custom, off = (docs(p) for p in sys.argv[1:4])
+w = cfg(default)["webhooks"]
+assert w["enabled"] and w["signingKeyFile"] == "/var/run/openwop/webhooks/signing-key", w
+assert w["bucket"] == "openwop-check-webhooks" and w["caFile"] == "" and w["allowHosts"] == [], w
+(secret,) = find(default, "Secret", "-webhook-signing-key")
+assert secret["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep", secret
+assert len(secret["data"]["signing-key"]) >= 44, "a random key of 64 characters"
+vol = next(v for v in pod(default)["volumes"] if v["name"] == "webhook-signing-key")
+assert vol["secret"]["secretName"] == "openwop-check-webhook-signing-key", vol
+mount = next(m for m in pod(default)["containers"][0]["volumeMounts"] if m["name"] == "webhook-signing-key")
+assert mount["mountPath"] == "/var/run/openwop/webhooks", mount
+assert not find(custom, "Secret", "-webhook-signing-key"), "existingSecret still renders a Secret"
+vol = next(v for v in pod(custom)["volumes"] if v["name"] == "webhook-signing-key")
+assert vol["secret"]["secretName"] == "my-key", vol
+w = cfg(custom)["webhooks"]
+assert w["caFile"] == "/etc/openwop/webhook-ca.crt" and w["allowHosts"] == ["10.0.0.0/8"] and w["maxAttempts"] == 1, w
+assert "webhook-ca.crt" in find(custom, "ConfigMap", "-operator")[0]["data"]
+assert not cfg(off)["webhooks"]["enabled"]
+assert not find(off, "Secret", "-webhook-signing-key")
+assert all(v["name"] != "webhook-signing-key" for v in pod(off)["volumes"])
+PY
+
 echo "== invalid values are refused"
 expect_refusal() {
   local why="$1"; shift
@@ -147,6 +185,9 @@ expect_refusal "no request in flight" --set rest.maxInFlight=0
 expect_refusal "a body bound under 1 KiB" --set rest.maxBodyBytes=512
 expect_refusal "a review cache over 5 minutes" --set rest.reviewCacheSeconds=301
 expect_refusal "an OTLP endpoint that is no URL" --set worker.otlpEndpoint=collector:4318
+expect_refusal "no webhook attempt" --set webhooks.maxAttempts=0
+expect_refusal "a webhook timeout over 30 s" --set webhooks.timeoutSeconds=31
+expect_refusal "a first webhook backoff above the longest" --set webhooks.initialBackoffMs=120000 --set webhooks.maxBackoffSeconds=60
 
 if command -v nats-server >/dev/null; then
   echo "== nats.conf accepted by nats-server -t"

@@ -132,3 +132,8 @@ separated; empty unless conformance.seams.enabled): discovery advertises them in
 conformance-agent-reasoning,conformance-agent-low-confidence,conformance-envelope-truncated,conformance-envelope-retry-attempted,conformance-envelope-truncation-cap-exhaustion,conformance-envelope-refusal
 {{- end -}}
 {{- end }}
+
+{{/* The Secret holding the webhook signing key: the user's, or the one the chart creates. */}}
+{{- define "openwop.webhooks.signingKeySecret" -}}
+{{- .Values.webhooks.signingKey.existingSecret | default (printf "%s-webhook-signing-key" (include "openwop.fullname" .)) -}}
+{{- end }}

@@ -25,6 +25,11 @@ pub fn apply(c: &Cluster, ns: &str, yaml: &str) {
 /// Installs (or re-applies) the release exactly as the journeys do: one operator on the
 /// host network at [`operator_port`], the mock provider, mocks allowed in `j-*` namespaces.
 pub fn install(c: &Cluster) {
+    install_with(c, &[]);
+}
+
+/// [`install`] with more helm arguments (e.g. `--set`, `--set-file`).
+pub fn install_with(c: &Cluster, extra: &[String]) {
     let helm = helm_bin();
     apply_crds(c);
     let chart = repo().join("charts/openwop");
@@ -56,6 +61,7 @@ pub fn install(c: &Cluster) {
         args.push("--set");
         args.push(s);
     }
+    args.extend(extra.iter().map(String::as_str));
     ok(run_cmd(c, &helm, &args, None), "helm upgrade --install");
 }
 

@@ -74,6 +74,9 @@ impl Caller {
 pub enum Resource {
     Runs,
     Workflows,
+    /// Webhook subscriptions: not a Kubernetes object (they live in JetStream), checked as
+    /// `webhooks.openwop.dev` so RBAC grants them like everything else.
+    Webhooks,
 }
 
 impl Resource {
@@ -81,6 +84,7 @@ impl Resource {
         match self {
             Resource::Runs => "runs",
             Resource::Workflows => "workflows",
+            Resource::Webhooks => "webhooks",
         }
     }
 }
@@ -93,6 +97,7 @@ pub enum Verb {
     List,
     Watch,
     Patch,
+    Delete,
 }
 
 impl Verb {
@@ -103,6 +108,7 @@ impl Verb {
             Verb::List => "list",
             Verb::Watch => "watch",
             Verb::Patch => "patch",
+            Verb::Delete => "delete",
         }
     }
 }

@@ -49,6 +49,7 @@ pub mod runs;
 pub mod support;
 pub mod types;
 mod variables;
+mod webhooks;
 mod workflows;
 
 use std::pin::Pin;
@@ -327,6 +328,8 @@ fn api_routes() -> OpenApiRouter<RestState> {
         .routes(routes!(browse::list_runs))
         .routes(routes!(browse::list_tenants))
         .routes(routes!(browse::run_reasoning))
+        .routes(routes!(webhooks::register_webhook))
+        .routes(routes!(webhooks::unregister_webhook))
 }
 
 /// 429 with `Retry-After` once `rest.maxInFlight` requests are being served. A request counts

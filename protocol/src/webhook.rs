@@ -1,0 +1,839 @@
+//! Webhook subscriptions (`spec/v1/webhooks.md`): what a registration may say, how a delivery
+//! is signed and verified (`v1`: HMAC-SHA256 over `{timestamp}.{rawBody}`), the delivery body,
+//! and the delivery policy (retries with backoff inside one delivery, a circuit breaker per
+//! subscription across deliveries).
+//!
+//! Pure: the operator does the HTTP, the clock and the storage; this module decides.
+//!
+//! Retries: the spec's floor is best effort (one attempt per event, 5 s timeout). The issue
+//! asks for retries, so a delivery here is up to [`DeliveryPolicy::max_attempts`] attempts
+//! with exponential backoff (1 s, 4 s, 16 s, 60 s by default) on 3xx, 408, 425, 429, 5xx,
+//! timeouts and connection errors; any other 4xx is the receiver refusing the delivery and is
+//! not retried. The spec's circuit breaker then counts *deliveries*, not attempts: after
+//! [`DeliveryPolicy::breaker_threshold`] consecutive failed deliveries the subscription's
+//! deliveries are skipped for [`DeliveryPolicy::breaker_open`]; the first delivery after that
+//! is a probe whose success closes the circuit and whose failure opens it again. Receivers
+//! may see a delivery more than once (at-least-once): they dedupe on
+//! [`headers::DELIVERY_ID`], one id per (subscription, event).
+
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::Value;
+use serde_json::value::RawValue;
+use sha2::{Digest, Sha256};
+
+use crate::egress::{EgressPolicy, EgressRefusal, Target};
+use crate::hmac::{constant_time_eq, hmac_sha256};
+
+/// The signature scheme this host signs with (`X-openwop-Signature-Algorithm`).
+pub const SIGNATURE_ALGORITHM: &str = "v1";
+/// `User-Agent` of deliveries, followed by the host's version.
+pub const USER_AGENT_PREFIX: &str = "openwop-webhook-dispatcher/";
+/// Receivers reject a timestamp further than this from their clock (spec: ±5 minutes).
+pub const MAX_CLOCK_SKEW_SECS: u64 = 300;
+/// Prefix of subscription ids (`wh_a3b9c2` in the spec's examples).
+pub const WEBHOOK_ID_PREFIX: &str = "wh_";
+
+/// Request headers of a delivery.
+pub mod headers {
+    pub const WEBHOOK_ID: &str = "X-openwop-Webhook-Id";
+    pub const EVENT_TYPE: &str = "X-openwop-Event-Type";
+    pub const TIMESTAMP: &str = "X-openwop-Timestamp";
+    pub const SIGNATURE: &str = "X-openwop-Signature";
+    pub const SIGNATURE_ALGORITHM: &str = "X-openwop-Signature-Algorithm";
+    /// Host extension: one id per (subscription, event), the same on every retry, so a
+    /// receiver can drop a delivery it has already acted on.
+    pub const DELIVERY_ID: &str = "X-openwop-Delivery-Id";
+}
+
+/// Bounds of a registration.
+pub const MAX_URL_CHARS: usize = 2048;
+pub const MAX_EVENT_TYPES: usize = 100;
+pub const MAX_EVENT_TYPE_CHARS: usize = 128;
+/// Same bounds as a run's `tags` (`RunOptions.tags`).
+pub const MAX_TAGS: usize = 100;
+pub const MAX_TAG_CHARS: usize = 256;
+
+// ---------------------------------------------------------------------------
+// Signing
+// ---------------------------------------------------------------------------
+
+/// `X-openwop-Signature` of `body` signed at `timestamp` (unix seconds):
+/// `sha256=<hex HMAC-SHA256(secret, "{timestamp}.{body}")>`.
+pub fn signature(secret: &str, timestamp: u64, body: &[u8]) -> String {
+    format!("sha256={}", hex::encode(mac(secret, timestamp, body)))
+}
+
+fn mac(secret: &str, timestamp: u64, body: &[u8]) -> [u8; 32] {
+    let mut signed = Vec::with_capacity(body.len() + 21);
+    signed.extend_from_slice(timestamp.to_string().as_bytes());
+    signed.push(b'.');
+    signed.extend_from_slice(body);
+    hmac_sha256(secret.as_bytes(), &signed)
+}
+
+/// Why a delivery does not verify.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum VerifyError {
+    #[error("signature algorithm {0:?} is not v1; this receiver verifies v1 only")]
+    Algorithm(String),
+    #[error("X-openwop-Timestamp {0:?} is not unix seconds")]
+    Timestamp(String),
+    #[error(
+        "X-openwop-Timestamp is {skew} s from this clock (more than {MAX_CLOCK_SKEW_SECS} s): a replay or a wrong clock"
+    )]
+    Skew { skew: u64 },
+    #[error("X-openwop-Signature is not `sha256=<64 hex>`")]
+    Malformed,
+    #[error("the signature does not match the body and timestamp under this secret")]
+    Mismatch,
+}
+
+/// Checks a received delivery the way the spec's recipe does: algorithm `v1` (absent means
+/// `v1`), timestamp within [`MAX_CLOCK_SKEW_SECS`] of `now` (unix seconds), and the signature
+/// over the exact bytes received, compared in constant time.
+pub fn verify(
+    secret: &str,
+    algorithm: Option<&str>,
+    timestamp: &str,
+    signature_header: &str,
+    body: &[u8],
+    now: u64,
+) -> Result<(), VerifyError> {
+    if let Some(a) = algorithm.filter(|a| *a != SIGNATURE_ALGORITHM) {
+        return Err(VerifyError::Algorithm(a.to_owned()));
+    }
+    let ts: u64 = timestamp
+        .trim()
+        .parse()
+        .map_err(|_| VerifyError::Timestamp(timestamp.to_owned()))?;
+    let skew = ts.abs_diff(now);
+    if skew > MAX_CLOCK_SKEW_SECS {
+        return Err(VerifyError::Skew { skew });
+    }
+    let got = signature_header
+        .trim()
+        .strip_prefix("sha256=")
+        .and_then(|h| hex::decode(h).ok())
+        .filter(|b| b.len() == 32)
+        .ok_or(VerifyError::Malformed)?;
+    if constant_time_eq(&got, &mac(secret, ts, body)) {
+        Ok(())
+    } else {
+        Err(VerifyError::Mismatch)
+    }
+}
+
+/// `secretFingerprint`: the first 8 hex characters of `sha256(secret)`. Logs name a
+/// subscription's secret by this, never by the secret.
+pub fn fingerprint(secret: &str) -> String {
+    hex::encode(Sha256::digest(secret.as_bytes()))[..8].to_owned()
+}
+
+/// The signing secret of subscription `webhook_id` in `tenant` (64 hex characters), derived
+/// from the host's signing key. Nothing secret is stored per subscription: every replica
+/// recomputes it from the one key it mounts, and deleting the subscription retires it (ids
+/// are random and never reused).
+pub fn derive_secret(signing_key: &[u8], tenant: &str, webhook_id: &str) -> String {
+    let info = format!("openwop-webhook-secret/v1\n{tenant}\n{webhook_id}");
+    hex::encode(hmac_sha256(signing_key, info.as_bytes()))
+}
+
+/// The delivery id of `event_id` to `webhook_id`: the same for every attempt, different for
+/// every (subscription, event).
+pub fn delivery_id(webhook_id: &str, event_id: &str) -> String {
+    let digest = Sha256::new()
+        .chain_update(webhook_id.as_bytes())
+        .chain_update([0u8])
+        .chain_update(event_id.as_bytes())
+        .finalize();
+    format!("dlv_{}", &hex::encode(digest)[..32])
+}
+
+/// A subscription id from 12 random bytes (the caller draws them).
+pub fn webhook_id(random: [u8; 12]) -> String {
+    format!("{WEBHOOK_ID_PREFIX}{}", hex::encode(random))
+}
+
+/// Whether `s` can be a subscription id this host issued (a lookup key, never trusted text).
+pub fn is_webhook_id(s: &str) -> bool {
+    s.strip_prefix(WEBHOOK_ID_PREFIX).is_some_and(|h| {
+        h.len() == 24
+            && h.bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    })
+}
+
+/// The body of a delivery: `{runId, workspaceId, event}`, `event` the run's `RunEventDoc`
+/// exactly as it is in the log.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeliveryBody<'a> {
+    pub run_id: &'a str,
+    pub workspace_id: &'a str,
+    pub event: &'a RawValue,
+}
+
+impl DeliveryBody<'_> {
+    /// The bytes sent (and signed).
+    pub fn to_bytes(&self) -> Vec<u8> {
+        // A struct of strings and a RawValue always serialises.
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Registration
+// ---------------------------------------------------------------------------
+
+/// A registration request that passed every check.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Registration {
+    pub url: String,
+    pub target: Target,
+    /// Distinct event types, in the order given.
+    pub events: Vec<String>,
+    pub tenant_id: Option<String>,
+    pub tags: Vec<String>,
+}
+
+/// Why a registration is refused: the wire code and a message saying what and what to do.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RegistrationError {
+    /// `validation_error`: `field` is missing or malformed.
+    #[error("{message}")]
+    Invalid { field: String, message: String },
+    /// `webhook_url_rejected`: the URL is well formed but may not be a delivery target.
+    #[error("url rejected: {0}")]
+    UrlRejected(EgressRefusal),
+}
+
+impl RegistrationError {
+    pub fn code(&self) -> &'static str {
+        match self {
+            RegistrationError::Invalid { .. } => "validation_error",
+            RegistrationError::UrlRejected(_) => "webhook_url_rejected",
+        }
+    }
+
+    fn invalid(field: &str, message: impl Into<String>) -> Self {
+        RegistrationError::Invalid {
+            field: field.to_owned(),
+            message: message.into(),
+        }
+    }
+}
+
+const FIELDS: [&str; 4] = ["url", "events", "tenantId", "tags"];
+
+/// Checks a `POST /v1/webhooks` body: `{url, events, tenantId?, tags?}` and nothing else.
+/// `url` must pass `policy` (https only, no internal address unless allow-listed);
+/// `events` is a non-empty list of run event types.
+pub fn parse_registration(
+    body: &Value,
+    policy: &EgressPolicy,
+) -> Result<Registration, RegistrationError> {
+    let Some(obj) = body.as_object() else {
+        return Err(RegistrationError::invalid(
+            "",
+            "the body must be a JSON object {url, events, tenantId?, tags?}",
+        ));
+    };
+    if let Some(extra) = obj.keys().find(|k| !FIELDS.contains(&k.as_str())) {
+        let why = if extra == "secret" {
+            "this host generates every subscription's secret; a caller-supplied secret is not accepted".to_owned()
+        } else {
+            format!("unknown field `{extra}`; a registration takes url, events, tenantId and tags")
+        };
+        return Err(RegistrationError::invalid(extra, why));
+    }
+    let url = match obj.get("url") {
+        Some(Value::String(u)) if !u.trim().is_empty() => u.trim().to_owned(),
+        Some(_) => {
+            return Err(RegistrationError::invalid(
+                "url",
+                "url must be a non-empty string (an https:// URL)",
+            ));
+        }
+        None => {
+            return Err(RegistrationError::invalid(
+                "url",
+                "url is required: the https:// URL deliveries are POSTed to",
+            ));
+        }
+    };
+    if url.chars().count() > MAX_URL_CHARS {
+        return Err(RegistrationError::invalid(
+            "url",
+            format!("url is longer than {MAX_URL_CHARS} characters"),
+        ));
+    }
+    let events = parse_events(obj.get("events"))?;
+    let tenant_id = match obj.get("tenantId") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(t)) => Some(t.clone()),
+        Some(_) => {
+            return Err(RegistrationError::invalid(
+                "tenantId",
+                "tenantId must be a string (the Kubernetes namespace)",
+            ));
+        }
+    };
+    let tags = parse_tags(obj.get("tags"))?;
+    let target = policy.check_url(&url).map_err(|e| match e {
+        EgressRefusal::Malformed { .. } => RegistrationError::invalid("url", e.to_string()),
+        other => RegistrationError::UrlRejected(other),
+    })?;
+    Ok(Registration {
+        url,
+        target,
+        events,
+        tenant_id,
+        tags,
+    })
+}
+
+fn parse_events(v: Option<&Value>) -> Result<Vec<String>, RegistrationError> {
+    let list = match v {
+        Some(Value::Array(a)) if !a.is_empty() => a,
+        Some(Value::Array(_)) => {
+            return Err(RegistrationError::invalid(
+                "events",
+                "events is empty: name at least one run event type (e.g. run.completed)",
+            ));
+        }
+        Some(_) => {
+            return Err(RegistrationError::invalid(
+                "events",
+                "events must be an array of run event types",
+            ));
+        }
+        None => {
+            return Err(RegistrationError::invalid(
+                "events",
+                "events is required: the run event types to deliver (e.g. [\"run.completed\"])",
+            ));
+        }
+    };
+    if list.len() > MAX_EVENT_TYPES {
+        return Err(RegistrationError::invalid(
+            "events",
+            format!("events names more than {MAX_EVENT_TYPES} types"),
+        ));
+    }
+    let mut out: Vec<String> = Vec::new();
+    for (i, e) in list.iter().enumerate() {
+        let Some(t) = e.as_str().filter(|t| is_event_type(t)) else {
+            return Err(RegistrationError::invalid(
+                &format!("events[{i}]"),
+                format!(
+                    "events[{i}] is not a run event type (dotted lower-camel words such as \
+                     run.completed or node.failed, at most {MAX_EVENT_TYPE_CHARS} characters)"
+                ),
+            ));
+        };
+        if !out.iter().any(|o| o == t) {
+            out.push(t.to_owned());
+        }
+    }
+    Ok(out)
+}
+
+fn parse_tags(v: Option<&Value>) -> Result<Vec<String>, RegistrationError> {
+    let list = match v {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::Array(a)) => a,
+        Some(_) => {
+            return Err(RegistrationError::invalid(
+                "tags",
+                "tags must be an array of strings",
+            ));
+        }
+    };
+    if list.len() > MAX_TAGS {
+        return Err(RegistrationError::invalid(
+            "tags",
+            format!("tags has more than {MAX_TAGS} entries"),
+        ));
+    }
+    list.iter()
+        .enumerate()
+        .map(|(i, t)| match t.as_str() {
+            Some(s) if !s.is_empty() && s.chars().count() <= MAX_TAG_CHARS => Ok(s.to_owned()),
+            _ => Err(RegistrationError::invalid(
+                &format!("tags[{i}]"),
+                format!("tags[{i}] must be a string of 1..{MAX_TAG_CHARS} characters"),
+            )),
+        })
+        .collect()
+}
+
+/// A `RunEventType` spelling: dot-separated words of ASCII letters and digits starting with
+/// a lower-case letter (`run.completed`, `agent.toolCalled`, `envelope.nlToFormat.engaged`).
+pub fn is_event_type(t: &str) -> bool {
+    t.len() <= MAX_EVENT_TYPE_CHARS
+        && t.contains('.')
+        && t.split('.').all(|w| {
+            w.bytes().next().is_some_and(|b| b.is_ascii_lowercase())
+                && w.bytes().all(|b| b.is_ascii_alphanumeric())
+        })
+}
+
+/// Whether a subscription for `events` (and `tags`, empty = any run) wants an event of
+/// `event_type` from a run tagged `run_tags`.
+pub fn wants(events: &[String], tags: &[String], event_type: &str, run_tags: &[String]) -> bool {
+    events.iter().any(|e| e == event_type)
+        && (tags.is_empty() || tags.iter().any(|t| run_tags.contains(t)))
+}
+
+// ---------------------------------------------------------------------------
+// Delivery policy
+// ---------------------------------------------------------------------------
+
+/// How hard a delivery is tried, and when a subscription's circuit opens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeliveryPolicy {
+    /// Attempts per delivery (1 = the spec's best effort).
+    pub max_attempts: u32,
+    /// Wait after the first failed attempt; each later wait is 4× the previous.
+    pub initial_backoff: Duration,
+    pub max_backoff: Duration,
+    /// Per-attempt timeout (spec: 5 s).
+    pub timeout: Duration,
+    /// Consecutive failed deliveries that open the circuit (spec: 4).
+    pub breaker_threshold: u32,
+    /// How long an open circuit skips deliveries before a probe (spec: 1 h).
+    pub breaker_open: Duration,
+}
+
+impl Default for DeliveryPolicy {
+    fn default() -> Self {
+        DeliveryPolicy {
+            max_attempts: 5,
+            initial_backoff: Duration::from_secs(1),
+            max_backoff: Duration::from_secs(60),
+            timeout: Duration::from_secs(5),
+            breaker_threshold: 4,
+            breaker_open: Duration::from_secs(3600),
+        }
+    }
+}
+
+/// What one attempt came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Attempt {
+    /// 2xx.
+    Delivered,
+    /// Worth another attempt: 3xx (redirects are never followed), 408, 425, 429, 5xx, a
+    /// timeout or a connection failure. The text is for logs.
+    Transient(String),
+    /// The receiver refused the delivery (another 4xx), or the target is no longer allowed:
+    /// another attempt would get the same answer.
+    Refused(String),
+}
+
+impl Attempt {
+    /// The outcome of an HTTP response status.
+    pub fn of_status(status: u16) -> Attempt {
+        match status {
+            200..=299 => Attempt::Delivered,
+            300..=399 => Attempt::Transient(format!(
+                "HTTP {status}: redirects are not followed; answer 2xx at the registered URL"
+            )),
+            408 | 425 | 429 | 500..=599 => Attempt::Transient(format!("HTTP {status}")),
+            _ => Attempt::Refused(format!("HTTP {status}")),
+        }
+    }
+}
+
+/// What to do with a delivery after an attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// Done (delivered).
+    Done,
+    /// Attempt again after this long.
+    RetryAfter(Duration),
+    /// Failed for good: no more attempts.
+    Failed,
+}
+
+impl DeliveryPolicy {
+    /// The wait before attempt `attempt + 1`, after `attempt` (≥ 1) failed.
+    pub fn backoff(&self, attempt: u32) -> Duration {
+        let factor = 4u32.saturating_pow(attempt.saturating_sub(1));
+        self.initial_backoff
+            .saturating_mul(factor)
+            .min(self.max_backoff)
+    }
+
+    /// After attempt number `attempt` (1-based) came to `outcome`.
+    pub fn step(&self, attempt: u32, outcome: &Attempt) -> Step {
+        match outcome {
+            Attempt::Delivered => Step::Done,
+            Attempt::Refused(_) => Step::Failed,
+            Attempt::Transient(_) if attempt >= self.max_attempts => Step::Failed,
+            Attempt::Transient(_) => Step::RetryAfter(self.backoff(attempt)),
+        }
+    }
+}
+
+/// Whether a subscription's next delivery is attempted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admission {
+    /// Circuit closed.
+    Deliver,
+    /// The open period is over: this delivery probes the receiver.
+    Probe,
+    /// Circuit open: skip the delivery (`remaining` until the next probe).
+    Skip { remaining: Duration },
+}
+
+/// The circuit breaker of one subscription, over a caller-supplied monotonic clock.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Breaker {
+    consecutive_failures: u32,
+    /// While open: when the next probe may go.
+    open_until: Option<Duration>,
+}
+
+impl Breaker {
+    /// Whether a delivery starting at `now` may be attempted.
+    pub fn admit(&self, now: Duration) -> Admission {
+        match self.open_until {
+            None => Admission::Deliver,
+            Some(until) if now >= until => Admission::Probe,
+            Some(until) => Admission::Skip {
+                remaining: until - now,
+            },
+        }
+    }
+
+    /// A delivery succeeded: the circuit closes.
+    pub fn delivered(&mut self) {
+        *self = Breaker::default();
+    }
+
+    /// A delivery failed for good at `now`; returns whether the circuit is (now) open.
+    pub fn failed(&mut self, now: Duration, policy: &DeliveryPolicy) -> bool {
+        self.consecutive_failures = self.consecutive_failures.saturating_add(1);
+        let probing = self.open_until.is_some();
+        if probing || self.consecutive_failures >= policy.breaker_threshold.max(1) {
+            self.open_until = Some(now + policy.breaker_open);
+        }
+        self.open_until.is_some()
+    }
+
+    pub fn consecutive_failures(&self) -> u32 {
+        self.consecutive_failures
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const SECRET: &str = "f8a3c0ffee0123456789abcdef0123456789abcdef0123456789abcdef012345";
+
+    #[test]
+    fn signature_and_secret_vectors() {
+        // Computed independently with `openssl dgst -sha256 -hmac`.
+        assert_eq!(
+            signature(SECRET, 1_700_000_000, br#"{"a":1}"#),
+            "sha256=606433009e983ec9528dd8cdfc9a27e9c734847ed5dc91bc03e7b30d53fc8929"
+        );
+        assert_eq!(
+            derive_secret(b"key", "team-a", "wh_1"),
+            "ff998f2599d732d3faccc71925ba84b195bf26b189ff877d8af03d15cfd2419a"
+        );
+    }
+
+    #[test]
+    fn verify_accepts_its_own_signature_and_refuses_every_alteration() {
+        let body = br#"{"runId":"r1","workspaceId":"t","event":{}}"#;
+        let now = 1_700_000_000;
+        let sig = signature(SECRET, now, body);
+        let ts = now.to_string();
+        assert_eq!(verify(SECRET, Some("v1"), &ts, &sig, body, now), Ok(()));
+        assert_eq!(verify(SECRET, None, &ts, &sig, body, now + 300), Ok(()));
+        assert_eq!(
+            verify(SECRET, Some("v2"), &ts, &sig, body, now),
+            Err(VerifyError::Algorithm("v2".into()))
+        );
+        assert_eq!(
+            verify(SECRET, None, &ts, &sig, body, now + 301),
+            Err(VerifyError::Skew { skew: 301 })
+        );
+        assert_eq!(
+            verify(SECRET, None, "soon", &sig, body, now),
+            Err(VerifyError::Timestamp("soon".into()))
+        );
+        assert_eq!(
+            verify(SECRET, None, &ts, &sig, b"{}", now),
+            Err(VerifyError::Mismatch)
+        );
+        assert_eq!(
+            verify(SECRET, None, &(now + 1).to_string(), &sig, body, now),
+            Err(VerifyError::Mismatch)
+        );
+        assert_eq!(
+            verify("another", None, &ts, &sig, body, now),
+            Err(VerifyError::Mismatch)
+        );
+        assert_eq!(
+            verify(SECRET, None, &ts, &sig[7..], body, now),
+            Err(VerifyError::Malformed)
+        );
+        assert_eq!(
+            verify(SECRET, None, &ts, "sha256=abcd", body, now),
+            Err(VerifyError::Malformed)
+        );
+    }
+
+    #[test]
+    fn secrets_fingerprints_and_ids() {
+        let a = derive_secret(b"key", "team-a", "wh_1");
+        assert_eq!(a.len(), 64);
+        assert!(a.bytes().all(|b| b.is_ascii_hexdigit()));
+        assert_eq!(a, derive_secret(b"key", "team-a", "wh_1"));
+        assert_ne!(a, derive_secret(b"key", "team-b", "wh_1"));
+        assert_ne!(a, derive_secret(b"key", "team-a", "wh_2"));
+        assert_ne!(a, derive_secret(b"other", "team-a", "wh_1"));
+        // sha256("abc") = ba7816bf...
+        assert_eq!(fingerprint("abc"), "ba7816bf");
+        let d = delivery_id("wh_1", "ev-7");
+        assert_eq!(d, delivery_id("wh_1", "ev-7"));
+        assert_ne!(d, delivery_id("wh_2", "ev-7"));
+        assert_ne!(d, delivery_id("wh_1", "ev-8"));
+        assert!(d.starts_with("dlv_") && d.len() == 36);
+        let id = webhook_id([0xab; 12]);
+        assert_eq!(id, "wh_abababababababababababab");
+        assert!(is_webhook_id(&id));
+        for bad in [
+            "wh-does-not-exist",
+            "wh_",
+            "wh_ABABABABABABABABABABABAB",
+            "x",
+        ] {
+            assert!(!is_webhook_id(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_body_carries_the_event_verbatim() {
+        let raw =
+            RawValue::from_string(r#"{"type":"run.completed", "sequence":3}"#.into()).unwrap();
+        let body = DeliveryBody {
+            run_id: "r1",
+            workspace_id: "team-a",
+            event: &raw,
+        }
+        .to_bytes();
+        assert_eq!(
+            String::from_utf8(body).unwrap(),
+            r#"{"runId":"r1","workspaceId":"team-a","event":{"type":"run.completed", "sequence":3}}"#
+        );
+    }
+
+    fn policy() -> EgressPolicy {
+        EgressPolicy::default().https_only()
+    }
+
+    fn code_of(body: Value) -> (String, String) {
+        match parse_registration(&body, &policy()) {
+            Err(e @ RegistrationError::Invalid { .. }) => {
+                let RegistrationError::Invalid { field, .. } = &e else {
+                    unreachable!()
+                };
+                (e.code().to_owned(), field.clone())
+            }
+            Err(e) => (e.code().to_owned(), String::new()),
+            Ok(r) => panic!("accepted {r:?}"),
+        }
+    }
+
+    #[test]
+    fn registration_errors_match_the_webhook_negative_scenario() {
+        // Leg 1: loopback over http.
+        assert_eq!(
+            code_of(json!({"url": "http://127.0.0.1:65535/", "events": ["run.completed"]})).0,
+            "webhook_url_rejected"
+        );
+        // Loopback over https is refused for the address, not the scheme.
+        let e = parse_registration(
+            &json!({"url": "https://127.0.0.1/", "events": ["run.completed"]}),
+            &policy(),
+        )
+        .unwrap_err();
+        assert!(matches!(
+            e,
+            RegistrationError::UrlRejected(EgressRefusal::Address { .. })
+        ));
+        // Leg 2: not a URL.
+        assert_eq!(
+            code_of(json!({"url": "not a url", "events": ["run.completed"]})),
+            ("validation_error".into(), "url".into())
+        );
+        // Leg 3: no url (and a field the spec does not have).
+        assert_eq!(code_of(json!({"events": ["run.completed"]})).1, "url");
+        assert_eq!(
+            code_of(json!({"eventTypes": ["run.completed"]})),
+            ("validation_error".into(), "eventTypes".into())
+        );
+    }
+
+    #[test]
+    fn registration_field_checks_name_the_field() {
+        let url = "https://hooks.example.com/openwop";
+        for (body, field) in [
+            (json!([]), ""),
+            (json!({"url": url}), "events"),
+            (json!({"url": url, "events": []}), "events"),
+            (json!({"url": url, "events": "run.completed"}), "events"),
+            (
+                json!({"url": url, "events": ["run.completed", "Run Completed"]}),
+                "events[1]",
+            ),
+            (
+                json!({"url": url, "events": ["run.completed"], "tags": "x"}),
+                "tags",
+            ),
+            (
+                json!({"url": url, "events": ["run.completed"], "tags": [""]}),
+                "tags[0]",
+            ),
+            (
+                json!({"url": url, "events": ["run.completed"], "tenantId": 3}),
+                "tenantId",
+            ),
+            (json!({"url": 7, "events": ["run.completed"]}), "url"),
+            (
+                json!({"url": url, "events": ["run.completed"], "secret": "mine"}),
+                "secret",
+            ),
+        ] {
+            assert_eq!(
+                code_of(body.clone()),
+                ("validation_error".into(), field.into()),
+                "{body}"
+            );
+        }
+        let r = parse_registration(
+            &json!({"url": url, "events": ["run.completed", "node.failed", "run.completed"],
+                    "tenantId": "team-a", "tags": ["prod"]}),
+            &policy(),
+        )
+        .unwrap();
+        assert_eq!(r.events, ["run.completed", "node.failed"]);
+        assert_eq!(r.tenant_id.as_deref(), Some("team-a"));
+        assert_eq!(r.tags, ["prod"]);
+        assert_eq!(r.target.host, "hooks.example.com");
+    }
+
+    #[test]
+    fn the_allow_list_admits_a_private_receiver_but_never_plain_http() {
+        let p = EgressPolicy::allowing(["127.0.0.1"]).unwrap().https_only();
+        let ok = json!({"url": "https://127.0.0.1:8443/hook", "events": ["run.completed"]});
+        assert!(parse_registration(&ok, &p).unwrap().target.allowed);
+        let http = json!({"url": "http://127.0.0.1:8443/hook", "events": ["run.completed"]});
+        assert!(matches!(
+            parse_registration(&http, &p),
+            Err(RegistrationError::UrlRejected(EgressRefusal::Scheme { .. }))
+        ));
+    }
+
+    #[test]
+    fn event_types_and_filters() {
+        for t in [
+            "run.completed",
+            "agent.toolCalled",
+            "envelope.nlToFormat.engaged",
+        ] {
+            assert!(is_event_type(t), "{t}");
+        }
+        for t in [
+            "run",
+            "Run.completed",
+            "run..x",
+            "run.completed ",
+            "run.comp-leted",
+            "",
+        ] {
+            assert!(!is_event_type(t), "{t}");
+        }
+        let ev = vec!["run.completed".to_owned()];
+        assert!(wants(&ev, &[], "run.completed", &[]));
+        assert!(!wants(&ev, &[], "run.failed", &[]));
+        let tags = vec!["prod".to_owned()];
+        assert!(!wants(&ev, &tags, "run.completed", &[]));
+        assert!(wants(
+            &ev,
+            &tags,
+            "run.completed",
+            &["dev".into(), "prod".into()]
+        ));
+    }
+
+    #[test]
+    fn attempts_retry_with_backoff_then_fail() {
+        let p = DeliveryPolicy::default();
+        assert_eq!(Attempt::of_status(204), Attempt::Delivered);
+        assert!(matches!(Attempt::of_status(302), Attempt::Transient(_)));
+        assert!(matches!(Attempt::of_status(429), Attempt::Transient(_)));
+        assert!(matches!(Attempt::of_status(503), Attempt::Transient(_)));
+        assert!(matches!(Attempt::of_status(401), Attempt::Refused(_)));
+        let t = Attempt::Transient("HTTP 500".into());
+        let waits: Vec<Step> = (1..=5).map(|a| p.step(a, &t)).collect();
+        assert_eq!(
+            waits,
+            [
+                Step::RetryAfter(Duration::from_secs(1)),
+                Step::RetryAfter(Duration::from_secs(4)),
+                Step::RetryAfter(Duration::from_secs(16)),
+                Step::RetryAfter(Duration::from_secs(60)),
+                Step::Failed,
+            ]
+        );
+        assert_eq!(
+            p.step(1, &Attempt::Refused("HTTP 400".into())),
+            Step::Failed
+        );
+        assert_eq!(p.step(3, &Attempt::Delivered), Step::Done);
+        let best_effort = DeliveryPolicy {
+            max_attempts: 1,
+            ..p
+        };
+        assert_eq!(best_effort.step(1, &t), Step::Failed);
+    }
+
+    #[test]
+    fn the_breaker_opens_after_consecutive_failed_deliveries_and_probes() {
+        let p = DeliveryPolicy {
+            breaker_threshold: 4,
+            breaker_open: Duration::from_secs(3600),
+            ..DeliveryPolicy::default()
+        };
+        let mut b = Breaker::default();
+        let t = |s| Duration::from_secs(s);
+        for i in 0..3 {
+            assert_eq!(b.admit(t(i)), Admission::Deliver);
+            assert!(!b.failed(t(i), &p));
+        }
+        // A success in between resets the count.
+        b.delivered();
+        for i in 0..3 {
+            assert!(!b.failed(t(10 + i), &p));
+        }
+        assert!(b.failed(t(20), &p));
+        assert_eq!(b.admit(t(21)), Admission::Skip { remaining: t(3599) });
+        assert_eq!(b.admit(t(3620)), Admission::Probe);
+        // A failed probe opens it again at once.
+        assert!(b.failed(t(3620), &p));
+        assert!(matches!(b.admit(t(3621)), Admission::Skip { .. }));
+        assert_eq!(b.admit(t(7220)), Admission::Probe);
+        b.delivered();
+        assert_eq!(b.admit(t(7221)), Admission::Deliver);
+        assert_eq!(b.consecutive_failures(), 0);
+    }
+}
