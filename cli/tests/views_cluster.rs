@@ -206,10 +206,8 @@ async fn runs_describe_and_resume_on_a_real_apiserver() {
     );
     let o = cli(kc, &["describe", "gate", "-n", &ns]);
     assert!(
-        out(&o).contains(&format!(
-            "i7 at decide: rejected by {}",
-            who
-        )) && out(&o).contains("(needs a human) [not yet consumed]"),
+        out(&o).contains(&format!("i7 at decide: rejected by {}", who))
+            && out(&o).contains("(needs a human) [not yet consumed]"),
         "{}",
         out(&o)
     );

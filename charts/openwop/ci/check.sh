@@ -44,13 +44,15 @@ for f in "$CHART"/ci/*-values.yaml; do
   helm template "$RELEASE" "$CHART" -n "$NAMESPACE" -f "$f" --set serviceMonitor.enabled=false \
     >"$work/$name.yaml"
 done
-# Conformance seams: off by default (no fixture Workflow, no fixture advertised); on, the nine
-# fixture Workflows render and discovery lists them.
+# Conformance seams: off by default (no fixture Workflow, no fixture advertised); on, one
+# Workflow per official fixture file (fixtures/*.json) plus the host's six render and discovery
+# lists them.
 helm template "$RELEASE" "$CHART" -n "$NAMESPACE" --set conformance.seams.enabled=true >"$work/seams.yaml"
 grep -q '^kind: Workflow' "$work/default.yaml" && fail "default values render conformance fixture Workflows"
 grep -q 'conformance-agent-reasoning' "$work/default.yaml" && fail "default values advertise conformance fixtures"
-[ "$(grep -c '^kind: Workflow' "$work/seams.yaml")" = 9 ] || fail "conformance.seams.enabled does not render the 9 fixture Workflows"
-for f in conformance-noop conformance-idempotent conformance-multi-node conformance-agent-low-confidence conformance-envelope-truncated conformance-envelope-retry-attempted \
+official=$(ls "$CHART"/fixtures/conformance-*.json | wc -l)
+[ "$(grep -c '^kind: Workflow' "$work/seams.yaml")" = $((official + 6)) ] || fail "conformance.seams.enabled does not render the $((official + 6)) fixture Workflows"
+for f in conformance-noop conformance-idempotent conformance-multi-node conformance-approval conformance-clarification conformance-failure conformance-agent-low-confidence conformance-envelope-truncated conformance-envelope-retry-attempted \
   conformance-envelope-truncation-cap-exhaustion conformance-envelope-refusal; do
   grep -q -- "- $f\$" "$work/seams.yaml" || fail "conformance fixture $f not advertised in discovery fixtures"
 done

@@ -75,8 +75,16 @@ pub struct Resolution {
     pub clarification: Option<ClarificationResolved>,
     pub resolved: InterruptResolved,
     pub resumed: NodeResumed,
-    /// The node's outputs, or the error it fails with (a rejection).
-    pub outcome: Result<Value, ErrorInfo>,
+    pub outcome: GateEnd,
+}
+
+/// How a resolved gate ends.
+#[derive(Debug, Clone, PartialEq)]
+pub enum GateEnd {
+    /// It completes with these outputs.
+    Completed(Value),
+    /// It fails with this error (a rejection).
+    Failed(ErrorInfo),
 }
 
 /// Why an answer in `spec.answers` cannot resolve a gate: the gate keeps waiting and the
@@ -285,12 +293,16 @@ impl Gate {
                     answered_by: resolved_by.clone(),
                     answered_at: resolved_at.clone(),
                 };
-                let outcome = Ok(json!({"answers": answers, "answeredBy": answer.principal()}));
+                let outcome = GateEnd::Completed(
+                    json!({"answers": answers, "answeredBy": answer.principal()}),
+                );
                 (None, Some(resolved), json!({"answers": answers}), outcome)
             }
             _ => {
                 let value = answer.value.clone().unwrap_or(Value::Object(Map::new()));
-                let outcome = Ok(json!({"resumeValue": value, "answeredBy": answer.principal()}));
+                let outcome = GateEnd::Completed(
+                    json!({"resumeValue": value, "answeredBy": answer.principal()}),
+                );
                 (None, None, value, outcome)
             }
         };
@@ -365,10 +377,10 @@ pub fn approval_received(
 
 /// How an approval gate ends once `received` is recorded: `reject` fails it with
 /// [`APPROVAL_REJECTED`]; any other action completes it with the decision as its outputs.
-pub fn approval_outcome(node_id: &str, received: &ApprovalReceived) -> Result<Value, ErrorInfo> {
+pub fn approval_outcome(node_id: &str, received: &ApprovalReceived) -> GateEnd {
     let by = received.decided_by.as_deref().unwrap_or_default();
     if received.action == "reject" {
-        return Err(ErrorInfo {
+        return GateEnd::Failed(ErrorInfo {
             code: APPROVAL_REJECTED.into(),
             message: format!("the approval at node {node_id} was rejected by {by}"),
             details: Some(json!({"decidedBy": by, "comment": received.comment})),
@@ -388,7 +400,7 @@ pub fn approval_outcome(node_id: &str, received: &ApprovalReceived) -> Result<Va
             out.insert(k.into(), v);
         }
     }
-    Ok(Value::Object(out))
+    GateEnd::Completed(Value::Object(out))
 }
 
 #[cfg(test)]
@@ -465,8 +477,10 @@ mod tests {
         );
         valid("node.resumed", &r.resumed);
         assert_eq!(
-            r.outcome.unwrap(),
-            json!({"action": "accept", "decidedBy": "alice", "decidedAt": "2026-05-18T10:01:00Z", "comment": "ok"})
+            r.outcome,
+            GateEnd::Completed(
+                json!({"action": "accept", "decidedBy": "alice", "decidedAt": "2026-05-18T10:01:00Z", "comment": "ok"})
+            )
         );
         // A hand-written `approved: false` (kubectl patch) rejects, unattributed.
         let r = g
@@ -476,7 +490,9 @@ mod tests {
                 &answer(json!({"interruptId": "i1", "approved": false})),
             )
             .unwrap();
-        let e = r.outcome.unwrap_err();
+        let GateEnd::Failed(e) = r.outcome else {
+            panic!("{:?}", r.outcome)
+        };
         assert_eq!(
             (e.code.as_str(), e.retryable),
             (APPROVAL_REJECTED, Some(false))
@@ -540,8 +556,8 @@ mod tests {
             json!({"nodeId": "ask", "interruptId": "i2", "answers": {"q1": "blue"}, "answeredBy": "bob"})
         );
         assert_eq!(
-            r.outcome.unwrap(),
-            json!({"answers": {"q1": "blue"}, "answeredBy": "bob"})
+            r.outcome,
+            GateEnd::Completed(json!({"answers": {"q1": "blue"}, "answeredBy": "bob"}))
         );
         assert_eq!(
             g.resolve(
@@ -574,8 +590,10 @@ mod tests {
             )
             .unwrap();
         assert_eq!(
-            r.outcome.unwrap(),
-            json!({"resumeValue": {"paid": true}, "answeredBy": crate::run::snapshot::UNATTRIBUTED})
+            r.outcome,
+            GateEnd::Completed(
+                json!({"resumeValue": {"paid": true}, "answeredBy": crate::run::snapshot::UNATTRIBUTED})
+            )
         );
         let a = Gate::of(
             "i",

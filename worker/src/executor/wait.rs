@@ -4,7 +4,7 @@
 //! the node returns `Suspended`, the worker exits, and an answer in `spec.answers` starts a
 //! new worker whose replay reaches this node again, finds the answer and resolves it.
 
-use openwop_protocol::run::gate::{self, Gate};
+use openwop_protocol::run::gate::{self, Gate, GateEnd};
 
 use super::*;
 use crate::eventlog::now_rfc3339;
@@ -83,8 +83,8 @@ impl<P: Publisher> Executor<'_, P> {
         self.emit(&key("/resolved"), Some(id), &r.resolved).await?;
         self.emit(&key("/resumed"), Some(id), &r.resumed).await?;
         Ok(match r.outcome {
-            Ok(outputs) => NodeOutcome::Completed(outputs),
-            Err(e) => NodeOutcome::Failed(e),
+            GateEnd::Completed(outputs) => NodeOutcome::Completed(outputs),
+            GateEnd::Failed(e) => NodeOutcome::Failed(e),
         })
     }
 }
