@@ -129,12 +129,13 @@ fn workflow() -> Workflow {
 }
 
 /// The runs in the replica's cache: `live` is `running` by its status while its log already
-/// holds `run.completed` (the status lags); `idle` runs with an empty log; `done` completed;
-/// `gone` was cancelled.
+/// holds `run.completed` (the status lags); `idle` and `wait` run with an empty log; `done`
+/// completed; `gone` was cancelled.
 fn cached_runs() -> Vec<Run> {
     [
         ("live", "running"),
         ("idle", "running"),
+        ("wait", "running"),
         ("done", "completed"),
         ("gone", "cancelled"),
     ]
@@ -394,14 +395,14 @@ async fn every_endpoint_answers_each_status_of_the_spec_and_declares_it() {
         row("poll without a token", call(get.clone(), "/v1/runs/uid-live/events/poll").token(None), 401, Some("unauthenticated")).at(poll),
         row("poll of an unknown run", call(get.clone(), "/v1/runs/nope/events/poll?timeout=1"), 404, Some("not_found")).at(poll),
         // Cancel (interruptRace.test.ts: an ended run answers 200).
-        row("cancel", call(post.clone(), "/v1/runs/uid-live/cancel"), 200, None).at(cancel),
+        row("cancel", call(post.clone(), "/v1/runs/uid-idle/cancel"), 200, None).at(cancel),
         row("cancel of a completed run", call(post.clone(), "/v1/runs/uid-done/cancel"), 200, None).at(cancel),
         row("cancel of a cancelled run", call(post.clone(), "/v1/runs/uid-gone/cancel"), 200, None).at(cancel),
-        row("cancel without a token", call(post.clone(), "/v1/runs/uid-live/cancel").token(None), 401, Some("unauthenticated")).at(cancel),
-        row("cancel without RBAC", call(post.clone(), "/v1/runs/uid-live/cancel").token(Some("reader")), 403, Some("forbidden")).at(cancel),
+        row("cancel without a token", call(post.clone(), "/v1/runs/uid-idle/cancel").token(None), 401, Some("unauthenticated")).at(cancel),
+        row("cancel without RBAC", call(post.clone(), "/v1/runs/uid-idle/cancel").token(Some("reader")), 403, Some("forbidden")).at(cancel),
         row("cancel of an unknown run", call(post.clone(), "/v1/runs/nope/cancel"), 404, Some("not_found")).at(cancel),
         // Bulk cancel (bulk-cancel.test.ts).
-        row("bulk cancel", call(post.clone(), bulk).json(json!({"runIds": ["uid-idle", "nope"], "reason": "r"})), 200, None).at(bulk),
+        row("bulk cancel", call(post.clone(), bulk).json(json!({"runIds": ["uid-wait", "nope"], "reason": "r"})), 200, None).at(bulk),
         row("bulk cancel of none", call(post.clone(), bulk).json(json!({"runIds": []})), 400, Some("validation_error")).at(bulk),
         row("bulk cancel of 101", call(post.clone(), bulk).json(json!({"runIds": (0..101).map(|i| format!("r{i}")).collect::<Vec<_>>()})), 400, Some("validation_error")).at(bulk),
         row("bulk cancel of a number", call(post.clone(), bulk).json(json!({"runIds": [7]})), 400, Some("validation_error")).at(bulk),
@@ -474,8 +475,8 @@ async fn every_endpoint_answers_each_status_of_the_spec_and_declares_it() {
     // The OpenAPI document is 3.1.
     let api = send(&w.app, &call(get.clone(), "/v1/openapi.json").token(None)).await;
     assert!(api.json()["openapi"].as_str().unwrap().starts_with("3.1"));
-    // Cancels: the two ended runs were left alone; the live one and the bulk one patched.
-    assert_eq!(w.patches(), ["live", "idle"], "patched Runs");
+    // Cancels: the ended runs were left alone; the running one and the bulk one patched.
+    assert_eq!(w.patches(), ["idle", "wait"], "patched Runs");
 }
 
 #[tokio::test]
@@ -534,10 +535,16 @@ async fn bodies_of_create_cancel_and_bulk_cancel_say_what_happened() {
         got.json(),
         json!({"runId": "uid-done", "status": "completed"})
     );
+    // Its log already ended the run (its status lags): ended too, as the snapshot says.
     let got = send(&w.app, &call(post.clone(), "/v1/runs/uid-live/cancel")).await;
     assert_eq!(
         got.json(),
-        json!({"runId": "uid-live", "status": "cancelling"})
+        json!({"runId": "uid-live", "status": "completed"})
+    );
+    let got = send(&w.app, &call(post.clone(), "/v1/runs/uid-wait/cancel")).await;
+    assert_eq!(
+        got.json(),
+        json!({"runId": "uid-wait", "status": "cancelling"})
     );
     // Bulk: one result per id, in request order.
     let got = send(
@@ -603,7 +610,7 @@ async fn bodies_of_create_cancel_and_bulk_cancel_say_what_happened() {
     )
     .await;
     assert_eq!(got.json()["details"]["maxRunIds"], 100);
-    assert_eq!(w.patches(), ["live", "idle"]);
+    assert_eq!(w.patches(), ["wait", "idle"]);
 }
 
 #[tokio::test]

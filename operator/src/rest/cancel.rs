@@ -39,7 +39,9 @@ pub enum Cancelled {
 /// Cancels the run `run_id` for `caller`: 404 when the caller cannot see it, 403 without
 /// `patch` on runs in its namespace.
 pub async fn cancel(s: &RestState, caller: &Caller, run_id: &str) -> Result<Cancelled, ApiError> {
-    let run = visible_run(s, caller, run_id).await?;
+    // As its log has it: a run whose stream already ended is not cancelled.
+    let cached = visible_run(s, caller, run_id).await?;
+    let run = super::runs::fresh_run(s, &cached).await;
     let ns = run.namespace().unwrap_or_default();
     s.auth
         .authorize(caller, Verb::Patch, Resource::Runs, &ns)

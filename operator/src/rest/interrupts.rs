@@ -50,7 +50,8 @@ pub async fn resolve_interrupt(
         .authorize(&caller, Verb::Patch, Resource::Runs, &ns)
         .await?;
     let api: Api<Run> = Api::namespaced(s.client.clone(), &ns);
-    let mut run = (*cached).clone();
+    // Checked against the run as its log has it, like the snapshot the caller read.
+    let mut run = super::runs::fresh_run(&s, &cached).await;
     // Who answered and when: the authenticated caller (TokenReview), stamped here so a caller
     // cannot claim to be someone else.
     let answered_at = Timestamp::now().to_string();
@@ -77,7 +78,11 @@ pub async fn resolve_interrupt(
         {
             Ok(_) => break,
             Err(kube::Error::Api(e)) if e.code == 409 && attempt < 4 => {
-                run = api.get(&run.name_any()).await.map_err(kube_error)?;
+                run = super::runs::fresh_run(
+                    &s,
+                    &api.get(&run.name_any()).await.map_err(kube_error)?,
+                )
+                .await;
             }
             Err(e) => return Err(kube_error(e)),
         }

@@ -138,15 +138,33 @@ pub fn snapshot_with(
     doc
 }
 
-/// The RunSnapshot at least as new as the run's event log: the status, with the events it
-/// has not taken in yet (the operator's consumer writes the status a little after the events
-/// are stored) folded in by the consumer's own merge rule. A client that saw the terminal
-/// event on the stream never reads an older run here. When the log cannot be read in time,
-/// the status alone.
+/// The RunSnapshot at least as new as the run's event log (see [`fresh_projection`]): a
+/// client that saw the terminal event on the stream never reads an older run here.
 pub async fn fresh_snapshot(s: &RestState, run: &Run) -> RunSnapshotDoc {
+    let (p, ended_at) = fresh_projection(s, run).await;
+    snapshot_with(s, run, &p, ended_at)
+}
+
+/// A copy of `run` whose status is brought up to its event log, for the checks of a request
+/// that must agree with what `GET /v1/runs/{runId}` showed (an interrupt the snapshot shows
+/// waiting can be answered at once).
+pub async fn fresh_run(s: &RestState, run: &Run) -> Run {
+    let (p, _) = fresh_projection(s, run).await;
+    let mut run = run.clone();
+    run.status
+        .get_or_insert_with(Default::default)
+        .set_projection(p);
+    run
+}
+
+/// The run's event-derived state at least as new as its log: the status, with the events it
+/// has not taken in yet (the operator's consumer writes the status a little after the events
+/// are stored) folded in by the consumer's own merge rule; and when the folded events ended
+/// the run, the terminal event's time. When the log cannot be read in time, the status alone.
+pub async fn fresh_projection(s: &RestState, run: &Run) -> (Projection, Option<String>) {
     let stored = run.status.clone().unwrap_or_default().projection();
     if stored.phase.is_some_and(|p| p.is_terminal()) {
-        return snapshot_with(s, run, &stored, None);
+        return (stored, None);
     }
     let read = super::events::read_events(s, run, stored.last_sequence, None);
     let newer = match tokio::time::timeout(FRESHNESS_READ, read).await {
@@ -161,7 +179,7 @@ pub async fn fresh_snapshot(s: &RestState, run: &Run) -> RunSnapshotDoc {
         }
     };
     if newer.is_empty() {
-        return snapshot_with(s, run, &stored, None);
+        return (stored, None);
     }
     let mut folded = stored.clone();
     let mut ended_at = None;
@@ -174,7 +192,7 @@ pub async fn fresh_snapshot(s: &RestState, run: &Run) -> RunSnapshotDoc {
                 .map(str::to_owned);
         }
     }
-    snapshot_with(s, run, &merge(&stored, &folded), ended_at)
+    (merge(&stored, &folded), ended_at)
 }
 
 /// Create a run.
