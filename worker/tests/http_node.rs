@@ -19,7 +19,8 @@ type Seen = Arc<Mutex<Vec<(String, Option<String>, Option<String>)>>>;
 
 /// A local service: `GET /items/{id}` (echoes the id, sets a cookie), `POST /orders`
 /// (deduplicates by `Idempotency-Key`, as an idempotent API does, and echoes the
-/// Authorization header it got), `GET /flaky` (503 twice, then 200), `GET /big` (2 KiB).
+/// Authorization header it got), `GET /flaky` (503 twice, then 200), `GET /slow` (answers
+/// after 5 s), `GET /big` (2 KiB).
 struct Service {
     base: String,
     /// Every request: (method + path, Idempotency-Key, Authorization).
@@ -53,7 +54,8 @@ impl Service {
                 get("authorization"),
             ));
         };
-        let (r1, r2, r3, r4) = (
+        let (r1, r2, r3, r4, r5) = (
+            requests.clone(),
             requests.clone(),
             requests.clone(),
             requests.clone(),
@@ -113,6 +115,17 @@ impl Service {
                         } else {
                             (StatusCode::OK, "fine".to_owned())
                         }
+                    }
+                }),
+            )
+            .route(
+                "/slow",
+                get(move |h: HeaderMap| {
+                    let r = r5.clone();
+                    async move {
+                        log("GET /slow", &h, &r);
+                        tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+                        "late"
                     }
                 }),
             )
@@ -288,13 +301,18 @@ fn internal_targets_are_refused_by_the_guard_before_any_request() {
 }
 
 #[test]
-fn server_errors_are_retried_and_an_oversized_body_fails_the_node() {
+fn server_errors_timeouts_and_refused_connections_are_retried_and_an_oversized_body_fails() {
     let nats = NatsServer::start();
     let svc = Service::start();
     let wf = json!({"id": "http-limits", "nodes": [
         fetch("flaky", json!({"url": format!("{}/flaky", svc.base),
             "retry": {"maxAttempts": 3, "initialDelayMs": 10, "maxDelayMs": 20}}), json!({})),
         fetch("big", json!({"url": format!("{}/big", svc.base)}), json!({})),
+        fetch("slow", json!({"url": format!("{}/slow", svc.base), "timeoutMs": 200,
+            "retry": {"maxAttempts": 2, "initialDelayMs": 0}}), json!({})),
+        // A port nothing listens on: the connection is refused.
+        fetch("down", json!({"url": format!("http://127.0.0.1:{}/", closed_port()),
+            "retry": {"maxAttempts": 2, "initialDelayMs": 0}}), json!({})),
     ]});
     let f = files("limits", "run-http-limits", wf, &["127.0.0.1"]);
     f.set_snapshot_field(
@@ -319,6 +337,22 @@ fn server_errors_are_retried_and_an_oversized_body_fails_the_node() {
     assert_eq!(big["code"], "http_response_too_large", "{big}");
     assert_eq!(big["details"]["maxBytes"], 1024);
     assert_eq!(svc.count("GET /big"), 1, "an oversized body is not retried");
+    let slow = &failed(&events, "slow")["payload"]["error"];
+    assert_eq!(
+        (slow["code"].clone(), slow["retryable"].clone()),
+        (json!("http_timeout"), json!(true)),
+        "{slow}"
+    );
+    assert_eq!(svc.count("GET /slow"), 2, "a timeout is retried");
+    let down = &failed(&events, "down")["payload"]["error"];
+    assert_eq!(down["code"], "http_network_error", "{down}");
+    assert_eq!(down["details"]["attempts"], 2, "{down}");
+}
+
+/// A local port with no listener.
+fn closed_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
 }
 
 /// `v` without what depends on the clock: durations and the service's `Date` header.
