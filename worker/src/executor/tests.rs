@@ -42,11 +42,11 @@ fn fan(branches: &[&str], rule: &str, settings: Value) -> Value {
     json!({"id": "fan", "nodes": nodes, "edges": edges, "settings": settings})
 }
 
-struct Outcome {
-    end: RunEnd,
-    events: Vec<RunEventDoc>,
+pub(super) struct Outcome {
+    pub(super) end: RunEnd,
+    pub(super) events: Vec<RunEventDoc>,
     /// Provider calls this worker made, by program key.
-    calls: Vec<String>,
+    pub(super) calls: Vec<String>,
 }
 
 /// Runs (or replays over `existing`) the workflow with `mocks` and `answers`.
@@ -55,6 +55,11 @@ fn run(workflow: &Value, mocks: &Value, answers: Value, existing: Vec<RunEventDo
         "run": {"namespace": "ns", "name": "r", "runId": "run-1"},
         "workflow": workflow, "inputs": {"doc": "d"}, "answers": answers, "providerMocks": mocks}))
     .unwrap();
+    execute(&snap, existing)
+}
+
+/// Runs (or replays over `existing`) the run `snap` describes on an in-memory log.
+pub(super) fn execute(snap: &RunSnapshot, existing: Vec<RunEventDoc>) -> Outcome {
     let graph = Graph::parse(&snap.workflow).unwrap();
     let cfg = ExecConfig {
         mock_programs: snap.mock_programs().unwrap(),
@@ -74,7 +79,7 @@ fn run(workflow: &Value, mocks: &Value, answers: Value, existing: Vec<RunEventDo
             existing,
         );
         let reasoning = ReasoningStream::new("openwop.reasoning.ns.run-1", 64);
-        let mut exec = Executor::new(&snap, &graph, &cfg, log, reasoning);
+        let mut exec = Executor::new(snap, &graph, &cfg, log, reasoning);
         let end = exec.run().await.unwrap();
         let calls = exec.mock.calls().into_iter().map(|c| c.node_id).collect();
         Outcome {
