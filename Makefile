@@ -61,7 +61,8 @@ chart-check:
 	bash e2e/cluster/cluster.sh up
 	eval "$$(bash e2e/cluster/cluster.sh env)" && bash charts/openwop/ci/check.sh
 
-## bench: criterion benches (pipeline, redaction, worker publish + RSS), then 200 Runs vs 200 bare pods on the mini-cluster,
+## bench: criterion benches (pipeline, redaction, worker publish + RSS), then 200 Runs vs 200 bare pods on the mini-cluster
+## and the wake lateness of 20 durable 4 s delays (scale test delay_wake_lateness),
 ## then the REST API figures (JSON events of a 1,000-event run; 100 SSE followers of a live run; each beside a
 ## direct JetStream reader in the same run), with release builds of the operator and worker (what users run;
 ## OPENWOP_E2E_PROFILE=debug for the debug builds of the scale figures), then the restart figures (debug builds from

@@ -60,6 +60,26 @@ fn helm(c: &Cluster, args: &[&str]) -> Output {
 
 /// `helm upgrade --install` with the mini-cluster values plus `extra` `--set`s (a later
 /// `operator.port` in `extra` overrides the journeys' port).
+/// Force-deletes the operator pod(s) and waits for the replacement to run.
+async fn restart_operator(c: &Cluster) {
+    let pods: Api<Pod> = Api::namespaced(c.client.clone(), release_ns());
+    let lp = ListParams::default().labels("app.kubernetes.io/component=operator");
+    for p in pods.list(&lp).await.unwrap().items {
+        let name = p.metadata.name.unwrap_or_default();
+        let args = [
+            "delete",
+            "pod",
+            &name,
+            "-n",
+            release_ns(),
+            "--grace-period=0",
+            "--force",
+        ];
+        ok(kubectl(c, &args, None), "force-delete the operator pod");
+    }
+    wait_operator_ready(c).await;
+}
+
 fn helm_install(c: &Cluster, extra: &[&str]) -> String {
     let chart = repo().join("charts/openwop");
     let values = repo().join("e2e/helm/mini-cluster-values.yaml");
@@ -3516,28 +3536,7 @@ async fn a_run_too_deep_to_decode_is_failed_alone_and_the_others_run() {
     assert_eq!(http_get(&readyz, &[]).0, 200, "listing works: ready");
 
     // Restart the operator while the deep Run exists: it lists, starts and runs again.
-    let pods: Api<Pod> = Api::namespaced(c.client.clone(), release_ns());
-    let lp = ListParams::default().labels("app.kubernetes.io/component=operator");
-    for p in pods.list(&lp).await.unwrap().items {
-        let name = p.metadata.name.unwrap();
-        ok(
-            kubectl(
-                &c,
-                &[
-                    "delete",
-                    "pod",
-                    &name,
-                    "-n",
-                    release_ns(),
-                    "--grace-period=0",
-                    "--force",
-                ],
-                None,
-            ),
-            "force-delete the operator pod",
-        );
-    }
-    wait_operator_ready(&c).await;
+    restart_operator(&c).await;
     ok(apply(&c, &ns, &hello_run("after-restart")), "apply a run");
     wait_run(&c, &ns, "after-restart", "completed", 240).await;
     assert_eq!(deep_status()["phase"], "failed");

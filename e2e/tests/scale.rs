@@ -472,6 +472,26 @@ fn print_timeline(tl: &Timeline, first_event: &BTreeMap<String, f64>) {
     }
 }
 
+/// Waits until Workflow `name` is `Ready`.
+async fn wait_workflow_ready(wfs: &Api<DynamicObject>, name: &str) {
+    wait_for(
+        Duration::from_secs(60),
+        &format!("workflow {name} Ready"),
+        || {
+            let wfs = wfs.clone();
+            async move {
+                let wf = wfs.get(name).await.ok()?;
+                wf.data["status"]["conditions"]
+                    .as_array()?
+                    .iter()
+                    .any(|c| c["type"] == "Ready" && c["status"] == "True")
+                    .then_some(())
+            }
+        },
+    )
+    .await;
+}
+
 async fn runs_at_once(c: &Cluster) {
     let ns = namespace(&c.client, "scale-runs").await;
     let workflow = repo().join("examples/01-hello-workflow.yaml");
@@ -504,18 +524,7 @@ async fn runs_at_once(c: &Cluster) {
             "Workflow",
         )),
     );
-    wait_for(Duration::from_secs(60), "workflow hello Ready", || {
-        let wfs = wfs.clone();
-        async move {
-            let wf = wfs.get("hello").await.ok()?;
-            wf.data["status"]["conditions"]
-                .as_array()?
-                .iter()
-                .any(|c| c["type"] == "Ready" && c["status"] == "True")
-                .then_some(())
-        }
-    })
-    .await;
+    wait_workflow_ready(&wfs, "hello").await;
     let pid = operator_pid(c).await;
     let rss_before = status_kib(pid, "VmRSS").unwrap_or(0);
     let peak = Arc::new(Mutex::new(rss_before));

@@ -95,28 +95,7 @@ async fn a_long_delay_holds_no_pod_and_wakes_on_time_across_an_operator_restart(
     assert!(printed.contains("WAKES"), "{printed}");
     if c.local {
         // The operator restarts during the wait: the wake time comes from the run's log.
-        let pods: Api<Pod> = Api::namespaced(c.client.clone(), release_ns());
-        let lp = ListParams::default().labels("app.kubernetes.io/component=operator");
-        for p in pods.list(&lp).await.unwrap().items {
-            let name = p.metadata.name.unwrap_or_default();
-            ok(
-                kubectl(
-                    &c,
-                    &[
-                        "delete",
-                        "pod",
-                        &name,
-                        "-n",
-                        release_ns(),
-                        "--grace-period=0",
-                        "--force",
-                    ],
-                    None,
-                ),
-                "force-delete the operator pod",
-            );
-        }
-        wait_operator_ready(&c).await;
+        restart_operator(&c).await;
     }
     // Until shortly before the wake time, still no worker pod.
     let lead = k8s_openapi::jiff::SignedDuration::from_millis(1500);

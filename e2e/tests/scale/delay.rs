@@ -25,18 +25,7 @@ pub(super) async fn delay_wake_lateness(c: &Cluster) {
     wfs.create(&pp, &serde_json::from_value(wf).unwrap())
         .await
         .expect("create workflow nap");
-    wait_for(Duration::from_secs(60), "workflow nap Ready", || {
-        let wfs = wfs.clone();
-        async move {
-            let wf = wfs.get("nap").await.ok()?;
-            wf.data["status"]["conditions"]
-                .as_array()?
-                .iter()
-                .any(|c| c["type"] == "Ready" && c["status"] == "True")
-                .then_some(())
-        }
-    })
-    .await;
+    wait_workflow_ready(&wfs, "nap").await;
     for i in 0..RUNS {
         let run = json!({
             "apiVersion": "openwop.dev/v1alpha1", "kind": "Run",

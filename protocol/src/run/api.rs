@@ -271,6 +271,32 @@ mod tests {
     }
 
     #[test]
+    fn a_waiting_delay_shows_its_wake_time_until_the_run_ends() {
+        let mut p = Projection::default();
+        p.apply(&json!({"type": "run.started", "sequence": 0, "payload": {}}));
+        let timer = serde_json::to_value(crate::run::waits::timer_record(
+            "wait",
+            "2026-01-01T00:01:00.000Z",
+            60000,
+        ))
+        .unwrap();
+        p.apply(
+            &json!({"type": "log.appended", "sequence": 1, "nodeId": "wait", "payload": timer}),
+        );
+        let doc = |p: &Projection| {
+            serde_json::to_value(RunSnapshotDoc::from_projection(p, RunFacts::default())).unwrap()
+        };
+        let v = doc(&p);
+        assert_eq!(
+            (v["status"].as_str(), v["wakeAt"].as_str()),
+            (Some("running"), Some("2026-01-01T00:01:00.000Z"))
+        );
+        assert!(v.get("childRuns").is_none() && v.get("parentRunId").is_none());
+        p.apply(&json!({"type": "run.cancelled", "sequence": 2, "payload": {}}));
+        assert!(doc(&p).get("wakeAt").is_none());
+    }
+
+    #[test]
     fn inputs_are_checked_against_declared_variables() {
         let vars: Vec<WorkflowVariable> = serde_json::from_value(json!([
             {"name": "greeting", "type": "string", "required": true},

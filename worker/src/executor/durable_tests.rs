@@ -9,7 +9,6 @@ use openwop_protocol::run::status::RunPhase;
 use serde_json::{Value, json};
 
 use super::*;
-use crate::eventlog::MemoryPublisher;
 
 /// Runs (or replays over `existing`) `workflow` with the host's durable-wait `threshold` and
 /// the snapshot fields in `extra` (children, parent).
@@ -27,29 +26,8 @@ fn run(
         doc[k] = v.clone();
     }
     let snap: RunSnapshot = serde_json::from_value(doc).unwrap();
-    let graph = Graph::parse(&snap.workflow).unwrap();
-    let cfg = ExecConfig {
-        mock_programs: BTreeMap::new(),
-        providers: crate::providers::ProviderSet::default(),
-        secrets: vec![],
-    };
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let log = RunLog::new(
-            MemoryPublisher::default(),
-            "openwop.events.ns.run-1",
-            "run-1",
-            Arc::new(Redactor::default()),
-            existing,
-        );
-        let reasoning = ReasoningStream::new("openwop.reasoning.ns.run-1", 64);
-        let mut exec = Executor::new(&snap, &graph, &cfg, log, reasoning);
-        let end = exec.run().await.unwrap();
-        (end, exec.log_mut().events().to_vec())
-    })
+    let out = super::tests::execute(&snap, existing);
+    (out.end, out.events)
 }
 
 fn delay_flow(delay_ms: u64) -> Value {

@@ -74,6 +74,11 @@ fn run_configured(
 /// Runs (or replays over `existing`) the run snapshot `snap` (JSON) of run `run-1`.
 pub(super) fn run_snapshot(snap: Value, existing: Vec<RunEventDoc>) -> Outcome {
     let snap: RunSnapshot = serde_json::from_value(snap).unwrap();
+    execute(&snap, existing)
+}
+
+/// Runs (or replays over `existing`) the run `snap` describes on an in-memory log.
+pub(super) fn execute(snap: &RunSnapshot, existing: Vec<RunEventDoc>) -> Outcome {
     let graph = Graph::parse(&snap.workflow).unwrap();
     let cfg = ExecConfig {
         mock_programs: snap.mock_programs().unwrap(),
@@ -93,7 +98,7 @@ pub(super) fn run_snapshot(snap: Value, existing: Vec<RunEventDoc>) -> Outcome {
             existing,
         );
         let reasoning = ReasoningStream::new("openwop.reasoning.ns.run-1", 64);
-        let mut exec = Executor::new(&snap, &graph, &cfg, log, reasoning);
+        let mut exec = Executor::new(snap, &graph, &cfg, log, reasoning);
         let end = exec.run().await.unwrap();
         let calls = exec.mock.calls().into_iter().map(|c| c.node_id).collect();
         Outcome {
