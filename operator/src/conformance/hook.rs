@@ -86,15 +86,20 @@ mod tests {
             ],
             ..OperatorConfig::default()
         };
-        let mut registry = NodeRegistry::builtin();
+        // Every node type but core.delay, as a build without it would register.
+        let mut registry = NodeRegistry::new();
+        let builtin = NodeRegistry::builtin();
+        for id in builtin.type_ids().filter(|id| *id != "core.delay") {
+            registry.register(openwop_protocol::workflow_check::NodeType {
+                type_id: id.into(),
+                config: openwop_protocol::workflow_check::ConfigRule::AnyObject,
+            });
+        }
         let without_delay = advertised_fixtures(&cfg, &registry);
         assert!(!without_delay.contains(&"conformance-delay".to_owned()));
         assert!(without_delay.contains(&"conformance-approval".to_owned()));
         assert!(without_delay.contains(&"conformance-agent-reasoning".to_owned()));
-        registry.register(openwop_protocol::workflow_check::NodeType {
-            type_id: "core.delay".into(),
-            config: openwop_protocol::workflow_check::ConfigRule::AnyObject,
-        });
+        let registry = builtin;
         assert_eq!(advertised_fixtures(&cfg, &registry), cfg.fixtures);
     }
 
