@@ -745,6 +745,19 @@ async fn stream_modes_filter_snapshot_and_batch_the_same_log() {
         ]
     );
     assert_eq!(got.json()["isComplete"], true);
+    // Without a mode, the JSON answer is the whole log (the suite reads envelope.* from it).
+    let got = send(
+        &w.app,
+        &call(Method::GET, "/v1/runs/uid-live/events").header("accept", "application/json"),
+    )
+    .await;
+    let all: Vec<_> = got.json()["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["sequence"].clone())
+        .collect();
+    assert_eq!(all, [json!(0), json!(1), json!(2), json!(3), json!(4)]);
     // The refusal lists every mode (never a combination).
     let got = send(
         &w.app,

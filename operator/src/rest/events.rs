@@ -16,7 +16,7 @@ use kube::{Resource as _, ResourceExt};
 use openwop_crds::Run;
 use openwop_nats::reader::{From, LogMessage, RunLog};
 use openwop_protocol::run::stream_modes::{
-    BATCH_EVENT, STATE_SNAPSHOT, StreamModeError, StreamModes, UNSUPPORTED_STREAM_MODE,
+    BATCH_EVENT, STATE_SNAPSHOT, StreamMode, StreamModeError, StreamModes, UNSUPPORTED_STREAM_MODE,
     buffer_window, forces_flush, triggers_snapshot,
 };
 use openwop_protocol::run::{Projection, RunPhase, events_subject};
@@ -303,7 +303,8 @@ impl<'a> Shaper<'a> {
 }
 
 /// A run's events: SSE (`text/event-stream`), or `{events}` with `Accept: application/json`,
-/// filtered by `streamMode` (default `updates`) either way.
+/// filtered by `streamMode` (SSE default `updates`; the JSON answer, without a mode, is the
+/// whole log).
 #[utoipa::path(
     get, path = "/v1/runs/{runId}/events",
     params(("runId" = String, Path), EventsQuery, ("Last-Event-ID" = Option<String>, Header, description = "resume after this event (run sequence)")),
@@ -329,6 +330,14 @@ pub async fn run_events(
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
     if accept.contains("application/json") && !accept.contains("text/event-stream") {
+        // The JSON answer is the run's log: every event unless a streamMode is asked for
+        // (the suite's envelope scenarios read `envelope.*` from it with no mode; `updates`
+        // is the default of the live stream).
+        let modes = if q.stream_mode.as_deref().is_none_or(str::is_empty) {
+            StreamModes::of(&[StreamMode::Debug])
+        } else {
+            modes
+        };
         // Read from the start: `values` folds the whole log.
         let read = read_events(&s, &run, None, None).await?;
         let mut shaper = Shaper::new(&s, &run, modes, after);
