@@ -30,6 +30,8 @@ fixtures!(
     "conformance-identity",
     "conformance-multi-node",
     "conformance-noop",
+    "conformance-subworkflow-child",
+    "conformance-subworkflow-parent",
 );
 
 /// The definition of the official fixture `id`.
