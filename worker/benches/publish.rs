@@ -16,6 +16,8 @@ use openwop_worker::eventlog::RunLog;
 use openwop_worker::nats::{self, JetStreamPublisher, RetryPolicy};
 use serde_json::json;
 
+mod common;
+
 fn bench(c: &mut Criterion) {
     let srv = NatsServer::start();
     let url = srv.url();
@@ -120,14 +122,6 @@ fn peak_rss(url: &str) {
     );
 }
 
-fn vm_hwm(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-}
-
 /// (VmHWM KiB, wait4 ru_maxrss KiB) of one worker run of `n` nodes.
 fn worker_peak(url: &str, name: &str, n: usize) -> (u64, i64) {
     let dir = tempfile::tempdir().unwrap();
@@ -158,7 +152,7 @@ fn worker_peak(url: &str, name: &str, n: usize) -> (u64, i64) {
     // SAFETY: rusage is plain data that wait4 fills in.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
     loop {
-        if let Some(v) = vm_hwm(child.id()) {
+        if let Some(v) = common::vm_hwm(child.id()) {
             hwm = hwm.max(v);
         }
         // SAFETY: waiting on our own child; WNOHANG never blocks.

@@ -8,7 +8,7 @@ use openwop_protocol::graph::Graph;
 use openwop_protocol::run::variables::Variables;
 use serde_json::{Value, json};
 
-use super::tests::{Outcome, assert_gapless, run_snapshot};
+use super::tests::{Outcome, assert_gapless, of, run_snapshot};
 use super::*;
 
 /// start → check (score ≥ 0.5?) → hi | lo (each sets `verdict`) → join (any_success) →
@@ -58,18 +58,9 @@ fn snapshot(workflow: Value, inputs: Value, configurable: Value, host: Value) ->
 }
 
 fn outputs(o: &Outcome, node: &str) -> Value {
-    let i = of_type(&o.events, EventType::NodeCompleted, node);
+    let i = of(&o.events, EventType::NodeCompleted, node);
     assert_eq!(i.len(), 1, "{node} completed once");
     o.events[i[0]].payload["outputs"].clone()
-}
-
-fn of_type(events: &[RunEventDoc], t: EventType, node: &str) -> Vec<usize> {
-    events
-        .iter()
-        .enumerate()
-        .filter(|(_, e)| e.event_type == t && e.node_id.as_deref() == Some(node))
-        .map(|(i, _)| i)
-        .collect()
 }
 
 /// What must be identical between a run and its replay: ids, types, payloads, order.
@@ -115,13 +106,13 @@ fn a_conditional_routes_skips_the_other_branch_and_variables_follow_the_graph() 
     );
     // The branch not taken is skipped, and the skip cascades to what depends on it only.
     for skipped in ["lo", "after_lo"] {
-        let i = of_type(&o.events, EventType::NodeSkipped, skipped);
+        let i = of(&o.events, EventType::NodeSkipped, skipped);
         assert_eq!(i.len(), 1, "{skipped}");
         assert_eq!(
             o.events[i[0]].payload,
             json!({"nodeId": skipped, "reason": "trigger-rule-not-met"})
         );
-        assert!(of_type(&o.events, EventType::NodeStarted, skipped).is_empty());
+        assert!(of(&o.events, EventType::NodeStarted, skipped).is_empty());
     }
     assert!(
         o.events
@@ -173,9 +164,9 @@ fn a_conditional_routes_skips_the_other_branch_and_variables_follow_the_graph() 
     );
     let l = run_snapshot(low, vec![]);
     assert_eq!(l.end, RunEnd::Completed);
-    assert_eq!(of_type(&l.events, EventType::NodeSkipped, "hi").len(), 1);
+    assert_eq!(of(&l.events, EventType::NodeSkipped, "hi").len(), 1);
     assert_eq!(outputs(&l, "read"), json!({"value": "low"}));
-    assert_eq!(of_type(&l.events, EventType::NodeCompleted, "after_lo").len(), 1);
+    assert_eq!(of(&l.events, EventType::NodeCompleted, "after_lo").len(), 1);
 
     replays_from_every_prefix(&snap, &o);
 }

@@ -92,7 +92,7 @@ pub(super) fn run_snapshot(snap: Value, existing: Vec<RunEventDoc>) -> Outcome {
     })
 }
 
-fn of(events: &[RunEventDoc], t: EventType, node: &str) -> Vec<usize> {
+pub(super) fn of(events: &[RunEventDoc], t: EventType, node: &str) -> Vec<usize> {
     events
         .iter()
         .enumerate()
