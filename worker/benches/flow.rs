@@ -71,7 +71,7 @@ fn child(n: usize, url: &str) {
         let js = nats::context(nats::connect(url, &NatsAuth::None).await.unwrap(), &policy);
         let subject = format!("openwop.events.bench.{name}-run");
         let log = RunLog::new(
-            JetStreamPublisher::new(js, policy.clone()),
+            JetStreamPublisher::new(js, policy),
             &subject,
             &format!("{name}-run"),
             Arc::new(Redactor::default()),

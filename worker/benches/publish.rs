@@ -107,7 +107,7 @@ fn bench(c: &mut Criterion) {
 /// Linux folds the high-water mark of the pre-exec image — a copy of this (large) criterion
 /// process — into the child's `ru_maxrss`, which is what the earlier 164,504 KiB measured.
 fn peak_rss(url: &str) {
-    let own = vm_hwm(std::process::id()).unwrap_or(0);
+    let own = common::vm_hwm(std::process::id()).unwrap_or(0);
     let one = worker_peak(url, "rss1", 1);
     let twenty = worker_peak(url, "rss20", 20);
     println!(

@@ -9,10 +9,10 @@ use axum::response::{IntoResponse, Response};
 use kube::api::{Api, ObjectMeta, PostParams};
 use kube::{Resource as _, ResourceExt};
 use openwop_crds::{Run, RunSpec, WorkflowRef};
+use openwop_protocol::run::snapshot::clamp_recursion_limit;
 use openwop_protocol::run::{
     IDEMPOTENCY_KEY_MISMATCH, IDEMPOTENT_REPLAY_HEADER, RunFacts, RunSnapshotDoc, check_inputs,
 };
-use openwop_protocol::run::snapshot::clamp_recursion_limit;
 use openwop_protocol::workflow::WorkflowDefinition;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
@@ -152,11 +152,10 @@ pub async fn create_run(
         Some(c) => Some({
             // The node-execution ceiling is recorded clamped: the run carries what it gets.
             let mut c = c.clone();
-            clamp_recursion_limit(&mut c, s.config.limits.max_node_executions)
-                .map_err(|e| {
-                    ApiError::validation(e.to_string())
-                        .with_details(json!({"field": "configurable.recursionLimit"}))
-                })?;
+            clamp_recursion_limit(&mut c, s.config.limits.max_node_executions).map_err(|e| {
+                ApiError::validation(e.to_string())
+                    .with_details(json!({"field": "configurable.recursionLimit"}))
+            })?;
             serde_json::from_value(Value::Object(c)).map_err(|e| {
                 ApiError::validation(format!("configurable: {e}"))
                     .with_details(json!({"field": "configurable"}))

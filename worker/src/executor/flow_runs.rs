@@ -184,12 +184,7 @@ fn chain(n: usize) -> Value {
 
 #[test]
 fn the_node_after_the_recursion_limit_never_starts_and_the_run_fails_once() {
-    let snap = snapshot(
-        chain(6),
-        json!({}),
-        json!({"recursionLimit": 3}),
-        json!({}),
-    );
+    let snap = snapshot(chain(6), json!({}), json!({"recursionLimit": 3}), json!({}));
     let o = run_snapshot(snap.clone(), vec![]);
     let RunEnd::Failed(e) = &o.end else {
         panic!("{:?}", o.end)
@@ -219,7 +214,13 @@ fn the_node_after_the_recursion_limit_never_starts_and_the_run_fails_once() {
             .all(|e| e.event_type != EventType::NodeFailed),
         "the node past the limit is not failed: it never started"
     );
-    let types: Vec<EventType> = o.events.iter().rev().take(2).map(|e| e.event_type).collect();
+    let types: Vec<EventType> = o
+        .events
+        .iter()
+        .rev()
+        .take(2)
+        .map(|e| e.event_type)
+        .collect();
     assert_eq!(types, [EventType::RunFailed, EventType::CapBreached]);
     assert_eq!(
         o.events.last().unwrap().payload["error"]["code"],
@@ -264,7 +265,11 @@ fn the_hosts_ceiling_binds_and_clamps_a_larger_recursion_limit() {
         panic!("{:?}", o.end)
     };
     assert_eq!(e.code, "validation_error");
-    assert!(e.message.contains("configurable.recursionLimit"), "{}", e.message);
+    assert!(
+        e.message.contains("configurable.recursionLimit"),
+        "{}",
+        e.message
+    );
     assert!(
         o.events
             .iter()
