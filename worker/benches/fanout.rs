@@ -11,9 +11,6 @@
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use openwop_nats::NatsAuth;
-use openwop_nats::testing::NatsServer;
-use openwop_worker::nats::{self, RetryPolicy};
 use serde_json::{Value, json};
 
 mod common;
@@ -86,30 +83,11 @@ fn measure(url: &str, name: &str, branches: usize, limit: usize, n: usize) -> (D
 }
 
 fn main() {
-    // `cargo bench` passes `--bench`; a filter that names another bench skips this one.
-    if std::env::args()
-        .skip(1)
-        .any(|a| !a.starts_with('-') && !"fanout".contains(a.as_str()))
-    {
+    if common::filtered_out("fanout") {
         return;
     }
-    let srv = NatsServer::start();
+    let srv = common::nats_with_stream("BENCH_FANOUT");
     let url = srv.url();
-    let policy = RetryPolicy::default();
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(async {
-            let js = nats::context(nats::connect(&url, &NatsAuth::None).await.unwrap(), &policy);
-            nats::ensure_stream(
-                &js,
-                &openwop_protocol::run::subjects::StreamSpec::new("BENCH_FANOUT", None),
-                &policy,
-            )
-            .await
-            .unwrap();
-        });
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
     // A warm-up run (page cache, nats-server JIT of the stream).
     run(&url, &snapshot("warmup", 1, 1));

@@ -19,7 +19,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use openwop_nats::NatsAuth;
-use openwop_nats::testing::NatsServer;
 use openwop_protocol::graph::Graph;
 use openwop_protocol::redact::Redactor;
 use openwop_protocol::run::snapshot::RunSnapshot;
@@ -113,30 +112,11 @@ fn main() {
         child(n.parse().unwrap(), &url);
         return;
     }
-    // `cargo bench` passes `--bench`; a filter that names another bench skips this one.
-    if std::env::args()
-        .skip(1)
-        .any(|a| !a.starts_with('-') && !"flow".contains(a.as_str()))
-    {
+    if common::filtered_out("flow") {
         return;
     }
-    let srv = NatsServer::start();
+    let srv = common::nats_with_stream(STREAM);
     let url = srv.url();
-    let policy = RetryPolicy::default();
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(async {
-            let js = nats::context(nats::connect(&url, &NatsAuth::None).await.unwrap(), &policy);
-            nats::ensure_stream(
-                &js,
-                &openwop_protocol::run::subjects::StreamSpec::new(STREAM, None),
-                &policy,
-            )
-            .await
-            .unwrap();
-        });
     const N: usize = 10_000;
     // Warm-up (page cache, the stream's first writes).
     measure(&url, 10);

@@ -5,6 +5,39 @@
 use std::process::Child;
 use std::time::Duration;
 
+use openwop_nats::NatsAuth;
+use openwop_nats::testing::NatsServer;
+use openwop_worker::nats::{self, RetryPolicy};
+
+/// Whether `cargo bench`'s filter names another bench (it passes `--bench` and the filter).
+pub fn filtered_out(bench: &str) -> bool {
+    std::env::args()
+        .skip(1)
+        .any(|a| !a.starts_with('-') && !bench.contains(a.as_str()))
+}
+
+/// A nats-server started for the bench, with the run-events stream `stream`.
+pub fn nats_with_stream(stream: &str) -> NatsServer {
+    let srv = NatsServer::start();
+    let url = srv.url();
+    let policy = RetryPolicy::default();
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async {
+            let js = nats::context(nats::connect(&url, &NatsAuth::None).await.unwrap(), &policy);
+            nats::ensure_stream(
+                &js,
+                &openwop_protocol::run::subjects::StreamSpec::new(stream, None),
+                &policy,
+            )
+            .await
+            .unwrap();
+        });
+    srv
+}
+
 /// VmHWM (peak resident set, KiB) of process `pid`, while it exists.
 pub fn vm_hwm(pid: u32) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
