@@ -409,8 +409,8 @@ pub fn evaluate(op: Op, left: Option<&Value>, right: &Value) -> Result<bool, Con
             let re = compile_regex(right.as_str().unwrap_or_default())?;
             left.and_then(Value::as_str).is_some_and(|s| re.is_match(s))
         }
-        Op::Exists => left.is_some_and(|l| !l.is_null()),
-        Op::NotExists => !left.is_some_and(|l| !l.is_null()),
+        Op::Exists => !left.is_none_or(Value::is_null),
+        Op::NotExists => left.is_none_or(Value::is_null),
         Op::Truthy => truthy(left),
         Op::Falsy => !truthy(left),
     })

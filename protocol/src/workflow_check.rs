@@ -535,9 +535,11 @@ fn check_flow(definition: &Value, nodes: &[Value], report: &mut CheckReport) {
                 .and_then(|c| c.get("predicate"))
                 .map(|p| (format!("{base}/config/predicate"), p))
                 .into_iter()
-                .chain(config.and_then(|c| c.get("condition")).map(|c| {
-                    (format!("{base}/config/condition"), c)
-                }))
+                .chain(
+                    config
+                        .and_then(|c| c.get("condition"))
+                        .map(|c| (format!("{base}/config/condition"), c)),
+                )
                 .collect(),
             Some(Executor::Router) => config
                 .and_then(|c| c.get("routes"))
@@ -546,7 +548,10 @@ fn check_flow(definition: &Value, nodes: &[Value], report: &mut CheckReport) {
                 .flatten()
                 .enumerate()
                 .filter_map(|(j, r)| {
-                    Some((format!("{base}/config/routes/{j}/predicate"), r.get("predicate")?))
+                    Some((
+                        format!("{base}/config/routes/{j}/predicate"),
+                        r.get("predicate")?,
+                    ))
                 })
                 .collect(),
             _ => Vec::new(),
@@ -964,7 +969,11 @@ mod tests {
                 (ExpressionUnsupported, "/edges/0/condition/type", None),
                 (ConditionInvalid, "/edges/1/condition/right", None),
                 (ExpressionUnsupported, "/nodes/0/inputs/x/type", Some("a")),
-                (ConditionInvalid, "/nodes/1/config/predicate/value", Some("if")),
+                (
+                    ConditionInvalid,
+                    "/nodes/1/config/predicate/value",
+                    Some("if")
+                ),
                 (
                     ConditionInvalid,
                     "/nodes/2/config/routes/0/predicate/value",
@@ -976,20 +985,39 @@ mod tests {
             "{:#?}",
             r.errors
         );
-        assert!(r.errors[6].message.contains("declared: count, token"), "{}", r.errors[6].message);
+        assert!(
+            r.errors[6].message.contains("declared: count, token"),
+            "{}",
+            r.errors[6].message
+        );
         // A conditional needs exactly one of predicate / condition, and no expression.
-        for bad in [json!({}), json!({"condition": {"type": "expression", "left": "x"}}),
-                    json!({"predicate": {"path": "x", "op": "eq"}, "condition": {"type": "truthy", "left": "x"}})] {
-            let d = wf("w", json!([{"id": "c", "typeId": "core.conditional", "config": bad}]));
+        for bad in [
+            json!({}),
+            json!({"condition": {"type": "expression", "left": "x"}}),
+            json!({"predicate": {"path": "x", "op": "eq"}, "condition": {"type": "truthy", "left": "x"}}),
+        ] {
+            let d = wf(
+                "w",
+                json!([{"id": "c", "typeId": "core.conditional", "config": bad}]),
+            );
             let r = check_workflow(&d, &opts(&reg, &kinds));
             assert_eq!(codes(&r).first(), Some(&NodeConfigInvalid), "{bad}: {r:?}");
         }
-        let ok = wf("w", json!([{"id": "c", "typeId": "core.flow.if",
+        let ok = wf(
+            "w",
+            json!([{"id": "c", "typeId": "core.flow.if",
             "config": {"predicate": {"path": "x", "op": "starts-with", "value": "a"}}},
-            {"id": "m", "typeId": "core.merge", "config": {"mode": "combine-by-key", "keyPath": "id"}}]));
+            {"id": "m", "typeId": "core.merge", "config": {"mode": "combine-by-key", "keyPath": "id"}}]),
+        );
         assert!(check_workflow(&ok, &opts(&reg, &kinds)).is_valid());
-        let no_key = wf("w", json!([{"id": "m", "typeId": "core.flow.merge", "config": {"mode": "combine-by-key"}}]));
-        assert_eq!(codes(&check_workflow(&no_key, &opts(&reg, &kinds))), vec![NodeConfigInvalid]);
+        let no_key = wf(
+            "w",
+            json!([{"id": "m", "typeId": "core.flow.merge", "config": {"mode": "combine-by-key"}}]),
+        );
+        assert_eq!(
+            codes(&check_workflow(&no_key, &opts(&reg, &kinds))),
+            vec![NodeConfigInvalid]
+        );
     }
 
     #[test]

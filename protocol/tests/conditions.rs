@@ -134,7 +134,11 @@ fn the_flow_operators_table() {
         ("", Op::Exists, Value::Null, true),
     ];
     for (path, op, right, want) in table {
-        assert_eq!(row(path, op, right.clone()), Ok(want), "{path} {op:?} {right}");
+        assert_eq!(
+            row(path, op, right.clone()),
+            Ok(want),
+            "{path} {op:?} {right}"
+        );
     }
     assert!(matches!(
         row("name", Op::Regex, json!("(")),

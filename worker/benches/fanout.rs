@@ -11,10 +11,9 @@
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use openwop_nats::NatsAuth;
-use openwop_nats::testing::NatsServer;
-use openwop_worker::nats::{self, RetryPolicy};
 use serde_json::{Value, json};
+
+mod common;
 
 const HOLD_MS: u64 = 500;
 
@@ -41,21 +40,13 @@ fn snapshot(name: &str, branches: usize, limit: usize) -> Value {
         "inputs": {"doc": "x"}, "providerMocks": mocks})
 }
 
-fn vm_hwm(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-}
-
 /// (wall time, VmHWM KiB) of one worker run to completion.
 fn run(url: &str, snap: &Value) -> (Duration, u64) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("snapshot.json");
     std::fs::write(&path, snap.to_string()).unwrap();
     let started = Instant::now();
-    // Reaped below with wait4 (polled, so VmHWM can be sampled while it runs).
+    // Reaped by `wait_sampling_rss` (polled, so VmHWM can be sampled while it runs).
     #[allow(clippy::zombie_processes)]
     let child = Command::new(env!("CARGO_BIN_EXE_openwop-worker"))
         .env("OPENWOP_SNAPSHOT", &path)
@@ -70,26 +61,8 @@ fn run(url: &str, snap: &Value) -> (Duration, u64) {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let pid = child.id() as libc::pid_t;
-    let mut hwm = 0;
-    let mut status = 0;
-    loop {
-        if let Some(v) = vm_hwm(child.id()) {
-            hwm = hwm.max(v);
-        }
-        // SAFETY: waiting on our own child; WNOHANG never blocks.
-        let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
-        if r == pid {
-            break;
-        }
-        assert!(r == 0, "waitpid failed");
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    let hwm = common::wait_sampling_rss(&child, "worker");
     let wall = started.elapsed();
-    assert!(
-        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-        "worker failed (status {status})"
-    );
     let t: Value =
         serde_json::from_str(&std::fs::read_to_string(dir.path().join("t.json")).unwrap()).unwrap();
     assert_eq!(t["phase"], "completed", "{t}");
@@ -110,30 +83,11 @@ fn measure(url: &str, name: &str, branches: usize, limit: usize, n: usize) -> (D
 }
 
 fn main() {
-    // `cargo bench` passes `--bench`; a filter that names another bench skips this one.
-    if std::env::args()
-        .skip(1)
-        .any(|a| !a.starts_with('-') && !"fanout".contains(a.as_str()))
-    {
+    if common::filtered_out("fanout") {
         return;
     }
-    let srv = NatsServer::start();
+    let srv = common::nats_with_stream("BENCH_FANOUT");
     let url = srv.url();
-    let policy = RetryPolicy::default();
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(async {
-            let js = nats::context(nats::connect(&url, &NatsAuth::None).await.unwrap(), &policy);
-            nats::ensure_stream(
-                &js,
-                &openwop_protocol::run::subjects::StreamSpec::new("BENCH_FANOUT", None),
-                &policy,
-            )
-            .await
-            .unwrap();
-        });
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
     // A warm-up run (page cache, nats-server JIT of the stream).
     run(&url, &snapshot("warmup", 1, 1));

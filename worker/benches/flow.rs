@@ -19,7 +19,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use openwop_nats::NatsAuth;
-use openwop_nats::testing::NatsServer;
 use openwop_protocol::graph::Graph;
 use openwop_protocol::redact::Redactor;
 use openwop_protocol::run::snapshot::RunSnapshot;
@@ -30,6 +29,8 @@ use openwop_worker::nats::{self, JetStreamPublisher, RetryPolicy};
 use openwop_worker::providers::ProviderSet;
 use openwop_worker::reasoning::ReasoningStream;
 use serde_json::{Value, json};
+
+mod common;
 
 const STREAM: &str = "BENCH_FLOW";
 const CHILD_ENV: &str = "OPENWOP_FLOW_BENCH_NODES";
@@ -69,7 +70,7 @@ fn child(n: usize, url: &str) {
         let js = nats::context(nats::connect(url, &NatsAuth::None).await.unwrap(), &policy);
         let subject = format!("openwop.events.bench.{name}-run");
         let log = RunLog::new(
-            JetStreamPublisher::new(js, policy.clone()),
+            JetStreamPublisher::new(js, policy),
             &subject,
             &format!("{name}-run"),
             Arc::new(Redactor::default()),
@@ -86,47 +87,21 @@ fn child(n: usize, url: &str) {
     println!("{}", wall.as_secs_f64() * 1000.0);
 }
 
-fn vm_hwm(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-}
-
 /// (wall time of the run, peak RSS KiB of the process) of one chain of `n` nodes.
 fn measure(url: &str, n: usize) -> (Duration, u64) {
     let exe = std::env::current_exe().unwrap();
-    // Reaped below with waitpid (polled, so VmHWM can be sampled while it runs).
+    // Reaped by `wait_sampling_rss` (polled, so VmHWM can be sampled while it runs).
     #[allow(clippy::zombie_processes)]
-    let child = Command::new(exe)
+    let mut child = Command::new(exe)
         .env(CHILD_ENV, n.to_string())
         .env("OPENWOP_FLOW_BENCH_URL", url)
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
         .unwrap();
-    let pid = child.id() as libc::pid_t;
-    let mut hwm = 0;
-    let mut status = 0;
-    loop {
-        if let Some(v) = vm_hwm(child.id()) {
-            hwm = hwm.max(v);
-        }
-        // SAFETY: waiting on our own child; WNOHANG never blocks.
-        let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
-        if r == pid {
-            break;
-        }
-        assert!(r == 0, "waitpid failed");
-        std::thread::sleep(Duration::from_millis(2));
-    }
-    assert!(
-        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-        "bench child failed (status {status})"
-    );
+    let hwm = common::wait_sampling_rss(&child, "bench child");
     let mut out = String::new();
-    std::io::Read::read_to_string(&mut child.stdout.unwrap(), &mut out).unwrap();
+    std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut out).unwrap();
     let ms: f64 = out.trim().parse().unwrap();
     (Duration::from_secs_f64(ms / 1000.0), hwm)
 }
@@ -137,30 +112,11 @@ fn main() {
         child(n.parse().unwrap(), &url);
         return;
     }
-    // `cargo bench` passes `--bench`; a filter that names another bench skips this one.
-    if std::env::args()
-        .skip(1)
-        .any(|a| !a.starts_with('-') && !"flow".contains(a.as_str()))
-    {
+    if common::filtered_out("flow") {
         return;
     }
-    let srv = NatsServer::start();
+    let srv = common::nats_with_stream(STREAM);
     let url = srv.url();
-    let policy = RetryPolicy::default();
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(async {
-            let js = nats::context(nats::connect(&url, &NatsAuth::None).await.unwrap(), &policy);
-            nats::ensure_stream(
-                &js,
-                &openwop_protocol::run::subjects::StreamSpec::new(STREAM, None),
-                &policy,
-            )
-            .await
-            .unwrap();
-        });
     const N: usize = 10_000;
     // Warm-up (page cache, the stream's first writes).
     measure(&url, 10);

@@ -16,6 +16,8 @@ use openwop_worker::eventlog::RunLog;
 use openwop_worker::nats::{self, JetStreamPublisher, RetryPolicy};
 use serde_json::json;
 
+mod common;
+
 fn bench(c: &mut Criterion) {
     let srv = NatsServer::start();
     let url = srv.url();
@@ -105,7 +107,7 @@ fn bench(c: &mut Criterion) {
 /// Linux folds the high-water mark of the pre-exec image — a copy of this (large) criterion
 /// process — into the child's `ru_maxrss`, which is what the earlier 164,504 KiB measured.
 fn peak_rss(url: &str) {
-    let own = vm_hwm(std::process::id()).unwrap_or(0);
+    let own = common::vm_hwm(std::process::id()).unwrap_or(0);
     let one = worker_peak(url, "rss1", 1);
     let twenty = worker_peak(url, "rss20", 20);
     println!(
@@ -118,14 +120,6 @@ fn peak_rss(url: &str) {
         "  wait4 ru_maxrss (inherits this bench process's {own} KiB at exec): 20-node {} KiB, 1-node {} KiB",
         twenty.1, one.1
     );
-}
-
-fn vm_hwm(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
 }
 
 /// (VmHWM KiB, wait4 ru_maxrss KiB) of one worker run of `n` nodes.
@@ -158,7 +152,7 @@ fn worker_peak(url: &str, name: &str, n: usize) -> (u64, i64) {
     // SAFETY: rusage is plain data that wait4 fills in.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
     loop {
-        if let Some(v) = vm_hwm(child.id()) {
+        if let Some(v) = common::vm_hwm(child.id()) {
             hwm = hwm.max(v);
         }
         // SAFETY: waiting on our own child; WNOHANG never blocks.

@@ -14,11 +14,11 @@ use openwop_crds::{Run, RunSpec, WorkflowRef};
 use openwop_protocol::egress::EgressPolicy;
 use openwop_protocol::run::options::run_timeout_ms;
 use openwop_protocol::run::projection::merge;
+use openwop_protocol::run::snapshot::clamp_recursion_limit;
 use openwop_protocol::run::{
     IDEMPOTENCY_KEY_MISMATCH, IDEMPOTENT_REPLAY_HEADER, Projection, RunFacts, RunSnapshotDoc,
     check_inputs,
 };
-use openwop_protocol::run::snapshot::clamp_recursion_limit;
 use openwop_protocol::workflow::WorkflowDefinition;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};

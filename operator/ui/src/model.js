@@ -27,6 +27,8 @@ export function nodeStates(events) {
       }
       case 'node.failed':
         st.set(n, 'failed'); break;
+      case 'node.skipped':
+        st.set(n, 'skipped'); break;
       default:
         if (!st.has(n)) st.set(n, 'running');
     }

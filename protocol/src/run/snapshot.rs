@@ -680,11 +680,21 @@ mod tests {
         }
         for bad in [json!(0), json!(-1), json!(2.5), json!("3"), json!(null)] {
             let e = node_execution_limit(&json!({"recursionLimit": bad}), Some(10)).unwrap_err();
-            assert!(e.to_string().starts_with("configurable.recursionLimit must be"), "{e}");
+            assert!(
+                e.to_string()
+                    .starts_with("configurable.recursionLimit must be"),
+                "{e}"
+            );
         }
-        let mut c = json!({"recursionLimit": 5000, "other": 1}).as_object().unwrap().clone();
+        let mut c = json!({"recursionLimit": 5000, "other": 1})
+            .as_object()
+            .unwrap()
+            .clone();
         clamp_recursion_limit(&mut c, Some(1000)).unwrap();
-        assert_eq!(Value::Object(c), json!({"recursionLimit": 1000, "other": 1}));
+        assert_eq!(
+            Value::Object(c),
+            json!({"recursionLimit": 1000, "other": 1})
+        );
         let mut c = json!({"recursionLimit": "x"}).as_object().unwrap().clone();
         assert!(clamp_recursion_limit(&mut c, Some(1000)).is_err());
         assert_eq!(c.len(), 1, "nothing is lost on error");

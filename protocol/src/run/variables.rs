@@ -128,7 +128,10 @@ impl Variables {
     }
 
     /// The run's bag: the initial bag plus every write, in topological order.
-    pub fn run_bag<'v>(&self, outputs_of: impl Fn(&str) -> Option<&'v Value>) -> Map<String, Value> {
+    pub fn run_bag<'v>(
+        &self,
+        outputs_of: impl Fn(&str) -> Option<&'v Value>,
+    ) -> Map<String, Value> {
         let mut bag = self.initial.clone();
         for w in &self.writers {
             apply(&mut bag, outputs_of(&w.node));
@@ -253,7 +256,9 @@ mod tests {
         assert_eq!(v.check_required(&g), Ok(()));
         assert_eq!(
             v.run_bag(|_| None),
-            *json!({"req": "r", "extra": true, "x": 0}).as_object().unwrap()
+            *json!({"req": "r", "extra": true, "x": 0})
+                .as_object()
+                .unwrap()
         );
         let v = Variables::new(&g, &json!({"x": 5}));
         assert_eq!(v.check_required(&g), Err(MissingVariable("req".into())));
@@ -275,7 +280,10 @@ mod tests {
         assert_eq!(v.visible_to("join", out)["x"], 2);
         assert_eq!(v.run_bag(out)["x"], 2);
         // A writer that has not succeeded (skipped, failed) wrote nothing.
-        assert_eq!(v.visible_to("join", |n| w.get(n).filter(|_| n == "w1"))["x"], 1);
+        assert_eq!(
+            v.visible_to("join", |n| w.get(n).filter(|_| n == "w1"))["x"],
+            1
+        );
     }
 
     #[test]

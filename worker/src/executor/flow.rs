@@ -28,24 +28,30 @@ pub struct Write {
     pub next: Value,
 }
 
-fn invalid(node: &Node, message: impl std::fmt::Display) -> ErrorInfo {
-    error(
-        "validation_error",
-        format!("node {}: {message}", node.id),
-        false,
-    )
+/// A node's result; the error boxed (it is large and rare).
+pub type NodeResult<T> = Result<T, Box<ErrorInfo>>;
+
+fn invalid(node: &Node, message: impl std::fmt::Display) -> Box<ErrorInfo> {
+    failure("validation_error", node, message)
+}
+
+fn failure(code: &str, node: &Node, message: impl std::fmt::Display) -> Box<ErrorInfo> {
+    Box::new(error(code, format!("node {}: {message}", node.id), false))
 }
 
 /// The node's subject value: input port `value`, else `input` (an edge's default port).
-fn subject<'i>(inputs: &'i Value) -> Option<&'i Value> {
+fn subject(inputs: &Value) -> Option<&Value> {
     inputs.get("value").or_else(|| inputs.get("input"))
 }
 
 /// `core.conditional`: `{branch: "then" | "else", matched, value}`.
-pub fn conditional(node: &Node, inputs: &Value) -> Result<Value, ErrorInfo> {
-    let value = subject(inputs)
-        .cloned()
-        .ok_or_else(|| invalid(node, "needs an input `value` (wire a port or an edge into it)"))?;
+pub fn conditional(node: &Node, inputs: &Value) -> NodeResult<Value> {
+    let value = subject(inputs).cloned().ok_or_else(|| {
+        invalid(
+            node,
+            "needs an input `value` (wire a port or an edge into it)",
+        )
+    })?;
     let cfg = &node.config;
     let held = if let Some(p) = cfg.get("predicate") {
         let p: Predicate = serde_json::from_value(p.clone())
@@ -58,13 +64,12 @@ pub fn conditional(node: &Node, inputs: &Value) -> Result<Value, ErrorInfo> {
     } else {
         return Err(invalid(node, "config needs `predicate` or `condition`"));
     };
-    let matched =
-        held.map_err(|e| error("condition_invalid", format!("node {}: {e}", node.id), false))?;
+    let matched = held.map_err(|e| failure("condition_invalid", node, e))?;
     Ok(json!({"branch": if matched { "then" } else { "else" }, "matched": matched, "value": value}))
 }
 
 /// `core.loop`: `{items: [{item, index, total}], total}` for the input `array`.
-pub fn iterator(node: &Node, inputs: &Value) -> Result<Value, ErrorInfo> {
+pub fn iterator(node: &Node, inputs: &Value) -> NodeResult<Value> {
     let items = inputs
         .get("array")
         .or_else(|| subject(inputs))
@@ -81,7 +86,7 @@ pub fn iterator(node: &Node, inputs: &Value) -> Result<Value, ErrorInfo> {
 
 /// `core.parallel`: `{branches: [label], value}` — the first route whose predicate holds
 /// (`first-match`, the default) or every one (`all-match`); `defaultLabel` when none does.
-pub fn router(node: &Node, inputs: &Value) -> Result<Value, ErrorInfo> {
+pub fn router(node: &Node, inputs: &Value) -> NodeResult<Value> {
     let value = subject(inputs).cloned().unwrap_or(Value::Null);
     let cfg = &node.config;
     let all = cfg.get("mode").and_then(Value::as_str) == Some("all-match");
@@ -103,10 +108,10 @@ pub fn router(node: &Node, inputs: &Value) -> Result<Value, ErrorInfo> {
                 .map_err(|e| invalid(node, format_args!("config.routes[{j}].predicate: {e}")))?
                 .holds(&value)
                 .map_err(|e| {
-                    error(
+                    failure(
                         "condition_invalid",
-                        format!("node {}: route {label}: {e}", node.id),
-                        false,
+                        node,
+                        format_args!("route {label}: {e}"),
                     )
                 })?,
         };
@@ -150,7 +155,7 @@ pub fn merge(
     graph: &Graph,
     node: &Node,
     states: &BTreeMap<String, NodeState>,
-) -> Result<Value, ErrorInfo> {
+) -> NodeResult<Value> {
     let sources = sources(graph, node, states);
     let mut out = Map::new();
     let by_source: Map<String, Value> = sources
@@ -175,7 +180,7 @@ pub fn array_merge(
     node: &Node,
     inputs: &Value,
     states: &BTreeMap<String, NodeState>,
-) -> Result<Value, ErrorInfo> {
+) -> NodeResult<Value> {
     let arrays: Vec<(String, Value)> = match inputs.get("inputs") {
         Some(Value::Array(a)) => a
             .iter()
@@ -212,7 +217,7 @@ fn overlay(into: &mut Value, v: &Value) {
 
 /// The `core.openwop.flow` merge modes over `(source, value)` pairs (a non-array value is
 /// one item).
-fn combine(node: &Node, arrays: &[(String, Value)]) -> Result<Value, ErrorInfo> {
+fn combine(node: &Node, arrays: &[(String, Value)]) -> NodeResult<Value> {
     let cfg = &node.config;
     let mode = cfg.get("mode").and_then(Value::as_str).unwrap_or("append");
     Ok(match mode {
@@ -306,7 +311,7 @@ fn combine(node: &Node, arrays: &[(String, Value)]) -> Result<Value, ErrorInfo> 
 
 /// `core.setVariable`: the write (`{name, value}` outputs): input `value`, else
 /// `config.value`, type-checked against the declared variable.
-pub fn set_variable(graph: &Graph, node: &Node, inputs: &Value, bag: &Value) -> Result<Write, ErrorInfo> {
+pub fn set_variable(graph: &Graph, node: &Node, inputs: &Value, bag: &Value) -> NodeResult<Write> {
     let name = node
         .config
         .get("name")
@@ -316,7 +321,12 @@ pub fn set_variable(graph: &Graph, node: &Node, inputs: &Value, bag: &Value) -> 
         .variables
         .iter()
         .find(|v| v.name == name)
-        .ok_or_else(|| invalid(node, format_args!("variable `{name}` is not declared in the workflow's variables")))?;
+        .ok_or_else(|| {
+            invalid(
+                node,
+                format_args!("variable `{name}` is not declared in the workflow's variables"),
+            )
+        })?;
     if declared.sensitive {
         return Err(invalid(
             node,
@@ -350,7 +360,7 @@ pub fn set_variable(graph: &Graph, node: &Node, inputs: &Value, bag: &Value) -> 
 }
 
 /// `core.getVariable`: `{value}` of the variable as this node sees it (`null` when unset).
-pub fn get_variable(node: &Node, bag: &Value) -> Result<Value, ErrorInfo> {
+pub fn get_variable(node: &Node, bag: &Value) -> NodeResult<Value> {
     let name = node
         .config
         .get("name")
@@ -372,18 +382,39 @@ mod tests {
 
     #[test]
     fn conditional_takes_both_vocabularies() {
-        let pred = node("core.conditional", json!({"predicate": {"path": "score", "op": "gte", "value": 0.5}}));
+        let pred = node(
+            "core.conditional",
+            json!({"predicate": {"path": "score", "op": "gte", "value": 0.5}}),
+        );
         let out = conditional(&pred, &json!({"value": {"score": 0.7}})).unwrap();
-        assert_eq!(out, json!({"branch": "then", "matched": true, "value": {"score": 0.7}}));
+        assert_eq!(
+            out,
+            json!({"branch": "then", "matched": true, "value": {"score": 0.7}})
+        );
         let out = conditional(&pred, &json!({"input": {"score": 0.2}})).unwrap();
-        assert_eq!((out["branch"].clone(), out["matched"].clone()), (json!("else"), json!(false)));
-        let cond = node("core.conditional", json!({"condition": {"type": "equals", "left": "kind", "right": "a"}}));
-        assert_eq!(conditional(&cond, &json!({"value": {"kind": "a"}})).unwrap()["matched"], true);
+        assert_eq!(
+            (out["branch"].clone(), out["matched"].clone()),
+            (json!("else"), json!(false))
+        );
+        let cond = node(
+            "core.conditional",
+            json!({"condition": {"type": "equals", "left": "kind", "right": "a"}}),
+        );
+        assert_eq!(
+            conditional(&cond, &json!({"value": {"kind": "a"}})).unwrap()["matched"],
+            true
+        );
         let e = conditional(&pred, &json!({})).unwrap_err();
         assert_eq!(e.code, "validation_error");
         assert!(e.message.contains("input `value`"), "{}", e.message);
-        let bad = node("core.conditional", json!({"predicate": {"path": "", "op": "regex", "value": "("}}));
-        assert_eq!(conditional(&bad, &json!({"value": "x"})).unwrap_err().code, "condition_invalid");
+        let bad = node(
+            "core.conditional",
+            json!({"predicate": {"path": "", "op": "regex", "value": "("}}),
+        );
+        assert_eq!(
+            conditional(&bad, &json!({"value": "x"})).unwrap_err().code,
+            "condition_invalid"
+        );
     }
 
     #[test]
@@ -393,20 +424,44 @@ mod tests {
             iterator(&it, &json!({"array": ["a", "b"]})).unwrap(),
             json!({"items": [{"item": "a", "index": 0, "total": 2}, {"item": "b", "index": 1, "total": 2}], "total": 2})
         );
-        assert_eq!(iterator(&it, &json!({"array": {}})).unwrap_err().code, "validation_error");
+        assert_eq!(
+            iterator(&it, &json!({"array": {}})).unwrap_err().code,
+            "validation_error"
+        );
         let routes = json!([{"label": "big", "predicate": {"path": "n", "op": "gt", "value": 10}},
                             {"label": "even", "predicate": {"path": "n", "op": "in", "value": [2, 4, 12]}}]);
-        let first = node("core.parallel", json!({"routes": routes, "defaultLabel": "other"}));
-        let all = node("core.parallel", json!({"routes": routes, "mode": "all-match"}));
-        assert_eq!(router(&first, &json!({"value": {"n": 12}})).unwrap()["branches"], json!(["big"]));
-        assert_eq!(router(&all, &json!({"value": {"n": 12}})).unwrap()["branches"], json!(["big", "even"]));
-        assert_eq!(router(&first, &json!({"value": {"n": 3}})).unwrap()["branches"], json!(["other"]));
-        assert_eq!(router(&all, &json!({"value": {"n": 3}})).unwrap()["branches"], json!([]));
+        let first = node(
+            "core.parallel",
+            json!({"routes": routes, "defaultLabel": "other"}),
+        );
+        let all = node(
+            "core.parallel",
+            json!({"routes": routes, "mode": "all-match"}),
+        );
+        assert_eq!(
+            router(&first, &json!({"value": {"n": 12}})).unwrap()["branches"],
+            json!(["big"])
+        );
+        assert_eq!(
+            router(&all, &json!({"value": {"n": 12}})).unwrap()["branches"],
+            json!(["big", "even"])
+        );
+        assert_eq!(
+            router(&first, &json!({"value": {"n": 3}})).unwrap()["branches"],
+            json!(["other"])
+        );
+        assert_eq!(
+            router(&all, &json!({"value": {"n": 3}})).unwrap()["branches"],
+            json!([])
+        );
     }
 
-    fn merged(mode: Value, arrays: &[(&str, Value)]) -> Result<Value, ErrorInfo> {
+    fn merged(mode: Value, arrays: &[(&str, Value)]) -> NodeResult<Value> {
         let n = node("core.flow.merge", mode);
-        let arrays: Vec<(String, Value)> = arrays.iter().map(|(s, v)| ((*s).to_owned(), v.clone())).collect();
+        let arrays: Vec<(String, Value)> = arrays
+            .iter()
+            .map(|(s, v)| ((*s).to_owned(), v.clone()))
+            .collect();
         combine(&n, &arrays)
     }
 
@@ -425,13 +480,30 @@ mod tests {
             json!([{"id": 2, "x": "a", "y": "B"}, {"id": 3, "x": "b", "y": "C"}])
         );
         assert_eq!(
-            merged(json!({"mode": "multiplex"}), &[("a", json!([1, 2])), ("b", json!(["x", "y"]))]).unwrap(),
+            merged(
+                json!({"mode": "multiplex"}),
+                &[("a", json!([1, 2])), ("b", json!(["x", "y"]))]
+            )
+            .unwrap(),
             json!([[1, "x"], [1, "y"], [2, "x"], [2, "y"]])
         );
-        let huge: Vec<(&str, Value)> = (0..5).map(|_| ("s", json!((0..10).collect::<Vec<_>>()))).collect();
-        assert_eq!(merged(json!({"mode": "multiplex"}), &huge).unwrap_err().code, "validation_error");
-        assert_eq!(merged(json!({"mode": "choose-branch", "branch": "b"}), &ab).unwrap(), b);
-        assert_eq!(merged(json!({"mode": "sql-query"}), &ab).unwrap_err().code, "validation_error");
+        let huge: Vec<(&str, Value)> = (0..5)
+            .map(|_| ("s", json!((0..10).collect::<Vec<_>>())))
+            .collect();
+        assert_eq!(
+            merged(json!({"mode": "multiplex"}), &huge)
+                .unwrap_err()
+                .code,
+            "validation_error"
+        );
+        assert_eq!(
+            merged(json!({"mode": "choose-branch", "branch": "b"}), &ab).unwrap(),
+            b
+        );
+        assert_eq!(
+            merged(json!({"mode": "sql-query"}), &ab).unwrap_err().code,
+            "validation_error"
+        );
     }
 
     #[test]
@@ -446,14 +518,37 @@ mod tests {
         let n = |id: &str| g.node(id).unwrap();
         let bag = json!({"count": 0});
         let w = set_variable(&g, n("set"), &json!({}), &bag).unwrap();
-        assert_eq!(w, Write { name: "count".into(), previous: Some(json!(0)), next: json!(1) });
+        assert_eq!(
+            w,
+            Write {
+                name: "count".into(),
+                previous: Some(json!(0)),
+                next: json!(1)
+            }
+        );
         let w = set_variable(&g, n("set"), &json!({"value": 7}), &bag).unwrap();
         assert_eq!(w.next, json!(7), "the input port wins over config.value");
         let e = set_variable(&g, n("set"), &json!({"value": "seven"}), &bag).unwrap_err();
-        assert_eq!(e.message, "node set: input `value` must be a number to write variable `count`");
-        assert!(set_variable(&g, n("typo"), &json!({}), &bag).unwrap_err().message.contains("not declared"));
-        assert!(set_variable(&g, n("secret"), &json!({}), &bag).unwrap_err().message.contains("sensitive"));
+        assert_eq!(
+            e.message,
+            "node set: input `value` must be a number to write variable `count`"
+        );
+        assert!(
+            set_variable(&g, n("typo"), &json!({}), &bag)
+                .unwrap_err()
+                .message
+                .contains("not declared")
+        );
+        assert!(
+            set_variable(&g, n("secret"), &json!({}), &bag)
+                .unwrap_err()
+                .message
+                .contains("sensitive")
+        );
         assert_eq!(get_variable(n("get"), &bag).unwrap(), json!({"value": 0}));
-        assert_eq!(get_variable(n("get"), &json!({})).unwrap(), json!({"value": null}));
+        assert_eq!(
+            get_variable(n("get"), &json!({})).unwrap(),
+            json!({"value": null})
+        );
     }
 }

@@ -8,7 +8,7 @@ use openwop_protocol::graph::Graph;
 use openwop_protocol::run::variables::Variables;
 use serde_json::{Value, json};
 
-use super::tests::{Outcome, assert_gapless, run_snapshot};
+use super::tests::{Outcome, assert_gapless, of, run_snapshot};
 use super::*;
 
 /// start → check (score ≥ 0.5?) → hi | lo (each sets `verdict`) → join (any_success) →
@@ -58,18 +58,9 @@ fn snapshot(workflow: Value, inputs: Value, configurable: Value, host: Value) ->
 }
 
 fn outputs(o: &Outcome, node: &str) -> Value {
-    let i = of_type(&o.events, EventType::NodeCompleted, node);
+    let i = of(&o.events, EventType::NodeCompleted, node);
     assert_eq!(i.len(), 1, "{node} completed once");
     o.events[i[0]].payload["outputs"].clone()
-}
-
-fn of_type(events: &[RunEventDoc], t: EventType, node: &str) -> Vec<usize> {
-    events
-        .iter()
-        .enumerate()
-        .filter(|(_, e)| e.event_type == t && e.node_id.as_deref() == Some(node))
-        .map(|(i, _)| i)
-        .collect()
 }
 
 /// What must be identical between a run and its replay: ids, types, payloads, order.
@@ -115,13 +106,13 @@ fn a_conditional_routes_skips_the_other_branch_and_variables_follow_the_graph() 
     );
     // The branch not taken is skipped, and the skip cascades to what depends on it only.
     for skipped in ["lo", "after_lo"] {
-        let i = of_type(&o.events, EventType::NodeSkipped, skipped);
+        let i = of(&o.events, EventType::NodeSkipped, skipped);
         assert_eq!(i.len(), 1, "{skipped}");
         assert_eq!(
             o.events[i[0]].payload,
             json!({"nodeId": skipped, "reason": "trigger-rule-not-met"})
         );
-        assert!(of_type(&o.events, EventType::NodeStarted, skipped).is_empty());
+        assert!(of(&o.events, EventType::NodeStarted, skipped).is_empty());
     }
     assert!(
         o.events
@@ -173,9 +164,9 @@ fn a_conditional_routes_skips_the_other_branch_and_variables_follow_the_graph() 
     );
     let l = run_snapshot(low, vec![]);
     assert_eq!(l.end, RunEnd::Completed);
-    assert_eq!(of_type(&l.events, EventType::NodeSkipped, "hi").len(), 1);
+    assert_eq!(of(&l.events, EventType::NodeSkipped, "hi").len(), 1);
     assert_eq!(outputs(&l, "read"), json!({"value": "low"}));
-    assert_eq!(of_type(&l.events, EventType::NodeCompleted, "after_lo").len(), 1);
+    assert_eq!(of(&l.events, EventType::NodeCompleted, "after_lo").len(), 1);
 
     replays_from_every_prefix(&snap, &o);
 }
@@ -193,12 +184,7 @@ fn chain(n: usize) -> Value {
 
 #[test]
 fn the_node_after_the_recursion_limit_never_starts_and_the_run_fails_once() {
-    let snap = snapshot(
-        chain(6),
-        json!({}),
-        json!({"recursionLimit": 3}),
-        json!({}),
-    );
+    let snap = snapshot(chain(6), json!({}), json!({"recursionLimit": 3}), json!({}));
     let o = run_snapshot(snap.clone(), vec![]);
     let RunEnd::Failed(e) = &o.end else {
         panic!("{:?}", o.end)
@@ -228,7 +214,13 @@ fn the_node_after_the_recursion_limit_never_starts_and_the_run_fails_once() {
             .all(|e| e.event_type != EventType::NodeFailed),
         "the node past the limit is not failed: it never started"
     );
-    let types: Vec<EventType> = o.events.iter().rev().take(2).map(|e| e.event_type).collect();
+    let types: Vec<EventType> = o
+        .events
+        .iter()
+        .rev()
+        .take(2)
+        .map(|e| e.event_type)
+        .collect();
     assert_eq!(types, [EventType::RunFailed, EventType::CapBreached]);
     assert_eq!(
         o.events.last().unwrap().payload["error"]["code"],
@@ -273,7 +265,11 @@ fn the_hosts_ceiling_binds_and_clamps_a_larger_recursion_limit() {
         panic!("{:?}", o.end)
     };
     assert_eq!(e.code, "validation_error");
-    assert!(e.message.contains("configurable.recursionLimit"), "{}", e.message);
+    assert!(
+        e.message.contains("configurable.recursionLimit"),
+        "{}",
+        e.message
+    );
     assert!(
         o.events
             .iter()

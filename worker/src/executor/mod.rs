@@ -409,12 +409,11 @@ impl<'a, P: Publisher> Executor<'a, P> {
                                 break;
                             }
                             executing += 1;
-                            let bag = Value::Object(variables.visible_to(&id, |n| {
-                                match states.get(n) {
+                            let bag =
+                                Value::Object(variables.visible_to(&id, |n| match states.get(n) {
                                     Some(NodeState::Succeeded(o)) => Some(o),
                                     _ => None,
-                                }
-                            }));
+                                }));
                             states.insert(id, NodeState::Running);
                             let upstream = states.clone();
                             Box::pin(async move {
@@ -816,10 +815,10 @@ impl<'a, P: Publisher> Executor<'a, P> {
         states: &BTreeMap<String, NodeState>,
         variables: &Value,
     ) -> Result<NodeOutcome, LogError> {
-        let done = |r: Result<Value, ErrorInfo>| {
+        let done = |r: flow::NodeResult<Value>| {
             Ok(match r {
                 Ok(v) => NodeOutcome::Completed(v),
-                Err(e) => NodeOutcome::Failed(e),
+                Err(e) => NodeOutcome::Failed(*e),
             })
         };
         match executor_of(&node.type_id) {
@@ -833,7 +832,7 @@ impl<'a, P: Publisher> Executor<'a, P> {
             Some(NodeExecutor::GetVariable) => done(flow::get_variable(node, variables)),
             Some(NodeExecutor::SetVariable) => {
                 match flow::set_variable(self.graph, node, inputs, variables) {
-                    Err(e) => Ok(NodeOutcome::Failed(e)),
+                    Err(e) => Ok(NodeOutcome::Failed(*e)),
                     Ok(w) => {
                         let id = node.id.as_str();
                         self.emit(

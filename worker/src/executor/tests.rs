@@ -109,7 +109,7 @@ pub(super) fn execute(snap: &RunSnapshot, existing: Vec<RunEventDoc>) -> Outcome
     })
 }
 
-fn of(events: &[RunEventDoc], t: EventType, node: &str) -> Vec<usize> {
+pub(super) fn of(events: &[RunEventDoc], t: EventType, node: &str) -> Vec<usize> {
     events
         .iter()
         .enumerate()
