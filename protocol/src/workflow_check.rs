@@ -123,7 +123,10 @@ impl NodeRegistry {
 }
 
 /// The schema document `doc` (JSON text), or its definition `def` under `$defs`, compiled.
-pub fn schema_def(doc: &str, def: Option<&str>) -> Result<CompiledSchema, schema::SchemaCompileError> {
+pub fn schema_def(
+    doc: &str,
+    def: Option<&str>,
+) -> Result<CompiledSchema, schema::SchemaCompileError> {
     let mut root: Value =
         serde_json::from_str(doc).map_err(|e| schema::SchemaCompileError::Invalid {
             pointer: String::new(),

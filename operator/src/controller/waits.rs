@@ -23,7 +23,8 @@ use openwop_protocol::run::RunPhase;
 use openwop_protocol::run::snapshot::RunSnapshot;
 use openwop_protocol::run::status::RunError;
 use openwop_protocol::run::subjects::events_subject;
-use openwop_protocol::run::waits::{ChildResult, ChildWait, PARENT_CANCELLED, initial_variables};
+use openwop_protocol::run::variables::Variables;
+use openwop_protocol::run::waits::{ChildResult, ChildWait, PARENT_CANCELLED};
 use serde_json::{Map, Value, json};
 
 use super::Error;
@@ -305,10 +306,13 @@ async fn child_result(
     if !wanted.is_empty()
         && let Some(cm) = rr.snapshot_of(&wait.child_run_name).await?
         && let Ok(snap) = read_snapshot(&cm)
+        && let Ok(graph) = openwop_protocol::graph::Graph::parse(&snap.workflow)
     {
-        variables = initial_variables(&snap.workflow, &snap.inputs)
-            .into_iter()
-            .filter(|(k, _)| wanted.contains(k))
+        variables = Variables::new(&graph, &snap.inputs)
+            .initial()
+            .iter()
+            .filter(|(k, _)| wanted.contains(*k))
+            .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
     }
     Ok(ChildResult {

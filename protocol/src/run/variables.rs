@@ -77,7 +77,13 @@ impl Variables {
         let writers = graph
             .nodes
             .iter()
-            .filter(|n| executor_of(&n.type_id) == Some(Executor::SetVariable))
+            // Sub-workflow nodes write too: their `outputMapping` sets parent variables.
+            .filter(|n| {
+                matches!(
+                    executor_of(&n.type_id),
+                    Some(Executor::SetVariable | Executor::SubWorkflow)
+                )
+            })
             .map(|n| Writer {
                 node: n.id.clone(),
                 descendants: descendants(graph, &n.id),
@@ -106,6 +112,11 @@ impl Variables {
             Some(v) => Err(MissingVariable(v.name.clone())),
             None => Ok(()),
         }
+    }
+
+    /// The bag the run starts with (inputs over the declared defaults).
+    pub fn initial(&self) -> &Map<String, Value> {
+        &self.initial
     }
 
     /// Whether any node of the graph writes a variable (else the bag never changes).
@@ -179,12 +190,19 @@ impl Variables {
 }
 
 /// Applies a writer's outputs `{name, value}` to `bag`.
+/// A writer's outputs applied to `bag`: `core.setVariable`'s `{name, value}`, or a
+/// sub-workflow's `{variables: {<parent variable>: value}}` (its `outputMapping`).
 fn apply(bag: &mut Map<String, Value>, outputs: Option<&Value>) {
-    if let Some(o) = outputs
-        && let Some(name) = o.get("name").and_then(Value::as_str)
+    let Some(o) = outputs else { return };
+    if let Some(name) = o.get("name").and_then(Value::as_str)
         && let Some(v) = o.get("value")
     {
         bag.insert(name.to_owned(), v.clone());
+    }
+    if let Some(mapped) = o.get("variables").and_then(Value::as_object) {
+        for (name, v) in mapped {
+            bag.insert(name.clone(), v.clone());
+        }
     }
 }
 
@@ -304,6 +322,38 @@ mod tests {
         assert_eq!(served["secret"], "[REDACTED:secret]");
         assert_eq!(served["req"], "r");
         assert!(v.is_sensitive("secret") && !v.is_sensitive("x"));
+    }
+
+    /// The conformance-subworkflow-parent shape: `outputMapping {childOutcome: childResult}`
+    /// writes the parent's `childOutcome` (undeclared there) once the child completed.
+    #[test]
+    fn a_sub_workflow_node_writes_its_output_mapped_variables() {
+        let g = Graph::parse(&json!({"id": "p", "nodes": [
+            {"id": "start", "typeId": "core.noop"},
+            {"id": "call", "typeId": "core.control.subWorkflow",
+             "config": {"workflowId": "child", "outputMapping": {"childOutcome": "childResult"}}},
+            {"id": "end", "typeId": "core.noop"}],
+            "edges": [{"id": "1", "sourceNodeId": "start", "targetNodeId": "call"},
+                      {"id": "2", "sourceNodeId": "call", "targetNodeId": "end"}]}))
+        .unwrap();
+        let v = Variables::new(&g, &json!({}));
+        assert!(v.has_writers());
+        let log = [
+            json!({"type": "node.completed", "nodeId": "call", "payload": {"nodeId": "call",
+            "outputs": {"childRunId": "uid-c", "childStatus": "completed",
+                        "variables": {"childOutcome": "child-completed"}}}}),
+        ];
+        assert_eq!(v.of_events(&log)["childOutcome"], "child-completed");
+        let out = json!({"variables": {"childOutcome": "child-completed"}});
+        assert_eq!(
+            v.visible_to("end", |n| (n == "call").then_some(&out))["childOutcome"],
+            "child-completed"
+        );
+        assert!(
+            v.visible_to("start", |n| (n == "call").then_some(&out))
+                .get("childOutcome")
+                .is_none()
+        );
     }
 
     #[test]

@@ -383,31 +383,6 @@ pub fn cancelled_payload(cancel_reason: Option<&str>, parent: Option<&ParentRef>
     p
 }
 
-/// The variables a run starts with: its inputs over the declared `defaultValue`s (the
-/// workflow definition as the snapshot holds it).
-pub fn initial_variables(workflow: &Value, inputs: &Value) -> Map<String, Value> {
-    let mut out = Map::new();
-    for v in workflow
-        .get("variables")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
-        let Some(name) = v.get("name").and_then(Value::as_str) else {
-            continue;
-        };
-        if let Some(val) = inputs.get(name).or_else(|| v.get("defaultValue")) {
-            out.insert(name.to_owned(), val.clone());
-        }
-    }
-    if let Some(o) = inputs.as_object() {
-        for (k, val) in o {
-            out.entry(k.clone()).or_insert_with(|| val.clone());
-        }
-    }
-    out
-}
-
 /// What the parent node reports once its child ended: `Ok(outputs)` for `node.completed`
 /// (`{childRunId, childStatus, variables}` — `variables` the output-mapped parent variables,
 /// a child value that is unset never overwrites), or `Err` for `node.failed` under
@@ -579,16 +554,6 @@ mod tests {
         assert_eq!(
             (e.code.as_str(), e.details.unwrap()["childStatus"].as_str()),
             ("child_failed", Some("failed"))
-        );
-    }
-
-    #[test]
-    fn initial_variables_are_inputs_over_defaults() {
-        let wf = json!({"variables": [{"name": "a", "type": "string", "defaultValue": "x"},
-                                      {"name": "b", "type": "string"}]});
-        assert_eq!(
-            Value::Object(initial_variables(&wf, &json!({"b": "y", "c": 1}))),
-            json!({"a": "x", "b": "y", "c": 1})
         );
     }
 }
