@@ -291,6 +291,16 @@ async fn worker_pods(c: &Cluster, ns: &str) -> Vec<Pod> {
         .collect()
 }
 
+/// Waits until namespace `ns` has no worker pod: a waiting run holds none.
+async fn no_worker_pods(c: &Cluster, ns: &str, within: Duration) {
+    wait_for(within, "no worker pod while waiting", || {
+        let c = c.clone();
+        let ns = ns.to_owned();
+        async move { worker_pods(&c, &ns).await.is_empty().then_some(()) }
+    })
+    .await;
+}
+
 fn hello_run(name: &str) -> String {
     hello_run_with(name, "hi")
 }
@@ -507,16 +517,7 @@ async fn mock_agent_low_confidence_waits_for_approval_and_gate_applies_elsewhere
     assert_eq!(pi["observed"], 0.4);
     assert_eq!(pi["threshold"], 0.7);
     // A waiting run holds no pod.
-    wait_for(
-        Duration::from_secs(30),
-        "no worker pod while waiting",
-        || {
-            let c = c.clone();
-            let ns = ns.clone();
-            async move { worker_pods(&c, &ns).await.is_empty().then_some(()) }
-        },
-    )
-    .await;
+    no_worker_pods(&c, &ns, Duration::from_secs(30)).await;
     let evs = events(&c, &ns, "mock-agent-run");
     let suspended = evs.last().unwrap();
     assert_eq!(suspended["type"], "node.suspended");
@@ -625,16 +626,7 @@ async fn clarification_answered_by_patch_and_by_resume() {
     let pi = st["pendingInterrupts"][0].clone();
     assert_eq!(pi["kind"], "clarification");
     assert_eq!(pi["questions"][0]["id"], "region");
-    wait_for(
-        Duration::from_secs(30),
-        "no worker pod while waiting",
-        || {
-            let c = c.clone();
-            let ns = ns.clone();
-            async move { worker_pods(&c, &ns).await.is_empty().then_some(()) }
-        },
-    )
-    .await;
+    no_worker_pods(&c, &ns, Duration::from_secs(30)).await;
     let patch = json!({"spec": {"answers": [{"interruptId": pi["interruptId"], "value": {"region": "eu"}}]}});
     ok(
         kubectl(
@@ -4511,16 +4503,7 @@ async fn gates_answered_by_resume_patch_and_rest() {
         st["pendingInterrupts"][0]["actions"],
         json!(["accept", "reject"])
     );
-    wait_for(
-        Duration::from_secs(30),
-        "no worker pod while waiting",
-        || {
-            let c = c.clone();
-            let ns = ns.clone();
-            async move { worker_pods(&c, &ns).await.is_empty().then_some(()) }
-        },
-    )
-    .await;
+    no_worker_pods(&c, &ns, Duration::from_secs(30)).await;
     let d = cli(&c, &["describe", "accept-cli", "-n", &ns]);
     let text = String::from_utf8_lossy(&d.stdout).into_owned();
     assert!(

@@ -76,16 +76,7 @@ async fn a_long_delay_holds_no_pod_and_wakes_on_time_across_an_operator_restart(
     );
     let wake = at(&wake_at(&c, &ns, "nap-1").await);
     // The worker exits once the timer is recorded: no pod while the run waits.
-    wait_for(
-        Duration::from_secs(30),
-        "no worker pod while waiting",
-        || {
-            let c = &c;
-            let ns = &ns;
-            async move { worker_pods(c, ns).await.is_empty().then_some(()) }
-        },
-    )
-    .await;
+    no_worker_pods(&c, &ns, Duration::from_secs(30)).await;
     let st = status(&api(&c, &ns, "Run").get("nap-1").await.unwrap());
     assert_eq!(st["phase"], "running", "a delay is never waiting-*: {st:#}");
     let printed = ok(
