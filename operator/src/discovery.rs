@@ -35,6 +35,8 @@ pub const SCHEMA_KEY_SUFFIX: &str = ".schema.json";
 pub use openwop_crds::names::ANNOTATION_MANAGED as MANAGED_ANNOTATION;
 /// `Cache-Control` of envelope schemas (ai-envelope.md §Canonical schema location).
 pub const SCHEMA_CACHE_CONTROL: &str = "public, max-age=300";
+/// Response header carrying the version of the capabilities document.
+pub const CAPABILITIES_ETAG: &str = "capabilities-etag";
 
 /// Kinds the host advertises: the four universal kinds (the worker handles them all).
 pub fn advertised_kinds() -> Vec<String> {
@@ -324,7 +326,15 @@ fn conditional(headers: &HeaderMap, served: &Served, content_type: &str, cache: 
 /// `GET /.well-known/openwop`.
 pub async fn well_known(State(state): State<DiscoveryState>, headers: HeaderMap) -> Response {
     match state.served_capabilities() {
-        Some(served) => conditional(&headers, &served, "application/json", &state.cache_control),
+        Some(served) => {
+            let mut resp = conditional(&headers, &served, "application/json", &state.cache_control);
+            // The capabilities' own version (discovery.md): equal to the ETag here, since this
+            // document is exactly the capabilities; clients compare it across requests.
+            if let Ok(v) = HeaderValue::from_str(&served.etag) {
+                resp.headers_mut().insert(CAPABILITIES_ETAG, v);
+            }
+            resp
+        }
         None => json_error(
             StatusCode::SERVICE_UNAVAILABLE,
             "discovery_unavailable",
@@ -470,6 +480,7 @@ mod tests {
         let get = |state: DiscoveryState| async move {
             let r = well_known(State(state), HeaderMap::new()).await;
             let etag = r.headers()[header::ETAG].to_str().unwrap().to_owned();
+            assert_eq!(r.headers()[CAPABILITIES_ETAG].to_str().unwrap(), etag);
             let body = axum::body::to_bytes(r.into_body(), 1 << 20).await.unwrap();
             (etag, serde_json::from_slice::<Value>(&body).unwrap())
         };
