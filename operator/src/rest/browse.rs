@@ -11,7 +11,6 @@ use std::collections::BTreeSet;
 
 use axum::Json;
 use axum::extract::{Path, Query, State};
-use axum::http::StatusCode;
 use k8s_openapi::jiff::Timestamp;
 use kube::{Resource as _, ResourceExt};
 use openwop_crds::Run;
@@ -307,38 +306,10 @@ pub async fn run_reasoning(
 /// Every message stored on a reasoning subject, in order (no stream yet: none). Unlike run
 /// events, lane messages carry no run sequence, so they are kept in stream order as read.
 async fn read_lane(s: &RestState, subject: String) -> Result<Vec<serde_json::Value>, ApiError> {
-    use futures::StreamExt as _;
-    let unavailable = |e: &dyn std::fmt::Display| {
-        tracing::warn!(error = %e, "reading a run's reasoning lane");
-        ApiError::unavailable(
-            "the event stream is unavailable; retry shortly",
-            std::time::Duration::from_secs(2),
-        )
-    };
-    let log = match super::events::open_subject_log(s, subject).await {
-        Ok(l) => l,
-        // No stream yet: no reasoning either.
-        Err(e) if e.status == StatusCode::NOT_FOUND => return Ok(Vec::new()),
-        Err(e) => return Err(e),
-    };
-    let mut out = Vec::new();
-    if log.pending_at_start == 0 {
-        return Ok(out);
-    }
-    let mut msgs = std::pin::pin!(log.messages());
-    // A bound per message in case the count moved under us.
-    while let Ok(Some(m)) =
-        tokio::time::timeout(std::time::Duration::from_secs(5), msgs.next()).await
-    {
-        let m = m.map_err(|e| unavailable(&e))?;
-        if let Ok(v) = serde_json::from_slice(&m.payload) {
-            out.push(v);
-        }
-        if m.pending == 0 || out.len() >= MAX_LANE_ENTRIES {
-            break;
-        }
-    }
-    Ok(out)
+    super::events::read_subject(s, subject, MAX_LANE_ENTRIES, |m| {
+        serde_json::from_slice(&m.payload).ok()
+    })
+    .await
 }
 
 #[cfg(test)]

@@ -138,6 +138,17 @@ pub async fn read_events(
 /// Every event stored on `subject` (a run's events subject), in order, read once to the end
 /// (the conformance event-log seam's read; no stream yet reads as no events).
 pub async fn read_subject_events(s: &RestState, subject: String) -> Result<Vec<Value>, ApiError> {
+    read_subject(s, subject, usize::MAX, |m| decode(m).map(|d| d.doc)).await
+}
+
+/// What `parse` makes of each message stored on `subject`, in stream order, read once to the
+/// end or until `max` are kept (no stream yet: none).
+pub(super) async fn read_subject<T>(
+    s: &RestState,
+    subject: String,
+    max: usize,
+    parse: impl Fn(LogMessage) -> Option<T>,
+) -> Result<Vec<T>, ApiError> {
     let log = match open_subject_log(s, subject).await {
         Ok(l) => l,
         Err(e) if e.status == StatusCode::NOT_FOUND => return Ok(Vec::new()),
@@ -155,10 +166,10 @@ pub async fn read_subject_events(s: &RestState, subject: String) -> Result<Vec<V
             ApiError::unavailable("the event stream failed; retry", Duration::from_secs(2))
         })?;
         let left = m.pending;
-        if let Some(d) = decode(m) {
-            out.push(d.doc);
+        if let Some(v) = parse(m) {
+            out.push(v);
         }
-        if left == 0 {
+        if left == 0 || out.len() >= max {
             break;
         }
     }
