@@ -39,12 +39,6 @@ fn release() -> &'static str {
     V.as_str()
 }
 
-fn release_ns() -> &'static str {
-    static V: std::sync::LazyLock<String> =
-        std::sync::LazyLock::new(|| env_or("OPENWOP_E2E_RELEASE_NAMESPACE", "openwop-system"));
-    V.as_str()
-}
-
 /// Journeys run one at a time (shared release, operator and NATS restarts).
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 /// Whether this process installed the release (uninstall resets it).
@@ -58,28 +52,14 @@ fn helm(c: &Cluster, args: &[&str]) -> Output {
     run_cmd(c, &helm_bin(), args, None)
 }
 
-/// `helm upgrade --install` with the mini-cluster values plus `extra` `--set`s (a later
-/// `operator.port` in `extra` overrides the journeys' port).
 /// Force-deletes the operator pod(s) and waits for the replacement to run.
 async fn restart_operator(c: &Cluster) {
-    let pods: Api<Pod> = Api::namespaced(c.client.clone(), release_ns());
-    let lp = ListParams::default().labels("app.kubernetes.io/component=operator");
-    for p in pods.list(&lp).await.unwrap().items {
-        let name = p.metadata.name.unwrap_or_default();
-        let args = [
-            "delete",
-            "pod",
-            &name,
-            "-n",
-            release_ns(),
-            "--grace-period=0",
-            "--force",
-        ];
-        ok(kubectl(c, &args, None), "force-delete the operator pod");
-    }
+    force_delete_operator_pods(c, &operator_pods(c).await);
     wait_operator_ready(c).await;
 }
 
+/// `helm upgrade --install` with the mini-cluster values plus `extra` `--set`s (a later
+/// `operator.port` in `extra` overrides the journeys' port).
 fn helm_install(c: &Cluster, extra: &[&str]) -> String {
     let chart = repo().join("charts/openwop");
     let values = repo().join("e2e/helm/mini-cluster-values.yaml");
@@ -1796,34 +1776,8 @@ async fn operator_killed_mid_run_makes_no_duplicate_worker_pod() {
         "apply run",
     );
     let held = wait_call_started(&c, &ns, "victim", 1).await;
-    let pods: Api<Pod> = Api::namespaced(c.client.clone(), release_ns());
-    let lp = ListParams::default().labels("app.kubernetes.io/component=operator");
-    let old: Vec<String> = pods
-        .list(&lp)
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter_map(|p| p.metadata.name)
-        .collect();
-    for name in &old {
-        ok(
-            kubectl(
-                &c,
-                &[
-                    "delete",
-                    "pod",
-                    name,
-                    "-n",
-                    release_ns(),
-                    "--grace-period=0",
-                    "--force",
-                ],
-                None,
-            ),
-            "force-delete the operator pod",
-        );
-    }
+    let old = operator_pods(&c).await;
+    force_delete_operator_pods(&c, &old);
     // A new operator leads (after the dead holder's Lease expires) and reconciles the run.
     let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
         Api::namespaced(c.client.clone(), release_ns());
@@ -2878,32 +2832,8 @@ async fn restart_figures_operator_nats_and_apiserver() {
             record_worker_pods(&c, &ns, &mut seen).await;
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
-        let old: Vec<String> = pods
-            .list(&lp)
-            .await
-            .unwrap()
-            .items
-            .into_iter()
-            .filter_map(|p| p.metadata.name)
-            .collect();
-        for name in &old {
-            ok(
-                kubectl(
-                    &c,
-                    &[
-                        "delete",
-                        "pod",
-                        name,
-                        "-n",
-                        release_ns(),
-                        "--grace-period=0",
-                        "--force",
-                    ],
-                    None,
-                ),
-                "force-delete the operator pod",
-            );
-        }
+        let old = operator_pods(&c).await;
+        force_delete_operator_pods(&c, &old);
         let mut waited = 0;
         loop {
             record_worker_pods(&c, &ns, &mut seen).await;

@@ -16,8 +16,6 @@ use std::time::Duration;
 
 use common::*;
 use futures::StreamExt as _;
-use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, ListParams};
 use openwop_e2e::webhook_receiver::{Delivery, Receiver};
 use openwop_protocol::schema::EVENT_TYPES;
 use openwop_protocol::webhook::{self, headers};
@@ -25,10 +23,6 @@ use serde_json::{Value, json};
 
 /// How long the run's provider call is held: the operator is deleted and back within it.
 const HOLD_MS: u64 = 25_000;
-
-fn release_ns() -> String {
-    env_or("OPENWOP_E2E_RELEASE_NAMESPACE", "openwop-system")
-}
 
 /// The run's log as the stream holds it.
 async fn run_log(c: &openwop_e2e::Cluster, ns: &str, run_id: &str) -> Vec<Value> {
@@ -54,18 +48,6 @@ async fn run_log(c: &openwop_e2e::Cluster, ns: &str, run_id: &str) -> Vec<Value>
         }
     }
     out
-}
-
-async fn operator_pods(c: &openwop_e2e::Cluster) -> Vec<String> {
-    Api::<Pod>::namespaced(c.client.clone(), &release_ns())
-        .list(&ListParams::default().labels("app.kubernetes.io/component=operator"))
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|p| p.metadata.deletion_timestamp.is_none())
-        .filter_map(|p| p.metadata.name)
-        .collect()
 }
 
 fn now() -> u64 {
@@ -161,24 +143,7 @@ async fn a_run_is_delivered_signed_in_order_across_an_operator_restart_and_a_500
     )
     .await;
     let old = operator_pods(&c).await;
-    for name in &old {
-        ok(
-            kubectl(
-                &c,
-                &[
-                    "delete",
-                    "pod",
-                    name,
-                    "-n",
-                    &release_ns(),
-                    "--grace-period=0",
-                    "--force",
-                ],
-                None,
-            ),
-            "force-delete the operator pod",
-        );
-    }
+    force_delete_operator_pods(&c, &old);
     let log_now = run_log(&c, &ns, &run_id).await;
     assert!(
         !log_now.iter().any(|e| e["type"] == "run.completed"),

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
 use kube::Client;
-use kube::api::{Api, DeleteParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use openwop_e2e::{Cluster, ClusterOptions, cluster_with};
 use serde_json::json;
 
@@ -243,4 +243,40 @@ pub fn create_token(c: &Cluster, ns: &str, sa: &str) -> String {
     )
     .trim()
     .to_owned()
+}
+
+/// Namespace of the Helm release the journeys install (`OPENWOP_E2E_RELEASE_NAMESPACE`).
+pub fn release_ns() -> &'static str {
+    static V: std::sync::LazyLock<String> =
+        std::sync::LazyLock::new(|| env_or("OPENWOP_E2E_RELEASE_NAMESPACE", "openwop-system"));
+    V.as_str()
+}
+
+/// The release's operator pods that are not already being deleted.
+pub async fn operator_pods(c: &Cluster) -> Vec<String> {
+    Api::<Pod>::namespaced(c.client.clone(), release_ns())
+        .list(&ListParams::default().labels("app.kubernetes.io/component=operator"))
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter_map(|p| p.metadata.name)
+        .collect()
+}
+
+/// Force-deletes (grace 0, as a SIGKILL would) the release's pods `names`.
+pub fn force_delete_operator_pods(c: &Cluster, names: &[String]) {
+    for name in names {
+        let args = [
+            "delete",
+            "pod",
+            name,
+            "-n",
+            release_ns(),
+            "--grace-period=0",
+            "--force",
+        ];
+        ok(kubectl(c, &args, None), "force-delete the operator pod");
+    }
 }
