@@ -4239,32 +4239,8 @@ async fn conformance_seams_with_kubernetes_auth() {
     );
     let (_, again) = call("POST", "/v1/host/sample/envelope/accept", dedup("error"));
     assert_eq!(again["replayed"], true, "{again}");
-    let old: Vec<String> = Api::<Pod>::namespaced(c.client.clone(), release_ns())
-        .list(&ListParams::default().labels("app.kubernetes.io/component=operator"))
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter_map(|p| p.metadata.name)
-        .collect();
-    for name in &old {
-        ok(
-            kubectl(
-                &c,
-                &[
-                    "delete",
-                    "pod",
-                    name,
-                    "-n",
-                    release_ns(),
-                    "--grace-period=0",
-                    "--force",
-                ],
-                None,
-            ),
-            "force-delete the operator pod",
-        );
-    }
+    let old = operator_pods(&c).await;
+    force_delete_operator_pods(&c, &old);
     let pods: Api<Pod> = Api::namespaced(c.client.clone(), release_ns());
     let new = wait_for(
         Duration::from_secs(120),
