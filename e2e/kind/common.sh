@@ -27,6 +27,7 @@ STATIC_TARGET_DIR="${OPENWOP_STATIC_TARGET_DIR:-$OPENWOP_CACHE/target-static}"
 # 1: build everything here and pull nothing (make kind-test, CI); 0: use registries.
 OFFLINE="${OPENWOP_KIND_OFFLINE:-0}"
 NATS_LOCAL_PORT="${OPENWOP_KIND_NATS_PORT:-24222}"
+OPERATOR_LOCAL_PORT="${OPENWOP_KIND_OPERATOR_PORT:-28080}"
 
 log() { echo "[kind] $*" >&2; }
 die() { echo "[kind] error: $*" >&2; exit 1; }

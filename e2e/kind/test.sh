@@ -35,9 +35,29 @@ done
 [[ "$(timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$NATS_LOCAL_PORT && head -c 4 <&3" 2>/dev/null || true)" == INFO ]] \
   || die "NATS does not answer on 127.0.0.1:$NATS_LOCAL_PORT (cluster created without cluster.yaml's extraPortMappings? re-create it with down.sh + up.sh)"
 
+# The operator's REST API from this machine, the same way (NodePort 30480 on 127.0.0.1:$OPERATOR_LOCAL_PORT):
+# the REST journeys call it while a journey restarts the operator pods.
+op_svc="$(kubectl -n "$NAMESPACE" get svc \
+  -l app.kubernetes.io/instance="$RELEASE",app.kubernetes.io/component=operator -o jsonpath='{.items[0].metadata.name}')"
+[ -n "$op_svc" ] || die "no operator Service of release $RELEASE in $NAMESPACE"
+log "NodePort 30480 for svc/$op_svc (127.0.0.1:$OPERATOR_LOCAL_PORT)"
+kubectl -n "$NAMESPACE" get svc "$op_svc" -o json \
+  | jq --arg name "$op_svc-e2e" '{apiVersion: "v1", kind: "Service",
+      metadata: {name: $name, namespace: .metadata.namespace, labels: {"app.kubernetes.io/part-of": "openwop-e2e"}},
+      spec: {type: "NodePort", selector: .spec.selector,
+             ports: [{name: "http", port: 8080, targetPort: "http", nodePort: 30480}]}}' \
+  | kubectl apply -f - >/dev/null
+for _ in $(seq 1 100); do
+  curl -fsS -o /dev/null "http://127.0.0.1:$OPERATOR_LOCAL_PORT/.well-known/openwop" 2>/dev/null && break
+  sleep 0.3
+done
+curl -fsS -o /dev/null "http://127.0.0.1:$OPERATOR_LOCAL_PORT/.well-known/openwop" \
+  || die "the operator does not answer on 127.0.0.1:$OPERATOR_LOCAL_PORT (cluster created without cluster.yaml's extraPortMappings? re-create it with down.sh + up.sh)"
+
 # The suite attaches to this cluster instead of starting the local mini-cluster.
 export OPENWOP_E2E_KUBECONFIG="$KIND_KUBECONFIG"
 export OPENWOP_E2E_NATS_URL="nats://127.0.0.1:$NATS_LOCAL_PORT"
+export OPENWOP_E2E_OPERATOR_PORT="$OPERATOR_LOCAL_PORT"
 export OPENWOP_E2E_RELEASE="$RELEASE"
 export OPENWOP_E2E_RELEASE_NAMESPACE="$NAMESPACE"
 export OPENWOP_NATS_URL="$OPENWOP_E2E_NATS_URL"

@@ -38,7 +38,8 @@ if cluster_exists; then
 else
   step "creating cluster $CLUSTER_NAME ($KIND_NODE_IMAGE)"
   cfg="$STATE_DIR/kind-config.yaml"
-  sed "s/hostPort: 24222/hostPort: $NATS_LOCAL_PORT/" "$here/cluster.yaml" >"$cfg"
+  sed -e "s/hostPort: 24222/hostPort: $NATS_LOCAL_PORT/" -e "s/hostPort: 28080/hostPort: $OPERATOR_LOCAL_PORT/" \
+    "$here/cluster.yaml" >"$cfg"
   if [[ "$OFFLINE" == 1 ]]; then
     # The node image carries the mini-cluster's etcd (e2e/cluster/versions.env), not the
     # newer patch release kubeadm would default to: tell kubeadm which one it has.
