@@ -137,8 +137,7 @@ export function RunPage({ runId, session }) {
       <button id="download" class="ghost" onClick=${download}>Download events (${events.length})</button>
       ${canUpdate && !terminal && snap.status !== 'cancelling' && html`<button id="cancel" class="danger" onClick=${() => setConfirming(true)}>Cancel run</button>`}
     </div>
-    ${snap.parentRunId && html`<p class="parent" id="parent-run">Child run of
-      <${Link} href=${`/ui/runs/${enc(snap.parentRunId)}${q({ node: snap.parentNodeId })}`} id="parent-link"
+    ${snap.parentRunId && html`<p class="parent" id="parent-run">Child run of <${Link} href=${`/ui/runs/${enc(snap.parentRunId)}${q({ node: snap.parentNodeId })}`} id="parent-link"
         data-parent-run-id=${snap.parentRunId}>run ${snap.parentRunId}<//>${snap.parentNodeId ? ` (node ${snap.parentNodeId})` : ''}</p>`}
     ${snap.error && html`<p class="error" id="run-failure">${snap.error.code}: ${snap.error.message}</p>`}
     ${notice && html`<p class="notice" id="notice" role="status">${notice}</p>`}

@@ -124,8 +124,7 @@ var pe,I,ze,zt,F,Ve,Xe,Ye,be,ae,ee,Qe,Ie,xe,Ce,Xt,ce={},ue=[],Yt=/acit|ex(?:s|g|
       <button id="download" class="ghost" onClick=${Kt}>Download events (${a.length})</button>
       ${i&&!Fe&&n.status!=="cancelling"&&_`<button id="cancel" class="danger" onClick=${()=>p(!0)}>Cancel run</button>`}
     </div>
-    ${n.parentRunId&&_`<p class="parent" id="parent-run">Child run of
-      <${W} href=${`/ui/runs/${P(n.parentRunId)}${K({node:n.parentNodeId})}`} id="parent-link"
+    ${n.parentRunId&&_`<p class="parent" id="parent-run">Child run of <${W} href=${`/ui/runs/${P(n.parentRunId)}${K({node:n.parentNodeId})}`} id="parent-link"
         data-parent-run-id=${n.parentRunId}>run ${n.parentRunId}<//>${n.parentNodeId?` (node ${n.parentNodeId})`:""}</p>`}
     ${n.error&&_`<p class="error" id="run-failure">${n.error.code}: ${n.error.message}</p>`}
     ${y&&_`<p class="notice" id="notice" role="status">${y}</p>`}
