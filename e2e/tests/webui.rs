@@ -274,6 +274,19 @@ fn slow_run(name: &str, delay_ms: u64) -> String {
 
 const XSS: &str = r#"<img src=x onerror="window.__openwopXss='img'"><a href="javascript:window.__openwopXss='link'">click me</a><script>window.__openwopXss='script'</script>"#;
 
+/// Asserts that nothing of [`XSS`] the page was given as `what` became markup or ran.
+async fn assert_inert(b: &Browser, what: &str) {
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let probe = b
+        .js("return {flag: window.__openwopXss === undefined ? null : window.__openwopXss, imgs: document.querySelectorAll('main img').length, scripts: [...document.scripts].filter(s => !s.src).length, jsLinks: document.querySelectorAll('a[href^=\"javascript:\"]').length}")
+        .await;
+    assert_eq!(
+        probe,
+        json!({"flag": null, "imgs": 0, "scripts": 0, "jsLinks": 0}),
+        "{what} became markup"
+    );
+}
+
 /// Approves an approval through its card (with a comment), cancels a run after confirming, and
 /// checks a read-only token: no buttons, and writes it forges from the page are refused (no
 /// CSRF proof: 403; with it: RBAC's 403). Model output carrying markup renders as text and
@@ -364,15 +377,7 @@ async fn approve_cancel_read_only_and_model_output_is_text() {
         .await;
     b.wait_text("#event-detail", 10, |t| t.contains("<img src=x"))
         .await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let probe = b
-        .js("return {flag: window.__openwopXss === undefined ? null : window.__openwopXss, imgs: document.querySelectorAll('main img').length, scripts: [...document.scripts].filter(s => !s.src).length, jsLinks: document.querySelectorAll('a[href^=\"javascript:\"]').length}")
-        .await;
-    assert_eq!(
-        probe,
-        json!({"flag": null, "imgs": 0, "scripts": 0, "jsLinks": 0}),
-        "model output became markup"
-    );
+    assert_inert(&b, "model output").await;
     b.click("#logout").await;
     b.wait("#token", 30).await;
 

@@ -1,4 +1,4 @@
-import { html, navigate } from './html.js';
+import { html, Link } from './html.js';
 import { layout } from './model.js';
 
 const W = 150; const H = 40; const GX = 60; const GY = 24;
@@ -39,19 +39,14 @@ export function Graph({ def, states, selected, onSelect, children }) {
     if (!kids.length || !pos.has(id)) return null;
     const c = kids[0];
     const { x, y } = at(id);
-    const href = `/ui/runs/${encodeURIComponent(c.runId)}`;
-    const go = (ev) => {
-      if (ev.ctrlKey || ev.metaKey || ev.shiftKey || ev.button !== 0) return;
-      ev.preventDefault();
-      navigate(href);
-    };
-    return html`<a key=${`child-${id}`} class=${`child-run phase-${c.status}`} href=${href} onClick=${go}
+    // An SVG link (inside the svg element, Preact makes the anchor in the SVG namespace).
+    return html`<${Link} key=${`child-${id}`} class=${`child-run phase-${c.status}`} href=${`/ui/runs/${encodeURIComponent(c.runId)}`}
         data-node-id=${id} data-child-run-id=${c.runId} data-status=${c.status}
         transform=${`translate(${x},${y + H + 2})`}>
       <rect width=${W} height="17" rx="8"></rect>
       <text x="8" y="12">↳ child ${c.status}${kids.length > 1 ? ` (+${kids.length - 1})` : ''}</text>
       <title>child run ${c.runId}: ${c.status}</title>
-    </a>`;
+    <//>`;
   };
   return html`<div class="graph">
     <svg id="graph" viewBox=${`0 0 ${vw} ${vh}`} width=${vw} height=${vh} role="img" aria-label="workflow graph">
