@@ -68,7 +68,7 @@ chart-check:
 ## OPENWOP_E2E_PROFILE=debug for the debug builds of the scale figures), then the restart figures (debug builds from
 ## `build`: operator SIGKILLed 5 times over 50 Runs; nats-server and kube-apiserver restarted mid-batch; worker pods
 ## force-deleted at 27 kill points), then the web UI's figures in headless Chromium (first paint and fully rendered
-## timeline of a 1,000- and a 10,000-event run, JS heap, scroll frame times; the runs list with 500 Runs in the browser and GET /v1/runs over 5,000 Runs). Each prints
+## timeline of a 1,000- and a 10,000-event run, JS heap, scroll frame times; the runs list with 5,000 Runs in the browser and GET /v1/runs over them). Each prints
 ## FIGURES lines.
 bench: build
 	$(CARGO) bench --workspace

@@ -6,10 +6,14 @@
 //! would: watch a run appear and go live to completion, read each attempt of a truncated then
 //! retried call, answer a clarification and an approval, cancel a run; a read-only token sees
 //! no buttons and its forged writes are refused; model output carrying markup runs nothing;
-//! a deep link opens the right node and event. Tests run one at a time (one release).
+//! a deep link opens the right node and event; a parent's page shows its sub-workflow child
+//! and a custom interrupt is answered through its card (`webui/children.rs`). Tests run one at
+//! a time (one release).
 
 #[path = "webui/browser.rs"]
 mod browser;
+#[path = "webui/children.rs"]
+mod children;
 mod common;
 #[path = "webui/kit.rs"]
 mod kit;
@@ -270,6 +274,19 @@ fn slow_run(name: &str, delay_ms: u64) -> String {
 
 const XSS: &str = r#"<img src=x onerror="window.__openwopXss='img'"><a href="javascript:window.__openwopXss='link'">click me</a><script>window.__openwopXss='script'</script>"#;
 
+/// Asserts that nothing of [`XSS`] the page was given as `what` became markup or ran.
+async fn assert_inert(b: &Browser, what: &str) {
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let probe = b
+        .js("return {flag: window.__openwopXss === undefined ? null : window.__openwopXss, imgs: document.querySelectorAll('main img').length, scripts: [...document.scripts].filter(s => !s.src).length, jsLinks: document.querySelectorAll('a[href^=\"javascript:\"]').length}")
+        .await;
+    assert_eq!(
+        probe,
+        json!({"flag": null, "imgs": 0, "scripts": 0, "jsLinks": 0}),
+        "{what} became markup"
+    );
+}
+
 /// Approves an approval through its card (with a comment), cancels a run after confirming, and
 /// checks a read-only token: no buttons, and writes it forges from the page are refused (no
 /// CSRF proof: 403; with it: RBAC's 403). Model output carrying markup renders as text and
@@ -360,15 +377,7 @@ async fn approve_cancel_read_only_and_model_output_is_text() {
         .await;
     b.wait_text("#event-detail", 10, |t| t.contains("<img src=x"))
         .await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let probe = b
-        .js("return {flag: window.__openwopXss === undefined ? null : window.__openwopXss, imgs: document.querySelectorAll('main img').length, scripts: [...document.scripts].filter(s => !s.src).length, jsLinks: document.querySelectorAll('a[href^=\"javascript:\"]').length}")
-        .await;
-    assert_eq!(
-        probe,
-        json!({"flag": null, "imgs": 0, "scripts": 0, "jsLinks": 0}),
-        "model output became markup"
-    );
+    assert_inert(&b, "model output").await;
     b.click("#logout").await;
     b.wait("#token", 30).await;
 
@@ -433,6 +442,13 @@ async fn screenshots() {
     apply(&c, &ns, wf.split("\n---").next().unwrap());
     apply(&c, &ns, &triage());
     apply(&c, &ns, &approval_run("refund-approval"));
+    for wf in children::workflows(
+        json!({"invoice": "INV-2291", "amount": 1250.0, "currency": "EUR", "ask": "Confirm the bank transfer arrived"}),
+    ) {
+        apply(&c, &ns, &wf.to_string());
+    }
+    apply(&c, &ns, &children::parent_run("payment-run"));
+    let parent = run_id(&c, &ns, "payment-run").await;
     let id = run_id(&c, &ns, "triage-run").await;
     let approval = run_id(&c, &ns, "refund-approval").await;
     wait_run(&c, &ns, "refund-approval", "waiting-approval", 120).await;
@@ -491,6 +507,18 @@ async fn screenshots() {
     )
     .await;
     b.screenshot(&dir.join("approval-dark.png")).await;
+    b.close().await;
+
+    // A sub-workflow's child on its parent's node, and the child's custom interrupt.
+    let b = Browser::start(&base, false).await;
+    b.login(&token).await;
+    b.goto(&format!("/ui/runs/{parent}?node=subwf-call")).await;
+    let pill = "#graph a.child-run[data-node-id='subwf-call'][data-status='waiting-external']";
+    b.wait(pill, 120).await;
+    b.screenshot(&dir.join("sub-workflow.png")).await;
+    b.click(pill).await;
+    b.wait(".interrupt-card[data-kind='custom']", 60).await;
+    b.screenshot(&dir.join("custom-interrupt.png")).await;
     b.close().await;
     delete_namespace(&c.client, &ns).await;
     println!("screenshots written to {}", dir.display());
@@ -579,12 +607,28 @@ async fn page_figures(b: &Browser, done: &str, scroller: Option<&str>) -> Value 
     b.js_async(&script).await
 }
 
+/// Waits until `GET /v1/runs` (at `url`, with `auth`) counts at least `want` Runs.
+async fn wait_listed(url: &str, auth: &str, want: usize) {
+    wait_for(
+        Duration::from_secs(600),
+        &format!("{want} Runs in the operator's cache"),
+        || async move {
+            let (code, _, body) = http("GET", url, &[auth], None);
+            let v: Value = serde_json::from_str(&body).ok()?;
+            (code == 200 && v["total"].as_u64()? as usize >= want).then_some(())
+        },
+    )
+    .await
+}
+
 /// `make bench`: time to first paint and to a fully rendered timeline for a 1,000- and a
 /// 10,000-event run, the JS heap, scrolling frame times; the runs list page with
-/// `OPENWOP_WEBUI_BENCH_RUNS` (default 500) Runs in one namespace. The listing of 5,000 Runs is
-/// timed in-process by operator/tests/runs_list.rs: 5,000 Runs created at once on the
-/// mini-cluster (one shared 2-core machine) starved the operator's leader-lease renewal.
-/// Prints FIGURES lines.
+/// `OPENWOP_WEBUI_BENCH_RUNS` (default 5,000) Runs in one namespace. Those Runs are made cheap:
+/// each mocks a node its tiny workflow lacks, so the operator refuses it at its first
+/// reconcile (phase `failed`, no pod, never requeued), and they are created 250 at a time,
+/// each batch once the operator lists the one before. Runs waiting for a Workflow that never
+/// comes are requeued every 30 s, and 5,000 of those created at once starved the operator's
+/// leader-lease renewal on the shared 2-core machine. Prints FIGURES lines.
 #[tokio::test]
 #[ignore = "figures: make bench"]
 async fn figures() {
@@ -616,14 +660,21 @@ async fn figures() {
     let runs: usize = std::env::var("OPENWOP_WEBUI_BENCH_RUNS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(500);
+        .unwrap_or(5_000);
+    let tiny = json!({"apiVersion": "openwop.dev/v1alpha1", "kind": "Workflow", "metadata": {"name": "tiny"},
+        "spec": {"id": "tiny", "name": "tiny", "version": "1", "nodes": [{"id": "only", "typeId": "core.flow.noop"}]}});
+    apply(&c, &ns, &tiny.to_string());
+    let url = format!("{base}/v1/runs?tenantId={ns}&limit=50");
+    let auth = format!("Authorization: Bearer {token}");
+    let created = std::time::Instant::now();
     let mut made = 0;
     while made < runs {
         let batch: Vec<Value> = (made..(made + 250).min(runs))
             .map(|i| {
                 json!({"apiVersion": "openwop.dev/v1alpha1", "kind": "Run",
                 "metadata": {"name": format!("many-{i:05}")},
-                "spec": {"workflowRef": {"name": "never-applied"}}})
+                "spec": {"workflowRef": {"name": "tiny"},
+                         "providerMocks": {"no-such-node": {"responses": [{"stopReason": "stop", "content": {}}]}}}})
             })
             .collect();
         made += batch.len();
@@ -632,23 +683,16 @@ async fn figures() {
             &ns,
             &json!({"apiVersion": "v1", "kind": "List", "items": batch}).to_string(),
         );
+        wait_listed(&url, &auth, made + 2).await;
     }
     let total = runs + 2;
-    let url = format!("{base}/v1/runs?tenantId={ns}&limit=50");
-    let auth = format!("Authorization: Bearer {token}");
-    wait_for(
-        Duration::from_secs(600),
-        "every Run in the operator's cache",
-        || {
-            let (url, auth) = (url.clone(), auth.clone());
-            async move {
-                let (code, _, body) = http("GET", &url, &[&auth], None);
-                let v: Value = serde_json::from_str(&body).ok()?;
-                (code == 200 && v["total"].as_u64()? as usize >= total).then_some(())
-            }
-        },
-    )
-    .await;
+    // Every one refused (failed), so nothing churns while the page is timed.
+    let failed = format!("{base}/v1/runs?tenantId={ns}&status=failed&limit=1");
+    wait_listed(&failed, &auth, runs).await;
+    println!(
+        "FIGURES webui created {runs} Runs, all listed and refused, in {:.0} s",
+        created.elapsed().as_secs_f64()
+    );
     let mut api_ms = Vec::new();
     for _ in 0..20 {
         let t = std::time::Instant::now();

@@ -1,12 +1,13 @@
-import { html } from './html.js';
+import { html, Link } from './html.js';
 import { layout } from './model.js';
 
 const W = 150; const H = 40; const GX = 60; const GY = 24;
 
 // The workflow's nodes and edges (from its definition) with each node's state from the run's
 // events; nodes the events name that the definition does not (fan-out branches, sub-workflow
-// children) are drawn in a row of their own under the graph.
-export function Graph({ def, states, selected, onSelect }) {
+// children) are drawn in a row of their own under the graph. A node that started child runs
+// (`core.subWorkflow`) carries a link to its child under its box, with the child's phase.
+export function Graph({ def, states, selected, onSelect, children }) {
   if (!def) return html`<div class="graph loading">Loading workflow…</div>`;
   const nodes = def.nodes || [];
   const edges = def.edges || [];
@@ -32,6 +33,21 @@ export function Graph({ def, states, selected, onSelect }) {
       <title>${id}${typeId ? ` (${typeId})` : ''}: ${st}</title>
     </g>`;
   };
+  // The first child of a node under its box (the node panel lists them all).
+  const childLink = (id) => {
+    const kids = (children && children.get(id)) || [];
+    if (!kids.length || !pos.has(id)) return null;
+    const c = kids[0];
+    const { x, y } = at(id);
+    // An SVG link (inside the svg element, Preact makes the anchor in the SVG namespace).
+    return html`<${Link} key=${`child-${id}`} class=${`child-run phase-${c.status}`} href=${`/ui/runs/${encodeURIComponent(c.runId)}`}
+        data-node-id=${id} data-child-run-id=${c.runId} data-status=${c.status}
+        transform=${`translate(${x},${y + H + 2})`}>
+      <rect width=${W} height="17" rx="8"></rect>
+      <text x="8" y="12">↳ child ${c.status}${kids.length > 1 ? ` (+${kids.length - 1})` : ''}</text>
+      <title>child run ${c.runId}: ${c.status}</title>
+    <//>`;
+  };
   return html`<div class="graph">
     <svg id="graph" viewBox=${`0 0 ${vw} ${vh}`} width=${vw} height=${vh} role="img" aria-label="workflow graph">
       ${edges.filter((e) => pos.has(e.sourceNodeId) && pos.has(e.targetNodeId)).map((e) => {
@@ -42,6 +58,7 @@ export function Graph({ def, states, selected, onSelect }) {
       })}
       ${nodes.map((n) => box(n.id, n.typeId, false))}
       ${extra.map((id) => box(id, null, true))}
+      ${[...pos.keys()].map(childLink)}
     </svg>
   </div>`;
 }

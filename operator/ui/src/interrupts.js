@@ -1,9 +1,19 @@
 import { useState } from 'preact/hooks';
 import { html } from './html.js';
 import { post, enc } from './api.js';
-import { nodeOf } from './model.js';
+import { nodeOf, interruptRequest, parseResumeValue, textOf } from './model.js';
 
 const RESOLVED = new Set(['clarification.resolved', 'approval.received', 'approval.granted', 'approval.rejected']);
+// Kinds whose card asks questions or offers approve / reject; any other kind the host emits
+// (`custom`, and whatever comes later) gets the JSON card.
+const FORM_KINDS = new Set(['approval', 'clarification']);
+// An `interrupt.resolved` is listed only for the kinds that have no resolution event of their own.
+const resolvedHere = (e) => RESOLVED.has(e.type)
+  || (e.type === 'interrupt.resolved' && !FORM_KINDS.has((e.payload || {}).kind));
+
+async function answer(runId, nodeId, body) {
+  await post(`/v1/runs/${enc(runId)}/interrupts/${enc(nodeId)}`, body);
+}
 
 function Card({ runId, it, canUpdate, onAnswered }) {
   const approval = it.kind === 'approval';
@@ -16,7 +26,7 @@ function Card({ runId, it, canUpdate, onAnswered }) {
     try {
       const body = { resumeValue };
       if (comment.trim()) body.comment = comment.trim();
-      await post(`/v1/runs/${enc(runId)}/interrupts/${enc(it.nodeId)}`, body);
+      await answer(runId, it.nodeId, body);
       onAnswered();
     } catch (e) { setError(e.message); } finally { setBusy(false); }
   };
@@ -43,19 +53,65 @@ function Card({ runId, it, canUpdate, onAnswered }) {
   </div>`;
 }
 
+// The payload of a custom interrupt, as text: a string as written, anything else as JSON.
+function Shown({ v }) {
+  if (v === undefined || v === null) return null;
+  if (typeof v === 'string') return html`<p class="payload">${v}</p>`;
+  return html`<pre class="json payload">${textOf(v)}</pre>`;
+}
+
+// An interrupt of a kind without a form (`custom`): what it carries, shown as text, and an
+// editor for the JSON object that resumes it, checked before it is sent.
+function CustomCard({ runId, it, events, canUpdate, onAnswered }) {
+  const req = interruptRequest(events, it.interruptId);
+  const data = (req && req.data) || {};
+  const [text, setText] = useState('{}');
+  const [busy, setBusy] = useState(false);
+  const [error, setError] = useState(null);
+  const parsed = parseResumeValue(text);
+  const send = async (ev) => {
+    ev.preventDefault();
+    if (parsed.error) return;
+    setBusy(true); setError(null);
+    try {
+      await answer(runId, it.nodeId, { resumeValue: parsed.value });
+      onAnswered();
+    } catch (e) { setError(e.message); } finally { setBusy(false); }
+  };
+  const sub = typeof data.customKind === 'string' ? data.customKind : null;
+  const rest = data.payload !== undefined ? data.payload
+    : (Object.keys(data).some((k) => k !== 'customKind') ? data : undefined);
+  return html`<div class="interrupt-card" data-node-id=${it.nodeId} data-kind=${it.kind} data-interrupt-id=${it.interruptId}>
+    <h4>Input needed at ${it.nodeId} <span class="meta">(${it.kind}${sub ? `: ${sub}` : ''})</span></h4>
+    ${req && req.key && html`<p class="meta">key ${req.key}</p>`}
+    <${Shown} v=${rest} />
+    <form onSubmit=${send}>
+      <label>Resume value (a JSON object)
+        <textarea class="resume-value" rows="4" spellcheck="false" readOnly=${!canUpdate} value=${text}
+          onInput=${(e) => setText(e.target.value)}></textarea></label>
+      ${parsed.error && html`<p class="error resume-error">${parsed.error}</p>`}
+      ${canUpdate && html`<button type="submit" class="resume" disabled=${busy || !!parsed.error}>Resume</button>`}
+    </form>
+    ${!canUpdate && html`<p class="hint">Read-only: this token may not answer.</p>`}
+    ${error && html`<p class="error" role="alert">${error}</p>`}
+  </div>`;
+}
+
 // Each pending interrupt of the run as a card, and the human steps already answered (with
 // what the events say about who answered).
 export function Interrupts({ runId, snapshot, events, canUpdate, onAnswered }) {
   const pending = snapshot.pendingInterrupts || [];
-  const done = events.filter((e) => RESOLVED.has(e.type));
+  const done = events.filter(resolvedHere);
   if (!pending.length && !done.length) return null;
   return html`<section class="interrupts" id="interrupts">
-    ${pending.map((it) => html`<${Card} key=${it.interruptId} runId=${runId} it=${it} canUpdate=${canUpdate} onAnswered=${onAnswered} />`)}
+    ${pending.map((it) => (FORM_KINDS.has(it.kind)
+    ? html`<${Card} key=${it.interruptId} runId=${runId} it=${it} canUpdate=${canUpdate} onAnswered=${onAnswered} />`
+    : html`<${CustomCard} key=${it.interruptId} runId=${runId} it=${it} events=${events} canUpdate=${canUpdate} onAnswered=${onAnswered} />`))}
     ${done.length > 0 && html`<ul class="resolved" id="resolved">
       ${done.map((e) => {
         const p = e.payload || {};
         const who = p.decidedBy || p.answeredBy || p.resolvedBy || p.principal;
-        const when = p.decidedAt || p.answeredAt;
+        const when = p.decidedAt || p.answeredAt || p.resolvedAt;
         return html`<li data-seq=${e.sequence}>#${e.sequence} ${e.type}${p.action ? ` (${p.action})` : ''} at ${nodeOf(e) || ''}${who ? ` by ${typeof who === 'string' ? who : JSON.stringify(who)}` : ''}${when ? ` at ${when}` : ''}${p.comment ? ` — “${p.comment}”` : ''}</li>`;
       })}
     </ul>`}

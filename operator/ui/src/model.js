@@ -211,3 +211,35 @@ export function layout(nodes, edges) {
   cols.forEach((col, x) => col.forEach((id, y) => pos.set(id, { x, y })));
   return { pos, width: cols.length, height: Math.max(1, ...cols.map((c) => c.length)) };
 }
+
+// The snapshot's `childRuns` (the runs its sub-workflow nodes started, each with its phase as
+// the operator last saw it), grouped by the node that started them.
+export function childrenByNode(snapshot) {
+  const by = new Map();
+  for (const c of (snapshot && snapshot.childRuns) || []) {
+    if (!by.has(c.nodeId)) by.set(c.nodeId, []);
+    by.get(c.nodeId).push(c);
+  }
+  return by;
+}
+
+// What an interrupt asks for, from its `interrupt.requested` event (`data`: the custom kind
+// and its payload, for instance); null until that event has arrived.
+export function interruptRequest(events, interruptId) {
+  for (let i = events.length - 1; i >= 0; i--) {
+    const e = events[i];
+    if (e.type === 'interrupt.requested' && e.payload && e.payload.interruptId === interruptId) return e.payload;
+  }
+  return null;
+}
+
+// A resume value typed by a person: the parsed JSON object, or why it is not one (the
+// interrupts endpoint takes a JSON object as `resumeValue` for any kind but an approval).
+export function parseResumeValue(text) {
+  let v;
+  try { v = JSON.parse(text); } catch (e) { return { error: `Not JSON: ${e.message}` }; }
+  if (v === null || typeof v !== 'object' || Array.isArray(v)) {
+    return { error: 'The resume value must be a JSON object, e.g. {"ok": true}.' };
+  }
+  return { value: v };
+}

@@ -6,6 +6,7 @@ import { Timeline } from './timeline.js';
 import { Interrupts } from './interrupts.js';
 import {
   TERMINAL_RUN_EVENTS, TERMINAL_PHASES, nodeStates, attemptsOf, reasoningOf, nodeDetails, textOf,
+  childrenByNode,
 } from './model.js';
 
 const SNAPSHOT_MS = 3000;
@@ -99,6 +100,7 @@ export function RunPage({ runId, session }) {
 
   const states = useMemo(() => nodeStates(events), [events]);
   const reasoning = useMemo(() => reasoningOf(lane, events), [lane, events]);
+  const children = useMemo(() => childrenByNode(snap), [snap]);
   const selectNode = (n) => { setNode(n); setUrlParams(runId, n, eventSeq); };
   const selectEvent = (s) => { setEventSeq(s); setUrlParams(runId, node, s); };
 
@@ -135,6 +137,8 @@ export function RunPage({ runId, session }) {
       <button id="download" class="ghost" onClick=${download}>Download events (${events.length})</button>
       ${canUpdate && !terminal && snap.status !== 'cancelling' && html`<button id="cancel" class="danger" onClick=${() => setConfirming(true)}>Cancel run</button>`}
     </div>
+    ${snap.parentRunId && html`<p class="parent" id="parent-run">Child run of <${Link} href=${`/ui/runs/${enc(snap.parentRunId)}${q({ node: snap.parentNodeId })}`} id="parent-link"
+        data-parent-run-id=${snap.parentRunId}>run ${snap.parentRunId}<//>${snap.parentNodeId ? ` (node ${snap.parentNodeId})` : ''}</p>`}
     ${snap.error && html`<p class="error" id="run-failure">${snap.error.code}: ${snap.error.message}</p>`}
     ${notice && html`<p class="notice" id="notice" role="status">${notice}</p>`}
     ${confirming && html`<div class="dialog" role="dialog" aria-modal="true" id="cancel-dialog">
@@ -147,8 +151,9 @@ export function RunPage({ runId, session }) {
     <div class="run-body">
       <section class="graph-pane">
         <h3>Workflow</h3>
-        <${Graph} def=${def} states=${states} selected=${node} onSelect=${selectNode} />
-        ${node && html`<${NodePanel} node=${node} def=${def} events=${events} onEvent=${selectEvent} onClose=${() => selectNode(null)} />`}
+        <${Graph} def=${def} states=${states} selected=${node} onSelect=${selectNode} children=${children} />
+        ${node && html`<${NodePanel} node=${node} def=${def} events=${events} children=${children.get(node) || []}
+          onEvent=${selectEvent} onClose=${() => selectNode(null)} />`}
       </section>
       <section class="timeline-pane">
         <h3>Timeline <span class="count">${events.length} events</span></h3>
@@ -171,7 +176,7 @@ function Value({ v }) {
   return html`<pre class="json">${textOf(v)}</pre>`;
 }
 
-function NodePanel({ node, def, events, onEvent, onClose }) {
+function NodePanel({ node, def, events, children, onEvent, onClose }) {
   const d = useMemo(() => nodeDetails(events, node), [events, node]);
   const spec = def && (def.nodes || []).find((n) => n.id === node);
   const attempts = useMemo(() => attemptsOf(events, node), [events, node]);
@@ -181,6 +186,10 @@ function NodePanel({ node, def, events, onEvent, onClose }) {
     ${spec && html`<div class="kv"><span>Type</span><span>${spec.typeId}</span></div>`}
     <h5>Inputs</h5><${Value} v=${d.inputs ?? (spec && spec.inputs) ?? null} />
     ${spec && spec.config && html`<details class="node-config"><summary>Configuration</summary><${Value} v=${spec.config} /></details>`}
+    ${children.length > 0 && html`<h5>Child runs</h5><ul class="child-runs">
+      ${children.map((c) => html`<li key=${c.runId}><${Link} href=${`/ui/runs/${enc(c.runId)}`} class="child-link"
+        data-child-run-id=${c.runId}>run ${c.runId}<//> <span class=${`phase phase-${c.status}`}>${c.status}</span></li>`)}
+    </ul>`}
     <h5>Outputs</h5><${Value} v=${d.outputs} />
     ${d.errors.length > 0 && html`<h5>Errors</h5>${d.errors.map((e) => html`<${Value} v=${e} />`)}`}
     ${attempts.length > 0 && html`<h5>LLM call attempts</h5>

@@ -2,7 +2,7 @@ import { useEffect, useState, useRef } from 'preact/hooks';
 import { html, Link, age, duration, navigate } from './html.js';
 import { get, q } from './api.js';
 
-const PHASES = ['', 'pending', 'running', 'waiting-input', 'waiting-approval', 'completed', 'failed', 'cancelling', 'cancelled'];
+const PHASES = ['', 'pending', 'running', 'paused', 'waiting-input', 'waiting-approval', 'waiting-external', 'completed', 'failed', 'cancelling', 'cancelled'];
 const PAGE = 50;
 const POLL_MS = 2000;
 
