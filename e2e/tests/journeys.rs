@@ -20,6 +20,9 @@ mod common;
 // Issue #24 durable waits (delay, sub-workflow), on this binary's cluster, release and lock.
 #[path = "journeys/durable.rs"]
 mod durable;
+// Issue #27 failover of two operator replicas (kind only).
+#[path = "journeys/ha.rs"]
+mod ha;
 
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;

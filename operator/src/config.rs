@@ -80,7 +80,14 @@ pub struct OperatorConfig {
     pub ui: crate::ui::UiConfig,
     /// Webhook subscriptions and their delivery.
     pub webhooks: crate::webhooks::WebhooksConfig,
+    /// After SIGTERM, how long the HTTP server keeps answering (with `/readyz` failing) before
+    /// the process exits, so Services stop sending this replica requests before it stops
+    /// listening. The controllers stop and the leader lease is released at once.
+    pub shutdown_drain_seconds: u64,
 }
+
+/// Longest `shutdownDrainSeconds`: the chart's pod grace period (30 s) less time to exit.
+pub const MAX_SHUTDOWN_DRAIN_SECONDS: u64 = 25;
 
 /// The OpenWOP REST API (`/v1/...`).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -181,6 +188,7 @@ impl Default for OperatorConfig {
             rest: RestConfig::default(),
             ui: crate::ui::UiConfig::default(),
             webhooks: Default::default(),
+            shutdown_drain_seconds: 5,
         }
     }
 }
@@ -660,6 +668,15 @@ impl OperatorConfig {
                     format!("{p:?} is not a namespace name, a `prefix*` pattern or `*`"),
                 );
             }
+        }
+        if self.shutdown_drain_seconds > MAX_SHUTDOWN_DRAIN_SECONDS {
+            return invalid(
+                "shutdownDrainSeconds",
+                format!(
+                    "{} is above {MAX_SHUTDOWN_DRAIN_SECONDS}: the operator pod's grace period (30 s) would kill it mid-drain",
+                    self.shutdown_drain_seconds
+                ),
+            );
         }
         let le = &self.leader_election;
         if le.renew_interval_seconds == 0 || le.renew_interval_seconds >= le.renew_deadline_seconds

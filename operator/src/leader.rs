@@ -169,6 +169,32 @@ impl Elector {
         }
     }
 
+    /// Gives the lease up at shutdown, after the controllers have stopped: another replica
+    /// may take it at its next round instead of waiting `leaseDurationSeconds` for it to
+    /// expire. Only our own lease is touched; the write carries the resourceVersion read,
+    /// so a replica that took it meanwhile wins (409, nothing to do).
+    pub async fn release(&self) -> Result<bool, kube::Error> {
+        let Some(mut lease) = self.api.get_opt(&self.name).await? else {
+            return Ok(false);
+        };
+        let Some(spec) = lease.spec.as_mut() else {
+            return Ok(false);
+        };
+        if spec.holder_identity.as_deref() != Some(self.identity.as_str()) {
+            return Ok(false);
+        }
+        spec.holder_identity = None;
+        match self
+            .api
+            .replace(&self.name, &PostParams::default(), &lease)
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
     fn not_renewed(&self, timing: Timing, last_error: String) -> LeaseLost {
         LeaseLost::NotRenewed {
             deadline_seconds: timing.renew_deadline.as_secs(),

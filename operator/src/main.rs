@@ -116,14 +116,17 @@ async fn main() -> anyhow::Result<()> {
             futures::future::Either::Right(std::future::pending::<()>()),
         )
     };
-    let http = serve_http(
+    let draining = Arc::new(AtomicBool::new(false));
+    // Spawned: it keeps answering through the shutdown drain below, after the rest stopped.
+    let mut http = tokio::spawn(serve_http(
         cfg.listen.clone(),
         metrics.clone(),
         discovery_state.clone(),
         ready.clone(),
+        draining.clone(),
         api,
         runs_listable.clone(),
-    );
+    ));
     let watch_discovery =
         watch_discovery_configmap(client.clone(), cfg.clone(), discovery_state, ready.clone());
     let (worker_pods, pod_writer) = reflector::store::<Pod>();
@@ -146,24 +149,68 @@ async fn main() -> anyhow::Result<()> {
             .as_ref()
             .map(|_| JetStreamSlot::default()),
     });
+    let elector = cfg.leader_election.enabled.then(|| {
+        Arc::new(Elector::new(
+            Api::<Lease>::namespaced(client.clone(), cfg.lease_namespace()),
+            &cfg.leader_election.lease_name,
+            &identity,
+            cfg.leader_election.lease_duration_seconds,
+        ))
+    });
+    let drain = Duration::from_secs(cfg.shutdown_drain_seconds);
     let lead = lead_then_run(
         client,
         cfg,
         registry,
         identity,
+        elector.clone(),
         ctx,
         pod_writer,
         runs_listable,
     );
-    tokio::select! {
-        r = http => r.context("HTTP server")?,
+    // Boxed so it can be dropped before the lease is released.
+    let mut lead = Box::pin(lead);
+    let signal = tokio::select! {
+        r = &mut http => {
+            r.context("HTTP server task")?.context("HTTP server")?;
+            return Ok(());
+        }
         _ = api_caches => anyhow::bail!("the REST API's watches ended"),
-        r = watch_discovery => r.context("discovery ConfigMap watch")?,
-        r = lead => r?,
-        s = shutdown_signal() => {
-            tracing::info!(signal = s, "shutting down");
+        r = watch_discovery => return r.context("discovery ConfigMap watch"),
+        // The controllers end by themselves only on SIGTERM/SIGINT (`shutdown_on_signal`).
+        r = &mut lead => {
+            r?;
+            "controllers stopped"
+        }
+        s = shutdown_signal() => s,
+    };
+    draining.store(true, Ordering::SeqCst);
+    // Stops the controllers and the event consumer (at their next await: every reconcile and
+    // event write is idempotent, as after a crash) before another replica may lead.
+    drop(lead);
+    tracing::info!(
+        signal,
+        drain_seconds = drain.as_secs(),
+        "shutting down: controllers stopped; the HTTP server answers (not ready) until the drain ends"
+    );
+    // A follower takes over at its next round instead of after the lease expires.
+    if let Some(e) = &elector {
+        match tokio::time::timeout(Duration::from_secs(5), e.release()).await {
+            Ok(Ok(true)) => tracing::info!("released the leader lease"),
+            Ok(Ok(false)) => {}
+            Ok(Err(err)) => {
+                tracing::warn!(error = %err, "could not release the leader lease; it expires instead")
+            }
+            Err(_) => tracing::warn!("releasing the leader lease timed out; it expires instead"),
         }
     }
+    tokio::select! {
+        _ = tokio::time::sleep(drain) => {}
+        r = &mut http => {
+            r.context("HTTP server task")?.context("HTTP server")?;
+        }
+    }
+    http.abort();
     Ok(())
 }
 
@@ -189,6 +236,7 @@ async fn serve_http(
     metrics: Metrics,
     discovery_state: DiscoveryState,
     ready: Arc<AtomicBool>,
+    draining: Arc<AtomicBool>,
     api: Option<axum::Router>,
     runs: RunsHealth,
 ) -> anyhow::Result<()> {
@@ -218,8 +266,12 @@ async fn serve_http(
             "/readyz",
             axum::routing::get(move || {
                 let r = ready.load(Ordering::Relaxed);
+                let stopping = draining.load(Ordering::Relaxed);
                 let failing = runs.failing();
                 async move {
+                    if stopping {
+                        return (StatusCode::SERVICE_UNAVAILABLE, "shutting down".to_owned());
+                    }
                     match (r, failing) {
                         (false, _) => (
                             StatusCode::SERVICE_UNAVAILABLE,
@@ -300,19 +352,12 @@ async fn lead_then_run(
     cfg: Arc<OperatorConfig>,
     registry: Arc<NodeRegistry>,
     identity: String,
+    elector: Option<Arc<Elector>>,
     ctx: Arc<Context>,
     pod_writer: reflector::store::Writer<Pod>,
     runs_listable: RunsHealth,
 ) -> anyhow::Result<()> {
     let renew = Duration::from_secs(u64::from(cfg.leader_election.renew_interval_seconds));
-    let elector = cfg.leader_election.enabled.then(|| {
-        Elector::new(
-            Api::<Lease>::namespaced(client.clone(), cfg.lease_namespace()),
-            &cfg.leader_election.lease_name,
-            &identity,
-            cfg.leader_election.lease_duration_seconds,
-        )
-    });
     // When the round that made us leader started: the fencing deadline counts from it.
     let mut renewed = tokio::time::Instant::now();
     if let Some(e) = &elector {

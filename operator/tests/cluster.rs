@@ -755,6 +755,106 @@ async fn two_replicas_elect_one_leader_and_the_other_takes_over() {
     );
 }
 
+/// A rollout or a deleted pod: SIGTERM. The leader stops its controllers, gives its Lease up
+/// (the follower leads at its next round, long before the 30 s lease could expire) and keeps
+/// answering HTTP, not ready, for `shutdownDrainSeconds`, then exits cleanly.
+#[tokio::test]
+async fn a_terminated_leader_releases_the_lease_and_drains_http() {
+    let Some(c) = cluster("a_terminated_leader_releases_the_lease_and_drains_http").await else {
+        return;
+    };
+    ensure_crds(&c.client).await;
+    let ns = Namespace::new(&c, "opi-drain").await;
+    let extra = "leaderElection: {leaseDurationSeconds: 30, renewDeadlineSeconds: 20, renewIntervalSeconds: 1}\n\
+                 shutdownDrainSeconds: 3\n";
+    let mut a = Operator::start(&c, &ns.name, "replica-a", extra);
+    let mut b = Operator::start(&c, &ns.name, "replica-b", extra);
+    let leases: Api<Lease> = Api::namespaced(c.client.clone(), &ns.name);
+    let holder = wait_for(30, "a Lease holder", || async {
+        leases
+            .get_opt("openwop-operator")
+            .await
+            .ok()??
+            .spec?
+            .holder_identity
+    })
+    .await;
+    let (leader, follower) = if holder == "replica-a" {
+        (&mut a, &mut b)
+    } else {
+        (&mut b, &mut a)
+    };
+    let http = reqwest::Client::new();
+    wait_for(30, "the leader ready", || async {
+        let r = http.get(leader.url("/readyz")).send().await.ok()?;
+        r.status().is_success().then_some(())
+    })
+    .await;
+
+    let pid = leader.child.id().to_string();
+    let sent = std::time::Instant::now();
+    let term = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+    assert!(term.success(), "kill -TERM {pid}");
+    // Draining: not ready, still answering.
+    let why = wait_for(5, "readiness failing during the drain", || async {
+        let r = http.get(leader.url("/readyz")).send().await.ok()?;
+        (r.status() == reqwest::StatusCode::SERVICE_UNAVAILABLE).then_some(r.text().await.ok()?)
+    })
+    .await;
+    assert_eq!(why, "shutting down");
+    let discovery = http
+        .get(leader.url("/.well-known/openwop"))
+        .send()
+        .await
+        .expect("discovery answers during the drain");
+    assert_eq!(discovery.status(), 200);
+    let new_holder = wait_for(10, "the follower to take the released Lease", || async {
+        let h = leases
+            .get_opt("openwop-operator")
+            .await
+            .ok()??
+            .spec?
+            .holder_identity?;
+        (h != holder).then_some(h)
+    })
+    .await;
+    let took = sent.elapsed();
+    assert!(
+        took < Duration::from_secs(10),
+        "{new_holder} led {took:?} after SIGTERM: the lease (30 s) was not released"
+    );
+    let log = leader.log_text();
+    assert!(log.contains("released the leader lease"), "{log}");
+    // The process exits by itself once the drain is over, with success.
+    let status = loop {
+        if let Some(st) = leader.child.try_wait().unwrap() {
+            break st;
+        }
+        assert!(
+            sent.elapsed() < Duration::from_secs(20),
+            "the old leader still runs 20 s after SIGTERM"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let lived = sent.elapsed();
+    assert!(
+        status.success(),
+        "exit status {status}: {}",
+        leader.log_text()
+    );
+    assert!(
+        lived >= Duration::from_millis(2900),
+        "exited {lived:?} after SIGTERM: the 3 s drain was cut short"
+    );
+    wait_for(10, "the new leader to start its controllers", || async {
+        follower
+            .log_text()
+            .contains("leading: starting controllers")
+            .then_some(())
+    })
+    .await;
+}
+
 /// A TCP proxy to the apiserver that the test can cut (open connections reset, new ones
 /// refused) and restore: the apiserver as seen by one operator replica.
 struct Proxy {

@@ -56,6 +56,7 @@ schema = {
         "operator": obj({
             "image": IMAGE,
             "replicas": int_range(1),
+            "shutdownDrainSeconds": int_range(0, 25),
             "resources": RESOURCES,
             "logLevel": STR,
             "extraEnv": {"type": "array", "items": {"type": "object", "required": ["name"]}},

@@ -124,6 +124,18 @@ fn bad_values_name_the_field() {
     )
     .unwrap();
     assert_eq!(ok.rest.max_in_flight, 1);
+    let e = OperatorConfig::from_yaml("shutdownDrainSeconds: 26\n").unwrap_err();
+    assert!(
+        e.to_string()
+            .starts_with("config field shutdownDrainSeconds: 26 is above 25"),
+        "{e}"
+    );
+    assert_eq!(
+        OperatorConfig::from_yaml("shutdownDrainSeconds: 0\n")
+            .unwrap()
+            .shutdown_drain_seconds,
+        0
+    );
     let e = OperatorConfig::from_yaml(
         "natsCredentials:\n  dir: /var/run/openwop/nats\n  workerSecret: Nats_Creds\n",
     )
