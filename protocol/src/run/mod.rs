@@ -50,7 +50,8 @@ pub mod waits;
 pub use crate::text::truncate;
 // What other crates name most, one level deep (`openwop_protocol::run::RunPhase`).
 pub use api::{
-    IDEMPOTENCY_KEY_MISMATCH, IDEMPOTENT_REPLAY_HEADER, RunFacts, RunSnapshotDoc, check_inputs,
+    IDEMPOTENCY_IN_FLIGHT, IDEMPOTENCY_KEY_MISMATCH, IDEMPOTENT_REPLAY_HEADER, RunFacts,
+    RunSnapshotDoc, check_inputs,
 };
 pub use debug_bundle::{BundleHost, BundleInput, MAX_BUNDLE_BYTES, debug_bundle};
 pub use projection::Projection;
