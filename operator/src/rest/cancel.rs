@@ -85,6 +85,7 @@ pub struct CancelRunRequest {
     ),
     responses(
         (status = 200, body = RunStatusResponse, description = "`cancelling` or `cancelled`; a run that already completed or failed keeps (and answers) its status"),
+        (status = 400, body = ErrorBody, description = "validation_error: an Idempotency-Key that is not 1..255 URL-safe characters"),
         (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
         (status = 404, body = ErrorBody),
         (status = 409, body = ErrorBody, description = "idempotency_key_mismatch, idempotency_in_flight")

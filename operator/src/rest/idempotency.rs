@@ -515,6 +515,71 @@ mod tests {
         assert_eq!(digest(&[b"ab", b"c"]), digest(&[b"ab", b"c"]));
     }
 
+    /// One request holds a key; a second one waits (409 in flight) or is refused (another
+    /// request: mismatch); a dead request's lease runs out and is taken over; a final answer
+    /// replays as it was; a released key is free again. Against a real nats-server.
+    #[tokio::test]
+    async fn a_key_is_held_taken_over_replayed_and_released() {
+        let nats = openwop_nats::testing::NatsServer::start();
+        let js = async_nats::jetstream::new(async_nats::connect(nats.url()).await.unwrap());
+        let kv = js
+            .create_key_value(kv::Config {
+                bucket: "idem".into(),
+                history: 1,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        let fresh = |b: &Result<Begun, ApiError>| matches!(b, Ok(Begun::Fresh));
+        assert!(fresh(&begin(&kv, "k", "d1").await));
+        let busy = begin(&kv, "k", "d1").await.err().unwrap();
+        assert_eq!(
+            (busy.status, busy.body.error.as_str()),
+            (StatusCode::CONFLICT, IDEMPOTENCY_IN_FLIGHT)
+        );
+        let wait = busy.body.details.as_ref().unwrap()["retryAfter"]
+            .as_u64()
+            .unwrap();
+        assert!((1..=LEASE.as_secs()).contains(&wait), "{wait}");
+        assert!(busy.retry_after.is_some());
+        let other = begin(&kv, "k", "d2").await.err().unwrap();
+        assert_eq!(other.body.error, IDEMPOTENCY_KEY_MISMATCH);
+        // The request holding it died: its lease ran out.
+        let dead = Record::Pending {
+            digest: "d1".into(),
+            lease_until_ms: now_ms() - 1,
+        };
+        kv.put("k", serde_json::to_vec(&dead).unwrap().into())
+            .await
+            .unwrap();
+        assert!(fresh(&begin(&kv, "k", "d1").await));
+        // Its final answer replays, marked.
+        let done = Record::Completed {
+            digest: "d1".into(),
+            status: 201,
+            content_type: Some("application/json".into()),
+            body: B64.encode(br#"{"runId":"r-1"}"#),
+        };
+        kv.put("k", serde_json::to_vec(&done).unwrap().into())
+            .await
+            .unwrap();
+        let Ok(Begun::Replay(r)) = begin(&kv, "k", "d1").await else {
+            panic!("no replay")
+        };
+        assert_eq!(r.status(), StatusCode::CREATED);
+        assert_eq!(r.headers()[IDEMPOTENT_REPLAY_HEADER], "true");
+        assert_eq!(r.headers()[header::CONTENT_TYPE], "application/json");
+        let body = axum::body::to_bytes(r.into_body(), 1024).await.unwrap();
+        assert_eq!(&body[..], br#"{"runId":"r-1"}"#);
+        assert_eq!(
+            begin(&kv, "k", "d2").await.err().unwrap().body.error,
+            IDEMPOTENCY_KEY_MISMATCH
+        );
+        // Released (a refusal that is not final): the key is free.
+        kv.delete("k").await.unwrap();
+        assert!(fresh(&begin(&kv, "k", "d3").await));
+    }
+
     #[test]
     fn retention_is_at_least_a_day() {
         assert!(IdempotencyConfig::default().validate().is_ok());

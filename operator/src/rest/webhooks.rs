@@ -244,6 +244,7 @@ async fn register(
     ),
     responses(
         (status = 204, description = "deleted; deliveries stop"),
+        (status = 400, body = ErrorBody, description = "validation_error: an Idempotency-Key that is not 1..255 URL-safe characters"),
         (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
         (status = 404, body = ErrorBody, description = "subscription_not_found"),
         (status = 409, body = ErrorBody, description = "idempotency_key_mismatch, idempotency_in_flight"),
