@@ -105,15 +105,13 @@ async fn a_signed_token_answers_a_gate_and_a_repeated_cancel_replays() {
             .unwrap_or(Value::Null)
     };
     assert_eq!(payload("approval.received")["decidedBy"], "callback-token");
-    assert_eq!(payload("interrupt.resolved")["resolvedBy"], "callback-token");
+    assert_eq!(
+        payload("interrupt.resolved")["resolvedBy"],
+        "callback-token"
+    );
     // A forged token is unknown, never a hint.
     let forged = format!("{}.AAAA", token.split_once('.').unwrap().0);
-    let (code, body) = http_json(
-        "GET",
-        &format!("{base}/v1/interrupts/{forged}"),
-        None,
-        None,
-    );
+    let (code, body) = http_json("GET", &format!("{base}/v1/interrupts/{forged}"), None, None);
     assert_eq!(
         (code, body["error"].as_str()),
         (404, Some("interrupt_not_found")),

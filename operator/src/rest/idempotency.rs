@@ -133,7 +133,11 @@ pub struct Scope<'a> {
 
 /// What a record holds.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", rename_all_fields = "camelCase", tag = "state")]
+#[serde(
+    rename_all = "camelCase",
+    rename_all_fields = "camelCase",
+    tag = "state"
+)]
 enum Record {
     /// Being served; another request may take it over after `leaseUntilMs`.
     Pending { digest: String, lease_until_ms: u64 },
@@ -232,7 +236,10 @@ fn mismatch() -> ApiError {
 }
 
 fn in_flight(lease_until_ms: u64) -> ApiError {
-    let secs = lease_until_ms.saturating_sub(now_ms()).div_ceil(1000).max(1);
+    let secs = lease_until_ms
+        .saturating_sub(now_ms())
+        .div_ceil(1000)
+        .max(1);
     let mut e = ApiError::conflict(
         IDEMPOTENCY_IN_FLIGHT,
         "a request with this Idempotency-Key is still being served; retry after the indicated delay",

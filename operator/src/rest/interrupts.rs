@@ -255,7 +255,8 @@ async fn answer(
     let mut attempt = 0;
     loop {
         attempt += 1;
-        let answer = answer_for(&run, &run_id, node_id, expect, req.clone())?.answered(by, &answered_at);
+        let answer =
+            answer_for(&run, &run_id, node_id, expect, req.clone())?.answered(by, &answered_at);
         let mut answers = run.spec.answers.clone();
         answers.push(answer);
         match api
@@ -271,11 +272,9 @@ async fn answer(
         {
             Ok(_) => break,
             Err(kube::Error::Api(e)) if e.code == 409 && attempt < 4 => {
-                run = super::runs::fresh_run(
-                    s,
-                    &api.get(&run.name_any()).await.map_err(kube_error)?,
-                )
-                .await;
+                run =
+                    super::runs::fresh_run(s, &api.get(&run.name_any()).await.map_err(kube_error)?)
+                        .await;
             }
             Err(e) => return Err(kube_error(e)),
         }

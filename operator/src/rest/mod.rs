@@ -330,7 +330,10 @@ fn api_routes() -> OpenApiRouter<RestState> {
         .routes(routes!(cancel::cancel_run))
         .routes(routes!(cancel::bulk_cancel))
         .routes(routes!(interrupts::resolve_interrupt))
-        .routes(routes!(interrupts::inspect_interrupt_by_token, interrupts::resolve_interrupt_by_token))
+        .routes(routes!(
+            interrupts::inspect_interrupt_by_token,
+            interrupts::resolve_interrupt_by_token
+        ))
         .routes(routes!(browse::list_runs))
         .routes(routes!(browse::list_tenants))
         .routes(routes!(browse::run_reasoning))

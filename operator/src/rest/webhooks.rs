@@ -134,7 +134,11 @@ pub async fn register_webhook(
 }
 
 /// A replayed registration with its secret put back.
-async fn restore_secret(s: &RestState, tenant: &str, answer: Response) -> Result<Response, ApiError> {
+async fn restore_secret(
+    s: &RestState,
+    tenant: &str,
+    answer: Response,
+) -> Result<Response, ApiError> {
     let (mut parts, body) = answer.into_parts();
     let bytes = axum::body::to_bytes(body, 64 * 1024)
         .await
@@ -143,7 +147,11 @@ async fn restore_secret(s: &RestState, tenant: &str, answer: Response) -> Result
         Ok(v) => v,
         Err(_) => return Ok(Response::from_parts(parts, bytes.into())),
     };
-    if let Some(id) = v.get("webhookId").and_then(Value::as_str).map(str::to_owned) {
+    if let Some(id) = v
+        .get("webhookId")
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+    {
         let key = s.config.webhooks.signing_key().map_err(store_unavailable)?;
         v["secret"] = json!(webhook::derive_secret(&key, tenant, &id));
     }
