@@ -5,44 +5,6 @@
 
 use super::*;
 
-/// `curl` with extra request headers: (status, response headers lower-cased, body as JSON).
-fn http_with(
-    method: &str,
-    url: &str,
-    token: Option<&str>,
-    headers: &[(&str, &str)],
-    body: Option<&Value>,
-) -> (u16, String, Value) {
-    let mut args: Vec<String> = ["-s", "--max-time", "30", "-D", "-", "-X", method, url]
-        .iter()
-        .map(|a| a.to_string())
-        .collect();
-    if let Some(t) = token {
-        args.extend(["-H".into(), format!("Authorization: Bearer {t}")]);
-    }
-    for (k, v) in headers {
-        args.extend(["-H".into(), format!("{k}: {v}")]);
-    }
-    if let Some(b) = body {
-        args.extend([
-            "-H".into(),
-            "Content-Type: application/json".into(),
-            "--data-binary".into(),
-            b.to_string(),
-        ]);
-    }
-    let out = Command::new("curl").args(&args).output().expect("curl");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let code = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    let v = serde_json::from_str(body).unwrap_or_else(|_| Value::String(body.to_owned()));
-    (code, head.to_ascii_lowercase(), v)
-}
-
 #[tokio::test]
 async fn a_signed_token_answers_a_gate_and_a_repeated_cancel_replays() {
     let (c, _g) = setup().await;
@@ -126,7 +88,7 @@ async fn a_signed_token_answers_a_gate_and_a_repeated_cancel_replays() {
     let st = wait_run(&c, &ns, "cancel-me", "waiting-approval", 120).await;
     let run_id = st["runId"].as_str().unwrap().to_owned();
     let cancel = |run_id: &str| {
-        http_with(
+        http_call(
             "POST",
             &format!("{base}/v1/runs/{run_id}/cancel"),
             Some(&bearer),
