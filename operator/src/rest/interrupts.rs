@@ -132,15 +132,22 @@ fn token_keys(s: &RestState) -> Result<Option<TokenKeys>, ApiError> {
     })
 }
 
-/// `RunSnapshot.interrupt` of a run `doc` shows waiting: its first pending interrupt, with a
-/// token minted now for `caller` (`resolve` if they may answer the run, else `inspect`).
+/// `RunSnapshot.interrupt` of a run `doc` shows waiting: its first pending interrupt not yet
+/// answered, with a token minted now for `caller` (`resolve` if they may answer the run,
+/// else `inspect`).
 pub async fn snapshot_interrupt(
     s: &RestState,
     caller: &Caller,
     run: &Run,
     doc: &RunSnapshotDoc,
 ) -> Option<SnapshotInterrupt> {
-    let pending = doc.pending_interrupts.first()?;
+    let answered = |p: &&PendingInterrupt| {
+        run.spec
+            .answers
+            .iter()
+            .any(|a| a.interrupt_id == p.interrupt_id)
+    };
+    let pending = doc.pending_interrupts.iter().find(|p| !answered(p))?;
     let mut out = SnapshotInterrupt {
         kind: pending.kind.clone(),
         node_id: pending.node_id.clone(),
