@@ -35,8 +35,6 @@ pub const LABEL_ATTEMPT: &str = "openwop.dev/attempt";
 pub const LABEL_INSTANCE: &str = "openwop.dev/instance";
 /// Annotation `"false"` on the discovery ConfigMap: an admin's version, left alone.
 pub const ANNOTATION_MANAGED: &str = "openwop.dev/managed";
-/// Annotation: SHA-256 of the REST request that created a Run (idempotent replays match it).
-pub const ANNOTATION_REQUEST_HASH: &str = "openwop.dev/request-sha256";
 /// Annotation: who created the Run through the REST API.
 pub const ANNOTATION_CREATED_BY: &str = "openwop.dev/created-by";
 /// Annotation: `tags` of the creating REST request (JSON).

@@ -23,6 +23,9 @@ mod durable;
 // Issue #27 failover of two operator replicas (kind only).
 #[path = "journeys/ha.rs"]
 mod ha;
+// Issue #25 signed interrupt tokens and Idempotency-Key, likewise.
+#[path = "journeys/tokens.rs"]
+mod tokens;
 
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
@@ -2126,10 +2129,25 @@ fn operator_rollout(c: &Cluster) -> String {
 
 /// `curl` a JSON request: (status, body as JSON, or as a string when it is not JSON).
 fn http_json(method: &str, url: &str, token: Option<&str>, body: Option<&Value>) -> (u16, Value) {
+    let (code, _, v) = http_call(method, url, token, &[("Accept", "application/json")], body);
+    (code, v)
+}
+
+/// `curl` a request with extra headers: (status, the response's headers lower-cased, body as
+/// JSON or as a string when it is not JSON).
+fn http_call(
+    method: &str,
+    url: &str,
+    token: Option<&str>,
+    headers: &[(&str, &str)],
+    body: Option<&Value>,
+) -> (u16, String, Value) {
     let mut args: Vec<String> = [
         "-s",
         "--max-time",
         "30",
+        "-D",
+        "-",
         "-X",
         method,
         url,
@@ -2139,7 +2157,9 @@ fn http_json(method: &str, url: &str, token: Option<&str>, body: Option<&Value>)
     .iter()
     .map(|a| a.to_string())
     .collect();
-    args.extend(["-H".into(), "Accept: application/json".into()]);
+    for (k, v) in headers {
+        args.extend(["-H".into(), format!("{k}: {v}")]);
+    }
     if let Some(t) = token {
         args.extend(["-H".into(), format!("Authorization: Bearer {t}")]);
     }
@@ -2153,10 +2173,18 @@ fn http_json(method: &str, url: &str, token: Option<&str>, body: Option<&Value>)
     }
     let out = Command::new("curl").args(&args).output().expect("curl");
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let (body, code) = text.rsplit_once('\n').unwrap_or(("", &text));
+    let (rest, code) = text.rsplit_once('\n').unwrap_or(("", &text));
     let code = code.trim().parse().unwrap_or(0);
+    // Every header block (a `100 Continue` may precede the answer's); the last is the answer's.
+    let mut head = String::new();
+    let mut body = rest;
+    while body.starts_with("HTTP/") {
+        let (h, b) = body.split_once("\r\n\r\n").unwrap_or((body, ""));
+        head = h.to_ascii_lowercase();
+        body = b;
+    }
     let v = serde_json::from_str(body).unwrap_or_else(|_| Value::String(body.to_owned()));
-    (code, v)
+    (code, head, v)
 }
 
 /// A run's terminal snapshot (`GET /v1/runs/{id}` until completed, failed or cancelled).

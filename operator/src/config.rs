@@ -105,6 +105,10 @@ pub struct RestConfig {
     pub max_in_flight: usize,
     /// Interval of SSE `:keepalive` comments (the spec requires at most 30 s).
     pub keepalive_seconds: u64,
+    /// Signed interrupt tokens (`/v1/interrupts/{token}`).
+    pub interrupt_tokens: crate::rest::interrupts::InterruptTokensConfig,
+    /// `Idempotency-Key` records.
+    pub idempotency: crate::rest::idempotency::IdempotencyConfig,
 }
 
 /// Longest SSE keepalive interval (`rest.keepaliveSeconds`): the spec's 30 s.
@@ -122,6 +126,8 @@ impl Default for RestConfig {
             max_body_bytes: 1024 * 1024,
             max_in_flight: 1024,
             keepalive_seconds: 15,
+            interrupt_tokens: Default::default(),
+            idempotency: Default::default(),
         }
     }
 }
@@ -589,6 +595,8 @@ impl OperatorConfig {
         self.ui.validate()?;
         self.webhooks.validate()?;
         let rest = &self.rest;
+        rest.interrupt_tokens.validate()?;
+        rest.idempotency.validate()?;
         if !(1..=MAX_KEEPALIVE_SECONDS).contains(&rest.keepalive_seconds) {
             return invalid(
                 "rest.keepaliveSeconds",

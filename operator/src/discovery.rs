@@ -95,6 +95,8 @@ pub fn capabilities_config(
         secret_scopes: vec![SecretScope::Tenant],
         // Only where deliveries work: enabled, with run events on NATS.
         webhooks: crate::webhooks::active(cfg),
+        // Only where the routes are served and a signing key is configured.
+        interrupt_tokens: cfg.rest.enabled && cfg.rest.interrupt_tokens.enabled(),
         fixtures: seams::advertised_fixtures(cfg, registry),
         // The seams this host serves when they are on (`conformance`); spans can be read
         // back only when workers can reach the operator's span store.

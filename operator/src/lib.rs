@@ -12,6 +12,7 @@ pub mod metrics;
 pub mod pod;
 pub mod projection;
 pub mod rest;
+pub mod signing_key;
 pub mod snapshot;
 pub mod ui;
 pub mod webhooks;

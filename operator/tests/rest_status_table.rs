@@ -8,7 +8,8 @@
 //! behind the stream.
 //!
 //! Why one file of this size: the rows and the stream checks share one mocked cluster, its
-//! Runs and their logs; the table is the point, split it and it stops being one table.
+//! Runs and their logs; the table is the point, split it and it stops being one table. The
+//! signed-token and `Idempotency-Key` checks at the end use the same cluster.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -26,6 +27,7 @@ use openwop_operator::config::OperatorConfig;
 use openwop_operator::discovery::{self, DiscoveryContent, DiscoveryState};
 use openwop_operator::rest::{self, RestState};
 use openwop_protocol::run::subjects::events_subject;
+use openwop_protocol::run::token::{TokenIntent, TokenKey, TokenKeys, TokenRequest};
 use openwop_protocol::workflow_check::NodeRegistry;
 use serde_json::{Value, json};
 use tower::ServiceExt;
@@ -36,6 +38,8 @@ use tower_test::mock;
 struct ApiServer {
     created: BTreeMap<String, Value>,
     patches: Vec<String>,
+    /// The bodies of those patches, in order.
+    patch_bodies: Vec<Value>,
 }
 
 /// The answer of the mocked API server to one request. Tokens are `system:serviceaccount:
@@ -102,6 +106,7 @@ fn api_answer(store: &Mutex<ApiServer>, method: &Method, path: &str, body: Value
         }
         if *method == Method::PATCH {
             st.patches.push(name.to_owned());
+            st.patch_bodies.push(body);
             return (200, run_value(name, &format!("uid-{name}"), "cancelling"));
         }
     }
@@ -130,7 +135,7 @@ fn workflow() -> Workflow {
 
 /// The runs in the replica's cache: `live` is `running` by its status while its log already
 /// holds `run.completed` (the status lags); `idle` and `wait` run with an empty log; `done`
-/// completed; `gone` was cancelled.
+/// completed; `gone` was cancelled; `gate` waits for an approval at node `gate`.
 fn cached_runs() -> Vec<Run> {
     [
         ("live", "running"),
@@ -138,10 +143,39 @@ fn cached_runs() -> Vec<Run> {
         ("wait", "running"),
         ("done", "completed"),
         ("gone", "cancelled"),
+        ("gate", "waiting-approval"),
     ]
     .into_iter()
-    .map(|(n, p)| serde_json::from_value(run_value(n, &format!("uid-{n}"), p)).unwrap())
+    .map(|(n, p)| {
+        let mut v = run_value(n, &format!("uid-{n}"), p);
+        if n == "gate" {
+            v["status"]["pendingInterrupts"] = json!([{"interruptId": GATE_INTERRUPT,
+                "nodeId": "gate", "kind": "approval"}]);
+        }
+        serde_json::from_value(v).unwrap()
+    })
     .collect()
+}
+
+/// The interrupt run `gate` waits on.
+const GATE_INTERRUPT: &str = "gate/interrupt/0";
+
+/// The signing key of the World's operator (what the chart's Secret mounts).
+const SIGNING_KEY: &[u8] = b"0123456789abcdef0123456789abcdef-world";
+
+/// A token of the World's operator for `run_id`'s interrupt at `gate`.
+fn token(run_id: &str, intent: TokenIntent, expires_at: time::OffsetDateTime) -> String {
+    TokenKeys::new(TokenKey::derive(SIGNING_KEY), []).mint(TokenRequest {
+        run_id,
+        node_id: "gate",
+        interrupt_id: GATE_INTERRUPT,
+        intent,
+        expires_at,
+    })
+}
+
+fn in_an_hour() -> time::OffsetDateTime {
+    time::OffsetDateTime::now_utc() + time::Duration::hours(1)
 }
 
 /// The log of run `live`: run.started, node.started, log.appended, node.completed,
@@ -159,6 +193,7 @@ struct World {
     discovery: axum::Router,
     store: Arc<Mutex<ApiServer>>,
     _nats: NatsServer,
+    _key_dir: tempfile::TempDir,
 }
 
 impl World {
@@ -167,6 +202,10 @@ impl World {
         let mut cfg = OperatorConfig::default();
         cfg.events.nats_url = Some(nats.url());
         cfg.rest.max_body_bytes = 4096;
+        let key_dir = tempfile::tempdir().unwrap();
+        let key_file = key_dir.path().join("signing-key");
+        std::fs::write(&key_file, SIGNING_KEY).unwrap();
+        cfg.rest.interrupt_tokens.key_file = key_file.display().to_string();
         tweak(&mut cfg);
         let js = jetstream::new(async_nats::connect(nats.url()).await.unwrap());
         openwop_nats::stream::ensure_stream(&js, &cfg.stream_spec())
@@ -220,6 +259,7 @@ impl World {
             discovery: discovery::router(disc),
             store,
             _nats: nats,
+            _key_dir: key_dir,
         }
     }
 
@@ -345,6 +385,8 @@ async fn every_endpoint_answers_each_status_of_the_spec_and_declares_it() {
     let cancel = "/v1/runs/{runId}/cancel";
     let bulk = "/v1/runs:bulk-cancel";
     let wf = "/v1/workflows/{workflowId}";
+    let resolve = "/v1/runs/{runId}/interrupts/{nodeId}";
+    let by_token = "/v1/interrupts/{token}";
     // One request per line: the table reads as the spec's table.
     #[rustfmt::skip]
     let rows = vec![
@@ -407,6 +449,32 @@ async fn every_endpoint_answers_each_status_of_the_spec_and_declares_it() {
         row("bulk cancel of 101", call(post.clone(), bulk).json(json!({"runIds": (0..101).map(|i| format!("r{i}")).collect::<Vec<_>>()})), 400, Some("validation_error")).at(bulk),
         row("bulk cancel of a number", call(post.clone(), bulk).json(json!({"runIds": [7]})), 400, Some("validation_error")).at(bulk),
         row("bulk cancel without a token", call(post.clone(), bulk).json(json!({"runIds": ["uid-idle"]})).token(None), 401, Some("unauthenticated")).at(bulk),
+        // Interrupts, run-scoped (interrupt-approval.test.ts) and by signed token
+        // (interrupt-token-matrix.test.ts; no bearer: the token is the credential).
+        row("resolve", call(post.clone(), "/v1/runs/uid-gate/interrupts/gate").json(json!({"resumeValue": {"action": "accept"}})), 200, None).at(resolve),
+        row("resolve with an action the gate does not offer", call(post.clone(), "/v1/runs/uid-gate/interrupts/gate").json(json!({"resumeValue": {"action": "maybe"}})), 400, Some("validation_error")).at(resolve),
+        row("resolve at a node with nothing waiting", call(post.clone(), "/v1/runs/uid-gate/interrupts/no-such-node").json(json!({"resumeValue": {"action": "accept"}})), 404, Some("interrupt_not_found")).at(resolve),
+        row("resolve without a token", call(post.clone(), "/v1/runs/uid-gate/interrupts/gate").json(json!({"resumeValue": {"action": "accept"}})).token(None), 401, Some("unauthenticated")).at(resolve),
+        row("resolve without RBAC", call(post.clone(), "/v1/runs/uid-gate/interrupts/gate").json(json!({"resumeValue": {"action": "accept"}})).token(Some("reader")), 403, Some("forbidden")).at(resolve),
+        row("inspect by token", call(get.clone(), &format!("/v1/interrupts/{}", token("uid-gate", TokenIntent::Inspect, in_an_hour()))).token(None), 200, None).at(by_token),
+        row("inspect, malformed token", call(get.clone(), "/v1/interrupts/%21%21%21not-a-valid-token%21%21%21").token(None), 404, Some("interrupt_not_found")).at(by_token),
+        row("inspect, unknown token", call(get.clone(), "/v1/interrupts/tok_c29tZS1yYW5kb20tYnl0ZXMtb2YtbGVuZ3RoLTMy").token(None), 404, Some("interrupt_not_found")).at(by_token),
+        row("inspect, expired token", call(get.clone(), &format!("/v1/interrupts/{}", token("uid-gate", TokenIntent::Resolve, time::OffsetDateTime::now_utc() - time::Duration::seconds(1)))).token(None), 410, Some("interrupt_expired")).at(by_token),
+        row("inspect, the run ended", call(get.clone(), &format!("/v1/interrupts/{}", token("uid-done", TokenIntent::Resolve, in_an_hour()))).token(None), 409, Some("interrupt_already_resolved")).at(by_token),
+        row("resolve by token", call(post.clone(), &format!("/v1/interrupts/{}", token("uid-gate", TokenIntent::Resolve, in_an_hour()))).token(None).json(json!({"resumeValue": {"action": "accept"}})), 200, None).at(by_token),
+        row("resolve by an inspect token", call(post.clone(), &format!("/v1/interrupts/{}", token("uid-gate", TokenIntent::Inspect, in_an_hour()))).token(None).json(json!({"resumeValue": {"action": "accept"}})), 403, Some("forbidden")).at(by_token),
+        row("resolve by token, body without resumeValue", call(post.clone(), &format!("/v1/interrupts/{}", token("uid-gate", TokenIntent::Resolve, in_an_hour()))).token(None).json(json!({"correlation": {"orderId": "x"}})), 400, Some("validation_error")).at(by_token),
+        row("resolve by an unknown token", call(post.clone(), "/v1/interrupts/tok_c29tZS1yYW5kb20tYnl0ZXMtb2YtbGVuZ3RoLTMy").token(None).json(json!({"correlation": {"orderId": "noop"}})), 404, Some("interrupt_not_found")).at(by_token),
+        row("resolve by token, the run ended", call(post.clone(), &format!("/v1/interrupts/{}", token("uid-gone", TokenIntent::Resolve, in_an_hour()))).token(None).json(json!({"resumeValue": {"action": "accept"}})), 409, Some("interrupt_already_resolved")).at(by_token),
+        row("resolve by an expired token", call(post.clone(), &format!("/v1/interrupts/{}", token("uid-gate", TokenIntent::Resolve, time::OffsetDateTime::now_utc() - time::Duration::seconds(1)))).token(None).json(json!({"resumeValue": {"action": "accept"}})), 410, Some("interrupt_expired")).at(by_token),
+        // Idempotency-Key on the other mutations (idempotency.md).
+        row("cancel, key first used", call(post.clone(), "/v1/runs/uid-done/cancel").header("idempotency-key", "c-1"), 200, None).at(cancel),
+        row("cancel, same key, other run", call(post.clone(), "/v1/runs/uid-gone/cancel").header("idempotency-key", "c-1"), 409, Some("idempotency_key_mismatch")).at(cancel),
+        row("cancel, key not URL-safe", call(post.clone(), "/v1/runs/uid-done/cancel").header("idempotency-key", "a b"), 400, Some("validation_error")).at(cancel),
+        row("bulk cancel, key first used", call(post.clone(), bulk).header("idempotency-key", "b-1").json(json!({"runIds": ["uid-done"]})), 200, None).at(bulk),
+        row("bulk cancel, same key, other body", call(post.clone(), bulk).header("idempotency-key", "b-1").json(json!({"runIds": ["uid-gone"]})), 409, Some("idempotency_key_mismatch")).at(bulk),
+        row("resolve, key first used", call(post.clone(), "/v1/runs/uid-gate/interrupts/gate").header("idempotency-key", "r-1").json(json!({"resumeValue": {"action": "accept"}})), 200, None).at(resolve),
+        row("resolve, key reused for another answer", call(post.clone(), "/v1/runs/uid-gate/interrupts/gate").header("idempotency-key", "r-1").json(json!({"resumeValue": {"action": "reject"}})), 409, Some("idempotency_key_mismatch")).at(resolve),
     ];
     for r in &rows {
         let app = if r.call.uri.starts_with("/.well-known") {
@@ -476,7 +544,12 @@ async fn every_endpoint_answers_each_status_of_the_spec_and_declares_it() {
     let api = send(&w.app, &call(get.clone(), "/v1/openapi.json").token(None)).await;
     assert!(api.json()["openapi"].as_str().unwrap().starts_with("3.1"));
     // Cancels: the ended runs were left alone; the running one and the bulk one patched.
-    assert_eq!(w.patches(), ["idle", "wait"], "patched Runs");
+    // The gate: answered run-scoped, by token, and under an Idempotency-Key.
+    assert_eq!(
+        w.patches(),
+        ["idle", "wait", "gate", "gate", "gate"],
+        "patched Runs"
+    );
 }
 
 #[tokio::test]
@@ -791,4 +864,206 @@ async fn the_snapshot_is_never_behind_the_event_stream() {
     // A run whose log is empty is served from its status.
     let got = send(&w.app, &call(Method::GET, "/v1/runs/uid-idle")).await;
     assert_eq!(got.json()["status"], "running");
+}
+
+/// Log lines written while a test runs (a `tracing` subscriber at TRACE on this thread).
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Captured {
+    type Writer = Captured;
+    fn make_writer(&'a self) -> Captured {
+        self.clone()
+    }
+}
+
+/// `RunSnapshot.interrupt` carries a token (`resolve` for a caller who may answer the run,
+/// `inspect` for a reader) that inspects and answers the gate without a bearer token, through
+/// the same answer as the run-scoped route (recorded as answered by `callback-token`); and no
+/// token reaches a log line, at any level, on any path (success, expiry, forgery, 4xx).
+#[tokio::test]
+async fn snapshot_tokens_answer_the_gate_and_never_reach_a_log() {
+    let logs = Captured::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::TRACE)
+        .with_writer(logs.clone())
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let w = World::new(|_| {}).await;
+    let (get, post) = (Method::GET, Method::POST);
+    let snap = send(&w.app, &call(get.clone(), "/v1/runs/uid-gate")).await;
+    assert_eq!(snap.status, StatusCode::OK, "{}", snap.text);
+    let interrupt = snap.json()["interrupt"].clone();
+    assert_eq!(interrupt["kind"], "approval", "{interrupt}");
+    assert_eq!(interrupt["nodeId"], "gate");
+    assert_eq!(interrupt["interruptId"], GATE_INTERRUPT);
+    let writer_token = interrupt["interruptToken"].as_str().unwrap().to_owned();
+    assert_eq!(
+        interrupt["callbackUrl"],
+        format!("/v1/interrupts/{writer_token}")
+    );
+    assert!(interrupt["expiresAt"].as_str().unwrap().ends_with('Z'));
+    // No interrupt on a run that waits for nothing.
+    let idle = send(&w.app, &call(get.clone(), "/v1/runs/uid-done")).await;
+    assert!(idle.json().get("interrupt").is_none(), "{}", idle.text);
+    // A reader's token inspects but cannot answer.
+    let reader = send(
+        &w.app,
+        &call(get.clone(), "/v1/runs/uid-gate").token(Some("reader")),
+    )
+    .await;
+    let reader_token = reader.json()["interrupt"]["interruptToken"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let by = |t: &str| format!("/v1/interrupts/{t}");
+    let inspected = send(&w.app, &call(get.clone(), &by(&reader_token)).token(None)).await;
+    assert_eq!(inspected.status, StatusCode::OK, "{}", inspected.text);
+    assert_eq!(inspected.json()["intent"], "inspect");
+    assert_eq!(inspected.json()["runId"], "uid-gate");
+    assert_eq!(inspected.json()["status"], "waiting-approval");
+    let accept = json!({"resumeValue": {"action": "accept"}});
+    let refused = send(
+        &w.app,
+        &call(post.clone(), &by(&reader_token))
+            .token(None)
+            .json(accept.clone()),
+    )
+    .await;
+    assert_eq!(refused.status, StatusCode::FORBIDDEN, "{}", refused.text);
+    assert!(w.patches().is_empty());
+    // The writer's token answers, as callback-token.
+    let inspected = send(&w.app, &call(get.clone(), &by(&writer_token)).token(None)).await;
+    assert_eq!(inspected.json()["intent"], "resolve", "{}", inspected.text);
+    let answered = send(
+        &w.app,
+        &call(post.clone(), &by(&writer_token))
+            .token(None)
+            .json(accept.clone()),
+    )
+    .await;
+    assert_eq!(answered.status, StatusCode::OK, "{}", answered.text);
+    assert_eq!(
+        answered.json(),
+        json!({"runId": "uid-gate", "nodeId": "gate", "status": "waiting-approval"})
+    );
+    let patch = w.store.lock().unwrap().patch_bodies[0].clone();
+    let recorded = &patch["spec"]["answers"][0];
+    assert_eq!(recorded["interruptId"], GATE_INTERRUPT, "{patch}");
+    assert_eq!(recorded["answeredBy"], "callback-token", "{patch}");
+    // Forged and expired tokens, and a token in a malformed request, on both routes.
+    let (payload, mac) = writer_token.split_once('.').unwrap();
+    let forged = format!("{payload}.{}", mac.chars().rev().collect::<String>());
+    let expired = token(
+        "uid-gate",
+        TokenIntent::Resolve,
+        time::OffsetDateTime::now_utc() - time::Duration::seconds(1),
+    );
+    let mut bodies = vec![snap.text, reader.text, inspected.text, answered.text];
+    for t in [&forged, &expired, &writer_token] {
+        for c in [
+            call(get.clone(), &by(t)).token(None),
+            call(post.clone(), &by(t))
+                .token(None)
+                .raw("application/json", "{".into()),
+            call(post.clone(), &by(t))
+                .token(None)
+                .json(json!({"resumeValue": {"action": "maybe"}})),
+        ] {
+            let got = send(&w.app, &c).await;
+            assert!(got.status.is_client_error() || got.status.is_success());
+            bodies.push(got.text);
+        }
+    }
+    let logged = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+    assert!(!logged.is_empty(), "the capture works");
+    for t in [&writer_token, &reader_token, &forged, &expired] {
+        let mac = t.split_once('.').unwrap().1;
+        assert!(!logged.contains(mac), "a token reached the log:\n{logged}");
+        for b in bodies.iter().filter(|b| b.contains("\"error\"")) {
+            assert!(!b.contains(mac), "an error echoes a token: {b}");
+        }
+    }
+}
+
+/// `Idempotency-Key` (`idempotency.md`): a repeated cancel, create or token resolve answers
+/// the first answer again, marked `openwop-Idempotent-Replay: true`, and does the work once;
+/// a key is the caller's own.
+#[tokio::test]
+async fn a_repeated_idempotency_key_replays_the_first_answer_and_acts_once() {
+    let w = World::new(|_| {}).await;
+    let post = Method::POST;
+    let replayed = |g: &Got| {
+        g.headers
+            .get("openwop-idempotent-replay")
+            .map(|v| v.to_str().unwrap().to_owned())
+    };
+    // Cancel.
+    let cancel = call(post.clone(), "/v1/runs/uid-idle/cancel")
+        .header("idempotency-key", "cancel-1")
+        .json(json!({"reason": "r"}));
+    let first = send(&w.app, &cancel).await;
+    assert_eq!(first.status, StatusCode::OK, "{}", first.text);
+    assert_eq!(replayed(&first), None);
+    let again = send(&w.app, &cancel).await;
+    assert_eq!(again.status, StatusCode::OK);
+    assert_eq!(replayed(&again).as_deref(), Some("true"));
+    assert_eq!(again.json(), first.json());
+    assert_eq!(w.patches(), ["idle"], "cancelled once");
+    // Another caller's request under the same key replays nothing: it is authorized on its
+    // own (403 here), and keys are kept per caller.
+    let other = send(&w.app, &cancel.token(Some("reader"))).await;
+    assert_eq!(other.status, StatusCode::FORBIDDEN, "{}", other.text);
+    // Create.
+    let create = call(post.clone(), "/v1/runs")
+        .header("idempotency-key", "create-1")
+        .json(json!({"workflowId": "w"}));
+    let first = send(&w.app, &create).await;
+    assert_eq!(first.status, StatusCode::CREATED, "{}", first.text);
+    let again = send(&w.app, &create).await;
+    assert_eq!(again.status, StatusCode::CREATED);
+    assert_eq!(replayed(&again).as_deref(), Some("true"));
+    assert_eq!(again.json()["runId"], first.json()["runId"]);
+    assert_eq!(w.store.lock().unwrap().created.len(), 1, "created once");
+    // A refusal that is not final (400 validation_error) is not kept: fixing the body with
+    // the same key runs it.
+    let bad = send(
+        &w.app,
+        &call(post.clone(), "/v1/runs")
+            .header("idempotency-key", "create-2")
+            .json(json!({"workflowId": "nope"})),
+    )
+    .await;
+    assert_eq!(bad.status, StatusCode::BAD_REQUEST, "{}", bad.text);
+    let fixed = send(
+        &w.app,
+        &call(post.clone(), "/v1/runs")
+            .header("idempotency-key", "create-2")
+            .json(json!({"workflowId": "w"})),
+    )
+    .await;
+    assert_eq!(fixed.status, StatusCode::CREATED, "{}", fixed.text);
+    assert_eq!(replayed(&fixed), None);
+    // A token resolve.
+    let t = token("uid-gate", TokenIntent::Resolve, in_an_hour());
+    let resolve = call(post.clone(), &format!("/v1/interrupts/{t}"))
+        .token(None)
+        .header("idempotency-key", "resolve-1")
+        .json(json!({"resumeValue": {"action": "accept"}}));
+    let first = send(&w.app, &resolve).await;
+    assert_eq!(first.status, StatusCode::OK, "{}", first.text);
+    let again = send(&w.app, &resolve).await;
+    assert_eq!(again.status, StatusCode::OK, "{}", again.text);
+    assert_eq!(replayed(&again).as_deref(), Some("true"));
+    assert_eq!(w.patches(), ["idle", "gate"], "answered once");
 }

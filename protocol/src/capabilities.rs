@@ -101,6 +101,10 @@ pub struct CapabilityFamilies {
     /// Present only when webhook subscriptions are served and delivered.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub webhooks: Option<Webhooks>,
+    /// `extensions` (`interrupt-profiles.md` §"Discovery guidance"): present only while
+    /// something is advertised in it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extensions: Option<Extensions>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ai_providers: Option<AiProviders>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -305,6 +309,22 @@ pub struct Webhooks {
     pub signature_algorithms: Vec<String>,
 }
 
+/// `extensions`: advisory host details the spec places there.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Extensions {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interrupts: Option<InterruptExtensions>,
+}
+
+/// `extensions.interrupts` (`interrupt-profiles.md`): the signed-token surface
+/// (`GET`/`POST /v1/interrupts/{token}`, `RunSnapshot.interrupt.interruptToken`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InterruptExtensions {
+    pub signed_callback_tokens: bool,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Secrets {
     pub supported: bool,
@@ -459,6 +479,8 @@ pub struct CapabilitiesConfig {
     pub secret_scopes: Vec<SecretScope>,
     /// Webhook subscriptions are served and delivered (advertised as `webhooks` only then).
     pub webhooks: bool,
+    /// Signed interrupt tokens are minted and served (`extensions.interrupts`).
+    pub interrupt_tokens: bool,
     pub fixtures: Vec<String>,
     /// Conformance test seams served (advertised under `observability.testSeams` when any).
     pub test_seams: TestSeams,
@@ -491,6 +513,7 @@ impl Default for CapabilitiesConfig {
             agents_supported: false,
             secret_scopes: Vec::new(),
             webhooks: false,
+            interrupt_tokens: false,
             fixtures: Vec::new(),
             test_seams: TestSeams::default(),
             transports: Vec::new(),
@@ -723,6 +746,11 @@ pub fn build(cfg: &CapabilitiesConfig) -> Result<CapabilitiesDocument, Capabilit
         webhooks: cfg.webhooks.then(|| Webhooks {
             supported: true,
             signature_algorithms: vec![crate::webhook::SIGNATURE_ALGORITHM.to_owned()],
+        }),
+        extensions: cfg.interrupt_tokens.then_some(Extensions {
+            interrupts: Some(InterruptExtensions {
+                signed_callback_tokens: true,
+            }),
         }),
         ai_providers: Some(AiProviders {
             supported: cfg.providers.clone(),

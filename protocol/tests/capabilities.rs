@@ -565,3 +565,29 @@ fn test_seams_are_advertised_only_when_served() {
     valid(&none);
     assert!(none.get("observability").is_none(), "{none:#}");
 }
+
+/// Signed interrupt tokens are advertised (`extensions.interrupts.signedCallbackTokens`,
+/// `interrupt-profiles.md`) exactly when served, and the document stays valid either way.
+#[test]
+fn interrupt_tokens_are_advertised_only_when_served() {
+    let off = build(&CapabilitiesConfig::default()).unwrap().to_value();
+    valid(&off);
+    assert!(off.get("extensions").is_none(), "{off:#}");
+    let on = build(&CapabilitiesConfig {
+        interrupt_tokens: true,
+        ..Default::default()
+    })
+    .unwrap()
+    .to_value();
+    valid(&on);
+    for doc in [&on, &on["capabilities"]] {
+        assert_eq!(
+            doc["extensions"],
+            json!({"interrupts": {"signedCallbackTokens": true}})
+        );
+    }
+    // Our schema keeps the extension closed.
+    let mut extra = on.clone();
+    extra["extensions"]["interrupts"]["tokenFormat"] = json!("jwt");
+    assert!(schema::validate(Document::Capabilities, &extra).is_err());
+}

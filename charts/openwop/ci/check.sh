@@ -96,7 +96,10 @@ d = next(d for d in yaml.safe_load_all(open(sys.argv[1]))
          if d and d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-operator"))
 cfg = yaml.safe_load(d["data"]["config.yaml"])
 want = {"enabled": True, "reviewCacheSeconds": 0, "maxBodyBytes": 65536, "maxInFlight": 256,
-        "keepaliveSeconds": 5}
+        "keepaliveSeconds": 5,
+        "interruptTokens": {"keyFile": "/var/run/openwop/webhooks/signing-key", "lifetimeSeconds": 600,
+                            "previousKeyFile": "/var/run/openwop/webhooks/previous-signing-key"},
+        "idempotency": {"bucket": "openwop-check-idempotency", "retentionSeconds": 172800}}
 assert cfg["rest"] == want, cfg.get("rest")
 PY
 
@@ -132,7 +135,8 @@ helm template "$RELEASE" "$CHART" -n "$NAMESPACE" --set webhooks.signingKey.exis
   --set 'webhooks.allowHosts[0]=10.0.0.0/8' --set-string webhooks.caBundle='-----BEGIN CERTIFICATE-----' \
   --set webhooks.maxAttempts=1 >"$work/webhooks.yaml"
 helm template "$RELEASE" "$CHART" -n "$NAMESPACE" --set webhooks.enabled=false >"$work/webhooks-off.yaml"
-python3 - "$work/default.yaml" "$work/webhooks.yaml" "$work/webhooks-off.yaml" <<'PY' || fail "webhooks.* values not rendered as expected"
+helm template "$RELEASE" "$CHART" -n "$NAMESPACE" --set webhooks.enabled=false --set rest.enabled=false >"$work/signing-off.yaml"
+python3 - "$work/default.yaml" "$work/webhooks.yaml" "$work/webhooks-off.yaml" "$work/signing-off.yaml" <<'PY' || fail "webhooks.* / rest.interruptTokens values not rendered as expected"
 import sys, yaml
 def docs(path):
     return [d for d in yaml.safe_load_all(open(path)) if d]
@@ -142,7 +146,7 @@ def cfg(ds):
     return yaml.safe_load(find(ds, "ConfigMap", "-operator")[0]["data"]["config.yaml"])
 def pod(ds):
     return find(ds, "Deployment", "-operator")[0]["spec"]["template"]["spec"]
-default, custom, off = (docs(p) for p in sys.argv[1:4])
+default, custom, off, none = (docs(p) for p in sys.argv[1:5])
 w = cfg(default)["webhooks"]
 assert w["enabled"] and w["signingKeyFile"] == "/var/run/openwop/webhooks/signing-key", w
 assert w["bucket"] == "openwop-check-webhooks" and w["caFile"] == "" and w["allowHosts"] == [], w
@@ -160,8 +164,18 @@ w = cfg(custom)["webhooks"]
 assert w["caFile"] == "/etc/openwop/webhook-ca.crt" and w["allowHosts"] == ["10.0.0.0/8"] and w["maxAttempts"] == 1, w
 assert "webhook-ca.crt" in find(custom, "ConfigMap", "-operator")[0]["data"]
 assert not cfg(off)["webhooks"]["enabled"]
-assert not find(off, "Secret", "-webhook-signing-key")
-assert all(v["name"] != "webhook-signing-key" for v in pod(off)["volumes"])
+# The same Secret keys the interrupt tokens: kept (and mounted, every key of it, so a
+# previous-signing-key reaches the operator while rotating) as long as the REST API is on.
+t = cfg(default)["rest"]["interruptTokens"]
+assert t == {"keyFile": "/var/run/openwop/webhooks/signing-key", "lifetimeSeconds": 1800,
+             "previousKeyFile": "/var/run/openwop/webhooks/previous-signing-key"}, t
+assert cfg(default)["rest"]["idempotency"] == {"bucket": "openwop-check-idempotency", "retentionSeconds": 86400}
+assert find(off, "Secret", "-webhook-signing-key"), "rest.enabled still needs the signing key"
+vol = next(v for v in pod(off)["volumes"] if v["name"] == "webhook-signing-key")
+assert "items" not in vol["secret"], vol
+assert not find(none, "Secret", "-webhook-signing-key")
+assert all(v["name"] != "webhook-signing-key" for v in pod(none)["volumes"])
+assert cfg(none)["rest"]["interruptTokens"]["keyFile"] == ""
 PY
 
 echo "== invalid values are refused"

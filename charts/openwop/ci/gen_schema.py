@@ -153,6 +153,8 @@ schema = {
             "maxBodyBytes": int_range(1024),
             "maxInFlight": int_range(1),
             "keepaliveSeconds": int_range(1, 30),
+            "interruptTokens": obj({"lifetimeSeconds": int_range(60, 86400)}),
+            "idempotency": obj({"retentionSeconds": int_range(86400)}),
         }),
         "ui": obj({"enabled": BOOL, "sessionSeconds": int_range(60, 86400)}),
         "webhooks": obj({

@@ -1,9 +1,12 @@
 //! Cancelling runs: `POST /v1/runs/{runId}/cancel` and `POST /v1/runs:bulk-cancel`, two
 //! representations of one operation ([`cancel`]): a patch of the Run's spec
 //! (`spec.cancel`), after which the controllers stop the run. A run that already ended is
-//! left alone — no patch, no event.
+//! left alone — no patch, no event. Both honour `Idempotency-Key` ([`super::idempotency`]).
 
+use axum::body::Bytes;
 use axum::extract::{Path, State};
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
 use futures::StreamExt as _;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
@@ -11,6 +14,7 @@ use openwop_crds::Run;
 use openwop_protocol::run::RunPhase;
 use serde_json::{Value, json};
 
+use super::idempotency::{Scope, idempotent, op};
 use super::json::{self, Json};
 use super::support::{kube_error, phase, visible_run};
 use super::types::{
@@ -63,58 +67,102 @@ pub async fn cancel(s: &RestState, caller: &Caller, run_id: &str) -> Result<Canc
     Ok(Cancelled::Now(RunPhase::Cancelling))
 }
 
+/// `POST /v1/runs/{runId}/cancel` body (optional; documentation: the body is not read, only
+/// compared when an `Idempotency-Key` is repeated).
+#[derive(Debug, serde::Deserialize, utoipa::ToSchema)]
+#[allow(dead_code)]
+pub struct CancelRunRequest {
+    /// Why the run is cancelled.
+    pub reason: Option<String>,
+}
+
 /// Cancel a run. A run that already ended answers 200 with its terminal status, unchanged.
 #[utoipa::path(
-    post, path = "/v1/runs/{runId}/cancel",
-    params(("runId" = String, Path)),
+    post, path = "/v1/runs/{runId}/cancel", request_body(content = Option<CancelRunRequest>),
+    params(
+        ("runId" = String, Path),
+        ("Idempotency-Key" = Option<String>, Header, description = "same key and body → the first answer again; same key, other run or body → 409")
+    ),
     responses(
         (status = 200, body = RunStatusResponse, description = "`cancelling` or `cancelled`; a run that already completed or failed keeps (and answers) its status"),
+        (status = 400, body = ErrorBody, description = "validation_error: an Idempotency-Key that is not 1..255 URL-safe characters"),
         (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
-        (status = 404, body = ErrorBody)
+        (status = 404, body = ErrorBody),
+        (status = 409, body = ErrorBody, description = "idempotency_key_mismatch, idempotency_in_flight")
     ),
     security(("bearer" = []))
 )]
 pub async fn cancel_run(
     State(s): State<RestState>,
     caller: Caller,
+    headers: HeaderMap,
     Path(run_id): Path<String>,
-) -> Result<Json<RunStatusResponse>, ApiError> {
-    let status = match cancel(&s, &caller, &run_id).await? {
-        Cancelled::Now(p) | Cancelled::AlreadyEnded(p) => p,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let run = visible_run(&s, &caller, &run_id).await?;
+    let ns = run.namespace().unwrap_or_default();
+    s.auth
+        .authorize(&caller, Verb::Patch, Resource::Runs, &ns)
+        .await?;
+    let scope = Scope {
+        namespace: &ns,
+        operation: op::CANCEL_RUN,
+        principal: &caller.username,
     };
-    Ok(Json(RunStatusResponse {
-        run_id,
-        node_id: None,
-        status,
-    }))
+    idempotent(&s, &headers, scope, &[run_id.as_bytes(), &body], || async {
+        let status = match cancel(&s, &caller, &run_id).await? {
+            Cancelled::Now(p) | Cancelled::AlreadyEnded(p) => p,
+        };
+        Ok(Json(RunStatusResponse {
+            run_id: run_id.clone(),
+            node_id: None,
+            status,
+        })
+        .into_response())
+    })
+    .await
 }
 
 /// Cancel up to 100 runs: one result per runId, in request order, even when every one fails.
 #[utoipa::path(
     post, path = "/v1/runs:bulk-cancel", request_body = BulkCancelRequest,
+    params(("Idempotency-Key" = Option<String>, Header, description = "same key and body → the first answer again; same key, other body → 409")),
     responses(
         (status = 200, body = BulkCancelResponse),
         (status = 400, body = ErrorBody, description = "no runIds, more than 100 (`details.maxRunIds`), or one that is not a string"),
-        (status = 401, body = ErrorBody)
+        (status = 401, body = ErrorBody),
+        (status = 409, body = ErrorBody, description = "idempotency_key_mismatch, idempotency_in_flight")
     ),
     security(("bearer" = []))
 )]
 pub async fn bulk_cancel(
     State(s): State<RestState>,
     caller: Caller,
+    headers: HeaderMap,
     Json(raw): Json<Value>,
-) -> Result<Json<BulkCancelResponse>, ApiError> {
+) -> Result<Response, ApiError> {
     let req: BulkCancelRequest = json::from_value(&raw, "POST /v1/runs:bulk-cancel")?;
     let ids = run_ids(&req.run_ids)?;
-    let results = futures::stream::iter(ids)
-        .map(|id| {
-            let (s, caller) = (&s, &caller);
-            async move { bulk_item(s, caller, id).await }
-        })
-        .buffered(BULK_CONCURRENCY)
-        .collect()
-        .await;
-    Ok(Json(BulkCancelResponse { results }))
+    // The runs may be in several namespaces: the record is the caller's across all of them
+    // (`_any` is no namespace name).
+    let scope = Scope {
+        namespace: "_any",
+        operation: op::BULK_CANCEL_RUNS,
+        principal: &caller.username,
+    };
+    let body = raw.to_string();
+    idempotent(&s, &headers, scope, &[body.as_bytes()], || async {
+        let results: Vec<BulkCancelResult> = futures::stream::iter(ids)
+            .map(|id| {
+                let (s, caller) = (&s, &caller);
+                async move { bulk_item(s, caller, id).await }
+            })
+            .buffered(BULK_CONCURRENCY)
+            .collect()
+            .await;
+        Ok(Json(BulkCancelResponse { results }).into_response())
+    })
+    .await
 }
 
 /// The runIds of a bulk cancel, or why the request as a whole is refused.

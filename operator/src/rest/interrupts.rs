@@ -1,59 +1,260 @@
-//! `POST /v1/runs/{runId}/interrupts/{nodeId}`: the spec's run-scoped interrupt resolution
-//! (`resolveInterruptByRun`). The answer — an approval action or clarification answers,
-//! normalised by `Answer::from_user_input` — is appended to the Run's `spec.answers` with the
-//! authenticated caller and the time, and a new worker resumes the run.
+//! Answering interrupts, by two surfaces and one path ([`answer`]):
 //!
-//! Answers (INT): **200** `{runId, nodeId, status}`; 400 `validation_error` (a body that does
-//! not fit the interrupt, naming the allowed actions or the missing questions); 404
-//! `interrupt_not_found` (nothing waits at the node); 409 `interrupt_already_resolved` (the
-//! interrupt is answered: a concurrent resolve lost, or it was resolved before).
+//! * `POST /v1/runs/{runId}/interrupts/{nodeId}` (`resolveInterruptByRun`): a bearer caller
+//!   with `patch` on the run's namespace;
+//! * `GET` / `POST /v1/interrupts/{token}` (`inspectInterruptByToken`,
+//!   `resolveInterruptByToken`): the holder of a signed token (`protocol::run::token`), no
+//!   bearer. Tokens are minted on read into `RunSnapshot.interrupt` ([`snapshot_interrupt`]):
+//!   `resolve` for a reader who may also answer the run, `inspect` for one who may only read
+//!   it. A token is never logged or echoed in an error.
+//!
+//! The answer — an approval action or clarification answers, normalised by
+//! `Answer::from_user_input` — is appended to the Run's `spec.answers` with who answered (the
+//! TokenReview username, or `callback-token`) and when, and a new worker resumes the run.
+//! Both surfaces honour `Idempotency-Key` ([`super::idempotency`]).
+//!
+//! Answers (INT, `rest-endpoints.md`): **200** `{runId, nodeId, status}`; 400
+//! `validation_error` (a body that does not fit the interrupt, naming the allowed actions or
+//! the missing questions); 403 `forbidden` (an inspect token used to resolve); 404
+//! `interrupt_not_found` (nothing waits at the node; a token this host did not sign); 409
+//! `interrupt_already_resolved` (the interrupt is answered, or the token's interrupt is no
+//! longer pending: resolved, or its run ended); 410 `interrupt_expired` (a token past its
+//! `expiresAt`).
 
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Bytes;
 use axum::extract::{Path, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use openwop_crds::{InterruptAnswer, Run};
+use openwop_protocol::run::api::SnapshotInterrupt;
 use openwop_protocol::run::snapshot::{AnswerError, Reply};
-use openwop_protocol::run::{AnswerMismatch, PendingInterrupt};
-use serde_json::json;
+use openwop_protocol::run::token::{
+    CALLBACK_TOKEN_PRINCIPAL, DEFAULT_TOKEN_SECONDS, TokenClaims, TokenError, TokenIntent,
+    TokenKey, TokenKeys, TokenRequest, token_expiry,
+};
+use openwop_protocol::run::{AnswerMismatch, PendingInterrupt, RunSnapshotDoc};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
 
-use super::json::Json;
-use super::support::{kube_error, phase, visible_run};
+use super::idempotency::{Scope, idempotent, op};
+use super::json::{self, Json};
+use super::support::{find_run, kube_error, phase, visible_run};
 use super::types::{ResolveInterruptRequest, RunStatusResponse};
 use super::{ApiError, Caller, ErrorBody, Resource, RestState, Verb};
+use crate::config::ConfigError;
+use crate::signing_key::{self, KeyError};
+
+/// Bounds of `rest.interruptTokens.lifetimeSeconds`.
+pub const TOKEN_LIFETIME_SECONDS: std::ops::RangeInclusive<u64> = 60..=86_400;
+
+/// `rest.interruptTokens` (chart: the operator's signing-key Secret, `rest.interruptTokens.*`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+pub struct InterruptTokensConfig {
+    /// The signing key tokens are derived from (the mounted Secret's `signing-key`); empty:
+    /// no tokens are minted and every token is unknown (404).
+    pub key_file: String,
+    /// The key before the last rotation (the Secret's `previous-signing-key`): tokens it
+    /// signed keep verifying until they expire. A missing file is no previous key.
+    pub previous_key_file: String,
+    /// How long a minted token works (the spec's default is 30 minutes).
+    pub lifetime_seconds: u64,
+}
+
+impl Default for InterruptTokensConfig {
+    fn default() -> Self {
+        InterruptTokensConfig {
+            key_file: String::new(),
+            previous_key_file: String::new(),
+            lifetime_seconds: DEFAULT_TOKEN_SECONDS,
+        }
+    }
+}
+
+impl InterruptTokensConfig {
+    pub fn enabled(&self) -> bool {
+        !self.key_file.is_empty()
+    }
+
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if !TOKEN_LIFETIME_SECONDS.contains(&self.lifetime_seconds) {
+            return Err(ConfigError::Invalid {
+                field: "rest.interruptTokens.lifetimeSeconds",
+                message: format!(
+                    "must be {}..{}, got {}",
+                    TOKEN_LIFETIME_SECONDS.start(),
+                    TOKEN_LIFETIME_SECONDS.end(),
+                    self.lifetime_seconds
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// The keys tokens are signed and verified with (read at each use, so a rotated Secret
+    /// reaches the operator); `None` when tokens are off.
+    pub fn keys(&self) -> Result<Option<TokenKeys>, KeyError> {
+        if !self.enabled() {
+            return Ok(None);
+        }
+        let current = TokenKey::derive(&signing_key::read(
+            "rest.interruptTokens.keyFile",
+            &self.key_file,
+        )?);
+        let previous = if self.previous_key_file.is_empty()
+            || !std::path::Path::new(&self.previous_key_file).exists()
+        {
+            None
+        } else {
+            Some(TokenKey::derive(&signing_key::read(
+                "rest.interruptTokens.previousKeyFile",
+                &self.previous_key_file,
+            )?))
+        };
+        Ok(Some(TokenKeys::new(current, previous)))
+    }
+}
+
+/// The keys, or 503 when the mounted key cannot be read (the detail goes to the log).
+fn token_keys(s: &RestState) -> Result<Option<TokenKeys>, ApiError> {
+    s.config.rest.interrupt_tokens.keys().map_err(|e| {
+        tracing::warn!(error = %e, "interrupt token signing key");
+        ApiError::unavailable(
+            "interrupt tokens are unavailable right now; retry shortly",
+            Duration::from_secs(5),
+        )
+    })
+}
+
+/// `RunSnapshot.interrupt` of a run `doc` shows waiting: its first pending interrupt not yet
+/// answered, with a token minted now for `caller` (`resolve` if they may answer the run,
+/// else `inspect`).
+pub async fn snapshot_interrupt(
+    s: &RestState,
+    caller: &Caller,
+    run: &Run,
+    doc: &RunSnapshotDoc,
+) -> Option<SnapshotInterrupt> {
+    let answered = |p: &&PendingInterrupt| {
+        run.spec
+            .answers
+            .iter()
+            .any(|a| a.interrupt_id == p.interrupt_id)
+    };
+    let pending = doc.pending_interrupts.iter().find(|p| !answered(p))?;
+    let mut out = SnapshotInterrupt {
+        kind: pending.kind.clone(),
+        node_id: pending.node_id.clone(),
+        interrupt_id: pending.interrupt_id.clone(),
+        interrupt_token: None,
+        callback_url: None,
+        expires_at: None,
+    };
+    let keys = match token_keys(s) {
+        Ok(Some(k)) => k,
+        // No tokens on this host, or the key unreadable (logged): the interrupt without one.
+        _ => return Some(out),
+    };
+    let ns = run.namespace().unwrap_or_default();
+    // Fails closed: a review that cannot be made gives the read-only token.
+    let may_answer = s
+        .auth
+        .allowed(caller, Verb::Patch, Resource::Runs, &ns)
+        .await
+        .unwrap_or(false);
+    let now = time::OffsetDateTime::now_utc();
+    let lifetime = Duration::from_secs(s.config.rest.interrupt_tokens.lifetime_seconds);
+    // Our gates carry no deadline of their own yet: the lifetime alone bounds the token.
+    let expires_at = token_expiry(now, lifetime, None);
+    let token = keys.mint(TokenRequest {
+        run_id: &doc.run_id,
+        node_id: &pending.node_id,
+        interrupt_id: &pending.interrupt_id,
+        intent: if may_answer {
+            TokenIntent::Resolve
+        } else {
+            TokenIntent::Inspect
+        },
+        expires_at,
+    });
+    out.callback_url = Some(format!("/v1/interrupts/{token}"));
+    out.interrupt_token = Some(token);
+    out.expires_at = Some(
+        expires_at
+            .format(&time::format_description::well_known::Rfc3339)
+            .unwrap_or_default(),
+    );
+    Some(out)
+}
 
 /// Answer a pending interrupt (an approval action or clarification answers).
 #[utoipa::path(
     post, path = "/v1/runs/{runId}/interrupts/{nodeId}",
     operation_id = "resolveInterruptByRun",
     request_body = ResolveInterruptRequest,
-    params(("runId" = String, Path), ("nodeId" = String, Path)),
+    params(
+        ("runId" = String, Path), ("nodeId" = String, Path),
+        ("Idempotency-Key" = Option<String>, Header, description = "same key and body → the first answer again; same key, other body → 409")
+    ),
     responses(
         (status = 200, body = RunStatusResponse),
         (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
         (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
-        (status = 409, body = ErrorBody)
+        (status = 409, body = ErrorBody, description = "interrupt_already_resolved, idempotency_key_mismatch, idempotency_in_flight")
     ),
     security(("bearer" = []))
 )]
 pub async fn resolve_interrupt(
     State(s): State<RestState>,
     caller: Caller,
+    headers: HeaderMap,
     Path((run_id, node_id)): Path<(String, String)>,
-    Json(req): Json<ResolveInterruptRequest>,
+    Json(raw): Json<Value>,
 ) -> Result<Response, ApiError> {
+    let req: ResolveInterruptRequest =
+        json::from_value(&raw, "POST /v1/runs/{runId}/interrupts/{nodeId}")?;
     let cached = visible_run(&s, &caller, &run_id).await?;
     let ns = cached.namespace().unwrap_or_default();
     s.auth
         .authorize(&caller, Verb::Patch, Resource::Runs, &ns)
         .await?;
+    let scope = Scope {
+        namespace: &ns,
+        operation: op::RESOLVE_INTERRUPT_BY_RUN,
+        principal: &caller.username,
+    };
+    let body = raw.to_string();
+    let parts: [&[u8]; 3] = [run_id.as_bytes(), node_id.as_bytes(), body.as_bytes()];
+    idempotent(&s, &headers, scope, &parts, || async {
+        let st = answer(&s, &cached, &node_id, None, req, &caller.username).await?;
+        Ok((StatusCode::OK, Json(st)).into_response())
+    })
+    .await
+}
+
+/// The one answer path of both surfaces: appends the answer to the Run's `spec.answers`,
+/// checked against the run as its log has it (like the snapshot the caller read). `expect`:
+/// the interrupt a token names (another interrupt now pending at the node means the token's
+/// was resolved). `by`: who answered.
+async fn answer(
+    s: &RestState,
+    cached: &Run,
+    node_id: &str,
+    expect: Option<&str>,
+    req: ResolveInterruptRequest,
+    by: &str,
+) -> Result<RunStatusResponse, ApiError> {
+    let ns = cached.namespace().unwrap_or_default();
+    let run_id = cached.uid().unwrap_or_default();
     let api: Api<Run> = Api::namespaced(s.client.clone(), &ns);
-    // Checked against the run as its log has it, like the snapshot the caller read.
-    let mut run = super::runs::fresh_run(&s, &cached).await;
-    // Who answered and when: the authenticated caller (TokenReview), stamped here so a caller
-    // cannot claim to be someone else.
+    let mut run = super::runs::fresh_run(s, cached).await;
+    // Stamped here, so a caller cannot claim to be someone else.
     let answered_at = Timestamp::now().to_string();
     // The patch is conditional on the version read, so a concurrent answer is never
     // overwritten; when this replica's cache lagged (the operator just wrote the status),
@@ -61,8 +262,8 @@ pub async fn resolve_interrupt(
     let mut attempt = 0;
     loop {
         attempt += 1;
-        let answer = answer_for(&run, &run_id, &node_id, req.clone())?
-            .answered(&caller.username, &answered_at);
+        let answer =
+            answer_for(&run, &run_id, node_id, expect, req.clone())?.answered(by, &answered_at);
         let mut answers = run.spec.answers.clone();
         answers.push(answer);
         match api
@@ -78,24 +279,205 @@ pub async fn resolve_interrupt(
         {
             Ok(_) => break,
             Err(kube::Error::Api(e)) if e.code == 409 && attempt < 4 => {
-                run = super::runs::fresh_run(
-                    &s,
-                    &api.get(&run.name_any()).await.map_err(kube_error)?,
-                )
-                .await;
+                run =
+                    super::runs::fresh_run(s, &api.get(&run.name_any()).await.map_err(kube_error)?)
+                        .await;
             }
             Err(e) => return Err(kube_error(e)),
         }
     }
-    Ok((
-        StatusCode::OK,
-        Json(RunStatusResponse {
-            run_id,
-            node_id: Some(node_id),
-            status: phase(&run),
-        }),
+    Ok(RunStatusResponse {
+        run_id,
+        node_id: Some(node_id.to_owned()),
+        status: phase(&run),
+    })
+}
+
+/// A token's claims and its run, or the error the spec gives: 404 for anything this host did
+/// not sign (malformed, unknown key, bad signature) or whose run is gone; 410 when expired.
+async fn verified(s: &RestState, token: &str) -> Result<(TokenClaims, Arc<Run>), ApiError> {
+    let unknown = || {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "interrupt_not_found",
+            "no pending interrupt answers to this token",
+        )
+    };
+    let Some(keys) = token_keys(s)? else {
+        return Err(unknown());
+    };
+    let claims = match keys.verify(token, time::OffsetDateTime::now_utc()) {
+        Ok(c) => c,
+        Err(TokenError::Expired(c)) => {
+            return Err(ApiError::new(
+                StatusCode::GONE,
+                "interrupt_expired",
+                format!(
+                    "this token expired at {}; read the run again for a new one",
+                    c.expires_at
+                ),
+            ));
+        }
+        Err(_) => return Err(unknown()),
+    };
+    let run = find_run(s, &claims.run_id).await.ok_or_else(unknown)?;
+    Ok((claims, run))
+}
+
+/// 409: the token's interrupt is no longer pending (resolved, or its run ended).
+fn invalidated(run: &Run) -> ApiError {
+    ApiError::conflict(
+        "interrupt_already_resolved",
+        "the interrupt this token names is no longer pending: it was resolved, or its run ended",
     )
-        .into_response())
+    .with_details(json!({"runStatus": phase(run).as_str()}))
+}
+
+/// `GET /v1/interrupts/{token}` body: the pending interrupt the token names.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InspectedInterrupt {
+    pub run_id: String,
+    pub node_id: String,
+    pub interrupt_id: String,
+    /// `approval`, `clarification`, `external-event` or `custom`.
+    pub kind: String,
+    /// What the interrupt asks (questions, actions, title, reason).
+    #[schema(value_type = Object)]
+    pub data: Value,
+    /// The run's status.
+    pub status: String,
+    /// When the token stops working (RFC 3339).
+    pub expires_at: String,
+    /// `resolve` (this token may answer) or `inspect` (read only).
+    #[schema(value_type = String)]
+    pub intent: TokenIntent,
+}
+
+/// Inspect the interrupt a signed token names (no bearer: the token is the credential).
+#[utoipa::path(
+    get, path = "/v1/interrupts/{token}",
+    operation_id = "inspectInterruptByToken",
+    params(("token" = String, Path, description = "the signed token of `RunSnapshot.interrupt.interruptToken`")),
+    responses(
+        (status = 200, body = InspectedInterrupt),
+        (status = 404, body = ErrorBody, description = "interrupt_not_found: not a token of this host, or its run is gone"),
+        (status = 409, body = ErrorBody, description = "interrupt_already_resolved"),
+        (status = 410, body = ErrorBody, description = "interrupt_expired")
+    ),
+    security(())
+)]
+pub async fn inspect_interrupt_by_token(
+    State(s): State<RestState>,
+    Path(token): Path<String>,
+) -> Result<Json<InspectedInterrupt>, ApiError> {
+    let (claims, cached) = verified(&s, &token).await?;
+    let run = super::runs::fresh_run(&s, &cached).await;
+    let pending = pending_of(&run, &claims).ok_or_else(|| invalidated(&run))?;
+    let mut data = serde_json::to_value(&pending).unwrap_or_default();
+    if let Some(m) = data.as_object_mut() {
+        for k in ["interruptId", "nodeId", "kind"] {
+            m.remove(k);
+        }
+    }
+    Ok(Json(InspectedInterrupt {
+        run_id: claims.run_id,
+        node_id: pending.node_id,
+        interrupt_id: pending.interrupt_id,
+        kind: pending.kind,
+        data,
+        status: phase(&run).as_str().to_owned(),
+        expires_at: claims.expires_at,
+        intent: claims.intent,
+    }))
+}
+
+/// The interrupt `claims` names if it is still pending and unanswered on `run`.
+fn pending_of(run: &Run, claims: &TokenClaims) -> Option<PendingInterrupt> {
+    if phase(run).is_terminal()
+        || run
+            .spec
+            .answers
+            .iter()
+            .any(|a| a.interrupt_id == claims.interrupt_id)
+    {
+        return None;
+    }
+    run.status
+        .as_ref()?
+        .pending_interrupts
+        .iter()
+        .find(|p| p.interrupt_id == claims.interrupt_id && p.node_id == claims.node_id)
+        .cloned()
+}
+
+/// Resolve the interrupt a signed token names (no bearer: the token is the credential).
+#[utoipa::path(
+    post, path = "/v1/interrupts/{token}",
+    operation_id = "resolveInterruptByToken",
+    request_body = ResolveInterruptRequest,
+    params(
+        ("token" = String, Path, description = "the signed token of `RunSnapshot.interrupt.interruptToken`"),
+        ("Idempotency-Key" = Option<String>, Header, description = "same key and body → the first answer again; same key, other body → 409")
+    ),
+    responses(
+        (status = 200, body = RunStatusResponse),
+        (status = 400, body = ErrorBody, description = "validation_error: the body does not fit the interrupt"),
+        (status = 403, body = ErrorBody, description = "forbidden: an inspect-only token"),
+        (status = 404, body = ErrorBody, description = "interrupt_not_found: not a token of this host, or its run is gone"),
+        (status = 409, body = ErrorBody, description = "interrupt_already_resolved, idempotency_key_mismatch, idempotency_in_flight"),
+        (status = 410, body = ErrorBody, description = "interrupt_expired")
+    ),
+    security(())
+)]
+pub async fn resolve_interrupt_by_token(
+    State(s): State<RestState>,
+    headers: HeaderMap,
+    Path(token): Path<String>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    // The token first: a request with a token this host did not sign learns nothing else.
+    let (claims, cached) = verified(&s, &token).await?;
+    if claims.intent == TokenIntent::Inspect {
+        return Err(ApiError::forbidden(
+            "this token may only inspect the interrupt (intent inspect); resolve it with a \
+             resolve token, or at POST /v1/runs/{runId}/interrupts/{nodeId} with a bearer token",
+        ));
+    }
+    let endpoint = "POST /v1/interrupts/{token}";
+    let raw: Value = serde_json::from_slice(&body).map_err(|e| {
+        ApiError::validation(format!("the body of {endpoint} is not JSON: {e}"))
+            .with_details(json!({"field": "body"}))
+    })?;
+    let req: ResolveInterruptRequest = json::from_value(&raw, endpoint)?;
+    let ns = cached.namespace().unwrap_or_default();
+    let scope = Scope {
+        namespace: &ns,
+        operation: op::RESOLVE_INTERRUPT_BY_TOKEN,
+        principal: CALLBACK_TOKEN_PRINCIPAL,
+    };
+    let parts: [&[u8]; 3] = [
+        claims.run_id.as_bytes(),
+        claims.interrupt_id.as_bytes(),
+        &body,
+    ];
+    idempotent(&s, &headers, scope, &parts, || async {
+        let run = super::runs::fresh_run(&s, &cached).await;
+        if pending_of(&run, &claims).is_none() {
+            return Err(invalidated(&run));
+        }
+        let st = answer(
+            &s,
+            &cached,
+            &claims.node_id,
+            Some(&claims.interrupt_id),
+            req,
+            CALLBACK_TOKEN_PRINCIPAL,
+        )
+        .await?;
+        Ok((StatusCode::OK, Json(st)).into_response())
+    })
+    .await
 }
 
 /// The answer to append for the Run's interrupt at `node_id`, or the error the spec gives.
@@ -103,6 +485,7 @@ fn answer_for(
     run: &Run,
     run_id: &str,
     node_id: &str,
+    expect: Option<&str>,
     req: ResolveInterruptRequest,
 ) -> Result<InterruptAnswer, ApiError> {
     let answered = |interrupt_id: &str| {
@@ -144,7 +527,7 @@ fn answer_for(
         )
         .with_details(json!({"runStatus": phase(run).as_str()})));
     };
-    if answered(&pending.interrupt_id) {
+    if answered(&pending.interrupt_id) || expect.is_some_and(|id| id != pending.interrupt_id) {
         return Err(already());
     }
     build_answer(&pending, req)
@@ -285,7 +668,7 @@ mod tests {
         let gate = json!([{"interruptId": "i1", "nodeId": "gate", "kind": "approval"}]);
         let accept = || req(json!({"action": "accept"}), None);
         let code = |r: &Run, node: &str| {
-            answer_for(r, "run-1", node, accept())
+            answer_for(r, "run-1", node, None, accept())
                 .map(|a| a.node_id)
                 .map_err(|e| (e.status.as_u16(), e.body.error))
         };

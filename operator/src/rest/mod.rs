@@ -6,10 +6,11 @@
 //! the leader's controllers do the rest and `kubectl` sees everything the API does.
 //!
 //! One file per resource — [`runs`] (create, read), [`cancel`] (one run, or many with
-//! `:bulk-cancel`), [`interrupts`], [`events`] (SSE and JSON by stream mode, and long-poll),
+//! `:bulk-cancel`), [`interrupts`] (run-scoped and by signed token), [`events`] (SSE and JSON by stream mode, and long-poll),
 //! [`workflows`] — over [`types`] (request and response bodies),
 //! [`support`] (cache lookups shared by several resources), [`json`] (the one JSON body
-//! extractor: a malformed body is an [`ApiError`], never axum's plain text) and [`error`]
+//! extractor: a malformed body is an [`ApiError`], never axum's plain text), [`idempotency`]
+//! (`Idempotency-Key` on every mutation) and [`error`]
 //! (the one error type, REST and conformance seams alike). Run creation calls optional
 //! [`RunHooks`] (the conformance seams, when on); this module knows nothing else of them.
 //!
@@ -43,7 +44,8 @@ pub mod cancel;
 pub mod error;
 pub mod events;
 pub mod hooks;
-mod interrupts;
+pub mod idempotency;
+pub mod interrupts;
 pub mod json;
 pub mod runs;
 pub mod support;
@@ -93,6 +95,8 @@ pub struct RestState {
     load: Arc<Semaphore>,
     /// JetStream, connected on first use (every replica reads run events itself).
     jetstream: Arc<tokio::sync::OnceCell<async_nats::jetstream::Context>>,
+    /// The `Idempotency-Key` records bucket, opened on first use.
+    idempotency: Arc<tokio::sync::OnceCell<async_nats::jetstream::kv::Store>>,
     /// The discovery document this replica serves (the capability-toggle seam reads and
     /// overlays it).
     pub discovery: crate::discovery::DiscoveryState,
@@ -125,6 +129,7 @@ impl RestState {
             runs,
             workflows,
             jetstream: Default::default(),
+            idempotency: Default::default(),
             discovery: crate::discovery::DiscoveryState::new(""),
             run_hooks: None,
         }
@@ -325,6 +330,10 @@ fn api_routes() -> OpenApiRouter<RestState> {
         .routes(routes!(cancel::cancel_run))
         .routes(routes!(cancel::bulk_cancel))
         .routes(routes!(interrupts::resolve_interrupt))
+        .routes(routes!(
+            interrupts::inspect_interrupt_by_token,
+            interrupts::resolve_interrupt_by_token
+        ))
         .routes(routes!(browse::list_runs))
         .routes(routes!(browse::list_tenants))
         .routes(routes!(browse::run_reasoning))
@@ -411,6 +420,7 @@ mod tests {
             "/v1/runs/{runId}/cancel",
             "/v1/runs:bulk-cancel",
             "/v1/runs/{runId}/interrupts/{nodeId}",
+            "/v1/interrupts/{token}",
             "/v1/workflows/{workflowId}",
         ] {
             assert!(paths.contains_key(p), "{p} missing from {:?}", paths.keys());
@@ -431,12 +441,14 @@ mod tests {
                         "{method} {path}: path parameter {name} not declared"
                     );
                 }
+                // The signed token is the credential of /v1/interrupts/{token}: no bearer.
+                let want = if path == "/v1/interrupts/{token}" {
+                    serde_json::json!([{}])
+                } else {
+                    serde_json::json!([{"bearer": []}])
+                };
                 if path != "/v1/openapi.json" {
-                    assert_eq!(
-                        op["security"],
-                        serde_json::json!([{"bearer": []}]),
-                        "{method} {path}"
-                    );
+                    assert_eq!(op["security"], want, "{method} {path}");
                 }
             }
         }

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use kube::api::{Api, ObjectMeta, PostParams};
 use kube::{Resource as _, ResourceExt};
@@ -15,14 +15,11 @@ use openwop_protocol::egress::EgressPolicy;
 use openwop_protocol::run::options::run_timeout_ms;
 use openwop_protocol::run::projection::merge;
 use openwop_protocol::run::snapshot::clamp_recursion_limit;
-use openwop_protocol::run::{
-    IDEMPOTENCY_KEY_MISMATCH, IDEMPOTENT_REPLAY_HEADER, Projection, RunFacts, RunSnapshotDoc,
-    check_inputs,
-};
+use openwop_protocol::run::{Projection, RunFacts, RunSnapshotDoc, check_inputs};
 use openwop_protocol::workflow::WorkflowDefinition;
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
 
+use super::idempotency::{Scope, idempotent, op};
 use super::json::{self, Json};
 use super::support::{find_workflow, kube_error, phase, visible_run};
 use super::types::{CreateRunRequest, CreateRunResponse};
@@ -30,8 +27,7 @@ use super::{ApiError, Caller, ErrorBody, Resource, RestState, Verb};
 use crate::config::LABEL_INSTANCE;
 
 pub use openwop_crds::names::{
-    ANNOTATION_CREATED_BY, ANNOTATION_METADATA, ANNOTATION_REQUEST_HASH, ANNOTATION_SCOPE_ID,
-    ANNOTATION_TAGS,
+    ANNOTATION_CREATED_BY, ANNOTATION_METADATA, ANNOTATION_SCOPE_ID, ANNOTATION_TAGS,
 };
 
 /// Longest `scopeId` kept (an annotation value; the id is opaque to this host).
@@ -40,15 +36,6 @@ const MAX_SCOPE_ID: usize = 256;
 /// How long `GET /v1/runs/{runId}` reads the run's log for events its status has not taken in
 /// yet before answering from the status alone.
 const FRESHNESS_READ: Duration = Duration::from_secs(3);
-
-fn hash_hex(parts: &[&[u8]]) -> String {
-    let mut h = Sha256::new();
-    for p in parts {
-        h.update((p.len() as u64).to_be_bytes());
-        h.update(p);
-    }
-    hex::encode(h.finalize())
-}
 
 /// The RunSnapshot of a Run: its status through protocol's one mapping, with the OpenWOP
 /// workflow id (from the Workflow in the cache when the Run names it by Kubernetes name).
@@ -198,7 +185,7 @@ pub async fn fresh_projection(s: &RestState, run: &Run) -> (Projection, Option<S
 /// Create a run.
 #[utoipa::path(
     post, path = "/v1/runs", request_body = CreateRunRequest,
-    params(("Idempotency-Key" = Option<String>, Header, description = "same key and body → same run; same key, other body → 409")),
+    params(("Idempotency-Key" = Option<String>, Header, description = "same key and body → the same answer again (`openwop-Idempotent-Replay: true`); same key, other body → 409 `idempotency_key_mismatch`; while the first is served → 409 `idempotency_in_flight`")),
     responses(
         (status = 201, body = CreateRunResponse),
         (status = 400, body = ErrorBody, description = "`validation_error` (malformed or unknown field, unknown workflowId, inputs, configurable.runTimeoutMs), `capability_required` (callbackUrl), `residency_unavailable`"),
@@ -221,8 +208,28 @@ pub async fn create_run(
     s.auth
         .authorize(&caller, Verb::Create, Resource::Runs, &ns)
         .await?;
+    let scope = Scope {
+        namespace: &ns,
+        operation: op::CREATE_RUN,
+        principal: &caller.username,
+    };
+    let body = raw.to_string();
+    idempotent(&s, &headers, scope, &[body.as_bytes()], || {
+        create(&s, &caller, &ns, &req)
+    })
+    .await
+}
+
+/// Creates the Run `req` asks for in `ns` (checked and authorized).
+async fn create(
+    s: &RestState,
+    caller: &Caller,
+    ns: &str,
+    req: &CreateRunRequest,
+) -> Result<Response, ApiError> {
+    let ns = ns.to_owned();
     // `rest-endpoints.md`: an unknown workflowId is a bad request, not a missing resource.
-    let wf = find_workflow(&s, &ns, &req.workflow_id).ok_or_else(|| {
+    let wf = find_workflow(s, &ns, &req.workflow_id).ok_or_else(|| {
         ApiError::validation(format!(
             "workflowId {:?} names no workflow in tenant {ns}; list the tenant's workflows \
              (kubectl get workflows -n {ns}) and use one's id",
@@ -272,15 +279,8 @@ pub async fn create_run(
             })?)
         }
     };
-    let request_hash = hash_hex(&[raw.to_string().as_bytes(), ns.as_bytes()]);
-    let key = headers
-        .get("idempotency-key")
-        .and_then(|v| v.to_str().ok())
-        .filter(|k| !k.is_empty());
-    let mut annotations = BTreeMap::from([
-        (ANNOTATION_REQUEST_HASH.to_owned(), request_hash.clone()),
-        (ANNOTATION_CREATED_BY.to_owned(), caller.username.clone()),
-    ]);
+    let mut annotations =
+        BTreeMap::from([(ANNOTATION_CREATED_BY.to_owned(), caller.username.clone())]);
     if let Some(t) = &req.tags {
         annotations.insert(
             ANNOTATION_TAGS.into(),
@@ -301,31 +301,18 @@ pub async fn create_run(
         labels.insert(LABEL_INSTANCE.to_owned(), s.config.instance_id.clone());
     }
     let wf_name = wf.name_any();
-    // An Idempotency-Key names the Run (per caller): a replay on any replica meets the same
-    // object, and the API server arbitrates races.
-    let (name, generate_name) = match key {
-        Some(k) => (
-            Some(format!(
-                "run-{}",
-                &hash_hex(&[caller.username.as_bytes(), k.as_bytes()])[..24]
-            )),
-            None,
-        ),
-        None => (None, Some(format!("{}-", truncate_name(&wf_name, 40)))),
-    };
     // The run hooks (the conformance seams, when on) may give the Run provider mocks,
     // visible on the Run itself.
     let provider_mocks = match &s.run_hooks {
         Some(h) => {
             let nodes: Vec<String> = wf.spec.nodes.iter().map(|n| n.id.clone()).collect();
-            h.provider_mocks(&s, &ns, &nodes).await?
+            h.provider_mocks(s, &ns, &nodes).await?
         }
         None => Default::default(),
     };
     let run = Run {
         metadata: ObjectMeta {
-            name,
-            generate_name,
+            generate_name: Some(format!("{}-", truncate_name(&wf_name, 40))),
             namespace: Some(ns.clone()),
             labels: Some(labels).filter(|l| !l.is_empty()),
             annotations: Some(annotations),
@@ -346,30 +333,8 @@ pub async fn create_run(
         status: None,
     };
     let api: Api<Run> = Api::namespaced(s.client.clone(), &ns);
-    // True when the Idempotency-Key met the Run an earlier identical request created.
-    let mut replayed = false;
     let created = match api.create(&PostParams::default(), &run).await {
         Ok(r) => r,
-        Err(kube::Error::Api(e)) if e.code == 409 && key.is_some() => {
-            let existing = api
-                .get(run.metadata.name.as_deref().unwrap_or_default())
-                .await
-                .map_err(kube_error)?;
-            let same = existing
-                .annotations()
-                .get(ANNOTATION_REQUEST_HASH)
-                .is_some_and(|h| *h == request_hash);
-            if !same {
-                // The spec's code (`idempotency.md` §"Record shape, digest, and lease"), and
-                // nothing of the earlier run: a mismatch never hands back the cached answer.
-                return Err(ApiError::conflict(
-                    IDEMPOTENCY_KEY_MISMATCH,
-                    "this Idempotency-Key was already used with a different request body; use a new key",
-                ));
-            }
-            replayed = true;
-            existing
-        }
         Err(kube::Error::Api(e)) if e.code == 422 || e.code == 400 => {
             return Err(ApiError::validation(format!(
                 "the Run was refused: {}",
@@ -381,7 +346,7 @@ pub async fn create_run(
     let run_id = created.meta().uid.clone().unwrap_or_default();
     tracing::info!(run_id = %run_id, namespace = %ns, run = %created.name_any(), caller = %caller.username, "run created through the REST API");
     if let Some(h) = &s.run_hooks {
-        h.run_created(&s, &ns, &created).await;
+        h.run_created(s, &ns, &created).await;
     }
     let body = CreateRunResponse {
         status: phase(&created),
@@ -390,14 +355,7 @@ pub async fn create_run(
         run_id,
         scope_id: created.annotations().get(ANNOTATION_SCOPE_ID).cloned(),
     };
-    let mut response = (StatusCode::CREATED, Json(body)).into_response();
-    if replayed {
-        // `rest-endpoints.md`: a response served for a repeated Idempotency-Key says so.
-        response
-            .headers_mut()
-            .insert(IDEMPOTENT_REPLAY_HEADER, HeaderValue::from_static("true"));
-    }
-    Ok(response)
+    Ok((StatusCode::CREATED, Json(body)).into_response())
 }
 
 /// Refuses what the create request asks for that this host cannot honour, by the spec's
@@ -482,5 +440,6 @@ pub async fn get_run(
     let run = visible_run(&s, &caller, &run_id).await?;
     let mut doc = fresh_snapshot(&s, &run).await;
     doc.variables = super::variables::variables_of(&s, &run).await;
+    doc.interrupt = super::interrupts::snapshot_interrupt(&s, &caller, &run, &doc).await;
     Ok(Json(doc))
 }

@@ -7,11 +7,13 @@
 //! an access review. The secret is returned once, here, and appears nowhere else.
 
 use axum::extract::{Path, Query, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
 use openwop_protocol::webhook::{self, RegistrationError};
 use serde::Serialize;
 use serde_json::{Value, json};
 
+use super::idempotency::{Scope, idempotent, is_replay, op};
 use super::json::Json;
 use super::types::TenantQuery;
 use super::{ApiError, Caller, ErrorBody, Resource, RestState, Verb};
@@ -89,11 +91,12 @@ async fn open_store(s: &RestState) -> Result<(async_nats::jetstream::Context, St
     post, path = "/v1/webhooks",
     operation_id = "registerWebhook",
     request_body = RegisterWebhookRequest,
+    params(("Idempotency-Key" = Option<String>, Header, description = "same key and body → the same subscription again (its secret derived anew, never stored with the answer); same key, other body → 409")),
     responses(
         (status = 201, body = WebhookCreated),
         (status = 400, body = ErrorBody, description = "validation_error, webhook_url_rejected"),
         (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
-        (status = 409, body = ErrorBody, description = "webhook_limit_reached"),
+        (status = 409, body = ErrorBody, description = "webhook_limit_reached, idempotency_key_mismatch, idempotency_in_flight"),
         (status = 503, body = ErrorBody)
     ),
     security(("bearer" = []))
@@ -101,23 +104,75 @@ async fn open_store(s: &RestState) -> Result<(async_nats::jetstream::Context, St
 pub async fn register_webhook(
     State(s): State<RestState>,
     caller: Caller,
+    headers: HeaderMap,
     Json(body): Json<Value>,
-) -> Result<(StatusCode, Json<WebhookCreated>), ApiError> {
-    let cfg = &s.config.webhooks;
+) -> Result<Response, ApiError> {
     if !crate::webhooks::active(&s.config) {
         return Err(not_enabled());
     }
-    let policy = cfg.egress();
+    let policy = s.config.webhooks.egress();
     let reg = webhook::parse_registration(&body, &policy).map_err(refused)?;
     let tenant = s.tenant(&caller, reg.tenant_id.as_deref())?;
     s.auth
         .authorize(&caller, Verb::Create, Resource::Webhooks, &tenant)
         .await?;
+    let scope = Scope {
+        namespace: &tenant,
+        operation: op::REGISTER_WEBHOOK,
+        principal: &caller.username,
+    };
+    let raw = body.to_string();
+    let answer = idempotent(&s, &headers, scope, &[raw.as_bytes()], || {
+        register(&s, &tenant, reg, &policy)
+    })
+    .await?;
+    if !is_replay(&answer) {
+        return Ok(answer);
+    }
+    // The secret is never kept with the recorded answer: derived again, as at registration.
+    restore_secret(&s, &tenant, answer).await
+}
+
+/// A replayed registration with its secret put back.
+async fn restore_secret(
+    s: &RestState,
+    tenant: &str,
+    answer: Response,
+) -> Result<Response, ApiError> {
+    let (mut parts, body) = answer.into_parts();
+    let bytes = axum::body::to_bytes(body, 64 * 1024)
+        .await
+        .map_err(|e| ApiError::internal(format!("reading the recorded answer: {e}")))?;
+    let mut v: Value = match serde_json::from_slice(&bytes) {
+        Ok(v) => v,
+        Err(_) => return Ok(Response::from_parts(parts, bytes.into())),
+    };
+    if let Some(id) = v
+        .get("webhookId")
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+    {
+        let key = s.config.webhooks.signing_key().map_err(store_unavailable)?;
+        v["secret"] = json!(webhook::derive_secret(&key, tenant, &id));
+    }
+    parts.headers.remove(axum::http::header::CONTENT_LENGTH);
+    Ok(Response::from_parts(parts, v.to_string().into()))
+}
+
+/// Registers `reg` for `tenant` (checked and authorized).
+async fn register(
+    s: &RestState,
+    tenant: &str,
+    reg: webhook::Registration,
+    policy: &openwop_protocol::egress::EgressPolicy,
+) -> Result<Response, ApiError> {
+    let cfg = &s.config.webhooks;
+    let tenant = tenant.to_owned();
     // Only for an authorized caller: the name must resolve to allowed addresses now as well
     // (delivery checks again at every attempt: DNS may change).
     match tokio::time::timeout(
         RESOLVE_TIMEOUT,
-        deliver::resolve_checked(&policy, &reg.target),
+        deliver::resolve_checked(policy, &reg.target),
     )
     .await
     {
@@ -134,7 +189,7 @@ pub async fn register_webhook(
         }
     }
     let key = cfg.signing_key().map_err(store_unavailable)?;
-    let (js, store) = open_store(&s).await?;
+    let (js, store) = open_store(s).await?;
     if store.count(&tenant).await.map_err(store_unavailable)? >= cfg.max_per_tenant {
         return Err(ApiError::conflict(
             "webhook_limit_reached",
@@ -183,18 +238,24 @@ pub async fn register_webhook(
             secret,
             secret_fingerprint: sub.secret_fingerprint,
         }),
-    ))
+    )
+        .into_response())
 }
 
 /// Unregister a webhook subscription.
 #[utoipa::path(
     delete, path = "/v1/webhooks/{webhookId}",
     operation_id = "unregisterWebhook",
-    params(("webhookId" = String, Path), TenantQuery),
+    params(
+        ("webhookId" = String, Path), TenantQuery,
+        ("Idempotency-Key" = Option<String>, Header, description = "same key → the first answer again")
+    ),
     responses(
         (status = 204, description = "deleted; deliveries stop"),
+        (status = 400, body = ErrorBody, description = "validation_error: an Idempotency-Key that is not 1..255 URL-safe characters"),
         (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
         (status = 404, body = ErrorBody, description = "subscription_not_found"),
+        (status = 409, body = ErrorBody, description = "idempotency_key_mismatch, idempotency_in_flight"),
         (status = 503, body = ErrorBody)
     ),
     security(("bearer" = []))
@@ -202,19 +263,14 @@ pub async fn register_webhook(
 pub async fn unregister_webhook(
     State(s): State<RestState>,
     caller: Caller,
+    headers: HeaderMap,
     Path(webhook_id): Path<String>,
     Query(q): Query<TenantQuery>,
-) -> Result<StatusCode, ApiError> {
+) -> Result<Response, ApiError> {
     if !crate::webhooks::active(&s.config) {
         return Err(not_enabled());
     }
-    let missing = |tenant: &str| {
-        ApiError::new(
-            StatusCode::NOT_FOUND,
-            "subscription_not_found",
-            format!("no webhook subscription {webhook_id:?} in tenant {tenant}"),
-        )
-    };
+    let missing = |tenant: &str| subscription_missing(&webhook_id, tenant);
     // An id this host never issues cannot exist anywhere: no tenant or access review needed.
     if !webhook::is_webhook_id(&webhook_id) {
         return Err(missing(q.tenant_id.as_deref().unwrap_or("(any)")));
@@ -223,7 +279,31 @@ pub async fn unregister_webhook(
     s.auth
         .authorize(&caller, Verb::Delete, Resource::Webhooks, &tenant)
         .await?;
-    let (js, store) = open_store(&s).await?;
+    let scope = Scope {
+        namespace: &tenant,
+        operation: op::UNREGISTER_WEBHOOK,
+        principal: &caller.username,
+    };
+    idempotent(&s, &headers, scope, &[webhook_id.as_bytes()], || {
+        unregister(&s, &tenant, &webhook_id)
+    })
+    .await
+}
+
+/// 404 `subscription_not_found`.
+fn subscription_missing(webhook_id: &str, tenant: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "subscription_not_found",
+        format!("no webhook subscription {webhook_id:?} in tenant {tenant}"),
+    )
+}
+
+/// Deletes subscription `webhook_id` of `tenant` (authorized).
+async fn unregister(s: &RestState, tenant: &str, webhook_id: &str) -> Result<Response, ApiError> {
+    let missing = |tenant: &str| subscription_missing(webhook_id, tenant);
+    let (tenant, webhook_id) = (tenant.to_owned(), webhook_id.to_owned());
+    let (js, store) = open_store(s).await?;
     let Some(sub) = store
         .get(&tenant, &webhook_id)
         .await
@@ -245,5 +325,5 @@ pub async fn unregister_webhook(
         secret_fingerprint = %sub.secret_fingerprint,
         "webhook unregistered"
     );
-    Ok(StatusCode::NO_CONTENT)
+    Ok(StatusCode::NO_CONTENT.into_response())
 }

@@ -1,6 +1,5 @@
 //! The `webhooks` section of the operator config (chart `webhooks.*`).
 
-use std::path::Path;
 use std::time::Duration;
 
 use openwop_protocol::egress::EgressPolicy;
@@ -11,8 +10,7 @@ use crate::config::ConfigError;
 #[cfg(test)]
 use crate::config::OperatorConfig;
 
-/// Shortest signing key accepted (bytes): the secrets derived from it are HMAC-SHA256 keys.
-pub const MIN_SIGNING_KEY_BYTES: usize = 32;
+pub use crate::signing_key::{KeyError, MIN_SIGNING_KEY_BYTES};
 /// Bounds of `webhooks.maxAttempts`.
 pub const MAX_ATTEMPTS: std::ops::RangeInclusive<u32> = 1..=20;
 /// Bounds of `webhooks.timeoutSeconds` (the spec's per-attempt timeout is 5 s).
@@ -70,22 +68,6 @@ impl Default for WebhooksConfig {
     }
 }
 
-/// Why the signing key cannot be used.
-#[derive(Debug, thiserror::Error)]
-pub enum KeyError {
-    #[error("webhooks.signingKeyFile is empty: set it to the mounted signing key")]
-    Unset,
-    #[error("cannot read webhooks.signingKeyFile {path}: {source}")]
-    Read {
-        path: String,
-        source: std::io::Error,
-    },
-    #[error(
-        "webhooks.signingKeyFile {path} holds {len} bytes; at least {MIN_SIGNING_KEY_BYTES} are needed (e.g. `head -c 48 /dev/urandom | base64`)"
-    )]
-    Short { path: String, len: usize },
-}
-
 impl WebhooksConfig {
     /// The egress policy of subscription URLs: https only, plus the allow list.
     pub fn egress(&self) -> EgressPolicy {
@@ -109,22 +91,7 @@ impl WebhooksConfig {
     /// The signing key (read each time: a rotated Secret reaches the operator; rotating it
     /// changes every subscription's secret).
     pub fn signing_key(&self) -> Result<Vec<u8>, KeyError> {
-        if self.signing_key_file.is_empty() {
-            return Err(KeyError::Unset);
-        }
-        let path = Path::new(&self.signing_key_file);
-        let raw = std::fs::read(path).map_err(|source| KeyError::Read {
-            path: self.signing_key_file.clone(),
-            source,
-        })?;
-        let key = raw.trim_ascii().to_vec();
-        if key.len() < MIN_SIGNING_KEY_BYTES {
-            return Err(KeyError::Short {
-                path: self.signing_key_file.clone(),
-                len: key.len(),
-            });
-        }
-        Ok(key)
+        crate::signing_key::read("webhooks.signingKeyFile", &self.signing_key_file)
     }
 
     pub fn validate(&self) -> Result<(), ConfigError> {
@@ -246,7 +213,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("key");
         let mut c = WebhooksConfig::default();
-        assert!(matches!(c.signing_key(), Err(KeyError::Unset)));
+        assert!(matches!(c.signing_key(), Err(KeyError::Unset { .. })));
         c.signing_key_file = path.display().to_string();
         assert!(matches!(c.signing_key(), Err(KeyError::Read { .. })));
         std::fs::write(&path, "short\n").unwrap();

@@ -20,6 +20,10 @@ pub const IDEMPOTENCY_KEY_MISMATCH: &str = "idempotency_key_mismatch";
 /// with the run the first request created (`rest-endpoints.md`, `OpenWOP-Idempotent-Replay`).
 pub const IDEMPOTENT_REPLAY_HEADER: &str = "openwop-idempotent-replay";
 
+/// The error code of a mutation whose `Idempotency-Key` is still being served by an earlier
+/// request (409 with `details.retryAfter`; `idempotency.md` §"Concurrency").
+pub const IDEMPOTENCY_IN_FLIGHT: &str = "idempotency_in_flight";
+
 /// The REST RunSnapshot.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -47,6 +51,10 @@ pub struct RunSnapshotDoc {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[cfg_attr(feature = "openapi", schema(value_type = Vec<Object>))]
     pub pending_interrupts: Vec<super::status::PendingInterrupt>,
+    /// The interrupt the run waits on (the first of `pendingInterrupts`), with the signed
+    /// token that inspects or resolves it without a bearer token (`/v1/interrupts/{token}`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interrupt: Option<SnapshotInterrupt>,
     /// Caller-supplied `RunOptions.tags`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tags: Option<Vec<String>>,
@@ -80,6 +88,27 @@ pub struct RunSnapshotDoc {
     /// `running` and holds no worker meanwhile.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wake_at: Option<String>,
+}
+
+/// `RunSnapshot.interrupt`: what the run waits on, and how to answer it by signed token.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct SnapshotInterrupt {
+    /// `approval`, `clarification`, `external-event` or `custom`.
+    pub kind: String,
+    pub node_id: String,
+    pub interrupt_id: String,
+    /// The signed token (`resolve` for a caller who may answer the run, `inspect` for one
+    /// who may only read it); absent when the host mints no tokens.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interrupt_token: Option<String>,
+    /// `/v1/interrupts/{interruptToken}`, relative to this API's base URL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub callback_url: Option<String>,
+    /// When the token stops working (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<String>,
 }
 
 /// One child run of a run (`RunSnapshot.childRuns`).
@@ -165,6 +194,7 @@ impl RunSnapshotDoc {
             } else {
                 p.pending_interrupts.clone()
             },
+            interrupt: None,
             tags: None,
             metadata: None,
             configurable: None,

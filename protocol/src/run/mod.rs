@@ -19,6 +19,7 @@
 //! * [`gate`] — the nodes that wait for a person: what they wait for, the events of the
 //!   wait and of its resolution;
 //! * [`variables`] — a run's workflow variables: seeding, per-node visibility, the served bag;
+//! * [`token`] — signed interrupt tokens (`/v1/interrupts/{token}`): mint and verify;
 //! * [`waits`] — durable waits (long delays, child runs): what the worker records and the
 //!   operator wakes the run on.
 //!
@@ -42,13 +43,15 @@ pub mod status;
 pub mod stream_modes;
 pub mod subjects;
 pub mod telemetry;
+pub mod token;
 pub mod variables;
 pub mod waits;
 
 pub use crate::text::truncate;
 // What other crates name most, one level deep (`openwop_protocol::run::RunPhase`).
 pub use api::{
-    IDEMPOTENCY_KEY_MISMATCH, IDEMPOTENT_REPLAY_HEADER, RunFacts, RunSnapshotDoc, check_inputs,
+    IDEMPOTENCY_IN_FLIGHT, IDEMPOTENCY_KEY_MISMATCH, IDEMPOTENT_REPLAY_HEADER, RunFacts,
+    RunSnapshotDoc, check_inputs,
 };
 pub use debug_bundle::{BundleHost, BundleInput, MAX_BUNDLE_BYTES, debug_bundle};
 pub use projection::Projection;
