@@ -161,7 +161,6 @@ async fn main() -> anyhow::Result<()> {
     let lead = lead_then_run(
         client,
         cfg,
-        registry,
         identity,
         elector.clone(),
         ctx,
@@ -350,7 +349,6 @@ async fn publish_discovery(
 async fn lead_then_run(
     client: Client,
     cfg: Arc<OperatorConfig>,
-    registry: Arc<NodeRegistry>,
     identity: String,
     elector: Option<Arc<Elector>>,
     ctx: Arc<Context>,
@@ -382,7 +380,7 @@ async fn lead_then_run(
     let runs = run_controller.store();
     let slot = ctx.jetstream.clone().unwrap_or_default();
     let controllers = async {
-        publish_discovery(&client, &cfg, &registry).await?;
+        publish_discovery(&client, &cfg, &ctx.registry).await?;
         tokio::join!(
             run_controllers(
                 client.clone(),
