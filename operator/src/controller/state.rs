@@ -11,11 +11,15 @@
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, ServiceAccount};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use openwop_crds::{Run, RunStatus, Workflow};
 use serde_json::json;
 
-use super::common::{Draft, delete_ignoring_missing, publish};
+use super::caches::holds_slot;
+use super::common::{Draft, delete_ignoring_missing, has_condition, publish};
+use super::reasons::{ConditionType, Reason};
+use super::slots::Listed;
 use super::{Context, Error};
 use crate::pod::{MANAGER, owned_by, snapshot_name};
 
@@ -74,25 +78,63 @@ impl<'a> RunReconcile<'a> {
         &self.draft.status
     }
 
-    // Reads.
+    // Reads: from the watch caches when the binary runs them ([`super::caches`]), else GETs.
 
-    /// Pod `name` of the Run's namespace.
+    /// Pod `name` of the Run's namespace (a worker pod: the pod cache holds them all).
     pub(super) async fn pod(&self, name: &str) -> Result<Option<Pod>, Error> {
+        if let Some(store) = ready(&self.ctx.caches.pods).await {
+            return Ok(store
+                .get(&ObjectRef::new(name).within(&self.ns))
+                .map(|p| (*p).clone()));
+        }
         Ok(self.pods.get_opt(name).await?)
     }
 
-    /// The Run's snapshot ConfigMap.
+    /// The Run's snapshot ConfigMap. A snapshot the cache does not show yet although the
+    /// status says it was taken (a cache behind a fresh apply) is read from the API server:
+    /// snapshotting again could take a newer Workflow than the one the run started from.
     pub(super) async fn snapshot(&self) -> Result<Option<ConfigMap>, Error> {
+        let name = snapshot_name(&self.name);
+        if let Some(store) = ready(&self.ctx.caches.snapshots).await {
+            let cached = store.get(&ObjectRef::new(&name).within(&self.ns));
+            let taken = has_condition(
+                &self.original.conditions,
+                ConditionType::Ready,
+                Some(Reason::Snapshotted),
+            );
+            if cached.is_some() || !taken {
+                return Ok(cached.map(|c| (*c).clone()));
+            }
+        }
+        Ok(self.cms.get_opt(&name).await?)
+    }
+
+    /// The Run's snapshot ConfigMap as the API server has it now: a dormant or resumed run
+    /// reads what its last worker or reconcile recorded there (a cache may be behind).
+    pub(super) async fn snapshot_now(&self) -> Result<Option<ConfigMap>, Error> {
         Ok(self.cms.get_opt(&snapshot_name(&self.name)).await?)
     }
 
     /// Workflow `name` of the Run's namespace.
     pub(super) async fn workflow(&self, name: &str) -> Result<Option<Workflow>, Error> {
+        if let Some(store) = ready(&self.ctx.caches.workflows).await {
+            return Ok(store
+                .get(&ObjectRef::new(name).within(&self.ns))
+                .map(|w| (*w).clone()));
+        }
         Ok(self.wfs.get_opt(name).await?)
     }
 
     /// The Workflows of the Run's namespace.
     pub(super) async fn workflows(&self) -> Result<Vec<Workflow>, Error> {
+        if let Some(store) = ready(&self.ctx.caches.workflows).await {
+            return Ok(store
+                .state()
+                .iter()
+                .filter(|w| w.metadata.namespace.as_deref() == Some(self.ns.as_str()))
+                .map(|w| (**w).clone())
+                .collect());
+        }
         Ok(self.wfs.list(&ListParams::default()).await?.items)
     }
 
@@ -101,35 +143,40 @@ impl<'a> RunReconcile<'a> {
         &self,
         name: &str,
     ) -> Result<Option<ServiceAccount>, Error> {
+        if let Some(store) = ready(&self.ctx.caches.service_accounts).await {
+            return Ok(store
+                .get(&ObjectRef::new(name).within(&self.ns))
+                .map(|s| (*s).clone()));
+        }
         Ok(self.sas.get_opt(name).await?)
     }
 
-    /// The worker pods of the Run's namespace, (name, holds a slot: not finished): from the
-    /// pod cache when there is one (a LIST per worker start made starting N runs cost O(N²)
-    /// transfer), else a LIST.
-    pub(super) async fn worker_pods(&self) -> Result<Vec<(String, bool)>, Error> {
-        let holds_slot = |p: &Pod| {
-            matches!(
-                p.status.as_ref().and_then(|s| s.phase.as_deref()),
-                None | Some("Pending" | "Running")
-            )
-        };
-        Ok(match &self.ctx.worker_pods {
-            Some(store) if store.wait_until_ready().await.is_ok() => store
-                .state()
-                .iter()
-                .filter(|p| p.metadata.namespace.as_deref() == Some(self.ns.as_str()))
-                .map(|p| (p.name_any(), holds_slot(p)))
-                .collect(),
-            _ => self
-                .pods
-                .list(&ListParams::default().labels(&super::worker_selector()))
-                .await?
-                .items
-                .iter()
-                .map(|p| (p.name_any(), holds_slot(p)))
-                .collect(),
-        })
+    /// How the worker pods of the Run's namespace are read for the concurrency limit: the
+    /// pod cache (read under the start gate's lock) when there is one — a LIST per worker
+    /// start made starting N runs cost O(N²) transfer — else a LIST now.
+    pub(super) async fn worker_pod_listing(&self) -> Result<PodListing, Error> {
+        if let Some(store) = ready(&self.ctx.caches.pods).await {
+            return Ok(PodListing::Cache(store.clone()));
+        }
+        let listed = self
+            .pods
+            .list(&ListParams::default().labels(&super::worker_selector()))
+            .await?
+            .items
+            .iter()
+            .map(|p| (p.name_any(), holds_slot(p)))
+            .collect();
+        Ok(PodListing::Listed(listed))
+    }
+
+    /// Runs of the namespace waiting for a worker slot that were created before this one
+    /// (they take the free slots first); 0 without a Run cache.
+    pub(super) fn queued_ahead(&self) -> usize {
+        self.ctx
+            .caches
+            .runs
+            .as_ref()
+            .map_or(0, |runs| super::caches::queued_ahead(runs, self.run))
     }
 
     // Writes whose answer decides what follows.
@@ -245,6 +292,38 @@ impl<'a> RunReconcile<'a> {
             publish(ctx, run, n.type_, n.reason, n.note).await;
         }
         Ok(())
+    }
+}
+
+/// A cache that has listed once; `None` without one, or while its first list fails.
+async fn ready<K>(cache: &Option<Store<K>>) -> Option<&Store<K>>
+where
+    K: kube::Resource + Clone + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    let store = cache.as_ref()?;
+    store.wait_until_ready().await.ok()?;
+    Some(store)
+}
+
+/// Where the worker pods of a namespace are read for the concurrency limit.
+pub(super) enum PodListing {
+    Cache(Store<Pod>),
+    Listed(Listed),
+}
+
+impl PodListing {
+    /// The worker pods of `ns`, (name, holds a slot).
+    pub(super) fn read(&self, ns: &str) -> Listed {
+        match self {
+            PodListing::Cache(store) => store
+                .state()
+                .iter()
+                .filter(|p| p.metadata.namespace.as_deref() == Some(ns))
+                .map(|p| (p.name_any(), holds_slot(p)))
+                .collect(),
+            PodListing::Listed(l) => l.clone(),
+        }
     }
 }
 

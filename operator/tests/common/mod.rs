@@ -62,7 +62,7 @@ impl TestContext for Context {
                 instance: None,
             },
             now: fixed_now,
-            worker_pods: None,
+            caches: Default::default(),
             nats_copies: Default::default(),
             starts: Default::default(),
             jetstream: None,

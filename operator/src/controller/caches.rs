@@ -1,0 +1,228 @@
+//! The watch caches the Run reconciler reads instead of GETs: worker pods, snapshot
+//! ConfigMaps, Workflows, the worker ServiceAccounts and the Runs themselves. The binary feeds
+//! them ([`CacheWriters`]); the pod and Workflow caches are fed by the same streams that
+//! trigger Run reconciles, so a reconcile never sees a cache older than what triggered it.
+//! Without a cache (`None`, the reconcile tests) a read goes to the API server.
+
+use std::cmp::Ordering;
+
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, ServiceAccount};
+use kube::ResourceExt;
+use kube::runtime::reflector::{self, ObjectRef, Store, store::Writer};
+use openwop_crds::{Run, RunPhase, Workflow};
+
+use super::reasons::{ConditionType, Reason};
+
+/// Read sides of the caches; `None` reads from the API server.
+#[derive(Default, Clone)]
+pub struct Caches {
+    /// Worker pods (labels `component=worker`, `managed-by`).
+    pub pods: Option<Store<Pod>>,
+    /// Snapshot ConfigMaps (the worker pods' labels).
+    pub snapshots: Option<Store<ConfigMap>>,
+    pub workflows: Option<Store<Workflow>>,
+    /// The worker ServiceAccount (`worker.serviceAccountName`) of every namespace.
+    pub service_accounts: Option<Store<ServiceAccount>>,
+    /// This instance's Runs (the queue order of [`queued_ahead`]).
+    pub runs: Option<Store<Run>>,
+}
+
+/// Write sides of [`Caches`] but the Runs', for the binary's watches.
+pub struct CacheWriters {
+    pub pods: Writer<Pod>,
+    pub snapshots: Writer<ConfigMap>,
+    pub workflows: Writer<Workflow>,
+    pub service_accounts: Writer<ServiceAccount>,
+}
+
+impl Caches {
+    /// Empty caches, their writers, and the Runs' writer (the Run controller's own store).
+    pub fn new() -> (Caches, CacheWriters, Writer<Run>) {
+        let (pods, pods_w) = reflector::store();
+        let (snapshots, snapshots_w) = reflector::store();
+        let (workflows, workflows_w) = reflector::store();
+        let (service_accounts, sas_w) = reflector::store();
+        let (runs, runs_w) = reflector::store();
+        (
+            Caches {
+                pods: Some(pods),
+                snapshots: Some(snapshots),
+                workflows: Some(workflows),
+                service_accounts: Some(service_accounts),
+                runs: Some(runs),
+            },
+            CacheWriters {
+                pods: pods_w,
+                snapshots: snapshots_w,
+                workflows: workflows_w,
+                service_accounts: sas_w,
+            },
+            runs_w,
+        )
+    }
+}
+
+/// Whether a worker pod holds one of its namespace's slots: it has not finished (a pod being
+/// deleted may still run its worker, so it holds its slot until it is gone).
+pub(super) fn holds_slot(p: &Pod) -> bool {
+    matches!(
+        p.status.as_ref().and_then(|s| s.phase.as_deref()),
+        None | Some("Pending" | "Running")
+    )
+}
+
+/// Queue order: creation time, then name (creation times have one-second resolution).
+fn queue_order(a: &Run, b: &Run) -> Ordering {
+    let key = |r: &Run| (r.metadata.creation_timestamp.clone().map(|t| t.0), r.name_any());
+    key(a).cmp(&key(b))
+}
+
+/// Whether `run` waits for a worker slot: no worker, not yet started or queued, and nothing
+/// else holding it back (a missing or invalid Workflow, a refused pod, a crash backoff, a
+/// wait). Runs that wait for a slot start in creation order.
+fn waits_for_slot(run: &Run) -> bool {
+    let Some(st) = run.status.as_ref() else {
+        return true;
+    };
+    let blocked = st.conditions.iter().any(|c| {
+        (c.type_ == ConditionType::Ready.as_str() && c.status == "False")
+            || (c.type_ == ConditionType::Scheduled.as_str()
+                && c.status == "False"
+                && c.reason != Reason::Queued.as_str())
+    });
+    st.worker_pod.is_none()
+        && matches!(st.phase, None | Some(RunPhase::Pending))
+        && st.retry_after.is_none()
+        && !blocked
+        && run.spec.cancel != Some(true)
+}
+
+/// The runs of `run`'s namespace that wait for a slot and were created before it.
+pub(super) fn queued_ahead(runs: &Store<Run>, run: &Run) -> usize {
+    let ns = run.namespace();
+    runs.state()
+        .iter()
+        .filter(|r| r.namespace() == ns && r.uid() != run.uid())
+        .filter(|r| queue_order(r, run) == Ordering::Less && waits_for_slot(r))
+        .count()
+}
+
+/// When a worker pod of namespace `ns` frees its slot: the oldest runs waiting for a slot, as
+/// many as slots are free (`limit` less the unfinished worker pods), to be reconciled now
+/// instead of at their next look at the queue.
+pub fn next_in_queue(
+    runs: &Store<Run>,
+    pods: &Store<Pod>,
+    ns: &str,
+    limit: usize,
+) -> Vec<ObjectRef<Run>> {
+    let active = pods
+        .state()
+        .iter()
+        .filter(|p| p.namespace().as_deref() == Some(ns) && holds_slot(p))
+        .count();
+    let free = limit.saturating_sub(active);
+    if free == 0 {
+        return vec![];
+    }
+    let mut waiting: Vec<_> = runs
+        .state()
+        .into_iter()
+        .filter(|r| r.namespace().as_deref() == Some(ns) && waits_for_slot(r))
+        .collect();
+    waiting.sort_by(|a, b| queue_order(a, b));
+    waiting
+        .iter()
+        .take(free)
+        .map(|r| ObjectRef::from_obj(r.as_ref()))
+        .collect()
+}
+
+/// The Runs a worker pod's change concerns: its own Run, and when the pod frees its slot
+/// (finished or being deleted) the next runs of its namespace's queue ([`next_in_queue`]).
+pub fn pod_triggers(
+    runs: &Store<Run>,
+    pods: &Store<Pod>,
+    limit: usize,
+    pod: &Pod,
+) -> Vec<ObjectRef<Run>> {
+    let ns = pod.namespace().unwrap_or_default();
+    let mut refs: Vec<ObjectRef<Run>> = pod
+        .owner_references()
+        .iter()
+        .filter(|o| o.controller == Some(true) && o.kind == "Run")
+        .map(|o| ObjectRef::new(&o.name).within(&ns))
+        .collect();
+    if !holds_slot(pod) || pod.metadata.deletion_timestamp.is_some() {
+        refs.extend(next_in_queue(runs, pods, &ns, limit));
+    }
+    refs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::runtime::watcher;
+    use serde_json::json;
+
+    fn run(name: &str, created: &str, status: serde_json::Value) -> Run {
+        serde_json::from_value(json!({
+            "apiVersion": "openwop.dev/v1alpha1", "kind": "Run",
+            "metadata": {"name": name, "namespace": "ns", "uid": name,
+                         "creationTimestamp": created},
+            "spec": {"workflowRef": {"name": "w"}},
+            "status": status}))
+        .unwrap()
+    }
+
+    fn queued() -> serde_json::Value {
+        json!({"phase": "pending", "conditions": [
+            {"type": "Ready", "status": "True", "reason": "Snapshotted", "message": "",
+             "lastTransitionTime": "2025-06-15T15:00:00Z"},
+            {"type": "Scheduled", "status": "False", "reason": "Queued", "message": "",
+             "lastTransitionTime": "2025-06-15T15:00:00Z"}]})
+    }
+
+    fn store<K>(objs: Vec<K>) -> Store<K>
+    where
+        K: kube::Resource + Clone + 'static,
+        K::DynamicType: Default + Eq + std::hash::Hash + Clone,
+    {
+        let (s, mut w) = reflector::store();
+        w.apply_watcher_event(&watcher::Event::Init);
+        for o in objs {
+            w.apply_watcher_event(&watcher::Event::InitApply(o));
+        }
+        w.apply_watcher_event(&watcher::Event::InitDone);
+        s
+    }
+
+    #[test]
+    fn runs_wait_for_a_slot_in_creation_order_and_blocked_runs_do_not_hold_the_queue() {
+        let t = |s: u32| format!("2025-06-15T15:00:{s:02}Z");
+        let missing_wf = json!({"phase": "pending", "conditions": [
+            {"type": "Ready", "status": "False", "reason": "WorkflowNotFound", "message": "",
+             "lastTransitionTime": "2025-06-15T15:00:00Z"}]});
+        let running = json!({"phase": "running", "workerPod": "a-w1"});
+        let runs = vec![
+            run("a", &t(0), running),
+            run("b", &t(1), missing_wf),
+            run("c", &t(2), queued()),
+            run("d", &t(2), json!(null)),
+            run("e", &t(3), queued()),
+        ];
+        let all = store(runs.clone());
+        assert_eq!(queued_ahead(&all, &runs[0]), 0);
+        assert_eq!(queued_ahead(&all, &runs[2]), 0, "b is blocked on its Workflow");
+        assert_eq!(queued_ahead(&all, &runs[3]), 1, "same second: by name");
+        assert_eq!(queued_ahead(&all, &runs[4]), 2);
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "a-w1", "namespace": "ns"}, "status": {"phase": "Running"}}))
+        .unwrap();
+        let pods = store(vec![pod]);
+        let names = |v: Vec<ObjectRef<Run>>| v.into_iter().map(|r| r.name).collect::<Vec<_>>();
+        assert_eq!(names(next_in_queue(&all, &pods, "ns", 3)), ["c", "d"]);
+        assert!(next_in_queue(&all, &pods, "ns", 1).is_empty(), "no free slot");
+        assert!(next_in_queue(&all, &pods, "other", 3).is_empty());
+    }
+}
