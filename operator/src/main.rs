@@ -14,7 +14,7 @@ use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, ServiceAccount};
 use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::controller::Controller;
+use kube::runtime::controller::{self, Controller};
 use kube::runtime::events::Reporter;
 use kube::runtime::reflector::{self, ObjectRef, reflector};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -141,6 +141,7 @@ async fn main() -> anyhow::Result<()> {
         caches,
         nats_copies: Default::default(),
         starts: Default::default(),
+        superseded: Default::default(),
         jetstream: cfg
             .events
             .nats_url
@@ -394,6 +395,13 @@ where
     }
 }
 
+/// A Run's reconcile waits this long after the last change that asks for it: a worker pod
+/// goes created → bound → Running within a fraction of a second, and the event consumer writes
+/// a run's status at each node, so a reconcile per change would look at one transition after
+/// another (7.4 reconciles per run at 200 Runs at once before). Trailing-edge, so it also
+/// delays each reconcile by this much.
+const RUN_DEBOUNCE: Duration = Duration::from_millis(250);
+
 async fn run_controllers(
     client: Client,
     ctx: Arc<Context>,
@@ -464,6 +472,7 @@ async fn run_controllers(
                 .map(|r| ObjectRef::from_obj(r.as_ref()))
                 .collect::<Vec<_>>()
         })
+        .with_config(controller::Config::default().debounce(RUN_DEBOUNCE))
         .shutdown_on_signal()
         .run(reconcile_run, error_policy, ctx.clone())
         .for_each(move |r| {

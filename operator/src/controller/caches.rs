@@ -5,6 +5,8 @@
 //! Without a cache (`None`, the reconcile tests) a read goes to the API server.
 
 use std::cmp::Ordering;
+use std::collections::HashMap;
+use std::sync::Mutex;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, ServiceAccount};
 use kube::ResourceExt;
@@ -62,6 +64,48 @@ impl Caches {
     }
 }
 
+/// Per Run (uid): the resourceVersion its last status write by this reconciler replaced. A
+/// reconcile of that copy would act on a status the reconciler already changed (starting a
+/// worker it started, writing a status that fails its precondition); the write's own watch
+/// event brings the fresh copy and another reconcile, so the stale one is skipped.
+#[derive(Default)]
+pub struct Superseded(Mutex<HashMap<String, String>>);
+
+impl Superseded {
+    /// A status write replaced `run`'s copy at `rv`.
+    pub(super) fn record(&self, run: &Run, rv: &str) {
+        if let Some(uid) = run.uid() {
+            let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
+            m.insert(uid, rv.to_owned());
+        }
+    }
+
+    /// Whether `run` is a copy a status write of this reconciler already replaced; a newer
+    /// copy forgets the entry.
+    pub(super) fn is_stale(&self, run: &Run) -> bool {
+        let (Some(uid), Some(rv)) = (run.uid(), run.resource_version()) else {
+            return false;
+        };
+        let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        match m.get(&uid) {
+            Some(old) if *old == rv => true,
+            Some(_) => {
+                m.remove(&uid);
+                false
+            }
+            None => false,
+        }
+    }
+
+    /// The Run is gone.
+    pub(super) fn forget(&self, run: &Run) {
+        if let Some(uid) = run.uid() {
+            let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
+            m.remove(&uid);
+        }
+    }
+}
+
 /// Whether a worker pod holds one of its namespace's slots: it has not finished (a pod being
 /// deleted may still run its worker, so it holds its slot until it is gone).
 pub(super) fn holds_slot(p: &Pod) -> bool {
@@ -97,6 +141,17 @@ fn waits_for_slot(run: &Run) -> bool {
         && run.spec.cancel != Some(true)
 }
 
+/// Whether `run` was queued: `Scheduled=False Queued`.
+fn queued(run: &Run) -> bool {
+    run.status.as_ref().is_some_and(|st| {
+        st.conditions.iter().any(|c| {
+            c.type_ == ConditionType::Scheduled.as_str()
+                && c.status == "False"
+                && c.reason == Reason::Queued.as_str()
+        })
+    })
+}
+
 /// The runs of `run`'s namespace that wait for a slot and were created before it.
 pub(super) fn queued_ahead(runs: &Store<Run>, run: &Run) -> usize {
     let ns = run.namespace();
@@ -107,9 +162,10 @@ pub(super) fn queued_ahead(runs: &Store<Run>, run: &Run) -> usize {
         .count()
 }
 
-/// When a worker pod of namespace `ns` frees its slot: the oldest runs waiting for a slot, as
-/// many as slots are free (`limit` less the unfinished worker pods), to be reconciled now
-/// instead of at their next look at the queue.
+/// When a worker pod of namespace `ns` frees its slot: the oldest queued runs (`Scheduled=False
+/// Queued`), as many as slots are free (`limit` less the unfinished worker pods), to be
+/// reconciled now instead of at their next look at the queue. Runs not queued yet are
+/// reconciled anyway (their own creation triggers it).
 pub fn next_in_queue(
     runs: &Store<Run>,
     pods: &Store<Pod>,
@@ -128,7 +184,7 @@ pub fn next_in_queue(
     let mut waiting: Vec<_> = runs
         .state()
         .into_iter()
-        .filter(|r| r.namespace().as_deref() == Some(ns) && waits_for_slot(r))
+        .filter(|r| r.namespace().as_deref() == Some(ns) && queued(r) && waits_for_slot(r))
         .collect();
     waiting.sort_by(|a, b| queue_order(a, b));
     waiting
@@ -198,6 +254,23 @@ mod tests {
     }
 
     #[test]
+    fn a_copy_replaced_by_a_status_write_is_stale_until_a_newer_one_arrives() {
+        let mut r = run("a", "2025-06-15T15:00:00Z", json!(null));
+        r.metadata.resource_version = Some("10".into());
+        let s = Superseded::default();
+        assert!(!s.is_stale(&r));
+        s.record(&r, "10");
+        assert!(s.is_stale(&r), "the cache has not caught up with the write");
+        r.metadata.resource_version = Some("11".into());
+        assert!(!s.is_stale(&r));
+        r.metadata.resource_version = Some("10".into());
+        assert!(!s.is_stale(&r), "forgotten once a newer copy was seen");
+        s.record(&r, "10");
+        s.forget(&r);
+        assert!(!s.is_stale(&r));
+    }
+
+    #[test]
     fn runs_wait_for_a_slot_in_creation_order_and_blocked_runs_do_not_hold_the_queue() {
         let t = |s: u32| format!("2025-06-15T15:00:{s:02}Z");
         let missing_wf = json!({"phase": "pending", "conditions": [
@@ -221,7 +294,11 @@ mod tests {
         .unwrap();
         let pods = store(vec![pod]);
         let names = |v: Vec<ObjectRef<Run>>| v.into_iter().map(|r| r.name).collect::<Vec<_>>();
-        assert_eq!(names(next_in_queue(&all, &pods, "ns", 3)), ["c", "d"]);
+        assert_eq!(
+            names(next_in_queue(&all, &pods, "ns", 3)),
+            ["c", "e"],
+            "queued runs only: d is reconciled for its creation anyway"
+        );
         assert!(next_in_queue(&all, &pods, "ns", 1).is_empty(), "no free slot");
         assert!(next_in_queue(&all, &pods, "other", 3).is_empty());
     }

@@ -47,7 +47,7 @@ mod workflow;
 
 pub use common::backoff_seconds;
 pub use run::reconcile_run;
-pub use caches::{CacheWriters, Caches, pod_triggers};
+pub use caches::{CacheWriters, Caches, Superseded, pod_triggers};
 pub use slots::StartGate;
 pub use start::worker_selector;
 pub use workflow::reconcile_workflow;
@@ -115,6 +115,9 @@ pub struct Context {
     pub jetstream: Option<crate::events::JetStreamSlot>,
     /// The worker slots reserved per namespace (the exact concurrency limit).
     pub starts: StartGate,
+    /// Run copies this reconciler's status writes replaced (skipped when a cache delivers
+    /// them late).
+    pub superseded: Superseded,
 }
 
 /// Per namespace: the NATS credentials of the copy last applied, and when.

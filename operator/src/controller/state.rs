@@ -80,12 +80,14 @@ impl<'a> RunReconcile<'a> {
 
     // Reads: from the watch caches when the binary runs them ([`super::caches`]), else GETs.
 
-    /// Pod `name` of the Run's namespace (a worker pod: the pod cache holds them all).
+    /// Worker pod `name` of the Run's namespace. A pod the cache does not show is read from
+    /// the API server: a pod just created may not have reached the cache yet, and reading it
+    /// as missing would count a crash.
     pub(super) async fn pod(&self, name: &str) -> Result<Option<Pod>, Error> {
-        if let Some(store) = ready(&self.ctx.caches.pods).await {
-            return Ok(store
-                .get(&ObjectRef::new(name).within(&self.ns))
-                .map(|p| (*p).clone()));
+        if let Some(store) = ready(&self.ctx.caches.pods).await
+            && let Some(p) = store.get(&ObjectRef::new(name).within(&self.ns))
+        {
+            return Ok(Some((*p).clone()));
         }
         Ok(self.pods.get_opt(name).await?)
     }
@@ -281,6 +283,9 @@ impl<'a> RunReconcile<'a> {
                 &Patch::Apply(&patch),
             )
             .await?;
+            if let Some(rv) = run.resource_version() {
+                ctx.superseded.record(run, &rv);
+            }
         }
         for p in &draft.delete_pods {
             delete_ignoring_missing(&pods, p).await?;

@@ -65,6 +65,7 @@ impl TestContext for Context {
             caches: Default::default(),
             nats_copies: Default::default(),
             starts: Default::default(),
+            superseded: Default::default(),
             jetstream: None,
         };
         edit(&mut ctx);
