@@ -402,6 +402,11 @@ where
 /// delays each reconcile by this much.
 const RUN_DEBOUNCE: Duration = Duration::from_millis(250);
 
+/// Run reconciles at once. Worker starts no longer wait for each other, so without a bound a
+/// batch of Runs sent one API request per Run at the same moment, and the leader lease's
+/// renewal (same client, same API server flow) queued behind them.
+const RUN_CONCURRENCY: u16 = 32;
+
 async fn run_controllers(
     client: Client,
     ctx: Arc<Context>,
@@ -472,7 +477,11 @@ async fn run_controllers(
                 .map(|r| ObjectRef::from_obj(r.as_ref()))
                 .collect::<Vec<_>>()
         })
-        .with_config(controller::Config::default().debounce(RUN_DEBOUNCE))
+        .with_config(
+            controller::Config::default()
+                .debounce(RUN_DEBOUNCE)
+                .concurrency(RUN_CONCURRENCY),
+        )
         .shutdown_on_signal()
         .run(reconcile_run, error_policy, ctx.clone())
         .for_each(move |r| {

@@ -300,15 +300,28 @@ impl<'a> RunReconcile<'a> {
     }
 }
 
-/// A cache that has listed once; `None` without one, or while its first list fails.
+/// How long a read waits for a cache's first list before reading from the API server.
+const CACHE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// A cache that has listed once; `None` without one, or while its first list has not finished
+/// within [`CACHE_WAIT`] (a watch that fails must not hold the reconciles: they read from the
+/// API server meanwhile).
 async fn ready<K>(cache: &Option<Store<K>>) -> Option<&Store<K>>
 where
     K: kube::Resource + Clone + 'static,
-    K::DynamicType: Eq + std::hash::Hash + Clone,
+    K::DynamicType: Eq + std::hash::Hash + Clone + Default,
 {
     let store = cache.as_ref()?;
-    store.wait_until_ready().await.ok()?;
-    Some(store)
+    match tokio::time::timeout(CACHE_WAIT, store.wait_until_ready()).await {
+        Ok(Ok(())) => Some(store),
+        _ => {
+            tracing::warn!(
+                kind = %K::kind(&K::DynamicType::default()),
+                "the watch cache has not listed yet; reading from the API server"
+            );
+            None
+        }
+    }
 }
 
 /// Where the worker pods of a namespace are read for the concurrency limit.
