@@ -576,6 +576,8 @@ struct Measured {
     done: f64,
     /// API server requests meanwhile (all clients).
     requests: f64,
+    /// The operator restarted meanwhile (its own figures are partial).
+    restarted: bool,
 }
 
 async fn runs_at_once(c: &Cluster, n: usize) -> Measured {
@@ -627,6 +629,13 @@ async fn runs_at_once(c: &Cluster, n: usize) -> Measured {
 
     let peak_rss = *peak.lock().unwrap();
     let hwm = status_kib(pid, "VmHWM").unwrap_or(0);
+    // A restarted operator (e.g. its leader lease lapsed) resets its counters and its RSS.
+    let restarted = operator_pid(c).await != pid;
+    if restarted {
+        println!(
+            "scale: WARNING the operator restarted during the measurement: its reconciles, CPU and RSS below are partial"
+        );
+    }
     for w in watches {
         w.abort();
     }
@@ -689,6 +698,7 @@ async fn runs_at_once(c: &Cluster, n: usize) -> Measured {
     Measured {
         done: all_done.as_secs_f64(),
         requests,
+        restarted,
     }
 }
 
@@ -780,6 +790,7 @@ async fn bare_pods_baseline(c: &Cluster, n: usize) -> Measured {
     Measured {
         done: all_done.as_secs_f64(),
         requests,
+        restarted: false,
     }
 }
 
@@ -808,14 +819,19 @@ async fn runs_at_once_beside_bare_pods() {
         let pods = bare_pods_baseline(&c, n).await;
         let runs = runs_at_once(&c, n).await;
         println!(
-            "FIGURES scale {n}: Runs all completed after {:.2} s vs bare pods {:.2} s: {:.2}x; API requests per run {:.1} vs per bare pod {:.1}: {:.2}x ({} builds)",
+            "FIGURES scale {n}: Runs all completed after {:.2} s vs bare pods {:.2} s: {:.2}x; API requests per run {:.1} vs per bare pod {:.1}: {:.2}x ({} builds{})",
             runs.done,
             pods.done,
             runs.done / pods.done,
             runs.requests / n as f64,
             pods.requests / n as f64,
             runs.requests / pods.requests,
-            build_profile()
+            build_profile(),
+            if runs.restarted {
+                "; the operator restarted meanwhile"
+            } else {
+                ""
+            }
         );
     }
     uninstall(&c);

@@ -349,13 +349,7 @@ async fn lead_then_run(
     let controllers = async {
         publish_discovery(&client, &cfg, &registry).await?;
         tokio::join!(
-            run_controllers(
-                client.clone(),
-                ctx,
-                writers,
-                run_controller,
-                runs_listable
-            ),
+            run_controllers(client.clone(), ctx, writers, run_controller, runs_listable),
             openwop_operator::events::run_consumer(client.clone(), cfg.clone(), Some(runs), slot),
         );
         anyhow::Ok(())

@@ -102,7 +102,10 @@ pub(super) async fn limit_leg(c: &Cluster) {
         .iter()
         .map(|r| {
             let created = r.metadata.creation_timestamp.clone().map(|t| t.0);
-            (created.map(|t| t.to_string()).unwrap_or_default(), r.name_any())
+            (
+                created.map(|t| t.to_string()).unwrap_or_default(),
+                r.name_any(),
+            )
         })
         .collect();
     order.sort();

@@ -117,7 +117,12 @@ pub(super) fn holds_slot(p: &Pod) -> bool {
 
 /// Queue order: creation time, then name (creation times have one-second resolution).
 fn queue_order(a: &Run, b: &Run) -> Ordering {
-    let key = |r: &Run| (r.metadata.creation_timestamp.clone().map(|t| t.0), r.name_any());
+    let key = |r: &Run| {
+        (
+            r.metadata.creation_timestamp.clone().map(|t| t.0),
+            r.name_any(),
+        )
+    };
     key(a).cmp(&key(b))
 }
 
@@ -286,7 +291,11 @@ mod tests {
         ];
         let all = store(runs.clone());
         assert_eq!(queued_ahead(&all, &runs[0]), 0);
-        assert_eq!(queued_ahead(&all, &runs[2]), 0, "b is blocked on its Workflow");
+        assert_eq!(
+            queued_ahead(&all, &runs[2]),
+            0,
+            "b is blocked on its Workflow"
+        );
         assert_eq!(queued_ahead(&all, &runs[3]), 1, "same second: by name");
         assert_eq!(queued_ahead(&all, &runs[4]), 2);
         let pod: Pod = serde_json::from_value(json!({
@@ -299,7 +308,10 @@ mod tests {
             ["c", "e"],
             "queued runs only: d is reconciled for its creation anyway"
         );
-        assert!(next_in_queue(&all, &pods, "ns", 1).is_empty(), "no free slot");
+        assert!(
+            next_in_queue(&all, &pods, "ns", 1).is_empty(),
+            "no free slot"
+        );
         assert!(next_in_queue(&all, &pods, "other", 3).is_empty());
     }
 }

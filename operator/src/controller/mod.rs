@@ -31,8 +31,8 @@ use openwop_protocol::workflow_check::NodeRegistry;
 use crate::config::OperatorConfig;
 use crate::metrics::Metrics;
 
-mod cancel;
 mod caches;
+mod cancel;
 mod common;
 mod ending;
 mod namespace;
@@ -45,9 +45,9 @@ mod state;
 mod waits;
 mod workflow;
 
+pub use caches::{CacheWriters, Caches, Superseded, pod_triggers};
 pub use common::backoff_seconds;
 pub use run::reconcile_run;
-pub use caches::{CacheWriters, Caches, Superseded, pod_triggers};
 pub use slots::StartGate;
 pub use start::worker_selector;
 pub use workflow::reconcile_workflow;

@@ -53,9 +53,8 @@ impl StartGate {
         let mut all = self.0.lock().unwrap_or_else(|e| e.into_inner());
         let reserved = all.entry(ns.to_owned()).or_default();
         let listed = listed();
-        reserved.retain(|name, at| {
-            at.elapsed() < UNSEEN_TTL && !listed.iter().any(|(n, _)| n == name)
-        });
+        reserved
+            .retain(|name, at| at.elapsed() < UNSEEN_TTL && !listed.iter().any(|(n, _)| n == name));
         let own = reserved.contains_key(pod) || listed.iter().any(|(n, slot)| n == pod && *slot);
         let active = listed.iter().filter(|(_, slot)| *slot).count() + reserved.len();
         if !own && active + ahead >= limit {
@@ -175,7 +174,10 @@ mod tests {
             gate.reserve("ns", "a-w1", 1, 0, || cache(&[("a-w1", true)]))
                 .is_ok()
         );
-        assert!(gate.reserve("ns", "b-w1", 1, 0, || cache(&[("a-w1", true)])).is_err());
+        assert!(
+            gate.reserve("ns", "b-w1", 1, 0, || cache(&[("a-w1", true)]))
+                .is_err()
+        );
     }
 
     /// Concurrent reserve / create / release against a cache that catches up late: the pods
@@ -249,7 +251,13 @@ mod tests {
         stop.store(true, Ordering::Relaxed);
         catch_up.join().unwrap();
         let peak = peak.load(Ordering::SeqCst);
-        assert!(peak <= LIMIT, "{peak} pods held a slot at once (limit {LIMIT})");
-        assert_eq!(peak, LIMIT, "the limit was reached: the test exercised contention");
+        assert!(
+            peak <= LIMIT,
+            "{peak} pods held a slot at once (limit {LIMIT})"
+        );
+        assert_eq!(
+            peak, LIMIT,
+            "the limit was reached: the test exercised contention"
+        );
     }
 }
