@@ -114,7 +114,7 @@ pub(super) async fn limit_leg(c: &Cluster) {
         .enumerate()
         .map(|(i, (_, name))| (name.clone(), i))
         .collect();
-    let s = seen.lock().unwrap();
+    let s = std::mem::take(&mut *seen.lock().unwrap());
     assert_eq!(s.started.len(), n, "every run's worker pod was seen");
     // When each run started: how many runs before it in the queue had not started yet.
     let mut started = vec![false; n];
