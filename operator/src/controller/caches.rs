@@ -14,6 +14,7 @@ use kube::runtime::reflector::{self, ObjectRef, Store, store::Writer};
 use openwop_crds::{Run, RunPhase, Workflow};
 
 use super::reasons::{ConditionType, Reason};
+use crate::pod::pod_name;
 
 /// Read sides of the caches; `None` reads from the API server.
 #[derive(Default, Clone)]
@@ -157,13 +158,19 @@ fn queued(run: &Run) -> bool {
     })
 }
 
-/// The runs of `run`'s namespace that wait for a slot and were created before it.
-pub(super) fn queued_ahead(runs: &Store<Run>, run: &Run) -> usize {
+/// The runs of `run`'s namespace that wait for a slot and were created before it; a run
+/// whose next worker pod already holds a slot (`counted`: being created, or created and its
+/// status not written yet) is starting, not waiting.
+pub(super) fn queued_ahead(runs: &Store<Run>, run: &Run, counted: &dyn Fn(&str) -> bool) -> usize {
     let ns = run.namespace();
     runs.state()
         .iter()
         .filter(|r| r.namespace() == ns && r.uid() != run.uid())
         .filter(|r| queue_order(r, run) == Ordering::Less && waits_for_slot(r))
+        .filter(|r| {
+            let attempt = r.status.as_ref().and_then(|s| s.attempts).unwrap_or(0) + 1;
+            !counted(&pod_name(&r.name_any(), attempt))
+        })
         .count()
 }
 
@@ -290,14 +297,25 @@ mod tests {
             run("e", &t(3), queued()),
         ];
         let all = store(runs.clone());
-        assert_eq!(queued_ahead(&all, &runs[0]), 0);
+        let none = |_: &str| false;
+        assert_eq!(queued_ahead(&all, &runs[0], &none), 0);
         assert_eq!(
-            queued_ahead(&all, &runs[2]),
+            queued_ahead(&all, &runs[2], &none),
             0,
             "b is blocked on its Workflow"
         );
-        assert_eq!(queued_ahead(&all, &runs[3]), 1, "same second: by name");
-        assert_eq!(queued_ahead(&all, &runs[4]), 2);
+        assert_eq!(
+            queued_ahead(&all, &runs[3], &none),
+            1,
+            "same second: by name"
+        );
+        assert_eq!(queued_ahead(&all, &runs[4], &none), 2);
+        let c_starting = |p: &str| p == "c-w1";
+        assert_eq!(
+            queued_ahead(&all, &runs[4], &c_starting),
+            1,
+            "c's pod holds a slot: it is starting"
+        );
         let pod: Pod = serde_json::from_value(json!({
             "metadata": {"name": "a-w1", "namespace": "ns"}, "status": {"phase": "Running"}}))
         .unwrap();

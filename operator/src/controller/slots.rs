@@ -41,13 +41,15 @@ impl StartGate {
     /// Reserves a slot for worker pod `pod` in `ns` when fewer than `limit` are taken and more
     /// than `ahead` (runs queued before this one) are free. `listed` reads the pod cache; it
     /// is called under the lock. A pod already counted (listed holding a slot, or reserved) is
-    /// this run's own: its slot is admitted again without counting it twice.
+    /// this run's own: its slot is admitted again without counting it twice. `ahead` counts
+    /// the runs queued before this one, given which pods already hold a slot (listed or
+    /// reserved): a run whose pod holds one is starting, not waiting.
     pub(super) fn reserve(
         &self,
         ns: &str,
         pod: &str,
         limit: usize,
-        ahead: usize,
+        ahead: impl FnOnce(&dyn Fn(&str) -> bool) -> usize,
         listed: impl FnOnce() -> Listed,
     ) -> Result<Reservation<'_>, Full> {
         let mut all = self.0.lock().unwrap_or_else(|e| e.into_inner());
@@ -55,6 +57,9 @@ impl StartGate {
         let listed = listed();
         reserved
             .retain(|name, at| at.elapsed() < UNSEEN_TTL && !listed.iter().any(|(n, _)| n == name));
+        let counted =
+            |p: &str| reserved.contains_key(p) || listed.iter().any(|(n, slot)| n == p && *slot);
+        let ahead = ahead(&counted);
         let own = reserved.contains_key(pod) || listed.iter().any(|(n, slot)| n == pod && *slot);
         let active = listed.iter().filter(|(_, slot)| *slot).count() + reserved.len();
         if !own && active + ahead >= limit {
@@ -110,6 +115,11 @@ mod tests {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
+    /// No run queued ahead.
+    fn none(_: &dyn Fn(&str) -> bool) -> usize {
+        0
+    }
+
     fn cache(pods: &[(&str, bool)]) -> Listed {
         pods.iter().map(|(n, s)| (n.to_string(), *s)).collect()
     }
@@ -117,11 +127,11 @@ mod tests {
     #[test]
     fn a_reservation_counts_until_the_cache_shows_its_pod_then_the_cache_counts_it() {
         let gate = StartGate::default();
-        let a = gate.reserve("ns", "a-w1", 2, 0, Vec::new).unwrap();
+        let a = gate.reserve("ns", "a-w1", 2, none, Vec::new).unwrap();
         a.keep();
-        let b = gate.reserve("ns", "b-w1", 2, 0, Vec::new).unwrap();
+        let b = gate.reserve("ns", "b-w1", 2, none, Vec::new).unwrap();
         assert_eq!(
-            gate.reserve("ns", "c-w1", 2, 0, Vec::new).err(),
+            gate.reserve("ns", "c-w1", 2, none, Vec::new).err(),
             Some(Full {
                 active: 2,
                 ahead: 0
@@ -132,12 +142,12 @@ mod tests {
         drop(b);
         assert_eq!(gate.reserved("ns"), 1);
         // The cache shows a-w1 running: counted once, from the cache.
-        let c = gate.reserve("ns", "c-w1", 3, 0, || cache(&[("a-w1", true)]));
+        let c = gate.reserve("ns", "c-w1", 3, none, || cache(&[("a-w1", true)]));
         assert!(c.is_ok());
         c.unwrap().keep();
         assert_eq!(gate.reserved("ns"), 1, "a-w1 left the reservations");
         // a-w1 finished: it holds no slot; c-w1 still reserved.
-        let full = gate.reserve("ns", "d-w1", 1, 0, || cache(&[("a-w1", false)]));
+        let full = gate.reserve("ns", "d-w1", 1, none, || cache(&[("a-w1", false)]));
         assert_eq!(
             full.err(),
             Some(Full {
@@ -146,7 +156,7 @@ mod tests {
             })
         );
         // Other namespaces have their own slots.
-        assert!(gate.reserve("other", "x-w1", 1, 0, Vec::new).is_ok());
+        assert!(gate.reserve("other", "x-w1", 1, none, Vec::new).is_ok());
     }
 
     #[test]
@@ -155,27 +165,36 @@ mod tests {
         // Limit 3, one running, two queued before this run: none free for it.
         let listed = || cache(&[("a-w1", true)]);
         assert_eq!(
-            gate.reserve("ns", "z-w1", 3, 2, listed).err(),
+            gate.reserve("ns", "z-w1", 3, |_| 2, listed).err(),
             Some(Full {
                 active: 1,
                 ahead: 2
             })
         );
-        assert!(gate.reserve("ns", "z-w1", 3, 1, listed).is_ok());
+        assert!(gate.reserve("ns", "z-w1", 3, |_| 1, listed).is_ok());
+        // A run ahead whose pod is reserved is starting, not waiting: not counted twice.
+        let gate = StartGate::default();
+        gate.reserve("ns", "b-w1", 3, none, Vec::new)
+            .unwrap()
+            .keep();
+        let ahead = |counted: &dyn Fn(&str) -> bool| usize::from(!counted("b-w1"));
+        assert!(gate.reserve("ns", "z-w1", 2, ahead, Vec::new).is_ok());
     }
 
     #[test]
     fn a_run_retrying_its_own_start_is_not_counted_twice() {
         let gate = StartGate::default();
-        gate.reserve("ns", "a-w1", 1, 0, Vec::new).unwrap().keep();
+        gate.reserve("ns", "a-w1", 1, none, Vec::new)
+            .unwrap()
+            .keep();
         // The status write was lost; the next reconcile creates the same pod again.
-        assert!(gate.reserve("ns", "a-w1", 1, 0, Vec::new).is_ok());
+        assert!(gate.reserve("ns", "a-w1", 1, none, Vec::new).is_ok());
         assert!(
-            gate.reserve("ns", "a-w1", 1, 0, || cache(&[("a-w1", true)]))
+            gate.reserve("ns", "a-w1", 1, none, || cache(&[("a-w1", true)]))
                 .is_ok()
         );
         assert!(
-            gate.reserve("ns", "b-w1", 1, 0, || cache(&[("a-w1", true)]))
+            gate.reserve("ns", "b-w1", 1, none, || cache(&[("a-w1", true)]))
                 .is_err()
         );
     }
@@ -217,7 +236,7 @@ mod tests {
                     for i in 0..400 {
                         let pod = format!("r{w}-{i}");
                         let read = || cached.lock().unwrap().clone();
-                        let Ok(slot) = gate.reserve("ns", &pod, LIMIT, 0, read) else {
+                        let Ok(slot) = gate.reserve("ns", &pod, LIMIT, none, read) else {
                             std::thread::yield_now();
                             continue;
                         };

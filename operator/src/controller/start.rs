@@ -262,7 +262,7 @@ pub(super) async fn progress(rr: &mut RunReconcile<'_>) -> Result<Action, Error>
     let pod_name = pod_name(&rr.name, attempt);
     let limit = cfg.runs.max_concurrent_per_namespace as usize;
     let listing = rr.worker_pod_listing().await?;
-    let ahead = rr.queued_ahead();
+    let ahead = |counted: &dyn Fn(&str) -> bool| rr.queued_ahead(counted);
     let slot = match ctx
         .starts
         .reserve(&ns, &pod_name, limit, ahead, || listing.read(&ns))

@@ -173,12 +173,11 @@ impl<'a> RunReconcile<'a> {
 
     /// Runs of the namespace waiting for a worker slot that were created before this one
     /// (they take the free slots first); 0 without a Run cache.
-    pub(super) fn queued_ahead(&self) -> usize {
-        self.ctx
-            .caches
-            .runs
-            .as_ref()
-            .map_or(0, |runs| super::caches::queued_ahead(runs, self.run))
+    /// `counted`: whether a worker pod already holds a slot (the start gate's view).
+    pub(super) fn queued_ahead(&self, counted: &dyn Fn(&str) -> bool) -> usize {
+        self.ctx.caches.runs.as_ref().map_or(0, |runs| {
+            super::caches::queued_ahead(runs, self.run, counted)
+        })
     }
 
     // Writes whose answer decides what follows.
