@@ -299,7 +299,7 @@ async fn concurrent_starts_never_exceed_the_namespace_limit() {
     writer.apply_watcher_event(&watcher::Event::InitDone);
     let mut cfg = OperatorConfig::default();
     cfg.runs.max_concurrent_per_namespace = 2;
-    let (ctx, api) = Context::test_with(cfg, |c| c.worker_pods = Some(store));
+    let (ctx, api) = Context::test_with(cfg, |c| c.caches.pods = Some(store));
     let n = 6;
     let runs: Vec<Run> = (0..n)
         .map(|i| {

@@ -6,6 +6,9 @@
 //! * [`run`] — the Run entry point: finalizer (worker pod deletion, purge of the run's
 //!   subjects), the step a reconcile takes, terminal phases and TTLs, timeout;
 //! * [`start`] — snapshot, workflow resolution, the concurrency queue and worker start;
+//! * [`slots`] — the exact per-namespace concurrency limit: slots reserved in memory, pods
+//!   created outside the lock;
+//! * [`caches`] — the watch caches the reconciler reads instead of GETs, and the queue order;
 //! * [`observe`] — the running worker: exit codes, termination summary, crashes and backoff;
 //! * [`cancel`] — `spec.cancel` (and its cascade to child runs);
 //! * [`waits`] — durable waits: timers woken at their time, child runs created and their
@@ -19,17 +22,16 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use kube::Client;
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Recorder, Reporter};
-use kube::runtime::reflector::Store;
 use openwop_protocol::workflow_check::NodeRegistry;
 
 use crate::config::OperatorConfig;
 use crate::metrics::Metrics;
 
+mod caches;
 mod cancel;
 mod common;
 mod ending;
@@ -37,14 +39,17 @@ mod namespace;
 mod observe;
 mod reasons;
 mod run;
+mod slots;
 mod start;
 mod state;
 mod waits;
 mod workflow;
 
+pub use caches::{CacheWriters, Caches, Superseded, pod_triggers};
 pub use common::backoff_seconds;
 pub use run::reconcile_run;
-pub use start::{StartGate, worker_selector};
+pub use slots::StartGate;
+pub use start::worker_selector;
 pub use workflow::reconcile_workflow;
 
 pub use openwop_crds::names::RUN_FINALIZER;
@@ -98,17 +103,21 @@ pub struct Context {
     pub reporter: Reporter,
     /// Injected clock, so tests are deterministic.
     pub now: fn() -> Timestamp,
-    /// Cache of the worker pods (labels `component=worker`, `managed-by`), fed by a watch the
-    /// binary runs; `None` lists them from the API server at each worker start instead.
-    pub worker_pods: Option<Store<Pod>>,
+    /// The watch caches the Run reconciler reads (worker pods, snapshots, Workflows, worker
+    /// ServiceAccounts, Runs), fed by the binary; `Caches::default()` reads from the API
+    /// server instead.
+    pub caches: Caches,
     /// The NATS credentials last applied per namespace (`natsCredentials`) and when, so a
     /// worker start does not re-apply an unchanged copy.
     pub nats_copies: NatsCopies,
     /// JetStream of the run events (set by the event consumer once connected), for the
     /// finalizer's purge of a deleted Run's subjects; `None` without `events.natsUrl`.
     pub jetstream: Option<crate::events::JetStreamSlot>,
-    /// Worker starts serialized per namespace (the exact concurrency limit).
+    /// The worker slots reserved per namespace (the exact concurrency limit).
     pub starts: StartGate,
+    /// Run copies this reconciler's status writes replaced (skipped when a cache delivers
+    /// them late).
+    pub superseded: Superseded,
 }
 
 /// Per namespace: the NATS credentials of the copy last applied, and when.

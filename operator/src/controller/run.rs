@@ -29,6 +29,11 @@ pub async fn reconcile_run(run: Arc<Run>, ctx: Arc<Context>) -> Result<Action, E
         kind: "Run",
         name: run.name_any(),
     })?;
+    // A copy this reconciler's own status write replaced: the write's watch event brings the
+    // fresh copy and reconciles it; acting on this one would redo what was done.
+    if ctx.superseded.is_stale(&run) {
+        return Ok(Action::await_change());
+    }
     let api: Api<Run> = Api::namespaced(ctx.client.clone(), &ns);
     let result = finalizer(&api, RUN_FINALIZER, run, |event| async {
         match event {
@@ -49,6 +54,7 @@ pub async fn reconcile_run(run: Arc<Run>, ctx: Arc<Context>) -> Result<Action, E
 }
 
 async fn cleanup_run(run: Arc<Run>, ctx: Arc<Context>) -> Result<Action, Error> {
+    ctx.superseded.forget(&run);
     let ns = run.namespace().unwrap_or_default();
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
     if let Some(p) = run.status.as_ref().and_then(|s| s.worker_pod.clone()) {

@@ -2,9 +2,7 @@
 //! Workflow when it is missing or not valid, resume on an answer, queue under the
 //! namespace's concurrency limit, and create the worker pod.
 
-use std::collections::HashMap;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -18,6 +16,7 @@ use super::common::{Draft, has_condition, wait_until};
 use super::namespace::{ensure_nats_credentials, ensure_worker_service_account};
 use super::observe::observe_worker;
 use super::reasons::{ConditionType, Reason};
+use super::slots::Full;
 use super::state::{RunReconcile, WorkerState};
 use super::waits;
 use crate::pod::{
@@ -113,7 +112,18 @@ pub(super) async fn progress(rr: &mut RunReconcile<'_>) -> Result<Action, Error>
     if snapshotted && rr.status().worker_pod.is_some() {
         return observe(rr).await;
     }
-    let (snapshot_cm, workflow) = match rr.snapshot().await? {
+    // A dormant or waiting run reads what was recorded in its snapshot (children, answers):
+    // from the API server, not from a cache that may be behind its last write.
+    let st = rr.status();
+    let recorded = !st.timers.is_empty()
+        || !st.child_waits.is_empty()
+        || st.phase.unwrap_or_default().is_waiting();
+    let found = if recorded {
+        rr.snapshot_now().await?
+    } else {
+        rr.snapshot().await?
+    };
+    let (snapshot_cm, workflow) = match found {
         // A deleted Run of the same name left its snapshot (the garbage collector removes it
         // asynchronously): never run from it; remove it and snapshot this run afresh.
         Some(cm) if !owned_by(&cm.metadata, run) => {
@@ -246,24 +256,35 @@ pub(super) async fn progress(rr: &mut RunReconcile<'_>) -> Result<Action, Error>
         status.answered_interrupts.extend(answered);
         resume = true;
     }
-    // Starts in one namespace are serialized and count the pods this operator created that
-    // the pod cache has not seen yet, so concurrent reconciles never exceed the limit.
-    let gate = ctx.starts.namespace(&ns);
-    let mut recent = gate.lock().await;
-    let active = active_workers(&rr.worker_pods().await?, &mut recent);
-    let limit = cfg.runs.max_concurrent_per_namespace as usize;
-    if active >= limit {
-        rr.draft.status.phase = Some(RunPhase::Pending);
-        let msg = format!("{active} runs hold a worker in namespace {ns} (limit {limit}); queued");
-        let scheduled = ConditionType::Scheduled;
-        rr.draft
-            .set_condition(scheduled, false, Reason::Queued, msg);
-        return Ok(Action::requeue(Duration::from_secs(15)));
-    }
+    // The slot is reserved in memory (no API call under the lock); the pod is built and
+    // created outside it, and a failed create releases the slot (module `slots`).
     let attempt = rr.status().attempts.unwrap_or(0) + 1;
+    let pod_name = pod_name(&rr.name, attempt);
+    let limit = cfg.runs.max_concurrent_per_namespace as usize;
+    let listing = rr.worker_pod_listing().await?;
+    let ahead = |counted: &dyn Fn(&str) -> bool| rr.queued_ahead(counted);
+    let slot = match ctx
+        .starts
+        .reserve(&ns, &pod_name, limit, ahead, || listing.read(&ns))
+    {
+        Ok(slot) => slot,
+        Err(Full { active, ahead }) => {
+            rr.draft.status.phase = Some(RunPhase::Pending);
+            // No count in the message: a queued run's status is written once, not at every
+            // look at the queue.
+            let msg = format!(
+                "the namespace's {limit} worker slots are taken (runs.maxConcurrentPerNamespace); queued, started in creation order"
+            );
+            tracing::debug!(namespace = %ns, run = %rr.name, active, ahead, limit, "queued");
+            let scheduled = ConditionType::Scheduled;
+            rr.draft
+                .set_condition(scheduled, false, Reason::Queued, msg);
+            return Ok(Action::requeue(QUEUED_REQUEUE));
+        }
+    };
     let pod = build_worker_pod(rr, workflow.map(|w| w.spec), attempt).await?;
     match rr.create_pod(&pod).await {
-        Ok(true) => {}
+        Ok(true) => slot.keep(),
         Ok(false) => {
             rr.draft.status.phase = Some(RunPhase::Pending);
             let msg = format!(
@@ -296,9 +317,6 @@ pub(super) async fn progress(rr: &mut RunReconcile<'_>) -> Result<Action, Error>
         }
         Err(e) => return Err(e.into()),
     }
-    let pod_name = pod_name(&rr.name, attempt);
-    recent.insert(pod_name.clone(), Instant::now());
-    drop(recent);
     let draft = &mut rr.draft;
     draft.status.attempts = Some(attempt);
     draft.status.worker_pod = Some(pod_name.clone());
@@ -331,31 +349,9 @@ pub(super) async fn progress(rr: &mut RunReconcile<'_>) -> Result<Action, Error>
     Ok(Action::requeue(Duration::from_secs(60)))
 }
 
-/// How long a pod this operator created is counted while the pod cache has not seen it.
-const UNSEEN_TTL: Duration = Duration::from_secs(60);
-
-/// Pods this process created (name → when) that the pod cache may not show yet, behind the
-/// lock that serializes one namespace's worker starts.
-type Unseen = Arc<tokio::sync::Mutex<HashMap<String, Instant>>>;
-
-/// Per namespace: a lock serializing worker starts, around the pods this process created
-/// that the pod cache may not show yet.
-#[derive(Default)]
-pub struct StartGate(std::sync::Mutex<HashMap<String, Unseen>>);
-
-impl StartGate {
-    pub(super) fn namespace(&self, ns: &str) -> Unseen {
-        let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        m.entry(ns.to_owned()).or_default().clone()
-    }
-}
-
-/// Worker pods that hold a slot (not finished) among `listed` (name, holds a slot),
-/// counting `recent` (pods this operator created, dropped once the listing shows them).
-fn active_workers(listed: &[(String, bool)], recent: &mut HashMap<String, Instant>) -> usize {
-    recent.retain(|name, at| at.elapsed() < UNSEEN_TTL && !listed.iter().any(|(n, _)| n == name));
-    listed.iter().filter(|(_, slot)| *slot).count() + recent.len()
-}
+/// How often a queued run looks at the queue again on its own; a worker pod that ends wakes
+/// the oldest queued runs of its namespace at once (the pod watch's mapper in the binary).
+const QUEUED_REQUEUE: Duration = Duration::from_secs(15);
 
 /// Label selector of the worker pods this operator creates.
 pub fn worker_selector() -> String {

@@ -12,10 +12,14 @@ use k8s_openapi::api::core::v1::{ConfigMap, Pod, ServiceAccount};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::reflector::{ObjectRef, Store};
 use openwop_crds::{Run, RunStatus, Workflow};
 use serde_json::json;
 
-use super::common::{Draft, delete_ignoring_missing, publish};
+use super::caches::holds_slot;
+use super::common::{Draft, delete_ignoring_missing, has_condition, publish};
+use super::reasons::{ConditionType, Reason};
+use super::slots::Listed;
 use super::{Context, Error};
 use crate::pod::{MANAGER, owned_by, snapshot_name};
 
@@ -74,25 +78,65 @@ impl<'a> RunReconcile<'a> {
         &self.draft.status
     }
 
-    // Reads.
+    // Reads: from the watch caches when the binary runs them ([`super::caches`]), else GETs.
 
-    /// Pod `name` of the Run's namespace.
+    /// Worker pod `name` of the Run's namespace. A pod the cache does not show is read from
+    /// the API server: a pod just created may not have reached the cache yet, and reading it
+    /// as missing would count a crash.
     pub(super) async fn pod(&self, name: &str) -> Result<Option<Pod>, Error> {
+        if let Some(store) = ready(&self.ctx.caches.pods).await
+            && let Some(p) = store.get(&ObjectRef::new(name).within(&self.ns))
+        {
+            return Ok(Some((*p).clone()));
+        }
         Ok(self.pods.get_opt(name).await?)
     }
 
-    /// The Run's snapshot ConfigMap.
+    /// The Run's snapshot ConfigMap. A snapshot the cache does not show yet although the
+    /// status says it was taken (a cache behind a fresh apply) is read from the API server:
+    /// snapshotting again could take a newer Workflow than the one the run started from.
     pub(super) async fn snapshot(&self) -> Result<Option<ConfigMap>, Error> {
+        let name = snapshot_name(&self.name);
+        if let Some(store) = ready(&self.ctx.caches.snapshots).await {
+            let cached = store.get(&ObjectRef::new(&name).within(&self.ns));
+            let taken = has_condition(
+                &self.original.conditions,
+                ConditionType::Ready,
+                Some(Reason::Snapshotted),
+            );
+            if cached.is_some() || !taken {
+                return Ok(cached.map(|c| (*c).clone()));
+            }
+        }
+        Ok(self.cms.get_opt(&name).await?)
+    }
+
+    /// The Run's snapshot ConfigMap as the API server has it now: a dormant or resumed run
+    /// reads what its last worker or reconcile recorded there (a cache may be behind).
+    pub(super) async fn snapshot_now(&self) -> Result<Option<ConfigMap>, Error> {
         Ok(self.cms.get_opt(&snapshot_name(&self.name)).await?)
     }
 
     /// Workflow `name` of the Run's namespace.
     pub(super) async fn workflow(&self, name: &str) -> Result<Option<Workflow>, Error> {
+        if let Some(store) = ready(&self.ctx.caches.workflows).await {
+            return Ok(store
+                .get(&ObjectRef::new(name).within(&self.ns))
+                .map(|w| (*w).clone()));
+        }
         Ok(self.wfs.get_opt(name).await?)
     }
 
     /// The Workflows of the Run's namespace.
     pub(super) async fn workflows(&self) -> Result<Vec<Workflow>, Error> {
+        if let Some(store) = ready(&self.ctx.caches.workflows).await {
+            return Ok(store
+                .state()
+                .iter()
+                .filter(|w| w.metadata.namespace.as_deref() == Some(self.ns.as_str()))
+                .map(|w| (**w).clone())
+                .collect());
+        }
         Ok(self.wfs.list(&ListParams::default()).await?.items)
     }
 
@@ -101,34 +145,38 @@ impl<'a> RunReconcile<'a> {
         &self,
         name: &str,
     ) -> Result<Option<ServiceAccount>, Error> {
+        if let Some(store) = ready(&self.ctx.caches.service_accounts).await {
+            return Ok(store
+                .get(&ObjectRef::new(name).within(&self.ns))
+                .map(|s| (*s).clone()));
+        }
         Ok(self.sas.get_opt(name).await?)
     }
 
-    /// The worker pods of the Run's namespace, (name, holds a slot: not finished): from the
-    /// pod cache when there is one (a LIST per worker start made starting N runs cost O(N²)
-    /// transfer), else a LIST.
-    pub(super) async fn worker_pods(&self) -> Result<Vec<(String, bool)>, Error> {
-        let holds_slot = |p: &Pod| {
-            matches!(
-                p.status.as_ref().and_then(|s| s.phase.as_deref()),
-                None | Some("Pending" | "Running")
-            )
-        };
-        Ok(match &self.ctx.worker_pods {
-            Some(store) if store.wait_until_ready().await.is_ok() => store
-                .state()
-                .iter()
-                .filter(|p| p.metadata.namespace.as_deref() == Some(self.ns.as_str()))
-                .map(|p| (p.name_any(), holds_slot(p)))
-                .collect(),
-            _ => self
-                .pods
-                .list(&ListParams::default().labels(&super::worker_selector()))
-                .await?
-                .items
-                .iter()
-                .map(|p| (p.name_any(), holds_slot(p)))
-                .collect(),
+    /// How the worker pods of the Run's namespace are read for the concurrency limit: the
+    /// pod cache (read under the start gate's lock) when there is one — a LIST per worker
+    /// start made starting N runs cost O(N²) transfer — else a LIST now.
+    pub(super) async fn worker_pod_listing(&self) -> Result<PodListing, Error> {
+        if let Some(store) = ready(&self.ctx.caches.pods).await {
+            return Ok(PodListing::Cache(store.clone()));
+        }
+        let listed = self
+            .pods
+            .list(&ListParams::default().labels(&super::worker_selector()))
+            .await?
+            .items
+            .iter()
+            .map(|p| (p.name_any(), holds_slot(p)))
+            .collect();
+        Ok(PodListing::Listed(listed))
+    }
+
+    /// Runs of the namespace waiting for a worker slot that were created before this one
+    /// (they take the free slots first); 0 without a Run cache.
+    /// `counted`: whether a worker pod already holds a slot (the start gate's view).
+    pub(super) fn queued_ahead(&self, counted: &dyn Fn(&str) -> bool) -> usize {
+        self.ctx.caches.runs.as_ref().map_or(0, |runs| {
+            super::caches::queued_ahead(runs, self.run, counted)
         })
     }
 
@@ -234,6 +282,9 @@ impl<'a> RunReconcile<'a> {
                 &Patch::Apply(&patch),
             )
             .await?;
+            if let Some(rv) = run.resource_version() {
+                ctx.superseded.record(run, &rv);
+            }
         }
         for p in &draft.delete_pods {
             delete_ignoring_missing(&pods, p).await?;
@@ -245,6 +296,51 @@ impl<'a> RunReconcile<'a> {
             publish(ctx, run, n.type_, n.reason, n.note).await;
         }
         Ok(())
+    }
+}
+
+/// How long a read waits for a cache's first list before reading from the API server.
+const CACHE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// A cache that has listed once; `None` without one, or while its first list has not finished
+/// within [`CACHE_WAIT`] (a watch that fails must not hold the reconciles: they read from the
+/// API server meanwhile).
+async fn ready<K>(cache: &Option<Store<K>>) -> Option<&Store<K>>
+where
+    K: kube::Resource + Clone + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone + Default,
+{
+    let store = cache.as_ref()?;
+    match tokio::time::timeout(CACHE_WAIT, store.wait_until_ready()).await {
+        Ok(Ok(())) => Some(store),
+        _ => {
+            tracing::warn!(
+                kind = %K::kind(&K::DynamicType::default()),
+                "the watch cache has not listed yet; reading from the API server"
+            );
+            None
+        }
+    }
+}
+
+/// Where the worker pods of a namespace are read for the concurrency limit.
+pub(super) enum PodListing {
+    Cache(Store<Pod>),
+    Listed(Listed),
+}
+
+impl PodListing {
+    /// The worker pods of `ns`, (name, holds a slot).
+    pub(super) fn read(&self, ns: &str) -> Listed {
+        match self {
+            PodListing::Cache(store) => store
+                .state()
+                .iter()
+                .filter(|p| p.metadata.namespace.as_deref() == Some(ns))
+                .map(|p| (p.name_any(), holds_slot(p)))
+                .collect(),
+            PodListing::Listed(l) => l.clone(),
+        }
     }
 }
 

@@ -62,9 +62,10 @@ impl TestContext for Context {
                 instance: None,
             },
             now: fixed_now,
-            worker_pods: None,
+            caches: Default::default(),
             nats_copies: Default::default(),
             starts: Default::default(),
+            superseded: Default::default(),
             jetstream: None,
         };
         edit(&mut ctx);
