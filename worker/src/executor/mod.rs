@@ -166,6 +166,8 @@ pub struct Executor<'a, P: Publisher> {
     run_id: String,
     /// The worker's stop (SIGTERM): in-flight provider calls are abandoned unrecorded.
     stop: Option<StopSignal>,
+    /// A pause under `drain-current-node` ([`crate::pause`]): start no node, end nothing.
+    drain: Option<StopSignal>,
     /// Stops every in-flight branch of this run (timeout, a failed append).
     abandon: StopSignal,
     abandon_why: RefCell<Option<Abandon>>,
@@ -198,6 +200,7 @@ impl<'a, P: Publisher> Executor<'a, P> {
             run_id: log.run_id().to_owned(),
             stop: log.stop_signal(),
             writer: tokio::sync::Mutex::new(Writer { log, reasoning }),
+            drain: None,
             abandon: StopSignal::new(),
             abandon_why: RefCell::new(None),
             mock: MockProvider::new("mock-model", 8192, programs),
@@ -213,6 +216,18 @@ impl<'a, P: Publisher> Executor<'a, P> {
     pub fn with_run_span(mut self, span: SpanHandle) -> Self {
         self.run_span = span;
         self
+    }
+
+    /// Once `drain` is requested the run starts no node and, when its in-flight nodes are
+    /// recorded, returns [`LogError::Stopped`] instead of ending (a pause that lets the
+    /// current node finish).
+    pub fn with_drain(mut self, drain: StopSignal) -> Self {
+        self.drain = Some(drain);
+        self
+    }
+
+    fn draining(&self) -> bool {
+        self.drain.as_ref().is_some_and(StopSignal::is_requested)
     }
 
     /// The run's log (for the worker once the run future is gone).
@@ -385,7 +400,7 @@ impl<'a, P: Publisher> Executor<'a, P> {
             {
                 self.abandon(Abandon::Timeout(run_timeout(run_limit.unwrap_or_default())));
             }
-            if !self.abandon.is_requested() && breach.is_none() {
+            if !self.abandon.is_requested() && breach.is_none() && !self.draining() {
                 for (node, decision) in schedule::decide(self.graph, &states) {
                     let id = node.id.clone();
                     let branch: Branch<'_> = match decision {
@@ -473,6 +488,10 @@ impl<'a, P: Publisher> Executor<'a, P> {
         }
         if let Some(e) = failure {
             return Err(e);
+        }
+        if self.draining() {
+            // Paused after the in-flight nodes: the run neither ends nor suspends here.
+            return Err(LogError::Stopped);
         }
         if let Some(b) = breach {
             return self.breached(b).await;
@@ -949,5 +968,7 @@ fn config_error(id: &str, issues: &[ValidationIssue]) -> ErrorInfo {
 mod durable_tests;
 #[cfg(test)]
 mod flow_runs;
+#[cfg(test)]
+mod pause_tests;
 #[cfg(test)]
 mod tests;
