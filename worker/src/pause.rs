@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 
 use futures::StreamExt as _;
 use openwop_protocol::events::EventType;
-use openwop_protocol::run::pause::{DrainPolicy, FROM_PAUSED, PauseLog, PauseRequest};
+use openwop_protocol::run::pause::{CONTROL_ACK, DrainPolicy, FROM_PAUSED, PauseLog, PauseRequest};
 use serde_json::json;
 
 use crate::eventlog::{LogError, Publisher, RunLog, now_rfc3339};
@@ -58,9 +58,6 @@ impl PauseSignal {
     }
 }
 
-/// The operator's answer to a control message this worker understood.
-pub const ACK: &[u8] = b"ok";
-
 /// Subscribes to the run's control subject (registered at the server before it returns, so
 /// a message sent after the worker started is not missed) and hands every pause request to
 /// `pause` until the connection closes. A message that is not a pause request is answered
@@ -79,7 +76,7 @@ pub async fn listen(
                 Ok(req) => {
                     tracing::info!(drain_policy = req.drain_policy.as_str(), "pause requested");
                     pause.request(req, &stop);
-                    ACK.to_vec()
+                    CONTROL_ACK.to_vec()
                 }
                 Err(e) => format!("not a pause request: {e}").into_bytes(),
             };
@@ -176,8 +173,13 @@ mod tests {
                 (&json!("maintenance"), &json!("drain-current-node"))
             );
             // A crashed pause worker's successor replays the same log: nothing new.
-            let mut again =
-                RunLog::new(MemoryPublisher::default(), "s", "r", red, log.events().to_vec());
+            let mut again = RunLog::new(
+                MemoryPublisher::default(),
+                "s",
+                "r",
+                red,
+                log.events().to_vec(),
+            );
             record_paused(&mut again, &req).await.unwrap();
             assert_eq!(again.published_count(), 0);
             assert!(record_resumed(&mut again).await.unwrap());

@@ -8,6 +8,8 @@
 //! * [`start`] — snapshot, workflow resolution, the concurrency queue and worker start;
 //! * [`observe`] — the running worker: exit codes, termination summary, crashes and backoff;
 //! * [`cancel`] — `spec.cancel` (and its cascade to child runs);
+//! * [`pause`] — `spec.pause`: the live worker asked to stop at a safe point, no pod while
+//!   paused, the snapshot a pause-recording or resuming worker starts from;
 //! * [`waits`] — durable waits: timers woken at their time, child runs created and their
 //!   outcomes written back;
 //! * [`namespace`] — what a Run namespace needs: the worker ServiceAccount and the NATS
@@ -35,6 +37,7 @@ mod common;
 mod ending;
 mod namespace;
 mod observe;
+mod pause;
 mod reasons;
 mod run;
 mod start;

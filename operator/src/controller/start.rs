@@ -215,7 +215,10 @@ pub(super) async fn progress(rr: &mut RunReconcile<'_>) -> Result<Action, Error>
         }
         stored.get_or_insert(snap);
     }
-    if woken.is_none() && answered.is_empty() && (phase.is_waiting() || dormant) {
+    // A pause or a resume starts a worker whatever else the run waits for.
+    let paused = super::pause::start_for(rr);
+    if woken.is_none() && answered.is_empty() && paused.is_none() && (phase.is_waiting() || dormant)
+    {
         return Ok(waits::waiting_requeue(rr.status(), now, lead)
             .map_or_else(Action::await_change, Action::requeue));
     }
@@ -245,6 +248,9 @@ pub(super) async fn progress(rr: &mut RunReconcile<'_>) -> Result<Action, Error>
             .retain(|p| !answered.contains(&p.interrupt_id));
         status.answered_interrupts.extend(answered);
         resume = true;
+    }
+    if let Some((pause, _)) = &paused {
+        super::pause::prepare_snapshot(rr, pause.clone()).await?;
     }
     // Starts in one namespace are serialized and count the pods this operator created that
     // the pod cache has not seen yet, so concurrent reconciles never exceed the limit.
@@ -311,7 +317,12 @@ pub(super) async fn progress(rr: &mut RunReconcile<'_>) -> Result<Action, Error>
         Reason::WorkerStarted,
         format!("worker pod {pod_name}"),
     );
-    let (reason, note) = if let Some(why) = woken {
+    let (reason, note) = if let Some((_, why)) = paused {
+        (
+            Reason::Resumed,
+            format!("{why}; started worker pod {pod_name}"),
+        )
+    } else if let Some(why) = woken {
         (
             Reason::Woken,
             format!("{why}; started worker pod {pod_name}"),

@@ -6,7 +6,8 @@
 //! the leader's controllers do the rest and `kubectl` sees everything the API does.
 //!
 //! One file per resource — [`runs`] (create, read), [`cancel`] (one run, or many with
-//! `:bulk-cancel`), [`interrupts`], [`events`] (SSE and JSON by stream mode, and long-poll),
+//! `:bulk-cancel`), [`pause`] (`:pause` / `:resume`), [`interrupts`], [`events`] (SSE and
+//! JSON by stream mode, and long-poll),
 //! [`workflows`] — over [`types`] (request and response bodies),
 //! [`support`] (cache lookups shared by several resources), [`json`] (the one JSON body
 //! extractor: a malformed body is an [`ApiError`], never axum's plain text) and [`error`]
@@ -45,6 +46,7 @@ pub mod events;
 pub mod hooks;
 mod interrupts;
 pub mod json;
+pub mod pause;
 pub mod runs;
 pub mod support;
 pub mod types;
@@ -266,6 +268,8 @@ pub fn caches(
                        Kubernetes RBAC on runs.openwop.dev / workflows.openwop.dev in the run's \
                        namespace (tenantId)."
     ),
+    // `:pause` / `:resume` share the router's `POST /v1/runs/{runId}` (see `pause`).
+    paths(pause::pause_run, pause::resume_run),
     components(schemas(ErrorBody)),
     modifiers(&BearerAuth)
 )]
@@ -324,6 +328,7 @@ fn api_routes() -> OpenApiRouter<RestState> {
         .routes(routes!(events::poll_events))
         .routes(routes!(cancel::cancel_run))
         .routes(routes!(cancel::bulk_cancel))
+        .route("/v1/runs/{runId}", axum::routing::post(pause::run_action))
         .routes(routes!(interrupts::resolve_interrupt))
         .routes(routes!(browse::list_runs))
         .routes(routes!(browse::list_tenants))
@@ -410,6 +415,8 @@ mod tests {
             "/v1/runs/{runId}/events/poll",
             "/v1/runs/{runId}/cancel",
             "/v1/runs:bulk-cancel",
+            "/v1/runs/{runId}:pause",
+            "/v1/runs/{runId}:resume",
             "/v1/runs/{runId}/interrupts/{nodeId}",
             "/v1/workflows/{workflowId}",
         ] {
@@ -421,6 +428,8 @@ mod tests {
                 assert!(!responses.is_empty(), "{method} {path}: no responses");
                 // Every path template parameter is declared as a path parameter.
                 for seg in path.split('/').filter(|s| s.starts_with('{')) {
+                    // `{runId}:pause`: the parameter, then the operation.
+                    let seg = seg.split(':').next().unwrap_or(seg);
                     let name = seg.trim_matches(['{', '}']);
                     let declared =
                         op["parameters"].as_array().into_iter().flatten().any(|p| {

@@ -41,7 +41,7 @@ const MAX_SCOPE_ID: usize = 256;
 /// yet before answering from the status alone.
 const FRESHNESS_READ: Duration = Duration::from_secs(3);
 
-fn hash_hex(parts: &[&[u8]]) -> String {
+pub(super) fn hash_hex(parts: &[&[u8]]) -> String {
     let mut h = Sha256::new();
     for p in parts {
         h.update((p.len() as u64).to_be_bytes());
@@ -341,6 +341,7 @@ pub async fn create_run(
             timeout_seconds: None,
             answers: Vec::new(),
             cancel: None,
+            pause: None,
             provider_mocks,
         },
         status: None,

@@ -79,6 +79,10 @@ impl PauseRequest {
     }
 }
 
+/// A live worker's answer on the run's control subject to a pause it took
+/// ([`super::subjects::control_subject`]); anything else says why it did not.
+pub const CONTROL_ACK: &[u8] = b"ok";
+
 /// `run.resumed.fromStatus` of a resume after a pause (an interrupt's resume names its
 /// `interruptId` instead).
 pub const FROM_PAUSED: &str = "paused";
@@ -110,7 +114,9 @@ impl PauseLog {
                 self.paused = true;
             }
             EventType::RunResumed
-                if payload.get("fromStatus").and_then(serde_json::Value::as_str)
+                if payload
+                    .get("fromStatus")
+                    .and_then(serde_json::Value::as_str)
                     == Some(FROM_PAUSED) =>
             {
                 self.paused = false;
@@ -255,9 +261,16 @@ mod tests {
         for p in [WaitingApproval, WaitingInput, WaitingExternal] {
             assert_eq!(check_pause(p, false).unwrap_err().run_status(), p);
         }
-        assert_eq!(check_pause(Cancelling, false).unwrap_err().run_status(), Cancelling);
+        assert_eq!(
+            check_pause(Cancelling, false).unwrap_err().run_status(),
+            Cancelling
+        );
         assert_eq!(check_resume(Paused, true), Ok(()));
-        assert_eq!(check_resume(Running, true), Ok(()), "withdraws a pending pause");
+        assert_eq!(
+            check_resume(Running, true),
+            Ok(()),
+            "withdraws a pending pause"
+        );
         let e = check_resume(Running, false).unwrap_err();
         assert_eq!((e.code(), e.run_status()), ("run_state_conflict", Running));
     }
