@@ -12,6 +12,7 @@ use openwop_protocol::redact::Redactor;
 use openwop_protocol::run::ending;
 use openwop_protocol::run::env::{self as run_env, WorkerEnv};
 use openwop_protocol::run::exit::{BAD_INPUT, CRASHED, STOPPED, SUSPENDED, TERMINAL};
+use openwop_protocol::run::pause::{DrainPolicy, PauseLog};
 use openwop_protocol::run::projection::Projection;
 use openwop_protocol::run::snapshot::{KeyMount, RunSnapshot};
 use openwop_protocol::run::subjects;
@@ -217,16 +218,23 @@ async fn run(stop: StopSignal, otel: &Otel, wenv: &WorkerEnv) -> anyhow::Result<
         let events = log.events().to_vec();
         return Ok(finish(wenv, &name, &end, &events, &run_span));
     }
-    if let Some(req) = &snap.pause {
-        // Started while the Run's spec.pause is set (no worker was running to ask): record
-        // the pause and hold no pod.
-        pause::record_paused(&mut log, req).await?;
-        let events = log.events().to_vec();
-        return Ok(paused(wenv, &name, &events, &run_span));
-    }
-    // The first worker after a resume says so, then replays.
-    pause::record_resumed(&mut log).await?;
     let pause_signal = PauseSignal::new();
+    match &snap.pause {
+        // Started while the Run's spec.pause is set (no worker was running to ask).
+        Some(req)
+            if req.drain_policy == DrainPolicy::Immediate || PauseLog::of(log.events()).paused =>
+        {
+            pause::record_paused(&mut log, req).await?;
+            let events = log.events().to_vec();
+            return Ok(paused(wenv, &name, &events, &run_span));
+        }
+        // Woken (a durable timer was due) under a drain: the nodes in flight finish first.
+        Some(req) => pause_signal.request(req.clone(), &stop),
+        // The first worker after a resume says so, then replays.
+        None => {
+            pause::record_resumed(&mut log).await?;
+        }
+    }
     pause::listen(
         client.clone(),
         subjects::control_subject(&namespace, &run_id),

@@ -215,10 +215,10 @@ pub(super) async fn progress(rr: &mut RunReconcile<'_>) -> Result<Action, Error>
         }
         stored.get_or_insert(snap);
     }
-    // A pause or a resume starts a worker whatever else the run waits for.
+    // A pause or a resume may start a worker whatever else the run waits for.
     let paused = super::pause::start_for(rr);
-    if woken.is_none() && answered.is_empty() && paused.is_none() && (phase.is_waiting() || dormant)
-    {
+    let pause_now = paused.as_ref().is_some_and(|p| p.now);
+    if woken.is_none() && answered.is_empty() && !pause_now && (phase.is_waiting() || dormant) {
         return Ok(waits::waiting_requeue(rr.status(), now, lead)
             .map_or_else(Action::await_change, Action::requeue));
     }
@@ -249,8 +249,8 @@ pub(super) async fn progress(rr: &mut RunReconcile<'_>) -> Result<Action, Error>
         status.answered_interrupts.extend(answered);
         resume = true;
     }
-    if let Some((pause, _)) = &paused {
-        super::pause::prepare_snapshot(rr, pause.clone()).await?;
+    if let Some(p) = &paused {
+        super::pause::prepare_snapshot(rr, p.pause.clone()).await?;
     }
     // Starts in one namespace are serialized and count the pods this operator created that
     // the pod cache has not seen yet, so concurrent reconciles never exceed the limit.
@@ -317,10 +317,10 @@ pub(super) async fn progress(rr: &mut RunReconcile<'_>) -> Result<Action, Error>
         Reason::WorkerStarted,
         format!("worker pod {pod_name}"),
     );
-    let (reason, note) = if let Some((_, why)) = paused {
+    let (reason, note) = if let Some(p) = paused {
         (
             Reason::Resumed,
-            format!("{why}; started worker pod {pod_name}"),
+            format!("{}; started worker pod {pod_name}", p.note),
         )
     } else if let Some(why) = woken {
         (
