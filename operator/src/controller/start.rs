@@ -359,6 +359,13 @@ impl StartGate {
         let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
         m.entry(ns.to_owned()).or_default().clone()
     }
+
+    /// A pod this operator deleted: it holds no slot any more, even if the pod cache never
+    /// showed it (a short worker — a suspension, a pause — started and deleted between two
+    /// listings would otherwise count for [`UNSEEN_TTL`]).
+    pub(super) async fn forget(&self, ns: &str, pod: &str) {
+        self.namespace(ns).lock().await.remove(pod);
+    }
 }
 
 /// Worker pods that hold a slot (not finished) among `listed` (name, holds a slot),
