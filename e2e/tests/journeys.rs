@@ -20,6 +20,9 @@ mod common;
 // Issue #24 durable waits (delay, sub-workflow), on this binary's cluster, release and lock.
 #[path = "journeys/durable.rs"]
 mod durable;
+// Issue #25 pause/resume (kubectl openwop pause|resume), same cluster, release and lock.
+#[path = "journeys/pause.rs"]
+mod pause;
 
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
