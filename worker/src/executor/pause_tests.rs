@@ -23,14 +23,6 @@ fn snapshot(workflow: Value) -> RunSnapshot {
     .unwrap()
 }
 
-fn delay_then_noop(delay_ms: u64) -> Value {
-    json!({"id": "d", "variables": [{"name": "delayMs", "type": "number", "defaultValue": delay_ms}],
-           "nodes": [{"id": "wait", "typeId": "core.delay",
-                      "inputs": {"delayMs": {"type": "variable", "variableName": "delayMs"}}},
-                     {"id": "after", "typeId": "core.flow.noop"}],
-           "edges": [{"id": "e", "sourceNodeId": "wait", "targetNodeId": "after"}]})
-}
-
 fn chain() -> Value {
     json!({"id": "c", "nodes": [{"id": "a", "typeId": "core.flow.noop"},
                                 {"id": "b", "typeId": "core.flow.noop"},
@@ -92,7 +84,7 @@ fn without_pauses(events: &[RunEventDoc]) -> Vec<(EventType, String)> {
 
 #[test]
 fn a_run_paused_after_any_event_resumes_to_the_unpaused_log() {
-    for wf in [chain(), delay_then_noop(5)] {
+    for wf in [chain(), durable_tests::delay_flow(5)] {
         let snap = snapshot(wf);
         let full = tests::execute(&snap, vec![]);
         assert_eq!(full.end, RunEnd::Completed);
@@ -122,7 +114,7 @@ fn a_run_paused_after_any_event_resumes_to_the_unpaused_log() {
 
 #[test]
 fn a_drain_lets_the_node_in_flight_finish_and_starts_nothing() {
-    let snap = snapshot(delay_then_noop(150));
+    let snap = snapshot(durable_tests::delay_flow(150));
     let graph = Graph::parse(&snap.workflow).unwrap();
     let cfg = ExecConfig {
         mock_programs: snap.mock_programs().unwrap(),
