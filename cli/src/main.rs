@@ -46,8 +46,11 @@ enum Command {
     Runs(views::runs::RunsArgs),
     /// Show a run's status, conditions, error, worker pod and pending interrupt.
     Describe(views::runs::DescribeArgs),
-    /// Answer a run's pending interrupt (clarification answers, or approve / reject).
+    /// Answer a run's pending interrupt (clarification answers, or approve / reject); with no
+    /// answer, resume a paused run.
     Resume(views::resume::ResumeArgs),
+    /// Pause a running run: it stops at a safe point and holds no pod until `resume`.
+    Pause(views::pause::PauseArgs),
     /// Print a run's event timeline from NATS JetStream (-f to follow it live); the subjects
     /// are keyed by the Run's `status.runId`, read from the API server (or `--run-id`).
     Events(views::events::EventsArgs),
@@ -82,6 +85,7 @@ fn main() -> ExitCode {
         Command::Runs(args) => online(views::runs::list(args)),
         Command::Describe(args) => online(views::runs::describe(args)),
         Command::Resume(args) => online(views::resume::run(args)),
+        Command::Pause(args) => online(views::pause::pause(args)),
         Command::Events(args) => online(views::events::run(args)),
     }
 }

@@ -50,6 +50,7 @@ async fn make_run(api: &Api<Run>, name: &str, status: serde_json::Value) {
             timeout_seconds: None,
             answers: vec![],
             cancel: None,
+            pause: None,
             provider_mocks: Default::default(),
         },
     );

@@ -8,9 +8,9 @@ pub mod run;
 pub mod workflow;
 
 pub use run::{
-    ArmedTimer, ChildRun, ChildWait, Configurable, InterruptAnswer, MockStep, MockTurn,
-    PendingInterrupt, PendingQuestion, ProviderMock, Run, RunError, RunPhase, RunSpec, RunStatus,
-    WorkflowRef,
+    ArmedTimer, ChildRun, ChildWait, Configurable, DrainPolicy, InterruptAnswer, MockStep,
+    MockTurn, PauseRequest, PendingInterrupt, PendingQuestion, ProviderMock, Run, RunError,
+    RunPhase, RunSpec, RunStatus, WorkflowRef,
 };
 pub use workflow::{
     CredentialMount, EnvelopeContract, ProviderCredential, SecretKeyRef, WorkerOverrides, Workflow,

@@ -86,6 +86,11 @@ pub struct RunSpec {
     /// Set to true to cancel the run. Cannot be reverted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cancel: Option<bool>,
+    /// Set to pause the run (`{reason?, drainPolicy: immediate|drain-current-node}`); remove
+    /// (set to null) to resume it. A paused run holds no pod; resuming replays its log. The
+    /// REST `:pause`/`:resume` and `kubectl openwop pause|resume` set exactly this field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pause: Option<PauseRequest>,
     /// Test seam for CI: node id → scripted responses. Every provider call of a listed node
     /// goes to the built-in mock provider instead of the node's configured provider. Only
     /// honoured in namespaces the operator allows (`conformance.providerMockNamespaces`);
@@ -168,6 +173,10 @@ impl<'de> Deserialize<'de> for Configurable {
 pub use openwop_protocol::run::snapshot::Answer as InterruptAnswer;
 
 pub use openwop_protocol::run::status::RunPhase;
+
+/// `spec.pause`: protocol's pause request (one type for the CRD, the REST API, the CLI, the
+/// snapshot and the operator's message to the worker).
+pub use openwop_protocol::run::pause::{DrainPolicy, PauseRequest};
 
 /// Observed state of a Run. Small by design: details live in the run's event stream.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]

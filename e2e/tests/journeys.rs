@@ -26,6 +26,9 @@ mod ha;
 // Issue #25 signed interrupt tokens and Idempotency-Key, likewise.
 #[path = "journeys/tokens.rs"]
 mod tokens;
+// Issue #25 pause/resume (kubectl openwop pause|resume), same cluster, release and lock.
+#[path = "journeys/pause.rs"]
+mod pause;
 
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;

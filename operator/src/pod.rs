@@ -404,6 +404,7 @@ mod tests {
                 timeout_seconds: Some(600),
                 answers: vec![],
                 cancel: None,
+                pause: None,
                 provider_mocks: Default::default(),
             },
         );

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
-use openwop_crds::{CredentialMount, Run, Workflow};
+use openwop_crds::{CredentialMount, PauseRequest, Run, Workflow};
 use openwop_protocol::retry::mock::ProviderMock;
 use openwop_protocol::run::host::HostProfile;
 use openwop_protocol::run::snapshot::{
@@ -255,6 +255,7 @@ fn snapshot_of(
             .unwrap_or_else(|| json!({})),
         answers: answers(run),
         cancel: false,
+        pause: None,
         provider_mocks,
         host: host.clone(),
         parent: parent_of(run),
@@ -328,6 +329,15 @@ pub fn with_current_answers(stored: &RunSnapshot, run: &Run) -> RunSnapshot {
     }
 }
 
+/// The stored snapshot with `pause` set to `pause` (the Run's `spec.pause` for a worker that
+/// only records the pause; `None` for the worker that resumes the run).
+pub fn with_pause(stored: &RunSnapshot, pause: Option<PauseRequest>) -> RunSnapshot {
+    RunSnapshot {
+        pause,
+        ..stored.clone()
+    }
+}
+
 /// The stored snapshot with `cancel` set.
 pub fn with_cancel(stored: &RunSnapshot) -> RunSnapshot {
     RunSnapshot {
@@ -368,6 +378,7 @@ mod tests {
                 timeout_seconds: None,
                 answers: vec![],
                 cancel: None,
+                pause: None,
                 provider_mocks: Default::default(),
             },
         );

@@ -107,6 +107,9 @@ pub struct CapabilityFamilies {
     pub extensions: Option<Extensions>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ai_providers: Option<AiProviders>,
+    /// Run controls beyond create and cancel (`capabilities.md` §`runs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runs: Option<Runs>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fixtures: Option<Vec<String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -323,6 +326,35 @@ pub struct Extensions {
 #[serde(rename_all = "camelCase")]
 pub struct InterruptExtensions {
     pub signed_callback_tokens: bool,
+}
+
+/// `runs`: run controls beyond create and cancel.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Runs {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pause_resume: Option<PauseResume>,
+}
+
+/// `runs.pauseResume`: `POST /v1/runs/{runId}:pause` / `:resume`; every listed drain policy is
+/// accepted by `:pause` (`crate::run::pause`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PauseResume {
+    pub supported: bool,
+    pub drain_policies: Vec<crate::run::pause::DrainPolicy>,
+}
+
+impl Runs {
+    /// What this host serves: pause and resume with every drain policy it implements.
+    pub fn served() -> Runs {
+        Runs {
+            pause_resume: Some(PauseResume {
+                supported: true,
+                drain_policies: crate::run::pause::DrainPolicy::ALL.to_vec(),
+            }),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -756,6 +788,7 @@ pub fn build(cfg: &CapabilitiesConfig) -> Result<CapabilitiesDocument, Capabilit
             supported: cfg.providers.clone(),
             max_inline_media_bytes: cfg.max_inline_media_bytes,
         }),
+        runs: Some(Runs::served()),
         fixtures: Some(cfg.fixtures.clone()),
         supported_transports: Some(dedup(&cfg.transports)),
         implementation: Some(cfg.implementation.clone()),

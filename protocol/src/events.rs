@@ -81,6 +81,7 @@ event_types! {
     RunFailed => "run.failed",
     RunCancelled => "run.cancelled",
     RunResumed => "run.resumed",
+    RunPaused => "run.paused",
     NodeStarted => "node.started",
     NodeCompleted => "node.completed",
     NodeFailed => "node.failed",
@@ -552,6 +553,19 @@ pub struct NodeResumed {
 }
 payload_type!(NodeResumed => NodeResumed);
 
+/// `run.paused`: the run stopped at a safe point because it was paused
+/// ([`crate::run::pause`]); the same payload whoever records it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunPaused {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    pub drain_policy: crate::run::pause::DrainPolicy,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused_at: Option<String>,
+}
+payload_type!(RunPaused => RunPaused);
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum LogLevel {
@@ -771,7 +785,7 @@ mod tests {
             let v = serde_json::to_value(t).unwrap();
             assert_eq!(serde_json::from_value::<EventType>(v).unwrap(), *t);
         }
-        assert_eq!(EventType::ALL.len(), 38);
+        assert_eq!(EventType::ALL.len(), 39);
         assert_eq!(EventType::AgentToolCalled.as_str(), "agent.toolCalled");
         assert!(serde_json::from_value::<EventType>(json!("no.such")).is_err());
     }

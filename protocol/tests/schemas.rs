@@ -147,7 +147,7 @@ fn kinds_catalog() {
     assert_eq!(schema::kind_schema_version("vendor.acme.prd.create"), None);
     assert!(schema::kind_payload_schema("vendor.acme.prd.create").is_none());
     assert!(schema::validate_kind_payload("ui.a2ui-surface", &json!({})).is_none());
-    assert!(schema::validate_event_payload("run.paused", &json!({})).is_none());
+    assert!(schema::validate_event_payload("run.annotated", &json!({})).is_none());
 }
 
 // ---------------------------------------------------------------- AI envelope
@@ -561,6 +561,13 @@ fn event_cases() -> Vec<(&'static str, Value, Value, &'static str, &'static str)
             "/fromStatus",
         ),
         (
+            "run.paused",
+            json!({"reason": "maintenance", "drainPolicy": "immediate", "pausedAt": "2026-05-01T12:00:00Z"}),
+            json!({"drainPolicy": "later"}),
+            "enum",
+            "/drainPolicy",
+        ),
+        (
             "node.started",
             json!({"nodeId": "n1", "typeId": "core.ai.callPrompt", "attempt": 0}),
             json!({"nodeId": "n1"}),
@@ -877,7 +884,7 @@ fn run_event_document_rules() {
     );
     ok(schema::validate(Document::RunEvent, &good));
     let cases: Vec<(&str, Value, &str)> = vec![
-        ("/type", json!("run.paused"), "enum"),
+        ("/type", json!("run.annotated"), "enum"),
         ("/sequence", json!(-1), "minimum"),
         ("/timestamp", json!("now"), "format"),
         ("/eventId", json!(""), "minLength"),

@@ -9,11 +9,13 @@
 //! * [`providers`] — one LLM client per provider and model;
 //! * [`reasoning`] — the MEUP reasoning-transparency subject;
 //! * [`stop`] — SIGTERM: stop at a safe point (and cancel);
+//! * [`pause`] — the operator's pause: stop at a safe point, record `run.paused`;
 //! * [`telemetry`] — OTLP spans for run, node, provider call and envelope (off by default).
 
 pub mod eventlog;
 pub mod executor;
 pub mod nats;
+pub mod pause;
 pub mod providers;
 pub mod reasoning;
 pub mod stop;

@@ -1,6 +1,6 @@
 //! `openwop-worker`: runs one Run (see the crate docs and worker/README.md).
 //! Exit codes (`openwop_protocol::run::exit`): 0 terminal, 1 crashed (retry), 2 unusable
-//! snapshot/config, 3 suspended, 143 stopped by SIGTERM at a safe point (replay continues it).
+//! snapshot/config, 3 suspended (also paused), 143 stopped by SIGTERM at a safe point (replay continues it).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,6 +12,7 @@ use openwop_protocol::redact::Redactor;
 use openwop_protocol::run::ending;
 use openwop_protocol::run::env::{self as run_env, WorkerEnv};
 use openwop_protocol::run::exit::{BAD_INPUT, CRASHED, STOPPED, SUSPENDED, TERMINAL};
+use openwop_protocol::run::pause::{DrainPolicy, PauseLog};
 use openwop_protocol::run::projection::Projection;
 use openwop_protocol::run::snapshot::{KeyMount, RunSnapshot};
 use openwop_protocol::run::subjects;
@@ -19,6 +20,7 @@ use openwop_protocol::run::telemetry as run_telemetry;
 use openwop_worker::eventlog::{LogError, RunLog};
 use openwop_worker::executor::{ExecConfig, Executor, RunEnd, cancel_run};
 use openwop_worker::nats::{self, JetStreamPublisher, RetryPolicy};
+use openwop_worker::pause::{self, PauseSignal};
 use openwop_worker::providers::ProviderSet;
 use openwop_worker::reasoning::{DEFAULT_MAX_PER_NODE, ReasoningStream};
 use openwop_worker::stop::{self, StopSignal};
@@ -170,8 +172,8 @@ async fn run(stop: StopSignal, otel: &Otel, wenv: &WorkerEnv) -> anyhow::Result<
                 return Ok(BAD_INPUT);
             }
         },
-        // A cancelled run calls no provider: build none.
-        providers: match (&graph, snap.cancel) {
+        // A cancelled run, or a worker that only records a pause, calls no provider.
+        providers: match (&graph, snap.cancel || snap.pause.is_some()) {
             (Ok(g), false) => {
                 match ProviderSet::build(&snap, g, |p| wenv.provider_base_url(p).map(str::to_owned))
                 {
@@ -216,6 +218,31 @@ async fn run(stop: StopSignal, otel: &Otel, wenv: &WorkerEnv) -> anyhow::Result<
         let events = log.events().to_vec();
         return Ok(finish(wenv, &name, &end, &events, &run_span));
     }
+    let pause_signal = PauseSignal::new();
+    match &snap.pause {
+        // Started while the Run's spec.pause is set (no worker was running to ask).
+        Some(req)
+            if req.drain_policy == DrainPolicy::Immediate || PauseLog::of(log.events()).paused =>
+        {
+            pause::record_paused(&mut log, req).await?;
+            let events = log.events().to_vec();
+            return Ok(paused(wenv, &name, &events, &run_span));
+        }
+        // Woken (a durable timer was due) under a drain: the nodes in flight finish first.
+        Some(req) => pause_signal.request(req.clone(), &stop),
+        // The first worker after a resume says so, then replays.
+        None => {
+            pause::record_resumed(&mut log).await?;
+        }
+    }
+    pause::listen(
+        client.clone(),
+        subjects::control_subject(&namespace, &run_id),
+        pause_signal.clone(),
+        stop.clone(),
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("subscribing to the run's control subject: {e}"))?;
     log.set_stop(Some(stop.clone()));
     log.set_fault_pause(wenv.testing.fault_pause_at_sequence);
     let reasoning = ReasoningStream::new(
@@ -226,7 +253,8 @@ async fn run(stop: StopSignal, otel: &Otel, wenv: &WorkerEnv) -> anyhow::Result<
     let (end, events) = match &graph {
         Ok(graph) => {
             let mut exec = Executor::new(&snap, graph, &cfg, log, reasoning)
-                .with_run_span(run_span.borrowed());
+                .with_run_span(run_span.borrowed())
+                .with_drain(pause_signal.drain());
             let outcome = {
                 let run = exec.run();
                 tokio::pin!(run);
@@ -242,7 +270,16 @@ async fn run(stop: StopSignal, otel: &Otel, wenv: &WorkerEnv) -> anyhow::Result<
                 Err(LogError::Stopped) => {
                     // The operator may have asked to cancel: the kubelet refreshes the
                     // mounted snapshot, so read it again.
-                    let Some(fresh) = load_snapshot(snapshot_path).ok().filter(|s| s.cancel) else {
+                    let fresh = load_snapshot(snapshot_path).ok().filter(|s| s.cancel);
+                    if let (None, Some(req)) = (&fresh, pause_signal.requested()) {
+                        // Paused: `immediate` stopped in-flight nodes unrecorded, a drain let
+                        // them finish; either way the log is a prefix a resume replays.
+                        exec.log_mut().set_stop(None);
+                        pause::record_paused(exec.log_mut(), &req).await?;
+                        let events = exec.log_mut().events().to_vec();
+                        return Ok(paused(wenv, &name, &events, &run_span));
+                    }
+                    let Some(fresh) = fresh else {
                         tracing::warn!(run = %name, "stopped at a safe point; a later worker replays");
                         run_span.set_str("openwop.run_outcome", "stopped");
                         let _ = client.flush().await;
@@ -279,6 +316,25 @@ async fn run(stop: StopSignal, otel: &Otel, wenv: &WorkerEnv) -> anyhow::Result<
         }
     };
     Ok(finish(wenv, &name, &end, &events, &run_span))
+}
+
+/// A paused run's exit: the termination summary (phase `paused`) and the suspended code, so
+/// the operator holds no pod until the resume.
+fn paused(
+    wenv: &WorkerEnv,
+    name: &str,
+    events: &[openwop_protocol::events::RunEventDoc],
+    span: &SpanHandle,
+) -> i32 {
+    let summary = Projection::of_docs(events);
+    span.set_str("openwop.run_outcome", "paused");
+    span.set_i64("openwop.events", events.len() as i64);
+    write_termination(
+        wenv.tuning.termination_log.as_deref(),
+        &summary.to_termination_message(),
+    );
+    tracing::info!(run = %name, events = events.len(), "worker paused");
+    SUSPENDED
 }
 
 /// Writes the termination summary and picks the exit code.

@@ -2,6 +2,7 @@
 //! run's JetStream subjects). Formatting is pure and unit-tested; the I/O shells are thin.
 
 pub mod events;
+pub mod pause;
 pub mod resume;
 pub mod runs;
 

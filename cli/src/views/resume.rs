@@ -1,5 +1,5 @@
 //! `kubectl-openwop resume RUN --answer id=value… | --action ACTION | --approve | --reject
-//! [--reason TEXT]`: appends one entry to `spec.answers` (append-only, enforced by the CRD's
+//! [--reason TEXT]` (with none of them it resumes a paused run, `super::pause`): appends one entry to `spec.answers` (append-only, enforced by the CRD's
 //! CEL rule), guarded by the Run's resourceVersion so a concurrent writer is never
 //! overwritten. The answer records who gave it — the kubeconfig user as the API server
 //! authenticates it (a SelfSubjectReview) — and when.
@@ -18,7 +18,8 @@ use serde_json::{Map, Value, json};
 use super::{NamespaceArg, client_and_namespace};
 
 #[derive(Args, Debug)]
-#[command(group(clap::ArgGroup::new("decision").required(true).args(["answer", "action", "approve", "reject"])))]
+// No decision: resume a paused run (`spec.pause` removed, `super::pause`).
+#[command(group(clap::ArgGroup::new("decision").required(false).args(["answer", "action", "approve", "reject"])))]
 pub struct ResumeArgs {
     /// Name of the Run waiting for input or approval.
     pub run: String,
@@ -221,6 +222,9 @@ fn unverified_user(kubeconfig: Option<&kube::config::Kubeconfig>) -> String {
 }
 
 pub async fn run(args: ResumeArgs) -> Result<()> {
+    if args.answer.is_empty() && args.action.is_none() && !args.approve && !args.reject {
+        return super::pause::resume(&args.run, args.ns.namespace.as_deref()).await;
+    }
     let (client, namespace) = client_and_namespace(args.ns.namespace.as_deref()).await?;
     let who = whoami(&client).await;
     let api: Api<Run> = Api::namespaced(client, &namespace);
@@ -299,6 +303,7 @@ mod tests {
                 timeout_seconds: None,
                 answers: vec![],
                 cancel: None,
+                pause: None,
                 provider_mocks: Default::default(),
             },
         );
@@ -447,10 +452,8 @@ mod tests {
         done.status.as_mut().unwrap().pending_interrupts.clear();
         let e = build_answer(&done, &args(&["r1", "--answer", "q1=x"])).unwrap_err();
         assert!(e.to_string().contains("has no pending interrupt"), "{e}");
-        assert!(
-            Cli::try_parse_from(["resume", "r1"]).is_err(),
-            "a decision is required"
-        );
+        // No decision: resume a paused run (`super::pause::resume`).
+        assert!(Cli::try_parse_from(["resume", "r1"]).is_ok());
         assert!(Cli::try_parse_from(["resume", "r1", "--approve", "--reject"]).is_err());
     }
 

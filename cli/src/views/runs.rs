@@ -370,6 +370,7 @@ mod tests {
                 timeout_seconds: None,
                 answers: vec![],
                 cancel: None,
+                pause: None,
                 provider_mocks: Default::default(),
             },
         );

@@ -11,6 +11,8 @@
 //! * [`caches`] — the watch caches the reconciler reads instead of GETs, and the queue order;
 //! * [`observe`] — the running worker: exit codes, termination summary, crashes and backoff;
 //! * [`cancel`] — `spec.cancel` (and its cascade to child runs);
+//! * [`pause`] — `spec.pause`: the live worker asked to stop at a safe point, no pod while
+//!   paused, the snapshot a pause-recording or resuming worker starts from;
 //! * [`waits`] — durable waits: timers woken at their time, child runs created and their
 //!   outcomes written back;
 //! * [`namespace`] — what a Run namespace needs: the worker ServiceAccount and the NATS
@@ -37,6 +39,7 @@ mod common;
 mod ending;
 mod namespace;
 mod observe;
+mod pause;
 mod reasons;
 mod run;
 mod slots;

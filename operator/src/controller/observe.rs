@@ -50,6 +50,14 @@ pub(super) fn observe_worker(
             draft.status.merge_projection(&p);
             // The worker exited suspended: nothing runs, whatever late events said.
             draft.status.running_nodes.clear();
+            // Paused (`run.paused`): no pod until the resume.
+            if draft.status.phase == Some(RunPhase::Paused) {
+                draft.stop_worker();
+                draft.status.failed_attempts = None;
+                let msg = "run is paused and holds no pod; resume it (POST :resume, kubectl openwop resume, or remove spec.pause)";
+                draft.event(EventType::Normal, Reason::Paused, msg.to_owned());
+                return Action::await_change();
+            }
             let pending = waiting_phase(&draft.status.pending_interrupts);
             let dormant = dormant(&draft.status);
             if !draft.status.phase.is_some_and(RunPhase::is_waiting) {

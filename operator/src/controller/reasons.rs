@@ -51,6 +51,10 @@ pub enum Reason {
     Cancelling,
     Suspended,
     Resumed,
+    /// `spec.pause` was set: the worker is asked to stop at a safe point.
+    Pausing,
+    /// The run is paused and holds no pod.
+    Paused,
     /// A run waits without a pod for a timer (a long `core.delay`) or a child run.
     Waiting,
     /// The operator started a worker because a timer was due or a child run ended.
@@ -89,6 +93,8 @@ impl Reason {
             Reason::Cancelling => "Cancelling",
             Reason::Suspended => "Suspended",
             Reason::Resumed => "Resumed",
+            Reason::Pausing => "Pausing",
+            Reason::Paused => "Paused",
             Reason::Waiting => "Waiting",
             Reason::Woken => "Woken",
             Reason::ChildRunCreated => "ChildRunCreated",
@@ -136,6 +142,8 @@ mod tests {
             (Reason::Cancelling, "Cancelling"),
             (Reason::Suspended, "Suspended"),
             (Reason::Resumed, "Resumed"),
+            (Reason::Pausing, "Pausing"),
+            (Reason::Paused, "Paused"),
             (Reason::Waiting, "Waiting"),
             (Reason::Woken, "Woken"),
             (Reason::ChildRunCreated, "ChildRunCreated"),

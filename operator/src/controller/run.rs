@@ -118,6 +118,7 @@ async fn apply_run(run: Arc<Run>, ctx: Arc<Context>) -> Result<Action, Error> {
             Action::await_change()
         }
         Path::Cancel => super::cancel::cancel(&mut rr).await?,
+        Path::Pause(req) => super::pause::pause(&mut rr, &req).await?,
         Path::TimedOut { limit } => {
             rr.draft.stop_worker();
             let msg = format!("run exceeded its timeout of {limit}s");
@@ -145,6 +146,8 @@ pub(super) enum Path {
     Refused(crate::snapshot::Refused),
     /// `spec.cancel`.
     Cancel,
+    /// `spec.pause` on a run not waiting for an answer.
+    Pause(openwop_crds::PauseRequest),
     /// Running longer than `spec.timeoutSeconds`.
     TimedOut { limit: i64 },
     /// Start, resume or observe the worker.
@@ -167,6 +170,11 @@ pub(super) fn decide(run: &Run, status: &RunStatus, now: Timestamp) -> Path {
         && now >= plus(start.0, limit as u64)
     {
         return Path::TimedOut { limit };
+    }
+    if let Some(req) = &run.spec.pause
+        && !status.phase.unwrap_or_default().is_waiting()
+    {
+        return Path::Pause(req.clone());
     }
     Path::Progress
 }
@@ -277,6 +285,7 @@ mod tests {
             Path::Ended => "ended",
             Path::Refused(_) => "refused",
             Path::Cancel => "cancel",
+            Path::Pause(_) => "pause",
             Path::TimedOut { .. } => "timed out",
             Path::Progress => "progress",
         };

@@ -74,6 +74,16 @@ impl StartGate {
         })
     }
 
+    /// A pod this operator deleted holds no slot any more, even if the pod cache never
+    /// showed it (a short worker — a suspension, a pause — started and deleted between two
+    /// listings would otherwise count for [`UNSEEN_TTL`]).
+    pub(super) fn forget(&self, ns: &str, pod: &str) {
+        let mut all = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(reserved) = all.get_mut(ns) {
+            reserved.remove(pod);
+        }
+    }
+
     /// Slots reserved in `ns` that the cache has not shown yet.
     #[cfg(test)]
     fn reserved(&self, ns: &str) -> usize {

@@ -225,7 +225,10 @@ pub(super) async fn progress(rr: &mut RunReconcile<'_>) -> Result<Action, Error>
         }
         stored.get_or_insert(snap);
     }
-    if woken.is_none() && answered.is_empty() && (phase.is_waiting() || dormant) {
+    // A pause or a resume may start a worker whatever else the run waits for.
+    let paused = super::pause::start_for(rr);
+    let pause_now = paused.as_ref().is_some_and(|p| p.now);
+    if woken.is_none() && answered.is_empty() && !pause_now && (phase.is_waiting() || dormant) {
         return Ok(waits::waiting_requeue(rr.status(), now, lead)
             .map_or_else(Action::await_change, Action::requeue));
     }
@@ -255,6 +258,9 @@ pub(super) async fn progress(rr: &mut RunReconcile<'_>) -> Result<Action, Error>
             .retain(|p| !answered.contains(&p.interrupt_id));
         status.answered_interrupts.extend(answered);
         resume = true;
+    }
+    if let Some(p) = &paused {
+        super::pause::prepare_snapshot(rr, p.pause.clone()).await?;
     }
     // The slot is reserved in memory (no API call under the lock); the pod is built and
     // created outside it, and a failed create releases the slot (module `slots`).
@@ -329,7 +335,12 @@ pub(super) async fn progress(rr: &mut RunReconcile<'_>) -> Result<Action, Error>
         Reason::WorkerStarted,
         format!("worker pod {pod_name}"),
     );
-    let (reason, note) = if let Some(why) = woken {
+    let (reason, note) = if let Some(p) = paused {
+        (
+            Reason::Resumed,
+            format!("{}; started worker pod {pod_name}", p.note),
+        )
+    } else if let Some(why) = woken {
         (
             Reason::Woken,
             format!("{why}; started worker pod {pod_name}"),

@@ -252,6 +252,7 @@ pub(super) fn child_run(
             timeout_seconds: None,
             answers: Vec::new(),
             cancel: None,
+            pause: None,
             provider_mocks: BTreeMap::new(),
         },
         status: None,

@@ -65,6 +65,8 @@ pub mod op {
     pub const CREATE_RUN: &str = "createRun";
     pub const CANCEL_RUN: &str = "cancelRun";
     pub const BULK_CANCEL_RUNS: &str = "bulkCancelRuns";
+    pub const PAUSE_RUN: &str = "pauseRun";
+    pub const RESUME_RUN: &str = "resumeRun";
     pub const RESOLVE_INTERRUPT_BY_RUN: &str = "resolveInterruptByRun";
     pub const RESOLVE_INTERRUPT_BY_TOKEN: &str = "resolveInterruptByToken";
     pub const REGISTER_WEBHOOK: &str = "registerWebhook";

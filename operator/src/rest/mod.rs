@@ -6,7 +6,8 @@
 //! the leader's controllers do the rest and `kubectl` sees everything the API does.
 //!
 //! One file per resource — [`runs`] (create, read), [`cancel`] (one run, or many with
-//! `:bulk-cancel`), [`interrupts`] (run-scoped and by signed token), [`events`] (SSE and JSON by stream mode, and long-poll),
+//! `:bulk-cancel`), [`pause`] (`:pause` / `:resume`), [`interrupts`] (run-scoped and by
+//! signed token), [`events`] (SSE and JSON by stream mode, and long-poll),
 //! [`workflows`] — over [`types`] (request and response bodies),
 //! [`support`] (cache lookups shared by several resources), [`json`] (the one JSON body
 //! extractor: a malformed body is an [`ApiError`], never axum's plain text), [`idempotency`]
@@ -47,6 +48,7 @@ pub mod hooks;
 pub mod idempotency;
 pub mod interrupts;
 pub mod json;
+pub mod pause;
 pub mod runs;
 pub mod support;
 pub mod types;
@@ -271,6 +273,8 @@ pub fn caches(
                        Kubernetes RBAC on runs.openwop.dev / workflows.openwop.dev in the run's \
                        namespace (tenantId)."
     ),
+    // `:pause` / `:resume` share the router's `POST /v1/runs/{runId}` (see `pause`).
+    paths(pause::pause_run, pause::resume_run),
     components(schemas(ErrorBody)),
     modifiers(&BearerAuth)
 )]
@@ -329,6 +333,7 @@ fn api_routes() -> OpenApiRouter<RestState> {
         .routes(routes!(events::poll_events))
         .routes(routes!(cancel::cancel_run))
         .routes(routes!(cancel::bulk_cancel))
+        .route("/v1/runs/{runId}", axum::routing::post(pause::run_action))
         .routes(routes!(interrupts::resolve_interrupt))
         .routes(routes!(
             interrupts::inspect_interrupt_by_token,
@@ -419,6 +424,8 @@ mod tests {
             "/v1/runs/{runId}/events/poll",
             "/v1/runs/{runId}/cancel",
             "/v1/runs:bulk-cancel",
+            "/v1/runs/{runId}:pause",
+            "/v1/runs/{runId}:resume",
             "/v1/runs/{runId}/interrupts/{nodeId}",
             "/v1/interrupts/{token}",
             "/v1/workflows/{workflowId}",
@@ -431,6 +438,8 @@ mod tests {
                 assert!(!responses.is_empty(), "{method} {path}: no responses");
                 // Every path template parameter is declared as a path parameter.
                 for seg in path.split('/').filter(|s| s.starts_with('{')) {
+                    // `{runId}:pause`: the parameter, then the operation.
+                    let seg = seg.split(':').next().unwrap_or(seg);
                     let name = seg.trim_matches(['{', '}']);
                     let declared =
                         op["parameters"].as_array().into_iter().flatten().any(|p| {

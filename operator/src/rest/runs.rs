@@ -328,6 +328,7 @@ async fn create(
             timeout_seconds: None,
             answers: Vec::new(),
             cancel: None,
+            pause: None,
             provider_mocks,
         },
         status: None,

@@ -184,3 +184,37 @@ pub struct BulkCancelError {
     pub code: String,
     pub message: String,
 }
+
+/// `POST /v1/runs/{runId}:pause` body (closed; `drainPolicy` defaults to `drain-current-node`).
+#[derive(Debug, Clone, Default, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PauseRunRequest {
+    /// Why (recorded in `run.paused.reason`; at most 1024 characters).
+    #[serde(default)]
+    pub reason: Option<String>,
+    /// `immediate` | `drain-current-node` (default).
+    #[serde(default)]
+    #[schema(value_type = Option<String>)]
+    pub drain_policy: Option<openwop_crds::DrainPolicy>,
+}
+
+/// `POST /v1/runs/{runId}:resume` body (closed).
+#[derive(Debug, Clone, Default, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ResumeRunRequest {
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+/// `:pause` (`status: paused`, `pausedAt`) and `:resume` (`status: running`, `resumedAt`).
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PauseRunResponse {
+    pub run_id: String,
+    #[schema(value_type = String)]
+    pub status: RunPhase,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub paused_at: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resumed_at: Option<String>,
+}

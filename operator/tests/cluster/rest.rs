@@ -1154,3 +1154,124 @@ async fn rest_interrupt_resolution_speaks_the_spec_and_records_who_answered() {
     );
     f.cleanup().await;
 }
+
+#[tokio::test]
+async fn rest_pause_and_resume_set_spec_pause_and_refuse_with_the_status_they_found() {
+    use openwop_protocol::run::api::IDEMPOTENT_REPLAY_HEADER;
+    let Some(f) = RestFixture::start(
+        "rest_pause_and_resume_set_spec_pause_and_refuse_with_the_status_they_found",
+        "opi-rest-pause",
+        "{}",
+        "",
+    )
+    .await
+    else {
+        return;
+    };
+    let post = |path: String, body: Value, key: Option<&str>| {
+        let mut r = f
+            .http
+            .post(f.op.url(&path))
+            .bearer_auth(&f.token)
+            .json(&body)
+            .timeout(Duration::from_secs(30));
+        if let Some(k) = key {
+            r = r.header("idempotency-key", k);
+        }
+        r.send()
+    };
+    let runs: Api<Run> = Api::namespaced(f.c.client.clone(), &f.ns.name);
+    let id = f.run("p1").await;
+    // Resuming a run that is not paused: 409 with the status it has.
+    let r = post(format!("/v1/runs/{id}:resume"), json!({}), None)
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::CONFLICT);
+    let (code, err) = spec_error(r).await;
+    assert_eq!(code, "run_state_conflict", "{err}");
+    assert!(err["details"]["runStatus"].is_string(), "{err}");
+    // A body that is not the spec's: 400 naming the field.
+    let r = post(
+        format!("/v1/runs/{id}:pause"),
+        json!({"drainPolicy": "later"}),
+        None,
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    let r = post(format!("/v1/runs/{id}:pause"), json!({"why": "x"}), None)
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(spec_error(r).await.1["details"]["field"], "why");
+    // Pause: 202, and spec.pause is what kubectl would show.
+    let r = post(
+        format!("/v1/runs/{id}:pause"),
+        json!({"reason": "maintenance", "drainPolicy": "immediate"}),
+        None,
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status(), StatusCode::ACCEPTED);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(
+        (&body["runId"], &body["status"]),
+        (&json!(id), &json!("paused"))
+    );
+    let paused_at = body["pausedAt"].as_str().expect("pausedAt").to_owned();
+    let spec = runs
+        .get("p1")
+        .await
+        .unwrap()
+        .spec
+        .pause
+        .expect("spec.pause");
+    assert_eq!(spec.reason.as_deref(), Some("maintenance"));
+    assert_eq!(spec.drain_policy, openwop_crds::DrainPolicy::Immediate);
+    // Again without the key: 409, paused since then.
+    let r = post(format!("/v1/runs/{id}:pause"), json!({}), None)
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::CONFLICT);
+    let (code, err) = spec_error(r).await;
+    assert_eq!(code, "run_state_conflict", "{err}");
+    assert_eq!(err["details"]["runStatus"], "paused", "{err}");
+    assert_eq!(err["details"]["pausedAt"], json!(paused_at), "{err}");
+    // Resume: 202 and spec.pause gone.
+    let r = post(format!("/v1/runs/{id}:resume"), json!({}), None)
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::ACCEPTED);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["status"], "running");
+    assert!(body["resumedAt"].is_string(), "{body}");
+    assert!(runs.get("p1").await.unwrap().spec.pause.is_none());
+    // The same Idempotency-Key answers the first 202 again, marked as a replay.
+    let id2 = f.run("p2").await;
+    let first = post(format!("/v1/runs/{id2}:pause"), json!({}), Some("k-1"))
+        .await
+        .unwrap();
+    assert_eq!(first.status(), StatusCode::ACCEPTED);
+    let first: Value = first.json().await.unwrap();
+    let again = post(format!("/v1/runs/{id2}:pause"), json!({}), Some("k-1"))
+        .await
+        .unwrap();
+    assert_eq!(again.status(), StatusCode::ACCEPTED);
+    assert_eq!(again.headers()[IDEMPOTENT_REPLAY_HEADER], "true");
+    let again: Value = again.json().await.unwrap();
+    assert_eq!(again["pausedAt"], first["pausedAt"]);
+    let other = post(format!("/v1/runs/{id2}:pause"), json!({}), Some("k-2"))
+        .await
+        .unwrap();
+    assert_eq!(other.status(), StatusCode::CONFLICT);
+    // No such run, no such operation.
+    let r = post("/v1/runs/no-such-run:pause".into(), json!({}), None)
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+    let r = post(format!("/v1/runs/{id2}"), json!({}), None)
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::METHOD_NOT_ALLOWED);
+    f.cleanup().await;
+}

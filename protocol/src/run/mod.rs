@@ -16,6 +16,7 @@
 //! * [`telemetry`] — the span attributes naming a run, read back by the operator;
 //! * [`stream_modes`] — which events each `streamMode` of the event stream admits;
 //! * [`options`] — the reserved `configurable` keys the host honours (`runTimeoutMs`);
+//! * [`pause`] — pausing a run: the request, its drain policies, what the log says;
 //! * [`gate`] — the nodes that wait for a person: what they wait for, the events of the
 //!   wait and of its resolution;
 //! * [`variables`] — a run's workflow variables: seeding, per-node visibility, the served bag;
@@ -36,6 +37,7 @@ pub mod gate;
 pub mod host;
 pub mod nodes;
 pub mod options;
+pub mod pause;
 pub mod projection;
 pub mod sequence;
 pub mod snapshot;

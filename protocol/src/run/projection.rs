@@ -135,6 +135,12 @@ impl Projection {
         let node = e.node_id.or_else(|| s(payload, "nodeId"));
         match e.event_type {
             "run.started" | "run.resumed" => self.phase = Some(RunPhase::Running),
+            // The worker stopped at a safe point: nothing runs until the resume; abandoned
+            // nodes (`immediate`) run again as fresh attempts.
+            "run.paused" => {
+                self.phase = Some(RunPhase::Paused);
+                self.running_nodes.clear();
+            }
             "node.started" | "node.resumed" => {
                 if let Some(n) = node
                     && self.running_nodes.len() < crate::schedule::MAX_NODE_CONCURRENCY as usize

@@ -406,6 +406,10 @@ pub struct RunSnapshot {
     /// The worker records `run.cancelled` and nothing else.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub cancel: bool,
+    /// The Run's `spec.pause` when this worker was started: the worker records `run.paused`
+    /// (unless its log already ends paused) and exits suspended. Absent on a resume.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pause: Option<super::pause::PauseRequest>,
     /// Node id → scripted provider responses (copied only where the operator allows mocks).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub provider_mocks: BTreeMap<String, ProviderMock>,

@@ -2,7 +2,10 @@
 //! which a new Run may reuse), and the one JetStream stream that holds every run's log.
 //!
 //! * run events: `openwop.events.<namespace>.<runId>`;
-//! * reasoning transparency: `openwop.reasoning.<namespace>.<runId>`.
+//! * reasoning transparency: `openwop.reasoning.<namespace>.<runId>`;
+//! * the operator's messages to a run's live worker (a pause): `openwop.control.<namespace>.<runId>`
+//!   (plain NATS request/reply, outside the stream: a message only matters to a worker running
+//!   now, and the operator repeats it until the worker answers or the run's log says paused).
 //!
 //! A namespace is a DNS label and a runId a Kubernetes uid: neither contains a dot, so a
 //! subject has exactly four tokens.
@@ -13,6 +16,8 @@ use std::time::Duration;
 pub const EVENTS_PREFIX: &str = "openwop.events";
 /// First tokens of reasoning subjects.
 pub const REASONING_PREFIX: &str = "openwop.reasoning";
+/// First tokens of control subjects (not in the stream).
+pub const CONTROL_PREFIX: &str = "openwop.control";
 /// Subjects of the stream (both families: one dedup window and one retention per run).
 pub const STREAM_SUBJECTS: [&str; 2] = ["openwop.events.>", "openwop.reasoning.>"];
 /// Default stream name (operator config `worker.eventsStream`).
@@ -29,6 +34,11 @@ pub fn events_subject(namespace: &str, run_id: &str) -> String {
 /// `openwop.reasoning.<namespace>.<runId>`.
 pub fn reasoning_subject(namespace: &str, run_id: &str) -> String {
     format!("{REASONING_PREFIX}.{namespace}.{run_id}")
+}
+
+/// `openwop.control.<namespace>.<runId>`.
+pub fn control_subject(namespace: &str, run_id: &str) -> String {
+    format!("{CONTROL_PREFIX}.{namespace}.{run_id}")
 }
 
 /// Both subjects of one run (what a deleted Run's purge removes).

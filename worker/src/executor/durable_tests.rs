@@ -30,7 +30,7 @@ fn run(
     (out.end, out.events)
 }
 
-fn delay_flow(delay_ms: u64) -> Value {
+pub(super) fn delay_flow(delay_ms: u64) -> Value {
     json!({"id": "d", "variables": [{"name": "delayMs", "type": "number", "defaultValue": delay_ms}],
            "nodes": [{"id": "wait", "typeId": "core.delay",
                       "inputs": {"delayMs": {"type": "variable", "variableName": "delayMs"}}},

@@ -23,7 +23,7 @@
 //! read side by side. Every node kind's own logic lives in its own file.
 
 use std::cell::RefCell;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -166,6 +166,11 @@ pub struct Executor<'a, P: Publisher> {
     run_id: String,
     /// The worker's stop (SIGTERM): in-flight provider calls are abandoned unrecorded.
     stop: Option<StopSignal>,
+    /// A pause under `drain-current-node` ([`crate::pause`]): start no node, end nothing.
+    drain: Option<StopSignal>,
+    /// Nodes the replayed log shows started: in flight when the worker stopped (or done), so
+    /// a drain still lets them run to their end.
+    started_before: BTreeSet<String>,
     /// Stops every in-flight branch of this run (timeout, a failed append).
     abandon: StopSignal,
     abandon_why: RefCell<Option<Abandon>>,
@@ -191,6 +196,12 @@ impl<'a, P: Publisher> Executor<'a, P> {
                 .enumerate()
                 .map(move |(t, p)| (format!("{node}#{t}"), p.clone()))
         });
+        let started_before = log
+            .events()
+            .iter()
+            .filter(|e| e.event_type == EventType::NodeStarted)
+            .filter_map(|e| e.node_id.clone())
+            .collect();
         Executor {
             snap,
             graph,
@@ -198,6 +209,8 @@ impl<'a, P: Publisher> Executor<'a, P> {
             run_id: log.run_id().to_owned(),
             stop: log.stop_signal(),
             writer: tokio::sync::Mutex::new(Writer { log, reasoning }),
+            drain: None,
+            started_before,
             abandon: StopSignal::new(),
             abandon_why: RefCell::new(None),
             mock: MockProvider::new("mock-model", 8192, programs),
@@ -213,6 +226,20 @@ impl<'a, P: Publisher> Executor<'a, P> {
     pub fn with_run_span(mut self, span: SpanHandle) -> Self {
         self.run_span = span;
         self
+    }
+
+    /// Once `drain` is requested the run starts no node (but lets the nodes its log shows
+    /// started run to their end) and, once they are recorded, returns [`LogError::Stopped`]
+    /// instead of ending (a pause that lets the current node finish). A run left waiting
+    /// (a durable timer, an answer) with nothing held back suspends as usual: the pause
+    /// lands after the wait.
+    pub fn with_drain(mut self, drain: StopSignal) -> Self {
+        self.drain = Some(drain);
+        self
+    }
+
+    fn draining(&self) -> bool {
+        self.drain.as_ref().is_some_and(StopSignal::is_requested)
     }
 
     /// The run's log (for the worker once the run future is gone).
@@ -378,6 +405,8 @@ impl<'a, P: Publisher> Executor<'a, P> {
         // Nodes executing (skips and condition failures are branches too, but count for nothing).
         let mut executing = 0usize;
         let mut failure: Option<LogError> = None;
+        // A drain kept a node from starting.
+        let mut held = false;
         loop {
             if let Some(d) = deadline
                 && tokio::time::Instant::now() >= d
@@ -388,6 +417,13 @@ impl<'a, P: Publisher> Executor<'a, P> {
             if !self.abandon.is_requested() && breach.is_none() {
                 for (node, decision) in schedule::decide(self.graph, &states) {
                     let id = node.id.clone();
+                    if self.draining()
+                        && !(matches!(decision, Decision::Run { .. })
+                            && self.started_before.contains(&id))
+                    {
+                        held = true;
+                        continue;
+                    }
                     let branch: Branch<'_> = match decision {
                         Decision::Skip(why) => {
                             states.insert(id, NodeState::Skipped);
@@ -473,6 +509,10 @@ impl<'a, P: Publisher> Executor<'a, P> {
         }
         if let Some(e) = failure {
             return Err(e);
+        }
+        if self.draining() && (held || (waiting.is_empty() && !dormant)) {
+            // Paused after the in-flight nodes: the run neither goes on nor ends here.
+            return Err(LogError::Stopped);
         }
         if let Some(b) = breach {
             return self.breached(b).await;
@@ -949,5 +989,7 @@ fn config_error(id: &str, issues: &[ValidationIssue]) -> ErrorInfo {
 mod durable_tests;
 #[cfg(test)]
 mod flow_runs;
+#[cfg(test)]
+mod pause_tests;
 #[cfg(test)]
 mod tests;
