@@ -636,7 +636,7 @@ impl<'a, P: Publisher> Executor<'a, P> {
                 &key,
                 Some(id),
                 EventType::NodeStarted,
-                json!({"nodeId": id, "typeId": node.type_id, "attempt": attempt + 1}),
+                json!({"nodeId": id, "typeId": node.type_id, "attempt": attempt}),
             )
             .await?;
             let deadline = node
