@@ -213,6 +213,9 @@ pub(super) async fn progress(rr: &mut RunReconcile<'_>) -> Result<Action, Error>
         } else if waits::timers(rr.status(), now, lead) == waits::Timers::Due {
             woken = Some("a timer is due");
         }
+        if woken.is_none() {
+            waits::mirror_children(&mut rr.draft.status);
+        }
         stored.get_or_insert(snap);
     }
     if woken.is_none() && answered.is_empty() && (phase.is_waiting() || dormant) {
