@@ -20,6 +20,8 @@ mod common;
 // Issue #24 durable waits (delay, sub-workflow), on this binary's cluster, release and lock.
 #[path = "journeys/durable.rs"]
 mod durable;
+#[path = "journeys/examples.rs"]
+mod examples;
 
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
@@ -329,6 +331,7 @@ async fn examples_apply_workflow_ready_run_completed_events_gapless() {
         async move { worker_pods(&c, &ns).await.is_empty().then_some(()) }
     })
     .await;
+    examples::ticket_escalation(&c, &ns).await;
     delete_namespace(&c.client, &ns).await;
 }
 
