@@ -237,7 +237,10 @@ async fn a_parent_shows_its_childs_wait_and_runs_again_once_the_child_is_answere
                 json!([{"nodeId": "call", "name": "r1-cabc", "runId": "cuid",
                         "phase": "waiting-approval", "waitingNode": "gate"}])
             );
-            assert!(st.get("workerPod").is_none(), "no worker while the child waits");
+            assert!(
+                st.get("workerPod").is_none(),
+                "no worker while the child waits"
+            );
         }));
     let action = api
         .play(
@@ -246,7 +249,11 @@ async fn a_parent_shows_its_childs_wait_and_runs_again_once_the_child_is_answere
         )
         .await
         .expect("reconcile");
-    assert_eq!(action, Action::await_change(), "the child's answer wakes it");
+    assert_eq!(
+        action,
+        Action::await_change(),
+        "the child's answer wakes it"
+    );
 
     // The child was answered and runs again: so does the parent's phase.
     let mut parent = child_wait();

@@ -190,7 +190,9 @@ impl<'g> Scheduler<'g> {
                 }
             }
         }
-        let fresh = (0..graph.nodes.len()).filter(|&i| pending[i] == 0).collect();
+        let fresh = (0..graph.nodes.len())
+            .filter(|&i| pending[i] == 0)
+            .collect();
         Scheduler {
             graph,
             index,
@@ -283,9 +285,7 @@ impl<'g> Scheduler<'g> {
         });
         let mut out: Vec<(usize, Decision)> = settled.into_iter().chain(runs).collect();
         out.sort_by_key(|(i, _)| *i);
-        out.into_iter()
-            .map(|(i, d)| (&graph.nodes[i], d))
-            .collect()
+        out.into_iter().map(|(i, d)| (&graph.nodes[i], d)).collect()
     }
 }
 
@@ -617,8 +617,8 @@ mod tests {
             if states.contains_key(&node.id) {
                 continue;
             }
-            let ready = dependencies(graph, node)
-                .all(|d| states.get(d).is_some_and(NodeState::is_settled));
+            let ready =
+                dependencies(graph, node).all(|d| states.get(d).is_some_and(NodeState::is_settled));
             if !ready {
                 continue;
             }
@@ -643,7 +643,13 @@ mod tests {
     fn random_graph(n: usize, links: &[(usize, usize, u8)], disabled: &[bool]) -> Graph {
         let mut nodes = Vec::new();
         let mut edges = Vec::new();
-        let rules = ["all_success", "any_success", "all_complete", "none_failed", "any_failed"];
+        let rules = [
+            "all_success",
+            "any_success",
+            "all_complete",
+            "none_failed",
+            "any_failed",
+        ];
         for i in 0..n {
             let mut inputs = serde_json::Map::new();
             for (k, &(a, b, kind)) in links.iter().enumerate() {
@@ -738,7 +744,9 @@ mod tests {
     #[test]
     fn a_long_chain_is_decided_one_step_at_a_time() {
         let n = 2_000;
-        let nodes: Vec<Value> = (0..n).map(|i| json!({"id": format!("n{i}"), "typeId": "t"})).collect();
+        let nodes: Vec<Value> = (0..n)
+            .map(|i| json!({"id": format!("n{i}"), "typeId": "t"}))
+            .collect();
         let edges: Vec<Value> = (1..n)
             .map(|i| json!({"id": format!("e{i}"), "sourceNodeId": format!("n{}", i - 1), "targetNodeId": format!("n{i}")}))
             .collect();

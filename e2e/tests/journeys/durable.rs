@@ -292,7 +292,11 @@ async fn a_parent_shows_its_childs_approval_wait_and_answering_the_child_resumes
             st["childRuns"][0]["nodeId"].as_str(),
             st["childRuns"][0]["waitingNode"].as_str()
         ),
-        (Some(child_name.as_str()), Some("subwf-call"), Some("child-gate")),
+        (
+            Some(child_name.as_str()),
+            Some("subwf-call"),
+            Some("child-gate")
+        ),
         "{st:#}"
     );
     assert!(st.get("workerPod").is_none_or(Value::is_null), "{st:#}");

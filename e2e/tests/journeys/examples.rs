@@ -18,9 +18,15 @@ pub(super) async fn ticket_escalation(c: &Cluster, ns: &str) {
     }
     let (port, seen) = super::ticket_service();
     let file = std::fs::read_to_string(repo().join("examples/07-ticket-escalation.yaml")).unwrap();
-    assert!(file.contains(TICKETING), "the example's placeholder URL moved");
+    assert!(
+        file.contains(TICKETING),
+        "the example's placeholder URL moved"
+    );
     let manifests = file.replace(TICKETING, &format!("http://127.0.0.1:{port}"));
-    ok(apply(c, ns, &manifests), "apply examples/07-ticket-escalation.yaml");
+    ok(
+        apply(c, ns, &manifests),
+        "apply examples/07-ticket-escalation.yaml",
+    );
     wait_workflow(c, ns, "ticket-escalation", "True").await;
 
     // Routine: no approval, the ticket is opened and followed up.
@@ -38,7 +44,10 @@ pub(super) async fn ticket_escalation(c: &Cluster, ns: &str) {
     let st = wait_run(c, ns, "ticket-urgent", "waiting-approval", 120).await;
     assert_eq!(st["pendingInterrupts"][0]["nodeId"], "approve", "{st:#}");
     ok(
-        cli(c, &["resume", "ticket-urgent", "-n", ns, "--action", "accept"]),
+        cli(
+            c,
+            &["resume", "ticket-urgent", "-n", ns, "--action", "accept"],
+        ),
         "kubectl openwop resume ticket-urgent",
     );
     wait_run(c, ns, "ticket-urgent", "completed", 120).await;
@@ -59,9 +68,15 @@ pub(super) async fn ticket_escalation(c: &Cluster, ns: &str) {
         .iter()
         .find(|e| e["type"] == "node.completed" && e["nodeId"] == "follow-up")
         .unwrap();
-    assert_eq!(follow_up["payload"]["outputs"]["status"], 201, "{follow_up}");
+    assert_eq!(
+        follow_up["payload"]["outputs"]["status"], 201,
+        "{follow_up}"
+    );
     let all = serde_json::to_string(&evs).unwrap();
-    assert!(!all.contains("replace-me"), "the Secret's token reached the events");
+    assert!(
+        !all.contains("replace-me"),
+        "the Secret's token reached the events"
+    );
 
     // Two runs, two calls each: open, then follow up on the id the API answered.
     let heads = seen.lock().unwrap().clone();
@@ -78,9 +93,9 @@ pub(super) async fn ticket_escalation(c: &Cluster, ns: &str) {
         );
     }
     assert!(
-        heads
-            .iter()
-            .all(|h| h.to_ascii_lowercase().contains("authorization: bearer replace-me")),
+        heads.iter().all(|h| h
+            .to_ascii_lowercase()
+            .contains("authorization: bearer replace-me")),
         "the Secret's token reached the ticketing API"
     );
 }

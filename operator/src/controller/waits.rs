@@ -120,7 +120,13 @@ pub(super) async fn tend_children(
                     .filter(|s| s.phase.is_some_and(RunPhase::is_waiting))
                     .and_then(|s| s.pending_interrupts.first())
                     .map(|p| p.node_id.clone());
-                note_child(&mut rr.draft.status, &wait, child.uid(), phase, waiting_node);
+                note_child(
+                    &mut rr.draft.status,
+                    &wait,
+                    child.uid(),
+                    phase,
+                    waiting_node,
+                );
                 if phase.is_some_and(RunPhase::is_terminal) {
                     ended.push(child_result(rr, stored, &wait, &child).await?);
                 }
@@ -596,7 +602,13 @@ mod tests {
             child_run_name: "p-c1".into(),
             child_workflow_id: "w".into(),
         };
-        note_child(&mut st, &wait, Some("u1".into()), Some(RunPhase::Pending), None);
+        note_child(
+            &mut st,
+            &wait,
+            Some("u1".into()),
+            Some(RunPhase::Pending),
+            None,
+        );
         let gate = Some("gate".to_owned());
         note_child(&mut st, &wait, None, Some(RunPhase::WaitingApproval), gate);
         assert_eq!(st.child_runs[0].waiting_node.as_deref(), Some("gate"));

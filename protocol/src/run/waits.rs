@@ -459,13 +459,28 @@ mod tests {
         // Own phase, own pending interrupt, children's phases → phase shown.
         let rows: [(RunPhase, bool, Vec<Option<RunPhase>>, RunPhase); 9] = [
             (Running, false, vec![Some(WaitingApproval)], WaitingApproval),
-            (Running, false, vec![None, Some(Running), Some(WaitingInput)], WaitingInput),
+            (
+                Running,
+                false,
+                vec![None, Some(Running), Some(WaitingInput)],
+                WaitingInput,
+            ),
             (Running, false, vec![Some(Running), None], Running),
             // The child was answered: the mirrored wait ends.
             (WaitingApproval, false, vec![Some(Running)], Running),
-            (WaitingApproval, false, vec![Some(WaitingExternal)], WaitingExternal),
+            (
+                WaitingApproval,
+                false,
+                vec![Some(WaitingExternal)],
+                WaitingExternal,
+            ),
             // The run's own interrupt wins: it is what its own answer needs.
-            (WaitingInput, true, vec![Some(WaitingApproval)], WaitingInput),
+            (
+                WaitingInput,
+                true,
+                vec![Some(WaitingApproval)],
+                WaitingInput,
+            ),
             // Ended, paused or cancelling runs keep their phase.
             (Completed, false, vec![Some(WaitingApproval)], Completed),
             (Cancelling, false, vec![Some(WaitingApproval)], Cancelling),

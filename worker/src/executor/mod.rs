@@ -406,7 +406,8 @@ impl<'a, P: Publisher> Executor<'a, P> {
                                 break;
                             }
                             executing += 1;
-                            let bag = Value::Object(variables.visible_to(&id, |n| sched.outputs(n)));
+                            let bag =
+                                Value::Object(variables.visible_to(&id, |n| sched.outputs(n)));
                             // Only what the node reads: its dependencies' states.
                             let upstream = sched.start(node);
                             Box::pin(async move {
