@@ -324,7 +324,7 @@ impl<'a, P: Publisher> Executor<'a, P> {
         self.drive().await
     }
 
-    /// The scheduler: starts every node [`schedule::decide`] says may run, up to the run's
+    /// The scheduler: starts every node [`Scheduler::decide`] says may run, up to the run's
     /// concurrency limit, as concurrent branches of this task, and settles them as they
     /// finish. It never awaits the writer itself while branches run (a branch holding it is
     /// only driven by being polled here); it emits only once every branch has returned.
