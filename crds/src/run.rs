@@ -284,6 +284,10 @@ pub struct ChildRun {
     /// The child's phase as last seen (terminal once its outcome reached this run).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<RunPhase>,
+    /// While the child waits for an answer: its node holding the interrupt (answer it on the
+    /// child Run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting_node: Option<String>,
 }
 
 impl RunStatus {

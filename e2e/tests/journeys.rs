@@ -29,6 +29,9 @@ mod tokens;
 // Issue #25 pause/resume (kubectl openwop pause|resume), same cluster, release and lock.
 #[path = "journeys/pause.rs"]
 mod pause;
+// The examples journey's ticketing stand-in (example 07).
+#[path = "journeys/examples.rs"]
+mod examples;
 
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
@@ -338,6 +341,7 @@ async fn examples_apply_workflow_ready_run_completed_events_gapless() {
         async move { worker_pods(&c, &ns).await.is_empty().then_some(()) }
     })
     .await;
+    examples::ticket_escalation(&c, &ns).await;
     delete_namespace(&c.client, &ns).await;
 }
 

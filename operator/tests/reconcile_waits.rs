@@ -208,6 +208,74 @@ async fn a_recorded_dispatch_creates_the_child_run_once() {
     );
 }
 
+/// `r1-cabc`, created by `r1`, in `phase` with `status` fields added.
+fn child_in(phase: &str, extra: Value) -> Value {
+    let mut st = json!({"phase": phase});
+    for (k, v) in extra.as_object().unwrap() {
+        st[k] = v.clone();
+    }
+    json!({"apiVersion": "openwop.dev/v1alpha1", "kind": "Run",
+        "metadata": {"name": "r1-cabc", "uid": "cuid",
+                     "ownerReferences": [{"apiVersion": "openwop.dev/v1alpha1", "kind": "Run",
+                                          "name": "r1", "uid": "ruid", "controller": true}]},
+        "spec": {"workflowRef": {"id": "child-wf"}},
+        "status": st})
+}
+
+#[tokio::test]
+async fn a_parent_shows_its_childs_wait_and_runs_again_once_the_child_is_answered() {
+    let gate = json!({"pendingInterrupts": [{"interruptId": "i1", "nodeId": "gate", "kind": "approval"}],
+                      "currentNode": "gate"});
+    let (ctx, mut api) = Context::test();
+    let scenario = Scenario::new()
+        .then(get_snapshot().reply(200, snapshot_cm(false)))
+        .then(get_child().reply(200, child_in("waiting-approval", gate)))
+        .then(run_status(|st| {
+            assert_eq!(st["phase"], "waiting-approval");
+            assert_eq!(
+                st["childRuns"],
+                json!([{"nodeId": "call", "name": "r1-cabc", "runId": "cuid",
+                        "phase": "waiting-approval", "waitingNode": "gate"}])
+            );
+            assert!(
+                st.get("workerPod").is_none(),
+                "no worker while the child waits"
+            );
+        }));
+    let action = api
+        .play(
+            scenario,
+            reconcile_run(Arc::new(dormant(child_wait())), ctx),
+        )
+        .await
+        .expect("reconcile");
+    assert_eq!(
+        action,
+        Action::await_change(),
+        "the child's answer wakes it"
+    );
+
+    // The child was answered and runs again: so does the parent's phase.
+    let mut parent = child_wait();
+    parent["phase"] = json!("waiting-approval");
+    parent["childRuns"] = json!([{"nodeId": "call", "name": "r1-cabc", "runId": "cuid",
+                                  "phase": "waiting-approval", "waitingNode": "gate"}]);
+    let (ctx, mut api) = Context::test();
+    let scenario = Scenario::new()
+        .then(get_snapshot().reply(200, snapshot_cm(false)))
+        .then(get_child().reply(200, child_in("running", json!({}))))
+        .then(run_status(|st| {
+            assert_eq!(st["phase"], "running");
+            assert_eq!(
+                st["childRuns"],
+                json!([{"nodeId": "call", "name": "r1-cabc", "runId": "cuid", "phase": "running"}])
+            );
+        }));
+    api.play(scenario, reconcile_run(Arc::new(dormant(parent)), ctx))
+        .await
+        .expect("reconcile");
+}
+
 #[tokio::test]
 async fn an_ended_child_writes_its_outcome_into_the_parent_and_starts_its_worker() {
     let (ctx, mut api) = Context::test();

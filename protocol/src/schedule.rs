@@ -9,7 +9,7 @@
 //! waiting on an interrupt has not settled: its dependents wait with it, while independent
 //! branches go on.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde_json::{Map, Value};
 
@@ -129,41 +129,164 @@ pub enum Decision {
     },
 }
 
-/// The nodes that can be decided now, in the graph's topological order, with what happens to
-/// each. Skips and condition failures cascade within one call (a skipped node settles, so its
-/// dependents are decided too); nodes to run do not (they settle when they finish). A node
-/// returned as `Run` and not started stays undecided and is returned again by the next call.
+/// The nodes that can be decided now given `states`, in the graph's topological order, with
+/// what happens to each: [`Scheduler::decide`] over a scheduler holding `states`, with no
+/// limit on the nodes to run. Skips and condition failures cascade within one call (a
+/// skipped node settles, so its dependents are decided too); nodes to run do not (they
+/// settle when they finish).
 pub fn decide<'g>(
     graph: &'g Graph,
     states: &BTreeMap<String, NodeState>,
 ) -> Vec<(&'g Node, Decision)> {
-    // Decisions of this call that settle a node (skips, failures) before the caller records them.
-    let mut settled_here: BTreeMap<&str, NodeState> = BTreeMap::new();
-    let mut out = Vec::new();
-    for node in &graph.nodes {
-        let id = node.id.as_str();
-        if states.contains_key(id) {
-            continue;
+    let mut s = Scheduler::new(graph);
+    for n in &graph.nodes {
+        if let Some(st) = states.get(&n.id) {
+            s.set(&n.id, st.clone());
         }
-        let state_of = |n: &str| settled_here.get(n).or_else(|| states.get(n));
-        let upstream_settled =
-            dependencies(graph, node).all(|d| state_of(d).is_some_and(NodeState::is_settled));
-        if !upstream_settled {
-            continue;
-        }
-        let decision = evaluate(graph, node, &state_of);
-        match &decision {
-            Decision::Skip(_) => {
-                settled_here.insert(id, NodeState::Skipped);
-            }
-            Decision::ConditionInvalid { .. } => {
-                settled_here.insert(id, NodeState::Failed);
-            }
-            Decision::Run { .. } => {}
-        }
-        out.push((node, decision));
     }
-    out
+    s.decide(usize::MAX)
+}
+
+/// The run's node states and what can be decided next, kept up to date as nodes start and
+/// settle so that one step costs what changed (the settled node's dependents), not the size
+/// of the graph: every node counts its unsettled dependencies, and a node whose count
+/// reaches zero joins the `fresh` set, decided by the next [`Scheduler::decide`].
+#[derive(Debug, Clone)]
+pub struct Scheduler<'g> {
+    graph: &'g Graph,
+    /// Position in `graph.nodes` (the topological order) of each node id.
+    index: HashMap<&'g str, usize>,
+    /// By position: the node's state, `None` while undecided.
+    states: Vec<Option<NodeState>>,
+    /// By position: dependencies (with multiplicity: two edges from one node count twice)
+    /// not yet settled.
+    pending: Vec<usize>,
+    /// By position: the positions depending on the node, once per dependency.
+    dependents: Vec<Vec<usize>>,
+    /// Undecided nodes whose dependencies all settled and that were not evaluated yet.
+    fresh: BTreeSet<usize>,
+    /// Nodes evaluated to run and not started yet (their edge inputs cannot change: every
+    /// dependency settled for good), in topological order.
+    runnable: BTreeMap<usize, Map<String, Value>>,
+}
+
+impl<'g> Scheduler<'g> {
+    /// A run of `graph` with no node decided yet.
+    pub fn new(graph: &'g Graph) -> Self {
+        let index: HashMap<&str, usize> = graph
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.id.as_str(), i))
+            .collect();
+        let mut pending = vec![0; graph.nodes.len()];
+        let mut dependents = vec![Vec::new(); graph.nodes.len()];
+        for (i, n) in graph.nodes.iter().enumerate() {
+            for d in dependencies(graph, n) {
+                // A dependency on no node never settles: the node is never decided.
+                pending[i] += 1;
+                if let Some(&j) = index.get(d) {
+                    dependents[j].push(i);
+                }
+            }
+        }
+        let fresh = (0..graph.nodes.len())
+            .filter(|&i| pending[i] == 0)
+            .collect();
+        Scheduler {
+            graph,
+            index,
+            states: vec![None; graph.nodes.len()],
+            pending,
+            dependents,
+            fresh,
+            runnable: BTreeMap::new(),
+        }
+    }
+
+    /// The state of `node_id` (`None` while undecided or unknown).
+    pub fn state(&self, node_id: &str) -> Option<&NodeState> {
+        self.index
+            .get(node_id)
+            .and_then(|&i| self.states[i].as_ref())
+    }
+
+    /// The outputs of `node_id` once it succeeded.
+    pub fn outputs(&self, node_id: &str) -> Option<&Value> {
+        match self.state(node_id) {
+            Some(NodeState::Succeeded(o)) => Some(o),
+            _ => None,
+        }
+    }
+
+    /// Records how `node_id` stands. The first time a node settles its dependents are
+    /// counted down; settling it again (a skip recorded by [`Self::decide`] and then by its
+    /// branch) only replaces the state.
+    pub fn set(&mut self, node_id: &str, state: NodeState) {
+        let Some(&i) = self.index.get(node_id) else {
+            return;
+        };
+        self.fresh.remove(&i);
+        self.runnable.remove(&i);
+        let was_settled = self.states[i].as_ref().is_some_and(NodeState::is_settled);
+        let settles = state.is_settled();
+        self.states[i] = Some(state);
+        if settles && !was_settled {
+            for k in 0..self.dependents[i].len() {
+                let d = self.dependents[i][k];
+                self.pending[d] -= 1;
+                if self.pending[d] == 0 && self.states[d].is_none() {
+                    self.fresh.insert(d);
+                }
+            }
+        }
+    }
+
+    /// Marks `node` as running and returns the states of the nodes it depends on (what
+    /// its inputs and a merge read), all settled.
+    pub fn start(&mut self, node: &Node) -> BTreeMap<String, NodeState> {
+        self.set(&node.id, NodeState::Running);
+        dependencies(self.graph, node)
+            .filter_map(|d| Some((d.to_owned(), self.state(d)?.clone())))
+            .collect()
+    }
+
+    /// The nodes that can be decided now, in topological order, with what happens to each;
+    /// at most `max_runs` of them to run (the first ones in that order). Skips and condition
+    /// failures are recorded here and cascade within the call; a node returned to run stays
+    /// undecided until [`Self::start`], and is returned again by a later call until then.
+    pub fn decide(&mut self, max_runs: usize) -> Vec<(&'g Node, Decision)> {
+        let graph = self.graph;
+        let mut settled: Vec<(usize, Decision)> = Vec::new();
+        while let Some(i) = self.fresh.pop_first() {
+            let node = &graph.nodes[i];
+            let decision = evaluate(graph, node, &|n: &str| self.state(n));
+            match decision {
+                Decision::Run { edge_inputs } => {
+                    self.runnable.insert(i, edge_inputs);
+                }
+                Decision::Skip(_) => {
+                    self.set(&node.id, NodeState::Skipped);
+                    settled.push((i, decision));
+                }
+                Decision::ConditionInvalid { .. } => {
+                    self.set(&node.id, NodeState::Failed);
+                    settled.push((i, decision));
+                }
+            }
+        }
+        let runs = self.runnable.iter().take(max_runs).map(|(&i, inputs)| {
+            (
+                i,
+                Decision::Run {
+                    edge_inputs: inputs.clone(),
+                },
+            )
+        });
+        let mut out: Vec<(usize, Decision)> = settled.into_iter().chain(runs).collect();
+        out.sort_by_key(|(i, _)| *i);
+        out.into_iter().map(|(i, d)| (&graph.nodes[i], d)).collect()
+    }
 }
 
 /// The nodes `node` depends on: edge sources and `connection` input sources.
@@ -478,5 +601,167 @@ mod tests {
             MAX_NODE_CONCURRENCY as usize
         );
         assert_eq!(concurrency_limit(None, 0), 1);
+    }
+
+    /// The scheduling rule as first written (a pass over every node per call, the caller
+    /// starting the first `max_runs` nodes to run): the oracle the incremental scheduler
+    /// must agree with.
+    fn reference<'g>(
+        graph: &'g Graph,
+        states: &mut BTreeMap<String, NodeState>,
+        max_runs: usize,
+    ) -> Vec<(&'g Node, Decision)> {
+        let mut out = Vec::new();
+        let mut runs = 0;
+        for node in &graph.nodes {
+            if states.contains_key(&node.id) {
+                continue;
+            }
+            let ready =
+                dependencies(graph, node).all(|d| states.get(d).is_some_and(NodeState::is_settled));
+            if !ready {
+                continue;
+            }
+            let d = evaluate(graph, node, &|n: &str| states.get(n));
+            match &d {
+                Decision::Skip(_) => {
+                    states.insert(node.id.clone(), NodeState::Skipped);
+                }
+                Decision::ConditionInvalid { .. } => {
+                    states.insert(node.id.clone(), NodeState::Failed);
+                }
+                Decision::Run { .. } if runs == max_runs => continue,
+                Decision::Run { .. } => runs += 1,
+            }
+            out.push((node, d));
+        }
+        out
+    }
+
+    /// A random DAG: node `i` depends on some earlier nodes through edges (random rule,
+    /// sometimes a condition, sometimes an invalid one) or `connection` inputs.
+    fn random_graph(n: usize, links: &[(usize, usize, u8)], disabled: &[bool]) -> Graph {
+        let mut nodes = Vec::new();
+        let mut edges = Vec::new();
+        let rules = [
+            "all_success",
+            "any_success",
+            "all_complete",
+            "none_failed",
+            "any_failed",
+        ];
+        for i in 0..n {
+            let mut inputs = serde_json::Map::new();
+            for (k, &(a, b, kind)) in links.iter().enumerate() {
+                let (src, dst) = (a % n, b % n);
+                if src >= dst || dst != i {
+                    continue;
+                }
+                match kind % 8 {
+                    0 => {
+                        inputs.insert(
+                            format!("c{k}"),
+                            json!({"type": "connection", "nodeId": format!("n{src}"), "outputKey": "output"}),
+                        );
+                    }
+                    k8 => {
+                        let mut e = json!({"id": format!("e{k}"), "sourceNodeId": format!("n{src}"),
+                            "targetNodeId": format!("n{dst}"), "targetInput": format!("p{k}"),
+                            "triggerRule": rules[(kind / 8) as usize % rules.len()]});
+                        if k8 == 1 {
+                            e["condition"] = json!({"type": "truthy", "left": "output"});
+                        } else if k8 == 2 {
+                            e["condition"] = json!({"type": "truthy"});
+                        }
+                        edges.push(e);
+                    }
+                }
+            }
+            nodes.push(json!({"id": format!("n{i}"), "typeId": "t",
+                "disabled": disabled.get(i).copied().unwrap_or(false), "inputs": inputs}));
+        }
+        Graph::parse(&json!({"id": "w", "nodes": nodes, "edges": edges})).unwrap()
+    }
+
+    fn names(d: &[(&Node, Decision)]) -> Vec<(String, Decision)> {
+        d.iter().map(|(n, d)| (n.id.clone(), d.clone())).collect()
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+        /// Driven step by step through the same outcomes (random successes with truthy or
+        /// falsy outputs, failures, waits) and the same concurrency limits, the incremental
+        /// scheduler decides exactly what the reference pass decides, in the same order.
+        #[test]
+        fn the_incremental_scheduler_decides_as_the_reference_pass(
+            n in 1usize..14,
+            links in proptest::collection::vec((0usize..14, 0usize..14, 0u8..40), 0..30),
+            disabled in proptest::collection::vec(proptest::bool::weighted(0.1), 14),
+            outcomes in proptest::collection::vec(0u8..8, 64),
+            limits in proptest::collection::vec(0usize..4, 64),
+        ) {
+            let g = random_graph(n, &links, &disabled);
+            let mut s = Scheduler::new(&g);
+            let mut states = BTreeMap::new();
+            let mut running: Vec<String> = Vec::new();
+            for step in 0..64 {
+                let free = limits[step];
+                let want = names(&reference(&g, &mut states, free));
+                let got = names(&s.decide(free));
+                proptest::prop_assert_eq!(&got, &want, "step {}", step);
+                for (id, d) in &got {
+                    if matches!(d, Decision::Run { .. }) {
+                        let node = g.node(id).unwrap();
+                        let deps = s.start(node);
+                        for (dep, st) in &deps {
+                            proptest::prop_assert_eq!(Some(st), states.get(dep));
+                        }
+                        states.insert(id.clone(), NodeState::Running);
+                        running.push(id.clone());
+                    }
+                }
+                // One running node settles per step, chosen and ended by the outcomes.
+                if !running.is_empty() {
+                    let o = outcomes[step];
+                    let id = running.remove(o as usize % running.len());
+                    let st = match o % 4 {
+                        0 => NodeState::Succeeded(json!({"output": true})),
+                        1 => NodeState::Succeeded(json!({"output": false})),
+                        2 => NodeState::Failed,
+                        _ if o < 6 => NodeState::Succeeded(json!({})),
+                        _ => NodeState::Waiting,
+                    };
+                    s.set(&id, st.clone());
+                    states.insert(id, st);
+                }
+                for node in &g.nodes {
+                    proptest::prop_assert_eq!(s.state(&node.id), states.get(&node.id));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_long_chain_is_decided_one_step_at_a_time() {
+        let n = 2_000;
+        let nodes: Vec<Value> = (0..n)
+            .map(|i| json!({"id": format!("n{i}"), "typeId": "t"}))
+            .collect();
+        let edges: Vec<Value> = (1..n)
+            .map(|i| json!({"id": format!("e{i}"), "sourceNodeId": format!("n{}", i - 1), "targetNodeId": format!("n{i}")}))
+            .collect();
+        let g = Graph::parse(&json!({"id": "w", "nodes": nodes, "edges": edges})).unwrap();
+        let mut s = Scheduler::new(&g);
+        for i in 0..n {
+            let d = s.decide(8);
+            assert_eq!(d.len(), 1);
+            assert_eq!(d[0].0.id, format!("n{i}"));
+            let deps = s.start(d[0].0);
+            assert_eq!(deps.len(), usize::from(i > 0));
+            // A started node is not returned again.
+            assert!(s.decide(8).is_empty());
+            s.set(&format!("n{i}"), ok());
+        }
+        assert!(s.decide(8).is_empty());
     }
 }

@@ -75,6 +75,9 @@ pub struct RunLog<P: Publisher> {
     factory: EventFactory,
     recorded: Vec<RunEventDoc>,
     known: HashMap<String, usize>,
+    /// The position of the last event of each type per node, so the executor's per-node
+    /// look-ups ("is this node's completion recorded?") do not scan the log.
+    last_by_node: HashMap<(EventType, String), usize>,
     replayed: usize,
     published: u64,
     divergences: Vec<Divergence>,
@@ -107,6 +110,11 @@ impl<P: Publisher> RunLog<P> {
             .enumerate()
             .map(|(i, e)| (e.event_id.clone(), i))
             .collect();
+        let last_by_node = existing
+            .iter()
+            .enumerate()
+            .filter_map(|(i, e)| Some(((e.event_type, e.node_id.clone()?), i)))
+            .collect();
         RunLog {
             publisher,
             subject: subject.into(),
@@ -116,6 +124,7 @@ impl<P: Publisher> RunLog<P> {
             replayed: existing.len(),
             recorded: existing,
             known,
+            last_by_node,
             published: 0,
             divergences: Vec::new(),
             stop: None,
@@ -173,6 +182,13 @@ impl<P: Publisher> RunLog<P> {
     /// Events this worker published.
     pub fn published_count(&self) -> u64 {
         self.published
+    }
+
+    /// The last recorded event of type `t` about node `node_id`.
+    pub fn last_of_node(&self, t: EventType, node_id: &str) -> Option<&RunEventDoc> {
+        self.last_by_node
+            .get(&(t, node_id.to_owned()))
+            .map(|&i| &self.recorded[i])
     }
 
     pub fn contains(&self, event_id: &str) -> bool {
@@ -265,6 +281,10 @@ impl<P: Publisher> RunLog<P> {
                 .publish(&self.subject, &doc.event_id, Bytes::from(body))
                 .await?;
             self.known.insert(doc.event_id.clone(), self.recorded.len());
+            if let Some(n) = &doc.node_id {
+                self.last_by_node
+                    .insert((doc.event_type, n.clone()), self.recorded.len());
+            }
             self.recorded.push(doc);
             self.published += 1;
         }

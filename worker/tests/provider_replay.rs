@@ -191,6 +191,13 @@ fn a_node_retry_after_a_timeout_plays_on_after_a_kill() {
             .any(|e| e["payload"]["fields"]["providerResponse"]["timedOut"] == true),
         "the timed-out call is recorded: {t:?}"
     );
+    // `node.started.attempt` is zero-based (REP `nodeStarted`): the retry is attempt 1.
+    let attempts: Vec<&Value> = want
+        .iter()
+        .filter(|e| e["type"] == "node.started")
+        .map(|e| &e["payload"]["attempt"])
+        .collect();
+    assert_eq!(attempts, [&json!(0), &json!(1)]);
     let want = essences(&want);
     let mut kills = 0;
     for pause in 1..want.len() as u64 {

@@ -7,7 +7,7 @@ use clap::Args;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams};
-use openwop_crds::{PendingInterrupt, Run};
+use openwop_crds::{PendingInterrupt, Run, RunPhase};
 
 use super::{NamespaceArg, client_and_namespace, format_age, one_line};
 
@@ -258,6 +258,16 @@ pub fn describe_text(run: &Run, now: Timestamp) -> String {
             c.node_id,
             c.phase.unwrap_or_default().as_str()
         );
+        // The parent shows its child's wait as its own phase: say where the answer goes.
+        if let Some(node) = &c.waiting_node
+            && c.phase.is_some_and(RunPhase::is_waiting)
+        {
+            let _ = writeln!(
+                o,
+                "  Needs:       an answer to child Run {} at its node {node}; see `kubectl openwop describe {}` (answering it resumes this run too)",
+                c.name, c.name
+            );
+        }
     }
     for p in &status.pending_interrupts {
         let _ = writeln!(o, "Pending interrupt:");
@@ -437,6 +447,38 @@ mod tests {
             text.contains(
                 "Waiting child: node call waits for child Run r1-c0123456789 (workflow child)"
             ),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn describe_says_which_child_node_a_parent_waits_on() {
+        let run = sample(
+            "r1",
+            Some(RunStatus {
+                phase: Some(RunPhase::WaitingApproval),
+                child_waits: vec![openwop_crds::ChildWait {
+                    node_id: "call".into(),
+                    child_run_name: "r1-c0123456789".into(),
+                    child_workflow_id: "child".into(),
+                }],
+                child_runs: vec![openwop_crds::ChildRun {
+                    node_id: "call".into(),
+                    name: "r1-c0123456789".into(),
+                    run_id: Some("cuid".into()),
+                    phase: Some(RunPhase::WaitingApproval),
+                    waiting_node: Some("gate".into()),
+                }],
+                ..Default::default()
+            }),
+        );
+        let text = describe_text(&run, now());
+        assert!(
+            text.contains("Child run:     r1-c0123456789 (node call, waiting-approval)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("  Needs:       an answer to child Run r1-c0123456789 at its node gate; see `kubectl openwop describe r1-c0123456789`"),
             "{text}"
         );
     }

@@ -252,3 +252,74 @@ async fn cancelling_a_parent_cancels_its_child() {
         parent_uid.as_deref()
     );
 }
+
+/// A parent shows its child's wait: the child's approval gate makes the child
+/// `waiting-approval`, and the parent (holding no pod) says the same, naming the child and
+/// its gate node in `status.childRuns` and `kubectl openwop describe`. Answering the child
+/// resumes it, and its end resumes the parent: both complete.
+#[tokio::test]
+async fn a_parent_shows_its_childs_approval_wait_and_answering_the_child_resumes_both() {
+    let (c, _g) = setup().await;
+    let ns = namespace(&c.client, "j-subwait").await;
+    let child = json!({
+        "apiVersion": "openwop.dev/v1alpha1", "kind": "Workflow", "metadata": {"name": "child-wf"},
+        "spec": {"id": "child-wf", "name": "child", "version": "1",
+                 "nodes": [{"id": "child-gate", "typeId": "core.approvalGate",
+                            "config": {"title": "Ship it?", "actions": ["accept", "reject"]}}]}});
+    let parent = json!({
+        "apiVersion": "openwop.dev/v1alpha1", "kind": "Workflow", "metadata": {"name": "parent-wf"},
+        "spec": {"id": "parent-wf", "name": "parent", "version": "1",
+                 "nodes": [{"id": "subwf-call", "typeId": "core.subWorkflow",
+                            "config": {"workflowId": "child-wf"}},
+                           {"id": "parent-end", "typeId": "core.flow.noop"}],
+                 "edges": [{"id": "e1", "sourceNodeId": "subwf-call", "targetNodeId": "parent-end"}]}});
+    for wf in [child, parent] {
+        ok(apply(&c, &ns, &wf.to_string()), "apply workflow");
+    }
+    wait_workflow(&c, &ns, "parent-wf", "True").await;
+    wait_workflow(&c, &ns, "child-wf", "True").await;
+    ok(
+        apply(&c, &ns, &run_of("parent-3", "parent-wf", json!({}))),
+        "apply run",
+    );
+    let child = child_of(&c, &ns, "parent-3").await;
+    let child_name = child.metadata.name.unwrap();
+    wait_run(&c, &ns, &child_name, "waiting-approval", 60).await;
+    let st = wait_run(&c, &ns, "parent-3", "waiting-approval", 30).await;
+    assert_eq!(
+        (
+            st["childRuns"][0]["name"].as_str(),
+            st["childRuns"][0]["nodeId"].as_str(),
+            st["childRuns"][0]["waitingNode"].as_str()
+        ),
+        (
+            Some(child_name.as_str()),
+            Some("subwf-call"),
+            Some("child-gate")
+        ),
+        "{st:#}"
+    );
+    assert!(st.get("workerPod").is_none_or(Value::is_null), "{st:#}");
+    let described = ok(
+        cli(&c, &["describe", "parent-3", "-n", &ns]),
+        "kubectl openwop describe parent",
+    );
+    assert!(
+        described.contains(&format!(
+            "an answer to child Run {child_name} at its node child-gate"
+        )),
+        "{described}"
+    );
+    ok(
+        cli(
+            &c,
+            &["resume", &child_name, "-n", &ns, "--action", "accept"],
+        ),
+        "kubectl openwop resume the child",
+    );
+    wait_run(&c, &ns, &child_name, "completed", 60).await;
+    let st = wait_run(&c, &ns, "parent-3", "completed", 60).await;
+    assert_eq!(st["childRuns"][0]["phase"], "completed", "{st:#}");
+    assert!(st["childRuns"][0].get("waitingNode").is_none(), "{st:#}");
+    delete_namespace(&c.client, &ns).await;
+}

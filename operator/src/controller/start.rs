@@ -223,6 +223,9 @@ pub(super) async fn progress(rr: &mut RunReconcile<'_>) -> Result<Action, Error>
         } else if waits::timers(rr.status(), now, lead) == waits::Timers::Due {
             woken = Some("a timer is due");
         }
+        if woken.is_none() {
+            waits::mirror_children(&mut rr.draft.status);
+        }
         stored.get_or_insert(snap);
     }
     // A pause or a resume may start a worker whatever else the run waits for.

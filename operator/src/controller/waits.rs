@@ -24,7 +24,7 @@ use openwop_protocol::run::snapshot::RunSnapshot;
 use openwop_protocol::run::status::RunError;
 use openwop_protocol::run::subjects::events_subject;
 use openwop_protocol::run::variables::Variables;
-use openwop_protocol::run::waits::{ChildResult, ChildWait, PARENT_CANCELLED};
+use openwop_protocol::run::waits::{ChildResult, ChildWait, PARENT_CANCELLED, mirrored_phase};
 use serde_json::{Map, Value, json};
 
 use super::Error;
@@ -113,8 +113,20 @@ pub(super) async fn tend_children(
                 ));
             }
             Some(child) => {
-                let phase = child.status.as_ref().and_then(|s| s.phase);
-                note_child(&mut rr.draft.status, &wait, child.uid(), phase);
+                let st = child.status.as_ref();
+                let phase = st.and_then(|s| s.phase);
+                // The child's node holding its (first) interrupt, while it waits.
+                let waiting_node = st
+                    .filter(|s| s.phase.is_some_and(RunPhase::is_waiting))
+                    .and_then(|s| s.pending_interrupts.first())
+                    .map(|p| p.node_id.clone());
+                note_child(
+                    &mut rr.draft.status,
+                    &wait,
+                    child.uid(),
+                    phase,
+                    waiting_node,
+                );
                 if phase.is_some_and(RunPhase::is_terminal) {
                     ended.push(child_result(rr, stored, &wait, &child).await?);
                 }
@@ -138,6 +150,7 @@ fn note_child(
     wait: &ChildWait,
     uid: Option<String>,
     phase: Option<RunPhase>,
+    waiting_node: Option<String>,
 ) {
     if let Some(c) = status
         .child_runs
@@ -146,14 +159,31 @@ fn note_child(
     {
         c.run_id = uid.or(c.run_id.take());
         c.phase = phase.or(c.phase);
+        c.waiting_node = waiting_node;
     } else if status.child_runs.len() < MAX_CHILD_RUNS {
         status.child_runs.push(ChildRun {
             node_id: wait.node_id.clone(),
             name: wait.child_run_name.clone(),
             run_id: uid,
             phase,
+            waiting_node,
         });
     }
+}
+
+/// A run whose sub-workflow nodes wait for children shows a child's wait as its own phase
+/// (`protocol::run::waits::mirrored_phase`): set from the children's last-seen phases.
+pub(super) fn mirror_children(status: &mut RunStatus) {
+    let Some(own) = status.phase else { return };
+    let children = status.child_waits.iter().map(|w| {
+        status
+            .child_runs
+            .iter()
+            .find(|c| c.name == w.child_run_name)
+            .and_then(|c| c.phase)
+    });
+    let shown = mirrored_phase(own, !status.pending_interrupts.is_empty(), children);
+    status.phase = Some(shown);
 }
 
 /// Most entries of `status.childRuns` (the CRD's bound).
@@ -202,6 +232,7 @@ async fn create_child(
         wait,
         created.uid(),
         Some(RunPhase::Pending),
+        None,
     );
     rr.draft.event(
         EventType::Normal,
@@ -572,16 +603,53 @@ mod tests {
             child_run_name: "p-c1".into(),
             child_workflow_id: "w".into(),
         };
-        note_child(&mut st, &wait, Some("u1".into()), Some(RunPhase::Pending));
-        note_child(&mut st, &wait, None, Some(RunPhase::Completed));
+        note_child(
+            &mut st,
+            &wait,
+            Some("u1".into()),
+            Some(RunPhase::Pending),
+            None,
+        );
+        let gate = Some("gate".to_owned());
+        note_child(&mut st, &wait, None, Some(RunPhase::WaitingApproval), gate);
+        assert_eq!(st.child_runs[0].waiting_node.as_deref(), Some("gate"));
+        note_child(&mut st, &wait, None, Some(RunPhase::Completed), None);
         assert_eq!(
             st.child_runs,
             vec![ChildRun {
                 node_id: "n".into(),
                 name: "p-c1".into(),
                 run_id: Some("u1".into()),
-                phase: Some(RunPhase::Completed)
+                phase: Some(RunPhase::Completed),
+                waiting_node: None,
             }]
         );
+    }
+
+    #[test]
+    fn a_parent_shows_the_wait_of_its_waiting_child() {
+        let mut st = RunStatus {
+            phase: Some(RunPhase::Running),
+            ..Default::default()
+        };
+        let wait = ChildWait {
+            node_id: "call".into(),
+            child_run_name: "p-c1".into(),
+            child_workflow_id: "w".into(),
+        };
+        st.child_waits.push(wait.clone());
+        let gate = Some("gate".to_owned());
+        note_child(&mut st, &wait, None, Some(RunPhase::WaitingApproval), gate);
+        mirror_children(&mut st);
+        assert_eq!(st.phase, Some(RunPhase::WaitingApproval));
+        // Answered: the child runs again, so does the parent's phase.
+        note_child(&mut st, &wait, None, Some(RunPhase::Running), None);
+        mirror_children(&mut st);
+        assert_eq!(st.phase, Some(RunPhase::Running));
+        // A child no wait names any more (its outcome is in) is not mirrored.
+        note_child(&mut st, &wait, None, Some(RunPhase::WaitingInput), None);
+        st.child_waits.clear();
+        mirror_children(&mut st);
+        assert_eq!(st.phase, Some(RunPhase::Running));
     }
 }

@@ -119,6 +119,7 @@ pub fn snapshot_with(
                 run_id: c.run_id.clone()?,
                 status: c.phase.unwrap_or_default(),
                 node_id: c.node_id.clone(),
+                waiting_node_id: c.waiting_node.clone(),
             })
         })
         .collect();

@@ -121,6 +121,11 @@ pub struct ChildRunRef {
     pub status: RunPhase,
     /// The parent's node that created it.
     pub node_id: String,
+    /// Host addition: while the child waits for an answer (its `status` is `waiting-*`, and
+    /// so is this run's), the child's node holding the interrupt — answer it at
+    /// `/v1/runs/{runId}/interrupts/{waitingNodeId}` of the child.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting_node_id: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -369,6 +369,29 @@ pub struct ChildResult {
     pub error: Option<RunError>,
 }
 
+/// The phase a run waiting on child runs shows: the first waiting phase among its children
+/// (`waiting-approval`, `waiting-input`, `waiting-external`) while the run's own events leave
+/// it `running` or waiting with nothing of its own to answer (`pending` false), else its own
+/// phase. So `kubectl get runs` and `GET /v1/runs/{parent}` say what the run needs, as the
+/// interrupt profiles' parent/child scenario reads it (the parent polled to
+/// `waiting-approval` while its child's gate waits). `children`: the last-seen phase of
+/// each child a sub-workflow node waits for, in wait order.
+pub fn mirrored_phase(
+    own: RunPhase,
+    pending: bool,
+    children: impl IntoIterator<Item = Option<RunPhase>>,
+) -> RunPhase {
+    let mirrorable = own == RunPhase::Running || (own.is_waiting() && !pending);
+    if !mirrorable {
+        return own;
+    }
+    children
+        .into_iter()
+        .flatten()
+        .find(|p| p.is_waiting())
+        .unwrap_or(RunPhase::Running)
+}
+
 /// `run.cancelled`'s payload for a run whose snapshot says `cancel`: a child cancelled with
 /// its parent says so (`reason: parent-cancelled`, `parentRunId`); a direct cancel never
 /// names a parent.
@@ -429,6 +452,48 @@ pub fn child_outcome(cfg: &SubWorkflowConfig, r: &ChildResult) -> Result<Value, 
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_run_shows_the_wait_of_the_child_it_waits_for() {
+        use RunPhase::*;
+        // Own phase, own pending interrupt, children's phases → phase shown.
+        let rows: [(RunPhase, bool, Vec<Option<RunPhase>>, RunPhase); 9] = [
+            (Running, false, vec![Some(WaitingApproval)], WaitingApproval),
+            (
+                Running,
+                false,
+                vec![None, Some(Running), Some(WaitingInput)],
+                WaitingInput,
+            ),
+            (Running, false, vec![Some(Running), None], Running),
+            // The child was answered: the mirrored wait ends.
+            (WaitingApproval, false, vec![Some(Running)], Running),
+            (
+                WaitingApproval,
+                false,
+                vec![Some(WaitingExternal)],
+                WaitingExternal,
+            ),
+            // The run's own interrupt wins: it is what its own answer needs.
+            (
+                WaitingInput,
+                true,
+                vec![Some(WaitingApproval)],
+                WaitingInput,
+            ),
+            // Ended, paused or cancelling runs keep their phase.
+            (Completed, false, vec![Some(WaitingApproval)], Completed),
+            (Cancelling, false, vec![Some(WaitingApproval)], Cancelling),
+            (Pending, false, vec![Some(WaitingApproval)], Pending),
+        ];
+        for (own, pending, children, want) in rows {
+            assert_eq!(
+                mirrored_phase(own, pending, children.clone()),
+                want,
+                "{own:?} {pending} {children:?}"
+            );
+        }
+    }
     use super::*;
 
     fn now() -> OffsetDateTime {

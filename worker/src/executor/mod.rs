@@ -56,7 +56,9 @@ use openwop_protocol::run::ending;
 use openwop_protocol::run::nodes::{Executor as NodeExecutor, executor_of};
 use openwop_protocol::run::snapshot::{RECURSION_LIMIT_EXCEEDED, RunSnapshot};
 use openwop_protocol::run::variables::Variables;
-use openwop_protocol::schedule::{self, Breach, Decision, ExecutionBudget, NodeState, SkipReason};
+use openwop_protocol::schedule::{
+    self, Breach, Decision, ExecutionBudget, NodeState, Scheduler, SkipReason,
+};
 use openwop_protocol::schema::{self, ValidationIssue};
 use openwop_protocol::workflow::NodeEnvelopeContract;
 use openwop_providers::{CompletionRequest, MockProvider, Provider};
@@ -304,10 +306,7 @@ impl<'a, P: Publisher> Executor<'a, P> {
             .lock()
             .await
             .log
-            .events()
-            .iter()
-            .rev()
-            .find(|e| e.event_type == t && e.node_id.as_deref() == Some(node))
+            .last_of_node(t, node)
             .map(|e| e.payload.clone())
     }
 
@@ -352,7 +351,7 @@ impl<'a, P: Publisher> Executor<'a, P> {
         self.drive().await
     }
 
-    /// The scheduler: starts every node [`schedule::decide`] says may run, up to the run's
+    /// The scheduler: starts every node [`Scheduler::decide`] says may run, up to the run's
     /// concurrency limit, as concurrent branches of this task, and settles them as they
     /// finish. It never awaits the writer itself while branches run (a branch holding it is
     /// only driven by being polled here); it emits only once every branch has returned.
@@ -396,7 +395,7 @@ impl<'a, P: Publisher> Executor<'a, P> {
             self.graph.max_concurrency,
             self.snap.host.node_concurrency,
         );
-        let mut states: BTreeMap<String, NodeState> = BTreeMap::new();
+        let mut sched = Scheduler::new(self.graph);
         let mut errors: BTreeMap<String, ErrorInfo> = BTreeMap::new();
         let mut waiting: Vec<Suspension> = Vec::new();
         // A node waits without a pod (a long delay, a child run).
@@ -415,7 +414,8 @@ impl<'a, P: Publisher> Executor<'a, P> {
                 self.abandon(Abandon::Timeout(run_timeout(run_limit.unwrap_or_default())));
             }
             if !self.abandon.is_requested() && breach.is_none() {
-                for (node, decision) in schedule::decide(self.graph, &states) {
+                // The scheduler records skips and condition failures itself.
+                for (node, decision) in sched.decide(limit.saturating_sub(executing)) {
                     let id = node.id.clone();
                     if self.draining()
                         && !(matches!(decision, Decision::Run { .. })
@@ -426,19 +426,16 @@ impl<'a, P: Publisher> Executor<'a, P> {
                     }
                     let branch: Branch<'_> = match decision {
                         Decision::Skip(why) => {
-                            states.insert(id, NodeState::Skipped);
                             Box::pin(async move { (node, self.skip(node, why).await) })
                         }
                         Decision::ConditionInvalid { message, .. } => {
                             let e = error("edge_condition_invalid", message, false);
-                            states.insert(id.clone(), NodeState::Failed);
                             errors.insert(id, e.clone());
                             Box::pin(async move {
                                 let r = self.fail_node(&node.id, e.clone(), None).await;
                                 (node, r.map(|()| Visited::Failed(e)))
                             })
                         }
-                        Decision::Run { .. } if executing >= limit => continue,
                         Decision::Run { edge_inputs } => {
                             if let Err(b) = budget.admit(&id) {
                                 breach = Some(b);
@@ -446,12 +443,9 @@ impl<'a, P: Publisher> Executor<'a, P> {
                             }
                             executing += 1;
                             let bag =
-                                Value::Object(variables.visible_to(&id, |n| match states.get(n) {
-                                    Some(NodeState::Succeeded(o)) => Some(o),
-                                    _ => None,
-                                }));
-                            states.insert(id, NodeState::Running);
-                            let upstream = states.clone();
+                                Value::Object(variables.visible_to(&id, |n| sched.outputs(n)));
+                            // Only what the node reads: its dependencies' states.
+                            let upstream = sched.start(node);
                             Box::pin(async move {
                                 let r = self.visit(node, edge_inputs, &upstream, &bag).await;
                                 (node, r)
@@ -473,26 +467,26 @@ impl<'a, P: Publisher> Executor<'a, P> {
             };
             let Some((node, result)) = next else { break };
             let id = node.id.clone();
-            if matches!(states.get(&id), Some(NodeState::Running)) {
+            if matches!(sched.state(&id), Some(NodeState::Running)) {
                 executing -= 1;
             }
             match result {
                 Ok(Visited::Succeeded(out)) => {
-                    states.insert(id, NodeState::Succeeded(out));
+                    sched.set(&id, NodeState::Succeeded(out));
                 }
                 Ok(Visited::Failed(e)) => {
-                    states.insert(id.clone(), NodeState::Failed);
+                    sched.set(&id, NodeState::Failed);
                     errors.insert(id, e);
                 }
                 Ok(Visited::Skipped) => {
-                    states.insert(id, NodeState::Skipped);
+                    sched.set(&id, NodeState::Skipped);
                 }
                 Ok(Visited::Dormant) => {
-                    states.insert(id, NodeState::Waiting);
+                    sched.set(&id, NodeState::Waiting);
                     dormant = true;
                 }
                 Ok(Visited::Suspended(interrupt_id, kind)) => {
-                    states.insert(id.clone(), NodeState::Waiting);
+                    sched.set(&id, NodeState::Waiting);
                     waiting.push(Suspension {
                         node_id: id,
                         interrupt_id,
@@ -553,7 +547,7 @@ impl<'a, P: Publisher> Executor<'a, P> {
         let mut outputs = Map::new();
         for n in &self.graph.nodes {
             if self.graph.outgoing(&n.id).next().is_none()
-                && let Some(NodeState::Succeeded(o)) = states.get(&n.id)
+                && let Some(o) = sched.outputs(&n.id)
             {
                 outputs.insert(n.id.clone(), o.clone());
             }
@@ -683,7 +677,7 @@ impl<'a, P: Publisher> Executor<'a, P> {
                 &key,
                 Some(id),
                 EventType::NodeStarted,
-                json!({"nodeId": id, "typeId": node.type_id, "attempt": attempt + 1}),
+                json!({"nodeId": id, "typeId": node.type_id, "attempt": attempt}),
             )
             .await?;
             let deadline = node

@@ -456,7 +456,8 @@ fn the_approval_fixture_waits_then_accept_completes_with_who_decided() {
             "approval.requested"
         ]
     );
-    assert_eq!(first.events[1].payload["attempt"], 1);
+    // Zero-based (REP `nodeStarted.attempt`): the first attempt is 0.
+    assert_eq!(first.events[1].payload["attempt"], 0);
     let requested = &first.events[4].payload;
     assert_eq!(requested["actions"], json!(["accept", "reject"]));
     assert_eq!(requested["title"], "Conformance approval");

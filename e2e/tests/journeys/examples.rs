@@ -1,0 +1,101 @@
+//! Issue #24's example (`examples/07-ticket-escalation.yaml`) as CI applies it: the file with
+//! its placeholder ticketing API (`http://ticketing.tools.svc:8080`) pointed at a stand-in
+//! service on this host's loopback (the mini-cluster's values allow loopback egress). The
+//! urgent ticket waits for a person's approval, then opens the ticket, waits and follows up;
+//! the routine one skips the approval.
+
+use super::*;
+
+/// The placeholder the example documents for the ticketing API.
+const TICKETING: &str = "http://ticketing.tools.svc:8080";
+
+pub(super) async fn ticket_escalation(c: &Cluster, ns: &str) {
+    if !c.local {
+        eprintln!(
+            "SKIPPED examples/07-ticket-escalation.yaml: its stand-in ticketing service listens on this host's loopback, which only the mini-cluster's workers share"
+        );
+        return;
+    }
+    let (port, seen) = super::ticket_service();
+    let file = std::fs::read_to_string(repo().join("examples/07-ticket-escalation.yaml")).unwrap();
+    assert!(
+        file.contains(TICKETING),
+        "the example's placeholder URL moved"
+    );
+    let manifests = file.replace(TICKETING, &format!("http://127.0.0.1:{port}"));
+    ok(
+        apply(c, ns, &manifests),
+        "apply examples/07-ticket-escalation.yaml",
+    );
+    wait_workflow(c, ns, "ticket-escalation", "True").await;
+
+    // Routine: no approval, the ticket is opened and followed up.
+    wait_run(c, ns, "ticket-routine", "completed", 120).await;
+    let evs = events(c, ns, "ticket-routine");
+    assert_gapless(&evs);
+    let skipped: Vec<&str> = evs
+        .iter()
+        .filter(|e| e["type"] == "node.skipped")
+        .filter_map(|e| e["nodeId"].as_str())
+        .collect();
+    assert_eq!(skipped, ["approve"], "{:?}", types(&evs));
+
+    // Urgent: waits for a person, then the same path.
+    let st = wait_run(c, ns, "ticket-urgent", "waiting-approval", 120).await;
+    assert_eq!(st["pendingInterrupts"][0]["nodeId"], "approve", "{st:#}");
+    ok(
+        cli(
+            c,
+            &["resume", "ticket-urgent", "-n", ns, "--action", "accept"],
+        ),
+        "kubectl openwop resume ticket-urgent",
+    );
+    wait_run(c, ns, "ticket-urgent", "completed", 120).await;
+    let evs = events(c, ns, "ticket-urgent");
+    assert_gapless(&evs);
+    let completed: Vec<&str> = evs
+        .iter()
+        .filter(|e| e["type"] == "node.completed")
+        .filter_map(|e| e["nodeId"].as_str())
+        .collect();
+    assert_eq!(
+        completed,
+        ["classify", "approve", "open-ticket", "wait", "follow-up"],
+        "{:?}",
+        types(&evs)
+    );
+    let follow_up = evs
+        .iter()
+        .find(|e| e["type"] == "node.completed" && e["nodeId"] == "follow-up")
+        .unwrap();
+    assert_eq!(
+        follow_up["payload"]["outputs"]["status"], 201,
+        "{follow_up}"
+    );
+    let all = serde_json::to_string(&evs).unwrap();
+    assert!(
+        !all.contains("replace-me"),
+        "the Secret's token reached the events"
+    );
+
+    // Two runs, two calls each: open, then follow up on the id the API answered.
+    let heads = seen.lock().unwrap().clone();
+    let lines: Vec<String> = heads
+        .iter()
+        .map(|h| h.lines().next().unwrap_or("").to_owned())
+        .collect();
+    assert_eq!(lines.len(), 4, "{lines:?}");
+    for want in ["POST /tickets ", "POST /tickets/T-1/follow-up "] {
+        assert_eq!(
+            lines.iter().filter(|l| l.starts_with(want)).count(),
+            2,
+            "{want}: {lines:?}"
+        );
+    }
+    assert!(
+        heads.iter().all(|h| h
+            .to_ascii_lowercase()
+            .contains("authorization: bearer replace-me")),
+        "the Secret's token reached the ticketing API"
+    );
+}
