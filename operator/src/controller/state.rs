@@ -289,8 +289,7 @@ impl<'a> RunReconcile<'a> {
         for p in &draft.delete_pods {
             delete_ignoring_missing(&pods, p).await?;
             // Gone: no longer counted against the namespace's limit, seen by the cache or not.
-            ctx.starts
-                .forget(&run.namespace().unwrap_or_default(), p);
+            ctx.starts.forget(&run.namespace().unwrap_or_default(), p);
         }
         if draft.delete_run {
             delete_ignoring_missing(&runs, &name).await?;

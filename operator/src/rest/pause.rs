@@ -17,8 +17,8 @@ use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use openwop_crds::{PauseRequest, Run};
-use openwop_protocol::run::pause::{MAX_REASON_CHARS, PauseConflict, check_pause, check_resume};
 use openwop_protocol::run::RunPhase;
+use openwop_protocol::run::pause::{MAX_REASON_CHARS, PauseConflict, check_pause, check_resume};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
@@ -194,22 +194,30 @@ async fn pause(
     }
     let run = patchable_run(s, caller, run_id).await?;
     let request = [run_id.as_bytes(), raw.as_ref()];
-    once(s, caller, &run, op::PAUSE_RUN, headers, &request, || async {
-        check_pause(phase(&run), run.spec.pause.is_some()).map_err(|e| conflict(e, &run))?;
-        let now = Timestamp::now().to_string();
-        let pause = PauseRequest {
-            reason: req.reason,
-            drain_policy: req.drain_policy.unwrap_or_default(),
-            requested_at: Some(now.clone()),
-        };
-        patch_pause(&run, s, serde_json::to_value(&pause).unwrap_or_default()).await?;
-        Ok(accepted(PauseRunResponse {
-            run_id: run_id.to_owned(),
-            status: RunPhase::Paused,
-            paused_at: Some(now),
-            resumed_at: None,
-        }))
-    })
+    once(
+        s,
+        caller,
+        &run,
+        op::PAUSE_RUN,
+        headers,
+        &request,
+        || async {
+            check_pause(phase(&run), run.spec.pause.is_some()).map_err(|e| conflict(e, &run))?;
+            let now = Timestamp::now().to_string();
+            let pause = PauseRequest {
+                reason: req.reason,
+                drain_policy: req.drain_policy.unwrap_or_default(),
+                requested_at: Some(now.clone()),
+            };
+            patch_pause(&run, s, serde_json::to_value(&pause).unwrap_or_default()).await?;
+            Ok(accepted(PauseRunResponse {
+                run_id: run_id.to_owned(),
+                status: RunPhase::Paused,
+                paused_at: Some(now),
+                resumed_at: None,
+            }))
+        },
+    )
     .await
 }
 
@@ -223,15 +231,23 @@ async fn resume(
     let _: ResumeRunRequest = body(raw, "POST /v1/runs/{runId}:resume")?;
     let run = patchable_run(s, caller, run_id).await?;
     let request = [run_id.as_bytes(), raw.as_ref()];
-    once(s, caller, &run, op::RESUME_RUN, headers, &request, || async {
-        check_resume(phase(&run), run.spec.pause.is_some()).map_err(|e| conflict(e, &run))?;
-        patch_pause(&run, s, Value::Null).await?;
-        Ok(accepted(PauseRunResponse {
-            run_id: run_id.to_owned(),
-            status: RunPhase::Running,
-            paused_at: None,
-            resumed_at: Some(Timestamp::now().to_string()),
-        }))
-    })
+    once(
+        s,
+        caller,
+        &run,
+        op::RESUME_RUN,
+        headers,
+        &request,
+        || async {
+            check_resume(phase(&run), run.spec.pause.is_some()).map_err(|e| conflict(e, &run))?;
+            patch_pause(&run, s, Value::Null).await?;
+            Ok(accepted(PauseRunResponse {
+                run_id: run_id.to_owned(),
+                status: RunPhase::Running,
+                paused_at: None,
+                resumed_at: Some(Timestamp::now().to_string()),
+            }))
+        },
+    )
     .await
 }
