@@ -1,8 +1,9 @@
 //! Issue #24's example (`examples/07-ticket-escalation.yaml`) as CI applies it: the file with
 //! its placeholder ticketing API (`http://ticketing.tools.svc:8080`) pointed at a stand-in
 //! service on this host's loopback (the mini-cluster's values allow loopback egress). The
-//! urgent ticket waits for a person's approval, then opens the ticket, waits and follows up;
-//! the routine one skips the approval.
+//! urgent ticket waits for a person's approval, then opens the ticket and follows up in a child
+//! Run (`ticket-follow-up`: a delay, then the follow-up call); the routine one skips the
+//! approval.
 
 use super::*;
 
@@ -28,6 +29,7 @@ pub(super) async fn ticket_escalation(c: &Cluster, ns: &str) {
         "apply examples/07-ticket-escalation.yaml",
     );
     wait_workflow(c, ns, "ticket-escalation", "True").await;
+    wait_workflow(c, ns, "ticket-follow-up", "True").await;
 
     // Routine: no approval, the ticket is opened and followed up.
     wait_run(c, ns, "ticket-routine", "completed", 120).await;
@@ -60,17 +62,47 @@ pub(super) async fn ticket_escalation(c: &Cluster, ns: &str) {
         .collect();
     assert_eq!(
         completed,
-        ["classify", "approve", "open-ticket", "wait", "follow-up"],
+        [
+            "classify",
+            "approve",
+            "open-ticket",
+            "remember",
+            "follow-up"
+        ],
         "{:?}",
         types(&evs)
     );
-    let follow_up = evs
+    // The follow-up ran as a child Run of the parent's `follow-up` node: a delay, then the call.
+    let dispatched = evs
+        .iter()
+        .find(|e| e["type"] == "node.completed" && e["nodeId"] == "follow-up")
+        .unwrap();
+    assert_eq!(
+        dispatched["payload"]["outputs"]["childStatus"], "completed",
+        "{dispatched}"
+    );
+    let parent_id = st["runId"].as_str().unwrap();
+    let child = child_run(c, ns, parent_id).await;
+    let child_evs = events(c, ns, &child);
+    assert_gapless(&child_evs);
+    let child_done: Vec<&str> = child_evs
+        .iter()
+        .filter(|e| e["type"] == "node.completed")
+        .filter_map(|e| e["nodeId"].as_str())
+        .collect();
+    assert_eq!(child_done, ["wait", "follow-up"], "{:?}", types(&child_evs));
+    let follow_up = child_evs
         .iter()
         .find(|e| e["type"] == "node.completed" && e["nodeId"] == "follow-up")
         .unwrap();
     assert_eq!(
         follow_up["payload"]["outputs"]["status"], 201,
         "{follow_up}"
+    );
+    let all = serde_json::to_string(&child_evs).unwrap();
+    assert!(
+        !all.contains("replace-me"),
+        "the Secret's token reached the child's events"
     );
     let all = serde_json::to_string(&evs).unwrap();
     assert!(
@@ -98,4 +130,19 @@ pub(super) async fn ticket_escalation(c: &Cluster, ns: &str) {
             .contains("authorization: bearer replace-me")),
         "the Secret's token reached the ticketing API"
     );
+}
+
+/// The name of the one child Run of the run `parent_id` (label `openwop.dev/parent-run`).
+async fn child_run(c: &Cluster, ns: &str, parent_id: &str) -> String {
+    let runs = api(c, ns, "Run")
+        .list(&ListParams::default().labels(&format!("openwop.dev/parent-run={parent_id}")))
+        .await
+        .unwrap();
+    let names: Vec<String> = runs
+        .items
+        .into_iter()
+        .filter_map(|r| r.metadata.name)
+        .collect();
+    assert_eq!(names.len(), 1, "children of {parent_id}: {names:?}");
+    names.into_iter().next().unwrap()
 }
