@@ -678,6 +678,17 @@ async fn run_for_a_missing_workflow_waits_with_a_clear_condition_then_proceeds()
 
 // ---------------------------------------------------------------- leader election
 
+/// The operator Lease's holder, if it has one.
+async fn lease_holder(leases: &Api<Lease>) -> Option<String> {
+    leases
+        .get_opt("openwop-operator")
+        .await
+        .ok()??
+        .spec?
+        .holder_identity
+        .filter(|h| !h.is_empty())
+}
+
 #[tokio::test]
 async fn two_replicas_elect_one_leader_and_the_other_takes_over() {
     let Some(c) = cluster("two_replicas_elect_one_leader_and_the_other_takes_over").await else {
@@ -689,12 +700,7 @@ async fn two_replicas_elect_one_leader_and_the_other_takes_over() {
     let mut b = Operator::start(&c, &ns.name, "replica-b", "");
     let leases: Api<Lease> = Api::namespaced(c.client.clone(), &ns.name);
     let holder = wait_for(30, "a Lease holder", || async {
-        leases
-            .get_opt("openwop-operator")
-            .await
-            .ok()??
-            .spec?
-            .holder_identity
+        lease_holder(&leases).await
     })
     .await;
     assert!(holder == "replica-a" || holder == "replica-b", "{holder}");
@@ -727,13 +733,7 @@ async fn two_replicas_elect_one_leader_and_the_other_takes_over() {
     // The leader dies; the follower takes the expired lease and starts reconciling.
     leader.kill();
     let new_holder = wait_for(30, "the follower to take the Lease", || async {
-        let h = leases
-            .get_opt("openwop-operator")
-            .await
-            .ok()??
-            .spec?
-            .holder_identity?;
-        (h != holder).then_some(h)
+        lease_holder(&leases).await.filter(|h| *h != holder)
     })
     .await;
     wait_for(10, "the new leader to start its controllers", || async {
@@ -771,12 +771,7 @@ async fn a_terminated_leader_releases_the_lease_and_drains_http() {
     let mut b = Operator::start(&c, &ns.name, "replica-b", extra);
     let leases: Api<Lease> = Api::namespaced(c.client.clone(), &ns.name);
     let holder = wait_for(30, "a Lease holder", || async {
-        leases
-            .get_opt("openwop-operator")
-            .await
-            .ok()??
-            .spec?
-            .holder_identity
+        lease_holder(&leases).await
     })
     .await;
     let (leader, follower) = if holder == "replica-a" {
@@ -809,13 +804,7 @@ async fn a_terminated_leader_releases_the_lease_and_drains_http() {
         .expect("discovery answers during the drain");
     assert_eq!(discovery.status(), 200);
     let new_holder = wait_for(10, "the follower to take the released Lease", || async {
-        let h = leases
-            .get_opt("openwop-operator")
-            .await
-            .ok()??
-            .spec?
-            .holder_identity?;
-        (h != holder).then_some(h)
+        lease_holder(&leases).await.filter(|h| *h != holder)
     })
     .await;
     let took = sent.elapsed();
