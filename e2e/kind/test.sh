@@ -18,41 +18,41 @@ nats_svc="$(kubectl -n "$NAMESPACE" get svc \
   -o jsonpath='{range .items[?(@.spec.clusterIP!="None")]}{.metadata.name}{end}')"
 [ -n "$nats_svc" ] || die "no NATS Service of release $RELEASE in $NAMESPACE (chart installed with nats.enabled?)"
 
-# NATS from this machine: a NodePort Service in front of the release's NATS pod, published by
-# Docker on 127.0.0.1:$NATS_LOCAL_PORT (cluster.yaml's extraPortMappings). It follows the pod
-# through restarts (a journey deletes it), which a kubectl port-forward does not.
-log "NodePort 30422 for svc/$nats_svc (127.0.0.1:$NATS_LOCAL_PORT)"
-kubectl -n "$NAMESPACE" get svc "$nats_svc" -o json \
-  | jq --arg name "$nats_svc-e2e" '{apiVersion: "v1", kind: "Service",
-      metadata: {name: $name, namespace: .metadata.namespace, labels: {"app.kubernetes.io/part-of": "openwop-e2e"}},
-      spec: {type: "NodePort", selector: .spec.selector,
-             ports: [{name: "client", port: 4222, targetPort: "client", nodePort: 30422}]}}' \
-  | kubectl apply -f - >/dev/null
-for _ in $(seq 1 100); do
-  if [[ "$(timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$NATS_LOCAL_PORT && head -c 4 <&3" 2>/dev/null || true)" == INFO ]]; then break; fi
-  sleep 0.3
-done
-[[ "$(timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$NATS_LOCAL_PORT && head -c 4 <&3" 2>/dev/null || true)" == INFO ]] \
-  || die "NATS does not answer on 127.0.0.1:$NATS_LOCAL_PORT (cluster created without cluster.yaml's extraPortMappings? re-create it with down.sh + up.sh)"
+# A NodePort Service in front of the pods of Service $1 (its port named $2, port $3 on
+# NodePort $4), published by Docker on 127.0.0.1 (cluster.yaml's extraPortMappings). It follows
+# the pods through restarts (journeys delete them), which a kubectl port-forward does not.
+publish() {
+  log "NodePort $4 for svc/$1"
+  kubectl -n "$NAMESPACE" get svc "$1" -o json \
+    | jq --arg name "$1-e2e" --arg port "$2" --argjson p "$3" --argjson np "$4" '{apiVersion: "v1", kind: "Service",
+        metadata: {name: $name, namespace: .metadata.namespace, labels: {"app.kubernetes.io/part-of": "openwop-e2e"}},
+        spec: {type: "NodePort", selector: .spec.selector,
+               ports: [{name: $port, port: $p, targetPort: $port, nodePort: $np}]}}' \
+    | kubectl apply -f - >/dev/null
+}
 
-# The operator's REST API from this machine, the same way (NodePort 30480 on 127.0.0.1:$OPERATOR_LOCAL_PORT):
-# the REST journeys call it while a journey restarts the operator pods.
+# Waits until `$1` (a command) succeeds, else dies with $2.
+until_ok() {
+  for _ in $(seq 1 100); do
+    if eval "$1"; then return 0; fi
+    sleep 0.3
+  done
+  eval "$1" || die "$2 (cluster created without cluster.yaml's extraPortMappings? re-create it with down.sh + up.sh)"
+}
+
+# NATS for the journeys (on 127.0.0.1:$NATS_LOCAL_PORT).
+publish "$nats_svc" client 4222 30422
+until_ok '[[ "$(timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$NATS_LOCAL_PORT && head -c 4 <&3" 2>/dev/null || true)" == INFO ]]' \
+  "NATS does not answer on 127.0.0.1:$NATS_LOCAL_PORT"
+
+# The operator's REST API (on 127.0.0.1:$OPERATOR_LOCAL_PORT): the REST journeys call it through
+# the Service, so both replicas answer, also while a journey restarts them.
 op_svc="$(kubectl -n "$NAMESPACE" get svc \
   -l app.kubernetes.io/instance="$RELEASE",app.kubernetes.io/component=operator -o jsonpath='{.items[0].metadata.name}')"
 [ -n "$op_svc" ] || die "no operator Service of release $RELEASE in $NAMESPACE"
-log "NodePort 30480 for svc/$op_svc (127.0.0.1:$OPERATOR_LOCAL_PORT)"
-kubectl -n "$NAMESPACE" get svc "$op_svc" -o json \
-  | jq --arg name "$op_svc-e2e" '{apiVersion: "v1", kind: "Service",
-      metadata: {name: $name, namespace: .metadata.namespace, labels: {"app.kubernetes.io/part-of": "openwop-e2e"}},
-      spec: {type: "NodePort", selector: .spec.selector,
-             ports: [{name: "http", port: 8080, targetPort: "http", nodePort: 30480}]}}' \
-  | kubectl apply -f - >/dev/null
-for _ in $(seq 1 100); do
-  curl -fsS -o /dev/null "http://127.0.0.1:$OPERATOR_LOCAL_PORT/.well-known/openwop" 2>/dev/null && break
-  sleep 0.3
-done
-curl -fsS -o /dev/null "http://127.0.0.1:$OPERATOR_LOCAL_PORT/.well-known/openwop" \
-  || die "the operator does not answer on 127.0.0.1:$OPERATOR_LOCAL_PORT (cluster created without cluster.yaml's extraPortMappings? re-create it with down.sh + up.sh)"
+publish "$op_svc" http 8080 30480
+until_ok 'curl -fsS -o /dev/null "http://127.0.0.1:$OPERATOR_LOCAL_PORT/.well-known/openwop" 2>/dev/null' \
+  "the operator does not answer on 127.0.0.1:$OPERATOR_LOCAL_PORT"
 
 # The suite attaches to this cluster instead of starting the local mini-cluster.
 export OPENWOP_E2E_KUBECONFIG="$KIND_KUBECONFIG"
