@@ -95,8 +95,15 @@ fn api_answer(store: &Mutex<ApiServer>, method: &Method, path: &str, body: Value
     }
     if let Some(name) = path.strip_prefix(&format!("{runs}/")) {
         if *method == Method::GET {
-            return match st.created.get(name) {
-                Some(r) => (200, r.clone()),
+            // Created here, else one of the replica's cached runs (pause reads the Run fresh).
+            let cached = || {
+                cached_runs()
+                    .into_iter()
+                    .find(|r| r.metadata.name.as_deref() == Some(name))
+                    .map(|r| serde_json::to_value(r).unwrap())
+            };
+            return match st.created.get(name).cloned().or_else(cached) {
+                Some(r) => (200, r),
                 None => (
                     404,
                     json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
@@ -387,6 +394,8 @@ async fn every_endpoint_answers_each_status_of_the_spec_and_declares_it() {
     let wf = "/v1/workflows/{workflowId}";
     let resolve = "/v1/runs/{runId}/interrupts/{nodeId}";
     let by_token = "/v1/interrupts/{token}";
+    let pause = "/v1/runs/{runId}:pause";
+    let resume = "/v1/runs/{runId}:resume";
     // One request per line: the table reads as the spec's table.
     #[rustfmt::skip]
     let rows = vec![
@@ -467,6 +476,21 @@ async fn every_endpoint_answers_each_status_of_the_spec_and_declares_it() {
         row("resolve by an unknown token", call(post.clone(), "/v1/interrupts/tok_c29tZS1yYW5kb20tYnl0ZXMtb2YtbGVuZ3RoLTMy").token(None).json(json!({"correlation": {"orderId": "noop"}})), 404, Some("interrupt_not_found")).at(by_token),
         row("resolve by token, the run ended", call(post.clone(), &format!("/v1/interrupts/{}", token("uid-gone", TokenIntent::Resolve, in_an_hour()))).token(None).json(json!({"resumeValue": {"action": "accept"}})), 409, Some("interrupt_already_resolved")).at(by_token),
         row("resolve by an expired token", call(post.clone(), &format!("/v1/interrupts/{}", token("uid-gate", TokenIntent::Resolve, time::OffsetDateTime::now_utc() - time::Duration::seconds(1)))).token(None).json(json!({"resumeValue": {"action": "accept"}})), 410, Some("interrupt_expired")).at(by_token),
+        // Pause and resume (pause-resume.test.ts; run_state_conflict is v2's name, v1 names only
+        // run_terminal).
+        row("pause of a run waiting for an answer", call(post.clone(), "/v1/runs/uid-gate:pause").json(json!({})), 409, Some("run_state_conflict")).at(pause),
+        row("pause of a completed run", call(post.clone(), "/v1/runs/uid-done:pause").json(json!({})), 409, Some("run_terminal")).at(pause),
+        row("pause with an unknown drainPolicy", call(post.clone(), "/v1/runs/uid-wait:pause").json(json!({"drainPolicy": "later"})), 400, Some("validation_error")).at(pause),
+        row("pause with an unknown field", call(post.clone(), "/v1/runs/uid-wait:pause").json(json!({"colour": "red"})), 400, Some("validation_error")).at(pause),
+        row("pause without a token", call(post.clone(), "/v1/runs/uid-wait:pause").json(json!({})).token(None), 401, Some("unauthenticated")).at(pause),
+        row("pause without RBAC", call(post.clone(), "/v1/runs/uid-wait:pause").json(json!({})).token(Some("reader")), 403, Some("forbidden")).at(pause),
+        row("pause of an unknown run", call(post.clone(), "/v1/runs/nope:pause").json(json!({})), 404, Some("not_found")).at(pause),
+        row("pause", call(post.clone(), "/v1/runs/uid-wait:pause").json(json!({"reason": "maintenance", "drainPolicy": "immediate"})), 202, None).at(pause),
+        row("resume of a run that is not paused", call(post.clone(), "/v1/runs/uid-idle:resume").json(json!({})), 409, Some("run_state_conflict")).at(resume),
+        row("resume of a completed run", call(post.clone(), "/v1/runs/uid-done:resume").json(json!({})), 409, Some("run_terminal")).at(resume),
+        row("resume without a token", call(post.clone(), "/v1/runs/uid-wait:resume").json(json!({})).token(None), 401, Some("unauthenticated")).at(resume),
+        row("resume of an unknown run", call(post.clone(), "/v1/runs/nope:resume").json(json!({})), 404, Some("not_found")).at(resume),
+        row("an operation that does not exist", call(post.clone(), "/v1/runs/uid-wait:rewind").json(json!({})), 405, Some("method_not_allowed")),
         // Idempotency-Key on the other mutations (idempotency.md).
         row("cancel, key first used", call(post.clone(), "/v1/runs/uid-done/cancel").header("idempotency-key", "c-1"), 200, None).at(cancel),
         row("cancel, same key, other run", call(post.clone(), "/v1/runs/uid-gone/cancel").header("idempotency-key", "c-1"), 409, Some("idempotency_key_mismatch")).at(cancel),
@@ -544,10 +568,11 @@ async fn every_endpoint_answers_each_status_of_the_spec_and_declares_it() {
     let api = send(&w.app, &call(get.clone(), "/v1/openapi.json").token(None)).await;
     assert!(api.json()["openapi"].as_str().unwrap().starts_with("3.1"));
     // Cancels: the ended runs were left alone; the running one and the bulk one patched.
-    // The gate: answered run-scoped, by token, and under an Idempotency-Key.
+    // The gate: answered run-scoped, by token, and under an Idempotency-Key. The pause: only
+    // the one accepted (`wait`); every refused pause or resume patched nothing.
     assert_eq!(
         w.patches(),
-        ["idle", "wait", "gate", "gate", "gate"],
+        ["idle", "wait", "gate", "gate", "wait", "gate"],
         "patched Runs"
     );
 }
