@@ -15,7 +15,7 @@ import urllib.request
 
 from openwop_client import OpenwopClient
 from openwop_client.errors import WopError
-from openwop_client.types import CreateRunRequest, ResolveInterruptRequest
+from openwop_client.types import CreateRunRequest, PauseRunRequest, ResolveInterruptRequest
 
 URL = os.environ["OPENWOP_URL"]
 NS = os.environ["NS"]
@@ -117,6 +117,24 @@ wait_status(c.runId, "waiting-approval")
 check(client.runs_cancel(c.runId).status == "cancelling", "cancel accepted")
 wait_status(c.runId, "cancelled")
 check(events_of(c.runId)[-1].type == "run.cancelled", "SSE closes after run.cancelled")
+
+# Pause and resume (`napper`: an 8 s delay, which waits without a pod above the install's 2 s
+# threshold, then a noop): paused at once, a second pause refused, resumed, completed.
+nap = client.runs_create(CreateRunRequest(workflowId="napper"))
+created.append(nap.runId)
+wait_status(nap.runId, "running")
+p = client.runs_pause(nap.runId, PauseRunRequest(reason="journey", drainPolicy="immediate"))
+check(p.runId == nap.runId and p.status == "paused" and p.pausedAt, f"pause: {p}")
+wait_status(nap.runId, "paused")
+body = expect_error(lambda: client.runs_pause(nap.runId), 409, "run_state_conflict")
+check(body["details"]["runStatus"] == "paused", f"second pause: {body}")
+r = client.runs_resume(nap.runId)
+check(r.runId == nap.runId and r.status == "running" and r.resumedAt, f"resume: {r}")
+wait_status(nap.runId, "completed")
+types = [e.type for e in events_of(nap.runId)]
+check(types.count("run.paused") == 1 and types.count("run.resumed") == 1, f"pause events: {types}")
+check(types.index("run.paused") < types.index("run.resumed") and types[-1] == "run.completed", f"pause order: {types}")
+expect_error(lambda: client.runs_resume(nap.runId), 409, "run_terminal")
 
 # A clarification (the run was applied with kubectl; scripted provider) answered over REST.
 cid = os.environ["CLARIFY_RUN_ID"]

@@ -2040,7 +2040,20 @@ async fn rest_api_with_the_python_client_and_kubernetes_auth() {
         apply(&c, &ns, &prompt_workflow("planner", node)),
         "apply planner",
     );
-    for wf in ["hello", "typed", "conformance-mock-agent", "planner"] {
+    let napper = json!({"apiVersion": "openwop.dev/v1alpha1", "kind": "Workflow",
+        "metadata": {"name": "napper"},
+        "spec": {"id": "napper", "name": "napper", "version": "1",
+            "nodes": [{"id": "nap", "typeId": "core.delay", "config": {"delayMs": 8000}},
+                      {"id": "after", "typeId": "core.noop"}],
+            "edges": [{"id": "e1", "sourceNodeId": "nap", "targetNodeId": "after"}]}});
+    ok(apply(&c, &ns, &napper.to_string()), "apply napper");
+    for wf in [
+        "hello",
+        "typed",
+        "conformance-mock-agent",
+        "planner",
+        "napper",
+    ] {
         wait_workflow(&c, &ns, wf, "True").await;
     }
     let mocks = json!({"q": {"turns": [
@@ -2088,7 +2101,7 @@ async fn rest_api_with_the_python_client_and_kubernetes_auth() {
         .iter()
         .map(|v| v.as_str().unwrap().to_owned())
         .collect();
-    assert_eq!(created.len(), 4, "{report}");
+    assert_eq!(created.len(), 5, "{report}");
     // Every REST-created run is a Run kubectl sees, created by the caller's ServiceAccount.
     let listed: Value = serde_json::from_str(&ok(
         kubectl(&c, &["get", "runs", "-n", &ns, "-o", "json"], None),
