@@ -220,6 +220,7 @@ mod tests {
         let cached: Arc<Mutex<Listed>> = Arc::default();
         let gate = Arc::new(StartGate::default());
         let peak = Arc::new(AtomicUsize::new(0));
+        let refused = Arc::new(AtomicUsize::new(0));
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let catch_up = {
             let (server, cached, stop) = (server.clone(), cached.clone(), stop.clone());
@@ -233,8 +234,13 @@ mod tests {
         };
         let workers: Vec<_> = (0..8)
             .map(|w| {
-                let (server, cached, gate, peak) =
-                    (server.clone(), cached.clone(), gate.clone(), peak.clone());
+                let (server, cached, gate, peak, refused) = (
+                    server.clone(),
+                    cached.clone(),
+                    gate.clone(),
+                    peak.clone(),
+                    refused.clone(),
+                );
                 std::thread::spawn(move || {
                     let mut seed = w as u64 * 7919 + 1;
                     let mut rand = move || {
@@ -247,6 +253,7 @@ mod tests {
                         let pod = format!("r{w}-{i}");
                         let read = || cached.lock().unwrap().clone();
                         let Ok(slot) = gate.reserve("ns", &pod, LIMIT, none, read) else {
+                            refused.fetch_add(1, Ordering::SeqCst);
                             std::thread::yield_now();
                             continue;
                         };
@@ -284,9 +291,11 @@ mod tests {
             peak <= LIMIT,
             "{peak} pods held a slot at once (limit {LIMIT})"
         );
-        assert_eq!(
-            peak, LIMIT,
-            "the limit was reached: the test exercised contention"
+        // Contention was exercised: starts were refused at the limit. (How close the pods
+        // themselves came to it depends on thread timing on a loaded machine: not asserted.)
+        assert!(
+            refused.load(Ordering::SeqCst) > 0,
+            "no start was ever refused: the test did not reach the limit"
         );
     }
 }
