@@ -678,17 +678,6 @@ async fn run_for_a_missing_workflow_waits_with_a_clear_condition_then_proceeds()
 
 // ---------------------------------------------------------------- leader election
 
-/// The operator Lease's holder, if it has one.
-async fn lease_holder(leases: &Api<Lease>) -> Option<String> {
-    leases
-        .get_opt("openwop-operator")
-        .await
-        .ok()??
-        .spec?
-        .holder_identity
-        .filter(|h| !h.is_empty())
-}
-
 #[tokio::test]
 async fn two_replicas_elect_one_leader_and_the_other_takes_over() {
     let Some(c) = cluster("two_replicas_elect_one_leader_and_the_other_takes_over").await else {
@@ -698,9 +687,8 @@ async fn two_replicas_elect_one_leader_and_the_other_takes_over() {
     let ns = Namespace::new(&c, "opi-lead").await;
     let mut a = Operator::start(&c, &ns.name, "replica-a", "");
     let mut b = Operator::start(&c, &ns.name, "replica-b", "");
-    let leases: Api<Lease> = Api::namespaced(c.client.clone(), &ns.name);
     let holder = wait_for(30, "a Lease holder", || async {
-        lease_holder(&leases).await
+        openwop_e2e::lease_holder(&c.client, &ns.name).await
     })
     .await;
     assert!(holder == "replica-a" || holder == "replica-b", "{holder}");
@@ -733,7 +721,9 @@ async fn two_replicas_elect_one_leader_and_the_other_takes_over() {
     // The leader dies; the follower takes the expired lease and starts reconciling.
     leader.kill();
     let new_holder = wait_for(30, "the follower to take the Lease", || async {
-        lease_holder(&leases).await.filter(|h| *h != holder)
+        openwop_e2e::lease_holder(&c.client, &ns.name)
+            .await
+            .filter(|h| *h != holder)
     })
     .await;
     wait_for(10, "the new leader to start its controllers", || async {
@@ -769,9 +759,8 @@ async fn a_terminated_leader_releases_the_lease_and_drains_http() {
                  shutdownDrainSeconds: 3\n";
     let mut a = Operator::start(&c, &ns.name, "replica-a", extra);
     let mut b = Operator::start(&c, &ns.name, "replica-b", extra);
-    let leases: Api<Lease> = Api::namespaced(c.client.clone(), &ns.name);
     let holder = wait_for(30, "a Lease holder", || async {
-        lease_holder(&leases).await
+        openwop_e2e::lease_holder(&c.client, &ns.name).await
     })
     .await;
     let (leader, follower) = if holder == "replica-a" {
@@ -804,7 +793,9 @@ async fn a_terminated_leader_releases_the_lease_and_drains_http() {
         .expect("discovery answers during the drain");
     assert_eq!(discovery.status(), 200);
     let new_holder = wait_for(10, "the follower to take the released Lease", || async {
-        lease_holder(&leases).await.filter(|h| *h != holder)
+        openwop_e2e::lease_holder(&c.client, &ns.name)
+            .await
+            .filter(|h| *h != holder)
     })
     .await;
     let took = sent.elapsed();

@@ -54,15 +54,7 @@ fn poll_api(
 }
 
 async fn lease_holder(c: &Cluster) -> Option<String> {
-    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
-        Api::namespaced(c.client.clone(), release_ns());
-    leases
-        .get_opt("openwop-operator")
-        .await
-        .ok()??
-        .spec?
-        .holder_identity
-        .filter(|h| !h.is_empty())
+    openwop_e2e::lease_holder(&c.client, release_ns()).await
 }
 
 #[tokio::test]
