@@ -15,7 +15,7 @@ use openwop_e2e::webhook_receiver::{Delivery, Receiver};
 use openwop_nats::testing::NatsServer;
 use openwop_operator::config::OperatorConfig;
 use openwop_operator::webhooks::dispatch;
-use openwop_operator::webhooks::store::{Store, Subscription};
+use openwop_operator::webhooks::store::{Store, Subscription, SubscriptionStatus};
 use openwop_protocol::run::subjects::{StreamSpec, events_subject};
 use openwop_protocol::webhook::{self, headers};
 use serde_json::{Value, json};
@@ -100,6 +100,8 @@ async fn subscribe(s: &Setup, tenant: &str, id: &str, events: &[&str]) -> (Subsc
         tags: vec![],
         secret_fingerprint: webhook::fingerprint(&secret),
         created_at: "2026-11-26T00:00:00Z".into(),
+        status: Default::default(),
+        failed_at: None,
     };
     dispatch::create_consumer(&s.js, &s.cfg, &sub)
         .await
@@ -346,5 +348,127 @@ async fn a_target_outside_the_egress_policy_is_refused_at_delivery() {
     publish(&s.js, "team-a", &event("r1", 0, "run.started")).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(s.receiver.deliveries().is_empty());
+    dispatcher.abort();
+}
+
+#[tokio::test]
+async fn the_breaker_is_shared_so_a_restarted_dispatcher_keeps_the_circuit_open() {
+    let s = setup().await;
+    let mut cfg = (*s.cfg).clone();
+    cfg.webhooks.breaker_threshold = 2;
+    let s = Setup {
+        cfg: Arc::new(cfg),
+        ..s
+    };
+    let (_sub, _) = subscribe(
+        &s,
+        "team-a",
+        "wh_000000000000000000000004",
+        &["run.started"],
+    )
+    .await;
+    // One failure on the first dispatcher, which then stops (a replica restarted or lost
+    // its pod) ...
+    s.receiver.answer_next(&[400, 400]);
+    let first = start(&s);
+    publish(&s.js, "team-a", &event("r1", 0, "run.started")).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while s.receiver.deliveries().is_empty() {
+        assert!(tokio::time::Instant::now() < deadline, "no first attempt");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    first.abort();
+    // ... the second failure on another dispatcher opens the one shared circuit: its
+    // deliveries after that are skipped. A breaker per process would have counted 1 here
+    // and tried the third event.
+    let second = start(&s);
+    for i in 2..5 {
+        publish(&s.js, "team-a", &event(&format!("r{i}"), 0, "run.started")).await;
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        s.receiver
+            .deliveries()
+            .iter()
+            .map(|d| d.status)
+            .collect::<Vec<_>>(),
+        [400, 400]
+    );
+    second.abort();
+}
+
+#[tokio::test]
+async fn a_subscription_fails_after_its_failure_limit_and_a_new_registration_delivers() {
+    let s = setup().await;
+    let mut cfg = (*s.cfg).clone();
+    // The circuit never opens here: only the failure limit stops deliveries.
+    cfg.webhooks.breaker_threshold = 100;
+    cfg.webhooks.failure_limit = 3;
+    let s = Setup {
+        cfg: Arc::new(cfg),
+        ..s
+    };
+    let id = "wh_000000000000000000000005";
+    let (sub, secret) = subscribe(&s, "team-a", id, &["run.started"]).await;
+    s.receiver.answer_next(&[400, 404, 400]);
+    let dispatcher = start(&s);
+    for i in 0..5 {
+        publish(&s.js, "team-a", &event(&format!("r{i}"), 0, "run.started")).await;
+    }
+    let store = Store::open(&s.js, &s.cfg.webhooks.bucket).await.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    let failed = loop {
+        let now = store.get("team-a", id).await.unwrap().unwrap();
+        if now.status == SubscriptionStatus::Failed {
+            break now;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not marked failed; deliveries {:?}",
+            s.receiver.deliveries().len()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(failed.failed_at.is_some());
+    // Its consumer is deleted: nothing is kept for it any more.
+    let stream = s.js.get_stream(STREAM).await.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while stream
+        .get_consumer::<async_nats::jetstream::consumer::pull::Config>(&dispatch::consumer_name(id))
+        .await
+        .is_ok()
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "consumer still there"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    publish(&s.js, "team-a", &event("r9", 0, "run.started")).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        s.receiver
+            .deliveries()
+            .iter()
+            .map(|d| d.status)
+            .collect::<Vec<_>>(),
+        [400, 404, 400],
+        "three failed deliveries, then nothing"
+    );
+    // Registering again (a new id, a new secret) delivers.
+    let again = "wh_000000000000000000000006";
+    let (_, secret2) = subscribe(&s, "team-a", again, &["run.started"]).await;
+    publish(&s.js, "team-a", &event("r10", 0, "run.started")).await;
+    let got = wait_deliveries(&s.receiver, 1, 15).await;
+    let body = verified(first_arrivals(&got)[0], &secret2);
+    assert_eq!(body["runId"], "r10");
+    // The failed subscription's record says why, and never holds the secret.
+    let record = serde_json::to_string(&failed).unwrap();
+    assert!(!record.contains(&secret), "{record}");
+    let logs = String::from_utf8_lossy(&captured_logs().lock().unwrap()).to_string();
+    assert!(logs.contains("register it again to resume"), "{logs}");
+    assert!(!logs.contains(&secret) && !logs.contains(&secret2));
+    let _ = sub;
     dispatcher.abort();
 }

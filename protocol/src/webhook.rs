@@ -12,13 +12,18 @@
 //! not retried. The spec's circuit breaker then counts *deliveries*, not attempts: after
 //! [`DeliveryPolicy::breaker_threshold`] consecutive failed deliveries the subscription's
 //! deliveries are skipped for [`DeliveryPolicy::breaker_open`]; the first delivery after that
-//! is a probe whose success closes the circuit and whose failure opens it again. Receivers
-//! may see a delivery more than once (at-least-once): they dedupe on
-//! [`headers::DELIVERY_ID`], one id per (subscription, event).
+//! is a probe whose success closes the circuit and whose failure opens it again. A
+//! subscription whose deliveries failed [`DeliveryPolicy::failure_limit`] times within
+//! [`DeliveryPolicy::failure_window`] (spec: 100 in 7 days) is marked failed: no more
+//! deliveries until it is registered again. The breaker's state is plain data over wall-clock
+//! milliseconds ([`Breaker`] serializes), so every replica of a host can share one record per
+//! subscription instead of each counting only what it saw. Receivers may see a delivery more
+//! than once (at-least-once): they dedupe on [`headers::DELIVERY_ID`], one id per
+//! (subscription, event).
 
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use serde_json::value::RawValue;
 use sha2::{Digest, Sha256};
@@ -405,6 +410,11 @@ pub struct DeliveryPolicy {
     pub breaker_threshold: u32,
     /// How long an open circuit skips deliveries before a probe (spec: 1 h).
     pub breaker_open: Duration,
+    /// Failed deliveries within [`Self::failure_window`] that mark the subscription failed
+    /// (spec: 100).
+    pub failure_limit: u32,
+    /// The rolling window of [`Self::failure_limit`] (spec: 7 days).
+    pub failure_window: Duration,
 }
 
 impl Default for DeliveryPolicy {
@@ -416,6 +426,8 @@ impl Default for DeliveryPolicy {
             timeout: Duration::from_secs(5),
             breaker_threshold: 4,
             breaker_open: Duration::from_secs(3600),
+            failure_limit: 100,
+            failure_window: Duration::from_secs(7 * 24 * 3600),
         }
     }
 }
@@ -487,45 +499,98 @@ pub enum Admission {
     Probe,
     /// Circuit open: skip the delivery (`remaining` until the next probe).
     Skip { remaining: Duration },
+    /// The subscription failed for good: nothing is delivered until it is registered again.
+    Retired,
 }
 
-/// The circuit breaker of one subscription, over a caller-supplied monotonic clock.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// Where a subscription stands after a failed delivery.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AfterFailure {
+    /// Still delivering.
+    Closed,
+    /// The circuit is open: deliveries are skipped until a probe.
+    Open,
+    /// The failure limit of the window is reached: the subscription is failed (this is the
+    /// failure that did it; report it once).
+    Retired,
+}
+
+/// The circuit breaker and failure count of one subscription, over wall-clock Unix
+/// milliseconds supplied by the caller. Serializable: the host keeps one record per
+/// subscription that every replica reads and updates.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Breaker {
+    #[serde(default)]
     consecutive_failures: u32,
     /// While open: when the next probe may go.
-    open_until: Option<Duration>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    open_until_ms: Option<u64>,
+    /// When the failed deliveries still inside the window failed (oldest first; never more
+    /// than the failure limit).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    failures_ms: Vec<u64>,
+    /// When the subscription was marked failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    retired_at_ms: Option<u64>,
 }
 
 impl Breaker {
-    /// Whether a delivery starting at `now` may be attempted.
-    pub fn admit(&self, now: Duration) -> Admission {
-        match self.open_until {
-            None => Admission::Deliver,
-            Some(until) if now >= until => Admission::Probe,
-            Some(until) => Admission::Skip {
-                remaining: until - now,
+    /// Whether a delivery starting at `now_ms` may be attempted.
+    pub fn admit(&self, now_ms: u64) -> Admission {
+        match (self.retired_at_ms, self.open_until_ms) {
+            (Some(_), _) => Admission::Retired,
+            (None, None) => Admission::Deliver,
+            (None, Some(until)) if now_ms >= until => Admission::Probe,
+            (None, Some(until)) => Admission::Skip {
+                remaining: Duration::from_millis(until - now_ms),
             },
         }
     }
 
-    /// A delivery succeeded: the circuit closes.
+    /// A delivery succeeded: the circuit closes. Earlier failures stay counted in their
+    /// window (the limit is on failures, not on consecutive ones).
     pub fn delivered(&mut self) {
-        *self = Breaker::default();
+        self.consecutive_failures = 0;
+        self.open_until_ms = None;
     }
 
-    /// A delivery failed for good at `now`; returns whether the circuit is (now) open.
-    pub fn failed(&mut self, now: Duration, policy: &DeliveryPolicy) -> bool {
-        self.consecutive_failures = self.consecutive_failures.saturating_add(1);
-        let probing = self.open_until.is_some();
-        if probing || self.consecutive_failures >= policy.breaker_threshold.max(1) {
-            self.open_until = Some(now + policy.breaker_open);
+    /// A delivery failed for good at `now_ms`.
+    pub fn failed(&mut self, now_ms: u64, policy: &DeliveryPolicy) -> AfterFailure {
+        if self.retired_at_ms.is_some() {
+            return AfterFailure::Open;
         }
-        self.open_until.is_some()
+        let window = policy.failure_window.as_millis() as u64;
+        self.failures_ms
+            .retain(|&t| now_ms.saturating_sub(t) < window);
+        self.failures_ms.push(now_ms);
+        let limit = policy.failure_limit.max(1) as usize;
+        if self.failures_ms.len() > limit {
+            let excess = self.failures_ms.len() - limit;
+            self.failures_ms.drain(..excess);
+        }
+        if self.failures_ms.len() >= limit {
+            self.retired_at_ms = Some(now_ms);
+            self.open_until_ms = None;
+            return AfterFailure::Retired;
+        }
+        self.consecutive_failures = self.consecutive_failures.saturating_add(1);
+        let probing = self.open_until_ms.is_some();
+        if probing || self.consecutive_failures >= policy.breaker_threshold.max(1) {
+            self.open_until_ms = Some(now_ms + policy.breaker_open.as_millis() as u64);
+            AfterFailure::Open
+        } else {
+            AfterFailure::Closed
+        }
     }
 
     pub fn consecutive_failures(&self) -> u32 {
         self.consecutive_failures
+    }
+
+    /// Failed deliveries inside the window as of the last failure.
+    pub fn recent_failures(&self) -> usize {
+        self.failures_ms.len()
     }
 }
 
@@ -815,25 +880,98 @@ mod tests {
             ..DeliveryPolicy::default()
         };
         let mut b = Breaker::default();
-        let t = |s| Duration::from_secs(s);
+        let t = |s: u64| s * 1000;
         for i in 0..3 {
             assert_eq!(b.admit(t(i)), Admission::Deliver);
-            assert!(!b.failed(t(i), &p));
+            assert_eq!(b.failed(t(i), &p), AfterFailure::Closed);
         }
         // A success in between resets the count.
         b.delivered();
         for i in 0..3 {
-            assert!(!b.failed(t(10 + i), &p));
+            assert_eq!(b.failed(t(10 + i), &p), AfterFailure::Closed);
         }
-        assert!(b.failed(t(20), &p));
-        assert_eq!(b.admit(t(21)), Admission::Skip { remaining: t(3599) });
+        assert_eq!(b.failed(t(20), &p), AfterFailure::Open);
+        assert_eq!(
+            b.admit(t(21)),
+            Admission::Skip {
+                remaining: Duration::from_secs(3599)
+            }
+        );
         assert_eq!(b.admit(t(3620)), Admission::Probe);
         // A failed probe opens it again at once.
-        assert!(b.failed(t(3620), &p));
+        assert_eq!(b.failed(t(3620), &p), AfterFailure::Open);
         assert!(matches!(b.admit(t(3621)), Admission::Skip { .. }));
         assert_eq!(b.admit(t(7220)), Admission::Probe);
         b.delivered();
         assert_eq!(b.admit(t(7221)), Admission::Deliver);
         assert_eq!(b.consecutive_failures(), 0);
+        assert_eq!(
+            b.recent_failures(),
+            8,
+            "a success does not forgive earlier failures"
+        );
+    }
+
+    #[test]
+    fn the_hundredth_failure_inside_seven_days_retires_the_subscription() {
+        let p = DeliveryPolicy::default();
+        assert_eq!(
+            (p.failure_limit, p.failure_window.as_secs()),
+            (100, 7 * 24 * 3600)
+        );
+        let hour = 3_600_000u64;
+        let mut b = Breaker::default();
+        // 99 failures, each followed by a success so the circuit never stays open.
+        for i in 0..99 {
+            assert_ne!(b.failed(i * hour, &p), AfterFailure::Retired, "failure {i}");
+            b.delivered();
+        }
+        assert_eq!(b.recent_failures(), 99);
+        assert_eq!(b.failed(99 * hour, &p), AfterFailure::Retired);
+        assert_eq!(b.admit(99 * hour + 1), Admission::Retired);
+        assert_eq!(
+            b.admit(u64::MAX),
+            Admission::Retired,
+            "only a new registration helps"
+        );
+        b.delivered();
+        assert_eq!(b.admit(100 * hour), Admission::Retired);
+    }
+
+    #[test]
+    fn failures_older_than_the_window_do_not_count() {
+        let p = DeliveryPolicy {
+            failure_limit: 3,
+            failure_window: Duration::from_secs(100),
+            breaker_threshold: 10,
+            ..DeliveryPolicy::default()
+        };
+        let mut b = Breaker::default();
+        assert_eq!(b.failed(0, &p), AfterFailure::Closed);
+        assert_eq!(b.failed(50_000, &p), AfterFailure::Closed);
+        // The first one is out of the window by then: two in the window.
+        assert_eq!(b.failed(100_001, &p), AfterFailure::Closed);
+        assert_eq!(b.recent_failures(), 2);
+        assert_eq!(b.failed(120_000, &p), AfterFailure::Retired);
+    }
+
+    #[test]
+    fn the_breaker_record_round_trips_and_an_old_record_reads_as_closed() {
+        let p = DeliveryPolicy {
+            breaker_threshold: 1,
+            ..DeliveryPolicy::default()
+        };
+        let mut b = Breaker::default();
+        b.failed(5_000, &p);
+        let json = serde_json::to_value(&b).unwrap();
+        assert_eq!(
+            json,
+            json!({"consecutiveFailures": 1, "openUntilMs": 3_605_000u64, "failuresMs": [5000]})
+        );
+        assert_eq!(serde_json::from_value::<Breaker>(json).unwrap(), b);
+        assert_eq!(
+            serde_json::from_value::<Breaker>(json!({})).unwrap(),
+            Breaker::default()
+        );
     }
 }

@@ -169,6 +169,8 @@ schema = {
             "timeoutSeconds": int_range(1, 30),
             "breakerThreshold": int_range(1),
             "breakerOpenSeconds": int_range(1),
+            "failureLimit": int_range(1),
+            "failureWindowHours": int_range(1),
         }),
         "discovery": obj({"configMap": {"type": "string", "minLength": 1, "maxLength": 253},
                           "cacheControl": STR}),

@@ -214,6 +214,8 @@ async fn register(
         tags: reg.tags,
         secret_fingerprint: webhook::fingerprint(&secret),
         created_at: k8s_openapi::jiff::Timestamp::now().to_string(),
+        status: Default::default(),
+        failed_at: None,
     };
     // The consumer first: events from this moment on are kept for the subscription even
     // before a dispatcher picks it up.

@@ -46,6 +46,10 @@ pub struct WebhooksConfig {
     pub breaker_threshold: u32,
     /// How long an open circuit skips deliveries before probing again.
     pub breaker_open_seconds: u64,
+    /// Failed deliveries within `failureWindowHours` that mark a subscription failed (spec:
+    /// 100 in 7 days); it then gets nothing until it is registered again.
+    pub failure_limit: u32,
+    pub failure_window_hours: u64,
 }
 
 impl Default for WebhooksConfig {
@@ -64,6 +68,8 @@ impl Default for WebhooksConfig {
             timeout_seconds: p.timeout.as_secs(),
             breaker_threshold: p.breaker_threshold,
             breaker_open_seconds: p.breaker_open.as_secs(),
+            failure_limit: p.failure_limit,
+            failure_window_hours: p.failure_window.as_secs() / 3600,
         }
     }
 }
@@ -85,6 +91,8 @@ impl WebhooksConfig {
             timeout: Duration::from_secs(self.timeout_seconds),
             breaker_threshold: self.breaker_threshold,
             breaker_open: Duration::from_secs(self.breaker_open_seconds),
+            failure_limit: self.failure_limit,
+            failure_window: Duration::from_secs(self.failure_window_hours.saturating_mul(3600)),
         }
     }
 
@@ -127,6 +135,12 @@ impl WebhooksConfig {
             return invalid(
                 "webhooks.breakerThreshold",
                 "breakerThreshold and breakerOpenSeconds must be at least 1".into(),
+            );
+        }
+        if self.failure_limit == 0 || self.failure_window_hours == 0 {
+            return invalid(
+                "webhooks.failureLimit",
+                "failureLimit and failureWindowHours must be at least 1".into(),
             );
         }
         if self.max_per_tenant == 0 {
@@ -192,6 +206,13 @@ mod tests {
                     ..Default::default()
                 },
                 "webhooks.timeoutSeconds",
+            ),
+            (
+                WebhooksConfig {
+                    failure_window_hours: 0,
+                    ..Default::default()
+                },
+                "webhooks.failureLimit",
             ),
             (
                 WebhooksConfig {

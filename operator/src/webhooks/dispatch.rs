@@ -20,8 +20,11 @@
 //! * **Tenant isolation.** A subscription's consumer filters on its namespace's subjects
 //!   (`openwop.events.<tenant>.>`): another tenant's events never reach it.
 //!
-//! The circuit breaker is per subscription and per replica (in memory): with one replica
-//! pulling at a time it is the spec's breaker; with several, each counts what it saw.
+//! * **One breaker per subscription, shared by the replicas.** Its state lives in the
+//!   store's breaker bucket and is updated compare-and-set after each delivery, so a receiver
+//!   that failed on one replica is skipped on the others too. After `webhooks.failureLimit`
+//!   failed deliveries within `failureWindowHours` the subscription is marked failed: every
+//!   replica stops its delivery task and the consumer is deleted (nothing piles up for it).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -36,14 +39,14 @@ use openwop_crds::Run;
 use openwop_crds::names::ANNOTATION_TAGS;
 use openwop_protocol::run::subjects::{events_filter, parse_events_subject};
 use openwop_protocol::webhook::{
-    self, Admission, Attempt, Breaker, DeliveryBody, DeliveryPolicy, Step,
+    self, Admission, AfterFailure, Attempt, DeliveryBody, DeliveryPolicy, Step,
 };
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use tokio::task::JoinHandle;
 
 use super::deliver::{Deliverer, Outgoing};
-use super::store::{Store, Subscription};
+use super::store::{Store, Subscription, SubscriptionStatus};
 use crate::config::OperatorConfig;
 use crate::events::MAX_EVENT_BYTES;
 use crate::rest::RestState;
@@ -131,6 +134,7 @@ struct Shared {
     deliverer: Deliverer,
     policy: DeliveryPolicy,
     runs: RunStore<Run>,
+    store: Store,
 }
 
 /// Runs the dispatcher for the life of the process (never returns; idle when webhooks are
@@ -170,12 +174,28 @@ pub async fn follow(
         signing_key,
         deliverer,
         runs,
+        store: store.clone(),
     });
     // Dropped (on return, or when this future is cancelled): every delivery task stops.
     let mut tasks = Tasks::default();
     let mut changes = Box::pin(store.watch().await.map_err(|e| e.to_string())?);
     while let Some(change) = changes.next().await {
         match change {
+            Ok((key, Some(sub))) if sub.status == SubscriptionStatus::Failed => {
+                if let Some(t) = tasks.0.remove(&key) {
+                    t.abort();
+                }
+                // Every replica sees the record; deleting a deleted consumer is a no-op.
+                if let Err(e) = delete_consumer(&shared.js, &shared.cfg, &sub.webhook_id).await {
+                    tracing::warn!(webhook_id = %sub.webhook_id, error = %e, "failed webhook subscription: consumer not deleted");
+                }
+                tracing::info!(
+                    webhook_id = %sub.webhook_id,
+                    tenant = %sub.tenant,
+                    secret_fingerprint = %sub.secret_fingerprint,
+                    "webhook subscription failed: not delivering (register it again to resume)"
+                );
+            }
             Ok((key, Some(sub))) => {
                 if tasks.0.get(&key).is_none_or(JoinHandle::is_finished) {
                     tracing::info!(
@@ -215,10 +235,8 @@ impl Drop for Tasks {
 /// Delivers one subscription's events until aborted.
 async fn subscription_loop(shared: Arc<Shared>, sub: Subscription) {
     let secret = webhook::derive_secret(&shared.signing_key, &sub.tenant, &sub.webhook_id);
-    let mut breaker = Breaker::default();
-    let epoch = tokio::time::Instant::now();
     loop {
-        if let Err(e) = consume(&shared, &sub, &secret, &mut breaker, epoch).await {
+        if let Err(e) = consume(&shared, &sub, &secret).await {
             tracing::warn!(
                 webhook_id = %sub.webhook_id,
                 error = %e,
@@ -229,18 +247,12 @@ async fn subscription_loop(shared: Arc<Shared>, sub: Subscription) {
     }
 }
 
-async fn consume(
-    shared: &Shared,
-    sub: &Subscription,
-    secret: &str,
-    breaker: &mut Breaker,
-    epoch: tokio::time::Instant,
-) -> Result<(), String> {
+async fn consume(shared: &Shared, sub: &Subscription, secret: &str) -> Result<(), String> {
     let consumer = consumer(&shared.js, &shared.cfg, sub).await?;
     let mut messages = consumer.messages().await.map_err(|e| e.to_string())?;
     while let Some(msg) = messages.next().await {
         let msg = msg.map_err(|e| e.to_string())?;
-        let settle = handle(shared, sub, secret, breaker, epoch, &msg).await;
+        let settle = handle(shared, sub, secret, &msg).await;
         msg.ack_with(settle).await.map_err(|e| e.to_string())?;
     }
     Err("the consumer's message stream ended".into())
@@ -261,8 +273,6 @@ async fn handle(
     shared: &Shared,
     sub: &Subscription,
     secret: &str,
-    breaker: &mut Breaker,
-    epoch: tokio::time::Instant,
     msg: &jetstream::Message,
 ) -> AckKind {
     let attempt = msg
@@ -294,15 +304,28 @@ async fn handle(
         return AckKind::Ack;
     }
     let delivery_id = webhook::delivery_id(&sub.webhook_id, &head.event_id);
-    let now = epoch.elapsed();
-    if let Admission::Skip { remaining } = breaker.admit(now) {
-        tracing::info!(
-            webhook_id = %sub.webhook_id,
-            %delivery_id,
-            retry_in_seconds = remaining.as_secs(),
-            "webhook circuit open: delivery skipped"
-        );
-        return AckKind::Ack;
+    // The breaker bucket unreadable: deliver (the breaker protects the receiver; losing an
+    // event would be worse).
+    let breaker = shared.store.breaker(sub).await.unwrap_or_else(|e| {
+        tracing::warn!(webhook_id = %sub.webhook_id, error = %e, "webhook breaker unreadable; delivering");
+        Default::default()
+    });
+    match breaker.admit(unix_now_ms()) {
+        Admission::Skip { remaining } => {
+            tracing::info!(
+                webhook_id = %sub.webhook_id,
+                %delivery_id,
+                retry_in_seconds = remaining.as_secs(),
+                "webhook circuit open: delivery skipped"
+            );
+            return AckKind::Ack;
+        }
+        Admission::Retired => {
+            // Another replica retired it and this one has not seen the record yet.
+            retire(shared, sub).await;
+            return AckKind::Ack;
+        }
+        Admission::Deliver | Admission::Probe => {}
     }
     let body = DeliveryBody {
         run_id: &head.run_id,
@@ -324,7 +347,9 @@ async fn handle(
         .await;
     match shared.policy.step(attempt, &outcome) {
         Step::Done => {
-            breaker.delivered();
+            if let Err(e) = shared.store.update_breaker(sub, |b| b.delivered()).await {
+                tracing::warn!(webhook_id = %sub.webhook_id, error = %e, "webhook breaker not updated");
+            }
             tracing::debug!(webhook_id = %sub.webhook_id, %delivery_id, attempt, "webhook delivered");
             AckKind::Ack
         }
@@ -340,17 +365,51 @@ async fn handle(
             AckKind::Nak(Some(wait))
         }
         Step::Failed => {
-            let open = breaker.failed(epoch.elapsed(), &shared.policy);
+            let now = unix_now_ms();
+            let after = shared
+                .store
+                .update_breaker(sub, |b| b.failed(now, &shared.policy))
+                .await;
             tracing::warn!(
                 webhook_id = %sub.webhook_id,
                 secret_fingerprint = %sub.secret_fingerprint,
                 %delivery_id,
                 attempt,
                 reason = %reason(&outcome),
-                circuit_open = open,
+                circuit_open = matches!(after, Ok(AfterFailure::Open)),
                 "webhook delivery failed"
             );
+            match after {
+                Ok(AfterFailure::Retired) => retire(shared, sub).await,
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(webhook_id = %sub.webhook_id, error = %e, "webhook breaker not updated")
+                }
+            }
             AckKind::Term
+        }
+    }
+}
+
+/// Marks the subscription failed; every replica's dispatcher then stops it (see [`follow`]).
+async fn retire(shared: &Shared, sub: &Subscription) {
+    let at = k8s_openapi::jiff::Timestamp::now().to_string();
+    match shared
+        .store
+        .mark_failed(&sub.tenant, &sub.webhook_id, &at)
+        .await
+    {
+        Ok(true) => tracing::warn!(
+            webhook_id = %sub.webhook_id,
+            tenant = %sub.tenant,
+            secret_fingerprint = %sub.secret_fingerprint,
+            failure_limit = shared.policy.failure_limit,
+            failure_window_hours = shared.policy.failure_window.as_secs() / 3600,
+            "webhook subscription failed: too many failed deliveries; register it again to resume"
+        ),
+        Ok(false) => {}
+        Err(e) => {
+            tracing::warn!(webhook_id = %sub.webhook_id, error = %e, "webhook subscription not marked failed")
         }
     }
 }
@@ -373,7 +432,11 @@ fn run_tags(runs: &RunStore<Run>, run_id: &str) -> Vec<String> {
 }
 
 fn unix_now() -> u64 {
+    unix_now_ms() / 1000
+}
+
+fn unix_now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
+        .map_or(0, |d| d.as_millis() as u64)
 }
