@@ -209,6 +209,8 @@ pub fn next(cfg: &HttpConfig, idempotency_key: Option<&str>, done: &[CallRecord]
             .map(|a| cfg.retry.delay_before(a))
             .sum::<u64>();
     let where_ = json!({"method": cfg.method.as_str(), "url": last.url, "attempts": attempts});
+    // "GET https://…": how every failure message names the call.
+    let call = format!("{} {}", cfg.method.as_str(), last.url);
     match &last.outcome {
         Outcome::Response { status, .. } if *status >= 500 && more => retry(),
         Outcome::NetworkError { .. } | Outcome::Timeout { .. } if more => retry(),
@@ -224,9 +226,7 @@ pub fn next(cfg: &HttpConfig, idempotency_key: Option<&str>, done: &[CallRecord]
                 return fail(
                     UNEXPECTED_STATUS,
                     format!(
-                        "{} {} answered {status}; the node expects {}",
-                        cfg.method.as_str(),
-                        last.url,
+                        "{call} answered {status}; the node expects {}",
                         expected
                             .iter()
                             .map(u16::to_string)
@@ -250,20 +250,14 @@ pub fn next(cfg: &HttpConfig, idempotency_key: Option<&str>, done: &[CallRecord]
         }
         Outcome::NetworkError { message } => fail(
             NETWORK_ERROR,
-            format!(
-                "{} {} got no response in {attempts} attempt(s): {message}",
-                cfg.method.as_str(),
-                last.url
-            ),
+            format!("{call} got no response in {attempts} attempt(s): {message}"),
             where_,
             true,
         ),
         Outcome::Timeout { timeout_ms } => fail(
             TIMEOUT,
             format!(
-                "{} {} gave no complete response within {timeout_ms} ms in {attempts} attempt(s); raise config.timeoutMs if the service is slow",
-                cfg.method.as_str(),
-                last.url
+                "{call} gave no complete response within {timeout_ms} ms in {attempts} attempt(s); raise config.timeoutMs if the service is slow"
             ),
             where_,
             true,
@@ -271,9 +265,7 @@ pub fn next(cfg: &HttpConfig, idempotency_key: Option<&str>, done: &[CallRecord]
         Outcome::TooLarge { max_bytes } => fail(
             RESPONSE_TOO_LARGE,
             format!(
-                "{} {} sent a body larger than {max_bytes} bytes (the host's limits.maxHttpResponseBytes); it was not read",
-                cfg.method.as_str(),
-                last.url
+                "{call} sent a body larger than {max_bytes} bytes (the host's limits.maxHttpResponseBytes); it was not read"
             ),
             json!({"maxBytes": max_bytes, "url": last.url}),
             false,
