@@ -14,6 +14,7 @@ use openwop_crds::Run;
 use openwop_e2e::webhook_receiver::{Delivery, Receiver};
 use openwop_nats::testing::NatsServer;
 use openwop_operator::config::OperatorConfig;
+use openwop_operator::webhooks::config::WebhooksConfig;
 use openwop_operator::webhooks::dispatch;
 use openwop_operator::webhooks::store::{Store, Subscription, SubscriptionStatus};
 use openwop_protocol::run::subjects::{StreamSpec, events_subject};
@@ -58,6 +59,11 @@ struct Setup {
 }
 
 async fn setup() -> Setup {
+    setup_with(|_| {}).await
+}
+
+/// [`setup`] with its webhooks settings changed by `tune`.
+async fn setup_with(tune: impl FnOnce(&mut WebhooksConfig)) -> Setup {
     captured_logs();
     let server = NatsServer::start();
     let js = jetstream::new(async_nats::connect(server.url()).await.unwrap());
@@ -77,6 +83,7 @@ async fn setup() -> Setup {
     cfg.webhooks.ca_file = dir.path().join("ca.pem").display().to_string();
     cfg.webhooks.allow_hosts = vec!["127.0.0.1".into()];
     cfg.webhooks.initial_backoff_ms = 200;
+    tune(&mut cfg.webhooks);
     cfg.validate().unwrap();
     Setup {
         _server: server,
@@ -166,6 +173,11 @@ fn first_arrivals(all: &[Delivery]) -> Vec<&Delivery> {
     all.iter()
         .filter(|d| d.status == 200 && seen.insert(d.header(headers::DELIVERY_ID).unwrap_or("")))
         .collect()
+}
+
+/// The status the receiver answered each attempt with, in order.
+fn statuses(r: &Receiver) -> Vec<u16> {
+    r.deliveries().iter().map(|d| d.status).collect()
 }
 
 fn verified(d: &Delivery, secret: &str) -> Value {
@@ -297,13 +309,10 @@ async fn deliveries_are_filtered_ordered_signed_retried_and_survive_a_restart() 
 
 #[tokio::test]
 async fn a_refusing_receiver_is_not_retried_and_the_breaker_opens() {
-    let s = setup().await;
-    let mut cfg = (*s.cfg).clone();
-    cfg.webhooks.breaker_threshold = 2;
-    let s = Setup {
-        cfg: Arc::new(cfg),
-        ..s
-    };
+    let s = setup_with(|w| {
+        w.breaker_threshold = 2;
+    })
+    .await;
     let (_sub, _secret) = subscribe(
         &s,
         "team-a",
@@ -318,9 +327,8 @@ async fn a_refusing_receiver_is_not_retried_and_the_breaker_opens() {
         publish(&s.js, "team-a", &event(&format!("r{i}"), 0, "run.started")).await;
     }
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let got = s.receiver.deliveries();
     assert_eq!(
-        got.iter().map(|d| d.status).collect::<Vec<_>>(),
+        statuses(&s.receiver),
         [400, 410],
         "one attempt per refused delivery, then nothing while the circuit is open"
     );
@@ -353,13 +361,10 @@ async fn a_target_outside_the_egress_policy_is_refused_at_delivery() {
 
 #[tokio::test]
 async fn the_breaker_is_shared_so_a_restarted_dispatcher_keeps_the_circuit_open() {
-    let s = setup().await;
-    let mut cfg = (*s.cfg).clone();
-    cfg.webhooks.breaker_threshold = 2;
-    let s = Setup {
-        cfg: Arc::new(cfg),
-        ..s
-    };
+    let s = setup_with(|w| {
+        w.breaker_threshold = 2;
+    })
+    .await;
     let (_sub, _) = subscribe(
         &s,
         "team-a",
@@ -386,29 +391,26 @@ async fn the_breaker_is_shared_so_a_restarted_dispatcher_keeps_the_circuit_open(
     for i in 2..5 {
         publish(&s.js, "team-a", &event(&format!("r{i}"), 0, "run.started")).await;
     }
+    // The stopped dispatcher may have had the next event handed to it: JetStream gives it to
+    // the second one after the ack wait (attempt timeout + 10 s).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(40);
+    while s.receiver.deliveries().len() < 2 {
+        assert!(tokio::time::Instant::now() < deadline, "no second attempt");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     tokio::time::sleep(Duration::from_secs(3)).await;
-    assert_eq!(
-        s.receiver
-            .deliveries()
-            .iter()
-            .map(|d| d.status)
-            .collect::<Vec<_>>(),
-        [400, 400]
-    );
+    assert_eq!(statuses(&s.receiver), [400, 400]);
     second.abort();
 }
 
 #[tokio::test]
 async fn a_subscription_fails_after_its_failure_limit_and_a_new_registration_delivers() {
-    let s = setup().await;
-    let mut cfg = (*s.cfg).clone();
-    // The circuit never opens here: only the failure limit stops deliveries.
-    cfg.webhooks.breaker_threshold = 100;
-    cfg.webhooks.failure_limit = 3;
-    let s = Setup {
-        cfg: Arc::new(cfg),
-        ..s
-    };
+    let s = setup_with(|w| {
+        // The circuit never opens here: only the failure limit stops deliveries.
+        w.breaker_threshold = 100;
+        w.failure_limit = 3;
+    })
+    .await;
     let id = "wh_000000000000000000000005";
     let (sub, secret) = subscribe(&s, "team-a", id, &["run.started"]).await;
     s.receiver.answer_next(&[400, 404, 400]);
@@ -448,11 +450,7 @@ async fn a_subscription_fails_after_its_failure_limit_and_a_new_registration_del
     publish(&s.js, "team-a", &event("r9", 0, "run.started")).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(
-        s.receiver
-            .deliveries()
-            .iter()
-            .map(|d| d.status)
-            .collect::<Vec<_>>(),
+        statuses(&s.receiver),
         [400, 404, 400],
         "three failed deliveries, then nothing"
     );
