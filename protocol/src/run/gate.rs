@@ -1,5 +1,6 @@
-//! The nodes that wait for a person — `core.approvalGate`, `core.clarificationGate` and
-//! `core.interrupt` (kinds approval, clarification, custom): what a gate waits for, read from
+//! The nodes that wait for a person or an outside system — `core.approvalGate`,
+//! `core.clarificationGate` and `core.interrupt` (kinds approval, clarification, custom,
+//! external-event): what a gate waits for, read from
 //! its config, the events that record the wait, and how an answer resolves it. Pure: the
 //! worker emits what these return, under the step keys given here, so a replayed gate
 //! publishes the same event ids.
@@ -9,6 +10,11 @@
 //! `approval.received {action, decidedBy, decidedAt}` or `clarification.resolved {answers,
 //! answeredBy}`, `interrupt.resolved`, `node.resumed`, then the node completes — or, for a
 //! rejection, fails with `approval_rejected`.
+//!
+//! An external-event interrupt (`interrupt-profiles.md` §openwop-interrupt-external-event)
+//! waits for an event whose body carries every key of its `data.correlation` with an equal
+//! value ([`correlation_mismatch`], the one rule the REST surface and the worker apply); the
+//! node completes with the event as `outputs.eventPayload`.
 
 use serde_json::{Map, Value, json};
 
@@ -53,7 +59,7 @@ pub struct ApprovalSpec {
 pub enum GateError {
     #[error("node type {0} is not a gate")]
     NotAGate(String),
-    #[error("config.kind {0:?} is not one of approval, clarification, custom")]
+    #[error("config.kind {0:?} is not one of approval, clarification, custom, external-event")]
     Kind(String),
     #[error("config{at} must list at least one question with an id and a question")]
     NoQuestions { at: &'static str },
@@ -103,12 +109,70 @@ pub enum Refusal {
     },
     #[error("the answer must be an object answering every question ({})", .0.join(", "))]
     Answers(Vec<String>),
+    #[error("correlation_mismatch: the event does not carry the correlation keys {} with the values this interrupt waits for", .0.join(", "))]
+    Correlation(Vec<String>),
+}
+
+/// The error code of an external event whose body does not match the interrupt's
+/// `correlation` (`interrupt-profiles.md`; 422 on the REST surfaces).
+pub const CORRELATION_MISMATCH: &str = "correlation_mismatch";
+
+/// The member of INT's `ExternalEventResume` (`{eventPayload}`) that holds the event.
+pub const EVENT_PAYLOAD: &str = "eventPayload";
+
+/// The event an external-event resume value carries: INT's `{eventPayload: {...}}` form, or
+/// the event body itself (what the conformance scenarios send).
+pub fn external_event(resume_value: &Value) -> &Value {
+    match resume_value.get(EVENT_PAYLOAD) {
+        Some(inner) if inner.is_object() => inner,
+        _ => resume_value,
+    }
+}
+
+/// The keys of `correlation` the `event` does not carry with an equal value (deep JSON
+/// equality: numbers by value, objects key by key, arrays in order), sorted; empty when the
+/// event matches. Keys of the event that `correlation` does not name are allowed.
+pub fn correlation_mismatch(correlation: &Map<String, Value>, event: &Value) -> Vec<String> {
+    let mut keys: Vec<String> = correlation
+        .iter()
+        .filter(|(k, want)| {
+            !event
+                .get(k.as_str())
+                .is_some_and(|got| json_equal(want, got))
+        })
+        .map(|(k, _)| k.clone())
+        .collect();
+    keys.sort();
+    keys
+}
+
+/// JSON equality: `1` and `1.0` are the same number (serde_json's `==` tells them apart).
+fn json_equal(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => {
+            x == y || matches!((x.as_f64(), y.as_f64()), (Some(x), Some(y)) if x == y)
+        }
+        (Value::Array(x), Value::Array(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(a, b)| json_equal(a, b))
+        }
+        (Value::Object(x), Value::Object(y)) => {
+            x.len() == y.len()
+                && x.iter()
+                    .all(|(k, v)| y.get(k).is_some_and(|w| json_equal(v, w)))
+        }
+        _ => a == b,
+    }
 }
 
 /// The interrupt id of a gate's wait at node attempt `attempt`: deterministic, so a replayed
 /// worker waits on (and finds the answer to) the same interrupt.
 pub fn interrupt_id(run_id: &str, node_id: &str, attempt: u32) -> String {
     event_id_for(run_id, &step(node_id, attempt, "")).replacen("evt-", "int-", 1)
+}
+
+/// The key of a gate's interrupt whose config names none (`interrupt.requested.key`).
+pub fn default_key(node_id: &str) -> String {
+    format!("{node_id}/interrupt")
 }
 
 /// The step key of one of a gate's events (`{nodeId}/interrupt/{attempt}{suffix}`).
@@ -170,7 +234,7 @@ impl Gate {
         let key = |c: &Value| {
             str_of(c, "key")
                 .map(str::to_owned)
-                .unwrap_or_else(|| format!("{node_id}/interrupt"))
+                .unwrap_or_else(|| default_key(node_id))
         };
         let (kind, data) = match type_id {
             APPROVAL_GATE_TYPE_ID => (InterruptKind::Approval, config),
@@ -180,6 +244,7 @@ impl Gate {
                     "approval" => InterruptKind::Approval,
                     "clarification" => InterruptKind::Clarification,
                     "custom" => InterruptKind::Custom,
+                    "external-event" => InterruptKind::ExternalEvent,
                     other => return Err(GateError::Kind(other.to_owned())),
                 };
                 const NULL: &Value = &Value::Null;
@@ -297,6 +362,23 @@ impl Gate {
                     json!({"answers": answers, "answeredBy": answer.principal()}),
                 );
                 (None, Some(resolved), json!({"answers": answers}), outcome)
+            }
+            InterruptKind::ExternalEvent => {
+                let value = answer.value.clone().unwrap_or(Value::Object(Map::new()));
+                let event = external_event(&value).clone();
+                if let Some(c) = self.data.get("correlation").and_then(Value::as_object) {
+                    let keys = correlation_mismatch(c, &event);
+                    if !keys.is_empty() {
+                        return Err(Refusal::Correlation(keys));
+                    }
+                }
+                let mut out = Map::new();
+                out.insert(EVENT_PAYLOAD.into(), event);
+                if let Some(t) = self.data.get("eventType") {
+                    out.insert("eventType".into(), t.clone());
+                }
+                out.insert("answeredBy".into(), json!(answer.principal()));
+                (None, None, value, GateEnd::Completed(Value::Object(out)))
             }
             _ => {
                 let value = answer.value.clone().unwrap_or(Value::Object(Map::new()));
@@ -619,13 +701,111 @@ mod tests {
             Gate::of(
                 "i",
                 INTERRUPT_TYPE_ID,
-                &json!({"kind": "external-event", "data": {}})
+                &json!({"kind": "conversation.start", "data": {}})
             ),
-            Err(GateError::Kind("external-event".into()))
+            Err(GateError::Kind("conversation.start".into()))
         );
         assert_eq!(
             Gate::of("i", "core.noop", &json!({})),
             Err(GateError::NotAGate("core.noop".into()))
+        );
+    }
+
+    fn order_gate() -> Gate {
+        Gate::of(
+            "wait-for-external",
+            INTERRUPT_TYPE_ID,
+            &json!({"kind": "external-event", "data": {"eventType": "order.updated",
+                    "correlation": {"orderId": "fixture-order-1", "status": "completed"}}}),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn correlation_is_deep_equality_per_key_with_extra_keys_allowed() {
+        let c = |v: Value| v.as_object().unwrap().clone();
+        let want =
+            c(json!({"orderId": "o-1", "amount": 10, "ship": {"to": ["a", "b"], "fast": true}}));
+        let ok = json!({"orderId": "o-1", "amount": 10.0, "ship": {"fast": true, "to": ["a", "b"]}, "extra": 1});
+        assert!(correlation_mismatch(&want, &ok).is_empty());
+        // A missing key, a different scalar, a nested object with an extra or missing member,
+        // an array in another order: each names its key (sorted).
+        let bad = json!({"amount": "10", "ship": {"to": ["b", "a"], "fast": true}});
+        assert_eq!(
+            correlation_mismatch(&want, &bad),
+            ["amount", "orderId", "ship"]
+        );
+        let nested_extra = json!({"orderId": "o-1", "amount": 10, "ship": {"to": ["a", "b"], "fast": true, "x": 1}});
+        assert_eq!(correlation_mismatch(&want, &nested_extra), ["ship"]);
+        // null is a value like any other: present-and-null is not missing, and vice versa.
+        let nul = c(json!({"ref": null}));
+        assert!(correlation_mismatch(&nul, &json!({"ref": null})).is_empty());
+        assert_eq!(correlation_mismatch(&nul, &json!({})), ["ref"]);
+        // An empty correlation matches any event; a non-object event matches no key.
+        assert!(correlation_mismatch(&Map::new(), &json!(7)).is_empty());
+        assert_eq!(
+            correlation_mismatch(&c(json!({"a": 1})), &json!([1])),
+            ["a"]
+        );
+    }
+
+    #[test]
+    fn the_event_is_the_resume_value_or_its_event_payload() {
+        let body = json!({"orderId": "x"});
+        assert_eq!(external_event(&body), &body);
+        assert_eq!(
+            external_event(&json!({"eventPayload": body.clone()})),
+            &body
+        );
+        // A non-object eventPayload is part of the body, not the INT wrapper.
+        let odd = json!({"eventPayload": "text", "orderId": "x"});
+        assert_eq!(external_event(&odd), &odd);
+    }
+
+    #[test]
+    fn an_external_event_waits_for_a_matching_event_and_completes_with_it() {
+        let g = order_gate();
+        assert_eq!(g.kind, InterruptKind::ExternalEvent);
+        let w = g.wait("wait-for-external", "i4", "t");
+        assert_eq!(
+            valid("node.suspended", &w.suspended)["kind"],
+            "external-event"
+        );
+        assert_eq!(
+            valid("interrupt.requested", &w.requested)["data"],
+            json!({"eventType": "order.updated", "correlation": {"orderId": "fixture-order-1", "status": "completed"}})
+        );
+        assert!(w.approval.is_none() && w.clarification.is_none());
+        let event = json!({"orderId": "fixture-order-1", "status": "completed", "externalReference": "r-1"});
+        for value in [event.clone(), json!({"eventPayload": event.clone()})] {
+            let r = g
+                .resolve(
+                    "wait-for-external",
+                    "i4",
+                    &answer(json!({"interruptId": "i4", "value": value.clone(), "answeredBy": "callback-token"})),
+                )
+                .unwrap();
+            assert_eq!(
+                r.outcome,
+                GateEnd::Completed(
+                    json!({"eventPayload": event, "eventType": "order.updated", "answeredBy": "callback-token"})
+                )
+            );
+            assert_eq!(
+                valid("interrupt.resolved", &r.resolved)["kind"],
+                "external-event"
+            );
+            assert_eq!(r.resolved.resume_value.as_ref(), Some(&value));
+            valid("node.resumed", &r.resumed);
+        }
+        assert_eq!(
+            g.resolve(
+                "wait-for-external",
+                "i4",
+                &answer(json!({"interruptId": "i4", "value": {"orderId": "different-order", "status": "completed"}}))
+            )
+            .unwrap_err(),
+            Refusal::Correlation(vec!["orderId".into()])
         );
     }
 }
