@@ -603,11 +603,14 @@ async fn every_endpoint_answers_each_status_of_the_spec_and_declares_it() {
     let api = send(&w.app, &call(get.clone(), "/v1/openapi.json").token(None)).await;
     assert!(api.json()["openapi"].as_str().unwrap().starts_with("3.1"));
     // Cancels: the ended runs were left alone; the running one and the bulk one patched.
-    // The gate: answered run-scoped, by token, and under an Idempotency-Key. The pause: only
+    // The gate: answered run-scoped, by token, and under an Idempotency-Key; the external
+    // event: only the two matching events (by token, run-scoped). The pause: only
     // the one accepted (`wait`); every refused pause or resume patched nothing.
     assert_eq!(
         w.patches(),
-        ["idle", "wait", "gate", "gate", "wait", "gate"],
+        [
+            "idle", "wait", "gate", "gate", "event", "event", "wait", "gate"
+        ],
         "patched Runs"
     );
 }
@@ -1054,6 +1057,62 @@ async fn snapshot_tokens_answer_the_gate_and_never_reach_a_log() {
             assert!(!b.contains(mac), "an error echoes a token: {b}");
         }
     }
+}
+
+/// An external event through the run's own token (interrupt-external-event-correlation):
+/// the snapshot hands out the token, inspect shows the correlation and key, a mismatch is 422
+/// naming the keys and records nothing, the match is recorded as sent, by `callback-token`.
+#[tokio::test]
+async fn an_external_event_resolves_through_the_snapshot_token_only_when_it_correlates() {
+    let w = World::new(|_| {}).await;
+    let (get, post) = (Method::GET, Method::POST);
+    let snap = send(&w.app, &call(get.clone(), "/v1/runs/uid-event")).await;
+    assert_eq!(snap.json()["status"], "waiting-external", "{}", snap.text);
+    let interrupt = snap.json()["interrupt"].clone();
+    assert_eq!(interrupt["kind"], "external-event", "{interrupt}");
+    let url = interrupt["callbackUrl"].as_str().unwrap().to_owned();
+    let inspected = send(&w.app, &call(get.clone(), &url).token(None)).await;
+    assert_eq!(inspected.status, StatusCode::OK, "{}", inspected.text);
+    assert_eq!(inspected.json()["kind"], "external-event");
+    assert_eq!(inspected.json()["key"], "wait-for-external/interrupt");
+    assert_eq!(
+        inspected.json()["data"]["correlation"],
+        json!({"orderId": "fixture-order-1", "status": "completed"})
+    );
+    let wrong = send(
+        &w.app,
+        &call(post.clone(), &url)
+            .token(None)
+            .json(json!({"resumeValue": {"orderId": "different-order"}})),
+    )
+    .await;
+    assert_eq!(
+        wrong.status,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "{}",
+        wrong.text
+    );
+    assert_eq!(wrong.json()["error"], "correlation_mismatch");
+    assert_eq!(
+        wrong.json()["details"],
+        json!({"field": "resumeValue", "keys": ["orderId", "status"]})
+    );
+    assert!(w.patches().is_empty(), "a mismatch records nothing");
+    let event = json!({"orderId": "fixture-order-1", "status": "completed", "externalReference": "conformance-test-123"});
+    let ok = send(
+        &w.app,
+        &call(post.clone(), &url)
+            .token(None)
+            .json(json!({"resumeValue": event})),
+    )
+    .await;
+    assert_eq!(ok.status, StatusCode::OK, "{}", ok.text);
+    assert_eq!(ok.json()["nodeId"], "wait-for-external");
+    let patch = w.store.lock().unwrap().patch_bodies[0].clone();
+    let recorded = &patch["spec"]["answers"][0];
+    assert_eq!(recorded["interruptId"], EVENT_INTERRUPT, "{patch}");
+    assert_eq!(recorded["value"], event, "{patch}");
+    assert_eq!(recorded["answeredBy"], "callback-token", "{patch}");
 }
 
 /// `Idempotency-Key` (`idempotency.md`): a repeated cancel, create or token resolve answers

@@ -209,7 +209,8 @@ pub async fn snapshot_interrupt(
         (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
         (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
         (status = 409, body = ErrorBody, description = "interrupt_already_resolved, idempotency_key_mismatch, idempotency_in_flight"),
-        (status = 422, body = ErrorBody, description = "correlation_mismatch: the external event does not carry the interrupt's correlation")
+        (status = 422, body = ErrorBody, description = "correlation_mismatch: the external event does not carry the interrupt's correlation"),
+        (status = 503, body = ErrorBody, description = "unavailable: the run's status does not show the external event's correlation yet (retry)")
     ),
     security(("bearer" = []))
 )]
@@ -437,7 +438,8 @@ fn pending_of(run: &Run, claims: &TokenClaims) -> Option<PendingInterrupt> {
         (status = 404, body = ErrorBody, description = "interrupt_not_found: not a token of this host, or its run is gone"),
         (status = 409, body = ErrorBody, description = "interrupt_already_resolved, idempotency_key_mismatch, idempotency_in_flight"),
         (status = 410, body = ErrorBody, description = "interrupt_expired"),
-        (status = 422, body = ErrorBody, description = "correlation_mismatch: the external event does not carry the interrupt's correlation")
+        (status = 422, body = ErrorBody, description = "correlation_mismatch: the external event does not carry the interrupt's correlation"),
+        (status = 503, body = ErrorBody, description = "unavailable: the run's status does not show the external event's correlation yet (retry)")
     ),
     security(())
 )]
@@ -735,5 +737,39 @@ mod tests {
             code(&run("completed", json!([]), json!([])), "gate"),
             Err((404, "interrupt_not_found".into()))
         );
+    }
+
+    /// An external event is checked against the correlation the status shows: 422 naming
+    /// the keys; without a correlation in status (CRDs predating the field) 503, never an
+    /// unchecked answer.
+    #[test]
+    fn an_external_event_must_correlate_and_is_never_taken_unchecked() {
+        let wait = |correlation: Value| {
+            let mut p = json!({"interruptId": "i1", "nodeId": "w", "kind": "external-event"});
+            if !correlation.is_null() {
+                p["correlation"] = correlation;
+            }
+            run("waiting-external", json!([p]), json!([]))
+        };
+        let code = |r: &Run, v: Value| {
+            answer_for(r, "run-1", "w", None, req(v, None))
+                .map(|a| a.value)
+                .map_err(|e| (e.status.as_u16(), e.body.error, e.body.details))
+        };
+        let r = wait(json!({"orderId": "o-1"}));
+        assert_eq!(
+            code(&r, json!({"orderId": "o-1", "more": true})),
+            Ok(Some(json!({"orderId": "o-1", "more": true})))
+        );
+        assert_eq!(
+            code(&r, json!({"orderId": "o-2"})),
+            Err((
+                422,
+                "correlation_mismatch".into(),
+                Some(json!({"field": "resumeValue", "keys": ["orderId"]}))
+            ))
+        );
+        let pruned = wait(Value::Null);
+        assert_eq!(code(&pruned, json!({"orderId": "o-1"})).unwrap_err().0, 503);
     }
 }
