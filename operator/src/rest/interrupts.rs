@@ -34,7 +34,8 @@ use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use openwop_crds::{InterruptAnswer, Run};
 use openwop_protocol::run::api::SnapshotInterrupt;
-use openwop_protocol::run::gate::{self, CORRELATION_MISMATCH};
+use openwop_protocol::run::correlation::CORRELATION_MISMATCH;
+use openwop_protocol::run::gate;
 use openwop_protocol::run::snapshot::{AnswerError, Reply};
 use openwop_protocol::run::token::{
     CALLBACK_TOKEN_PRINCIPAL, DEFAULT_TOKEN_SECONDS, TokenClaims, TokenError, TokenIntent,

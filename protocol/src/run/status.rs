@@ -326,7 +326,10 @@ impl PendingInterrupt {
         }
         if let Some(c) = &self.correlation {
             let answer = serde_json::Value::Object(answers.clone());
-            let keys = super::gate::correlation_mismatch(c, super::gate::external_event(&answer));
+            let keys = super::correlation::correlation_mismatch(
+                c,
+                super::correlation::external_event(&answer),
+            );
             if !keys.is_empty() {
                 return Err(AnswerMismatch::Correlation {
                     interrupt_id: self.interrupt_id.clone(),
