@@ -144,6 +144,38 @@ check(pending and pending[-1].payload["questions"][0]["id"] == "region", f"quest
 client.interrupts_resolve_by_run(cid, snap.currentNodeId, ResolveInterruptRequest(resumeValue={"answers": {"region": "eu"}}))
 wait_status(cid, "completed")
 
+# An external event (`order`: core.interrupt kind external-event, correlation {orderId:
+# order-42, status: settled}) delivered with the signed token the snapshot hands out, by a
+# client holding no bearer: a mismatch is 422 and changes nothing, the match completes the
+# node with the event, and the used token is 409.
+ev = client.runs_create(CreateRunRequest(workflowId="order"))
+created.append(ev.runId)
+wait_status(ev.runId, "waiting-external")
+# The client's RunSnapshot keeps only the spec's members; the token is under `interrupt`.
+snap_req = urllib.request.Request(f"{URL}/v1/runs/{ev.runId}", headers={"Authorization": f"Bearer {os.environ['TOKEN']}"})
+interrupt = json.loads(urllib.request.urlopen(snap_req, timeout=10).read())["interrupt"]
+check(interrupt["kind"] == "external-event" and interrupt["nodeId"] == "wait-for-payment", f"interrupt: {interrupt}")
+tok = interrupt["interruptToken"]
+check(interrupt["callbackUrl"] == f"/v1/interrupts/{tok}", f"callbackUrl: {interrupt}")
+# The client sends the by-token calls without its bearer (the token is the credential).
+anon = OpenwopClient(URL, "unused-by-token-calls")
+seen = anon.interrupts_inspect_by_token(tok)
+check(seen.kind == "external-event" and seen.key == "wait-for-payment/interrupt", f"inspect: {seen}")
+check(seen.data["correlation"] == {"orderId": "order-42", "status": "settled"}, f"inspect data: {seen}")
+body = expect_error(lambda: anon.interrupts_resolve_by_token(tok, ResolveInterruptRequest(resumeValue={"orderId": "order-41", "status": "settled"})), 422, "correlation_mismatch")
+check(body["details"]["keys"] == ["orderId"], f"mismatch details: {body}")
+check(client.runs_get(ev.runId).status == "waiting-external", "a mismatch leaves the run waiting")
+event = {"orderId": "order-42", "status": "settled", "ref": "tx-9"}
+r = anon.interrupts_resolve_by_token(tok, ResolveInterruptRequest(resumeValue=event))
+check(r["runId"] == ev.runId and r["nodeId"] == "wait-for-payment", f"resolve by token: {r}")
+wait_status(ev.runId, "completed")
+expect_error(lambda: anon.interrupts_resolve_by_token(tok, ResolveInterruptRequest(resumeValue=event)), 409, "interrupt_already_resolved")
+evs = events_of(ev.runId)
+done = [e for e in evs if e.type == "node.completed" and e.nodeId == "wait-for-payment"]
+check(done and done[0].payload["outputs"]["eventPayload"] == event, f"node.completed: {done}")
+resolved = [e for e in evs if e.type == "interrupt.resolved"]
+check(len(resolved) == 1 and resolved[0].payload["resolvedBy"] == "callback-token", f"interrupt.resolved: {resolved}")
+
 # Auth: no token → 401; a ServiceAccount without RBAC → 403 on create, 404 on a run;
 # another namespace's caller → 404, the same as a run that does not exist.
 req = urllib.request.Request(f"{URL}/v1/runs/{resp.runId}")

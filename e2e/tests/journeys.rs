@@ -1989,7 +1989,8 @@ fn sa_token(c: &Cluster, ns: &str, sa: &str) -> String {
 /// The OpenWOP REST API driven by the real PyPI `openwop-client` (e2e/rest/client_journey.py):
 /// discovery, create, get, SSE follow with Last-Event-ID resume, poll, idempotent create,
 /// unknown workflow and invalid inputs, approval and clarification answers through the
-/// interrupts endpoint, cancel; ServiceAccount tokens checked by TokenReview and RBAC (401,
+/// interrupts endpoint, an external event through its signed token (422 on a mismatch, 409
+/// once used), cancel; ServiceAccount tokens checked by TokenReview and RBAC (401,
 /// 403, another namespace's run 404). Every run the API created is a Run kubectl sees.
 #[tokio::test]
 async fn rest_api_with_the_python_client_and_kubernetes_auth() {
@@ -2047,12 +2048,20 @@ async fn rest_api_with_the_python_client_and_kubernetes_auth() {
                       {"id": "after", "typeId": "core.noop"}],
             "edges": [{"id": "e1", "sourceNodeId": "nap", "targetNodeId": "after"}]}});
     ok(apply(&c, &ns, &napper.to_string()), "apply napper");
+    let order = json!({"apiVersion": "openwop.dev/v1alpha1", "kind": "Workflow",
+        "metadata": {"name": "order"},
+        "spec": {"id": "order", "name": "order", "version": "1",
+            "nodes": [{"id": "wait-for-payment", "typeId": "core.interrupt", "config": {
+                "kind": "external-event", "data": {"eventType": "payment.settled",
+                    "correlation": {"orderId": "order-42", "status": "settled"}}}}]}});
+    ok(apply(&c, &ns, &order.to_string()), "apply order");
     for wf in [
         "hello",
         "typed",
         "conformance-mock-agent",
         "planner",
         "napper",
+        "order",
     ] {
         wait_workflow(&c, &ns, wf, "True").await;
     }
@@ -2101,7 +2110,7 @@ async fn rest_api_with_the_python_client_and_kubernetes_auth() {
         .iter()
         .map(|v| v.as_str().unwrap().to_owned())
         .collect();
-    assert_eq!(created.len(), 5, "{report}");
+    assert_eq!(created.len(), 6, "{report}");
     // Every REST-created run is a Run kubectl sees, created by the caller's ServiceAccount.
     let listed: Value = serde_json::from_str(&ok(
         kubectl(&c, &["get", "runs", "-n", &ns, "-o", "json"], None),
@@ -2269,6 +2278,8 @@ async fn conformance_seams_drive_the_envelope_fixtures() {
         "conformance-envelope-retry-attempted",
         "conformance-envelope-truncation-cap-exhaustion",
         "conformance-envelope-refusal",
+        "conformance-interrupt-external-event",
+        "conformance-interrupt-auth-required",
     ] {
         assert!(
             doc["fixtures"].as_array().unwrap().contains(&json!(f)),

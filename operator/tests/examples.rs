@@ -141,12 +141,18 @@ fn chart_conformance_fixtures_are_valid_and_advertised() {
         ids.push(wf.spec.id.clone());
     }
     let helpers = std::fs::read_to_string(format!("{chart}/templates/_helpers.tpl")).unwrap();
-    let own = helpers
+    // The host's ids: the list lines of the definition (template lines and comments left
+    // out), which may continue on lines that start with a comma.
+    let own: String = helpers
         .split("define \"openwop.conformanceFixtures\"")
         .nth(1)
-        .and_then(|s| s.lines().find(|l| l.starts_with("conformance-")))
+        .and_then(|s| s.split("{{- end -}}").next())
         .unwrap()
-        .trim();
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with("conformance-") || l.starts_with(','))
+        .collect();
+    let own = own.as_str();
     let advertised: Vec<String> = official
         .iter()
         .cloned()
@@ -161,6 +167,6 @@ fn chart_conformance_fixtures_are_valid_and_advertised() {
     assert_eq!(official, embedded);
     assert_eq!(
         own,
-        "conformance-agent-reasoning,conformance-agent-low-confidence,conformance-envelope-truncated,conformance-envelope-retry-attempted,conformance-envelope-truncation-cap-exhaustion,conformance-envelope-refusal"
+        "conformance-agent-reasoning,conformance-agent-low-confidence,conformance-envelope-truncated,conformance-envelope-retry-attempted,conformance-envelope-truncation-cap-exhaustion,conformance-envelope-refusal,conformance-interrupt-external-event,conformance-interrupt-auth-required"
     );
 }

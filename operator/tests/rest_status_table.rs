@@ -151,6 +151,8 @@ fn cached_runs() -> Vec<Run> {
         ("done", "completed"),
         ("gone", "cancelled"),
         ("gate", "waiting-approval"),
+        ("event", "waiting-external"),
+        ("evans", "waiting-external"),
     ]
     .into_iter()
     .map(|(n, p)| {
@@ -159,6 +161,16 @@ fn cached_runs() -> Vec<Run> {
             v["status"]["pendingInterrupts"] = json!([{"interruptId": GATE_INTERRUPT,
                 "nodeId": "gate", "kind": "approval"}]);
         }
+        if n == "event" || n == "evans" {
+            v["status"]["pendingInterrupts"] = json!([{"interruptId": EVENT_INTERRUPT,
+                "nodeId": EVENT_NODE, "kind": "external-event",
+                "correlation": {"orderId": "fixture-order-1", "status": "completed"}}]);
+        }
+        if n == "evans" {
+            // Answered a moment ago; the worker has not resumed yet.
+            v["spec"]["answers"] = json!([{"interruptId": EVENT_INTERRUPT, "nodeId": EVENT_NODE,
+                "value": {"orderId": "fixture-order-1", "status": "completed"}}]);
+        }
         serde_json::from_value(v).unwrap()
     })
     .collect()
@@ -166,6 +178,21 @@ fn cached_runs() -> Vec<Run> {
 
 /// The interrupt run `gate` waits on.
 const GATE_INTERRUPT: &str = "gate/interrupt/0";
+
+/// The external-event interrupt runs `event` and `evans` wait on (`evans` was answered).
+const EVENT_NODE: &str = "wait-for-external";
+const EVENT_INTERRUPT: &str = "wait-for-external/interrupt/0";
+
+/// A resolve token for `run_id`'s external-event interrupt.
+fn event_token(run_id: &str) -> String {
+    TokenKeys::new(TokenKey::derive(SIGNING_KEY), []).mint(TokenRequest {
+        run_id,
+        node_id: EVENT_NODE,
+        interrupt_id: EVENT_INTERRUPT,
+        intent: TokenIntent::Resolve,
+        expires_at: in_an_hour(),
+    })
+}
 
 /// The signing key of the World's operator (what the chart's Secret mounts).
 const SIGNING_KEY: &[u8] = b"0123456789abcdef0123456789abcdef-world";
@@ -475,6 +502,14 @@ async fn every_endpoint_answers_each_status_of_the_spec_and_declares_it() {
         row("resolve by token, body without resumeValue", call(post.clone(), &format!("/v1/interrupts/{}", token("uid-gate", TokenIntent::Resolve, in_an_hour()))).token(None).json(json!({"correlation": {"orderId": "x"}})), 400, Some("validation_error")).at(by_token),
         row("resolve by an unknown token", call(post.clone(), "/v1/interrupts/tok_c29tZS1yYW5kb20tYnl0ZXMtb2YtbGVuZ3RoLTMy").token(None).json(json!({"correlation": {"orderId": "noop"}})), 404, Some("interrupt_not_found")).at(by_token),
         row("resolve by token, the run ended", call(post.clone(), &format!("/v1/interrupts/{}", token("uid-gone", TokenIntent::Resolve, in_an_hour()))).token(None).json(json!({"resumeValue": {"action": "accept"}})), 409, Some("interrupt_already_resolved")).at(by_token),
+        // External events (interrupt-external-event-correlation.test.ts): the correlation
+        // decides, by token and run-scoped; extra members and INT's {eventPayload} are taken.
+        row("event by token, correlation differs", call(post.clone(), &format!("/v1/interrupts/{}", event_token("uid-event"))).token(None).json(json!({"resumeValue": {"orderId": "different-order", "status": "completed"}})), 422, Some("correlation_mismatch")).at(by_token),
+        row("event by token, correlation key missing", call(post.clone(), &format!("/v1/interrupts/{}", event_token("uid-event"))).token(None).json(json!({"resumeValue": {"eventPayload": {"orderId": "fixture-order-1"}}})), 422, Some("correlation_mismatch")).at(by_token),
+        row("event by token, correlation matches", call(post.clone(), &format!("/v1/interrupts/{}", event_token("uid-event"))).token(None).json(json!({"resumeValue": {"orderId": "fixture-order-1", "status": "completed", "externalReference": "r-1"}})), 200, None).at(by_token),
+        row("event by token, already answered", call(post.clone(), &format!("/v1/interrupts/{}", event_token("uid-evans"))).token(None).json(json!({"resumeValue": {"orderId": "fixture-order-1", "status": "completed"}})), 409, Some("interrupt_already_resolved")).at(by_token),
+        row("event run-scoped, correlation differs", call(post.clone(), "/v1/runs/uid-event/interrupts/wait-for-external").json(json!({"resumeValue": {"orderId": "fixture-order-1", "status": "pending"}})), 422, Some("correlation_mismatch")).at(resolve),
+        row("event run-scoped, as INT's eventPayload", call(post.clone(), "/v1/runs/uid-event/interrupts/wait-for-external").json(json!({"resumeValue": {"eventPayload": {"orderId": "fixture-order-1", "status": "completed"}}})), 200, None).at(resolve),
         row("resolve by an expired token", call(post.clone(), &format!("/v1/interrupts/{}", token("uid-gate", TokenIntent::Resolve, time::OffsetDateTime::now_utc() - time::Duration::seconds(1)))).token(None).json(json!({"resumeValue": {"action": "accept"}})), 410, Some("interrupt_expired")).at(by_token),
         // Pause and resume (pause-resume.test.ts; run_state_conflict is v2's name, v1 names only
         // run_terminal).
@@ -568,11 +603,14 @@ async fn every_endpoint_answers_each_status_of_the_spec_and_declares_it() {
     let api = send(&w.app, &call(get.clone(), "/v1/openapi.json").token(None)).await;
     assert!(api.json()["openapi"].as_str().unwrap().starts_with("3.1"));
     // Cancels: the ended runs were left alone; the running one and the bulk one patched.
-    // The gate: answered run-scoped, by token, and under an Idempotency-Key. The pause: only
+    // The gate: answered run-scoped, by token, and under an Idempotency-Key; the external
+    // event: only the two matching events (by token, run-scoped). The pause: only
     // the one accepted (`wait`); every refused pause or resume patched nothing.
     assert_eq!(
         w.patches(),
-        ["idle", "wait", "gate", "gate", "wait", "gate"],
+        [
+            "idle", "wait", "gate", "gate", "event", "event", "wait", "gate"
+        ],
         "patched Runs"
     );
 }
@@ -1019,6 +1057,62 @@ async fn snapshot_tokens_answer_the_gate_and_never_reach_a_log() {
             assert!(!b.contains(mac), "an error echoes a token: {b}");
         }
     }
+}
+
+/// An external event through the run's own token (interrupt-external-event-correlation):
+/// the snapshot hands out the token, inspect shows the correlation and key, a mismatch is 422
+/// naming the keys and records nothing, the match is recorded as sent, by `callback-token`.
+#[tokio::test]
+async fn an_external_event_resolves_through_the_snapshot_token_only_when_it_correlates() {
+    let w = World::new(|_| {}).await;
+    let (get, post) = (Method::GET, Method::POST);
+    let snap = send(&w.app, &call(get.clone(), "/v1/runs/uid-event")).await;
+    assert_eq!(snap.json()["status"], "waiting-external", "{}", snap.text);
+    let interrupt = snap.json()["interrupt"].clone();
+    assert_eq!(interrupt["kind"], "external-event", "{interrupt}");
+    let url = interrupt["callbackUrl"].as_str().unwrap().to_owned();
+    let inspected = send(&w.app, &call(get.clone(), &url).token(None)).await;
+    assert_eq!(inspected.status, StatusCode::OK, "{}", inspected.text);
+    assert_eq!(inspected.json()["kind"], "external-event");
+    assert_eq!(inspected.json()["key"], "wait-for-external/interrupt");
+    assert_eq!(
+        inspected.json()["data"]["correlation"],
+        json!({"orderId": "fixture-order-1", "status": "completed"})
+    );
+    let wrong = send(
+        &w.app,
+        &call(post.clone(), &url)
+            .token(None)
+            .json(json!({"resumeValue": {"orderId": "different-order"}})),
+    )
+    .await;
+    assert_eq!(
+        wrong.status,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "{}",
+        wrong.text
+    );
+    assert_eq!(wrong.json()["error"], "correlation_mismatch");
+    assert_eq!(
+        wrong.json()["details"],
+        json!({"field": "resumeValue", "keys": ["orderId", "status"]})
+    );
+    assert!(w.patches().is_empty(), "a mismatch records nothing");
+    let event = json!({"orderId": "fixture-order-1", "status": "completed", "externalReference": "conformance-test-123"});
+    let ok = send(
+        &w.app,
+        &call(post.clone(), &url)
+            .token(None)
+            .json(json!({"resumeValue": event})),
+    )
+    .await;
+    assert_eq!(ok.status, StatusCode::OK, "{}", ok.text);
+    assert_eq!(ok.json()["nodeId"], "wait-for-external");
+    let patch = w.store.lock().unwrap().patch_bodies[0].clone();
+    let recorded = &patch["spec"]["answers"][0];
+    assert_eq!(recorded["interruptId"], EVENT_INTERRUPT, "{patch}");
+    assert_eq!(recorded["value"], event, "{patch}");
+    assert_eq!(recorded["answeredBy"], "callback-token", "{patch}");
 }
 
 /// `Idempotency-Key` (`idempotency.md`): a repeated cancel, create or token resolve answers

@@ -51,9 +51,13 @@ helm template "$RELEASE" "$CHART" -n "$NAMESPACE" --set conformance.seams.enable
 grep -q '^kind: Workflow' "$work/default.yaml" && fail "default values render conformance fixture Workflows"
 grep -q 'conformance-agent-reasoning' "$work/default.yaml" && fail "default values advertise conformance fixtures"
 official=$(ls "$CHART"/fixtures/conformance-*.json | wc -l)
-[ "$(grep -c '^kind: Workflow' "$work/seams.yaml")" = $((official + 6)) ] || fail "conformance.seams.enabled does not render the $((official + 6)) fixture Workflows"
+# Every fixture discovery advertises is installed, and nothing else: as many Workflows as
+# advertised ids, at least the official files plus the host's authored ones.
+advertised=$(grep -c -- '^ *- conformance-' "$work/seams.yaml")
+[ "$(grep -c '^kind: Workflow' "$work/seams.yaml")" = "$advertised" ] || fail "conformance.seams.enabled renders $(grep -c '^kind: Workflow' "$work/seams.yaml") fixture Workflows but advertises $advertised"
+[ "$advertised" -ge $((official + 8)) ] || fail "conformance.seams.enabled advertises $advertised fixtures, fewer than the $official official ones plus the host's 8"
 for f in conformance-noop conformance-idempotent conformance-multi-node conformance-approval conformance-clarification conformance-failure conformance-agent-low-confidence conformance-envelope-truncated conformance-envelope-retry-attempted \
-  conformance-envelope-truncation-cap-exhaustion conformance-envelope-refusal; do
+  conformance-envelope-truncation-cap-exhaustion conformance-envelope-refusal conformance-interrupt-external-event conformance-interrupt-auth-required; do
   grep -q -- "- $f\$" "$work/seams.yaml" || fail "conformance fixture $f not advertised in discovery fixtures"
 done
 grep -q '^kind: ServiceMonitor' "$work/full-sm.yaml" || fail "full values render no ServiceMonitor"

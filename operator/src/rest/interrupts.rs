@@ -19,7 +19,8 @@
 //! `interrupt_not_found` (nothing waits at the node; a token this host did not sign); 409
 //! `interrupt_already_resolved` (the interrupt is answered, or the token's interrupt is no
 //! longer pending: resolved, or its run ended); 410 `interrupt_expired` (a token past its
-//! `expiresAt`).
+//! `expiresAt`); 422 `correlation_mismatch` (an external event that does not carry the
+//! interrupt's correlation, `details.keys` naming the keys; the run keeps waiting).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -33,6 +34,8 @@ use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use openwop_crds::{InterruptAnswer, Run};
 use openwop_protocol::run::api::SnapshotInterrupt;
+use openwop_protocol::run::correlation::CORRELATION_MISMATCH;
+use openwop_protocol::run::gate;
 use openwop_protocol::run::snapshot::{AnswerError, Reply};
 use openwop_protocol::run::token::{
     CALLBACK_TOKEN_PRINCIPAL, DEFAULT_TOKEN_SECONDS, TokenClaims, TokenError, TokenIntent,
@@ -193,7 +196,7 @@ pub async fn snapshot_interrupt(
     Some(out)
 }
 
-/// Answer a pending interrupt (an approval action or clarification answers).
+/// Answer a pending interrupt (an approval action, clarification answers, or an external event).
 #[utoipa::path(
     post, path = "/v1/runs/{runId}/interrupts/{nodeId}",
     operation_id = "resolveInterruptByRun",
@@ -206,7 +209,9 @@ pub async fn snapshot_interrupt(
         (status = 200, body = RunStatusResponse),
         (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
         (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
-        (status = 409, body = ErrorBody, description = "interrupt_already_resolved, idempotency_key_mismatch, idempotency_in_flight")
+        (status = 409, body = ErrorBody, description = "interrupt_already_resolved, idempotency_key_mismatch, idempotency_in_flight"),
+        (status = 422, body = ErrorBody, description = "correlation_mismatch: the external event does not carry the interrupt's correlation"),
+        (status = 503, body = ErrorBody, description = "unavailable: the run's status does not show the external event's correlation yet (retry)")
     ),
     security(("bearer" = []))
 )]
@@ -342,7 +347,10 @@ pub struct InspectedInterrupt {
     pub interrupt_id: String,
     /// `approval`, `clarification`, `external-event` or `custom`.
     pub kind: String,
-    /// What the interrupt asks (questions, actions, title, reason).
+    /// The interrupt's key (`suspend-request.schema.json`; default `{nodeId}/interrupt`).
+    pub key: String,
+    /// What the interrupt asks (questions, actions, title, reason; an external event's
+    /// correlation).
     #[schema(value_type = Object)]
     pub data: Value,
     /// The run's status.
@@ -376,12 +384,16 @@ pub async fn inspect_interrupt_by_token(
     let pending = pending_of(&run, &claims).ok_or_else(|| invalidated(&run))?;
     let mut data = serde_json::to_value(&pending).unwrap_or_default();
     if let Some(m) = data.as_object_mut() {
-        for k in ["interruptId", "nodeId", "kind"] {
+        for k in ["interruptId", "nodeId", "kind", "key"] {
             m.remove(k);
         }
     }
     Ok(Json(InspectedInterrupt {
         run_id: claims.run_id,
+        key: pending
+            .key
+            .clone()
+            .unwrap_or_else(|| gate::default_key(&pending.node_id)),
         node_id: pending.node_id,
         interrupt_id: pending.interrupt_id,
         kind: pending.kind,
@@ -426,7 +438,9 @@ fn pending_of(run: &Run, claims: &TokenClaims) -> Option<PendingInterrupt> {
         (status = 403, body = ErrorBody, description = "forbidden: an inspect-only token"),
         (status = 404, body = ErrorBody, description = "interrupt_not_found: not a token of this host, or its run is gone"),
         (status = 409, body = ErrorBody, description = "interrupt_already_resolved, idempotency_key_mismatch, idempotency_in_flight"),
-        (status = 410, body = ErrorBody, description = "interrupt_expired")
+        (status = 410, body = ErrorBody, description = "interrupt_expired"),
+        (status = 422, body = ErrorBody, description = "correlation_mismatch: the external event does not carry the interrupt's correlation"),
+        (status = 503, body = ErrorBody, description = "unavailable: the run's status does not show the external event's correlation yet (retry)")
     ),
     security(())
 )]
@@ -530,6 +544,17 @@ fn answer_for(
     if answered(&pending.interrupt_id) || expect.is_some_and(|id| id != pending.interrupt_id) {
         return Err(already());
     }
+    if pending.is_external_event() && pending.correlation.is_none() {
+        // Unchecked, a wrong event would be recorded, refused by the worker and block the
+        // right one: the status lacks the correlation (its CRD predates the field, or the
+        // wait is still being recorded).
+        return Err(ApiError::unavailable(
+            "this run's status does not show the correlation its external event must carry \
+             yet; retry shortly (if this persists, apply this release's CRDs: \
+             status.pendingInterrupts[].correlation)",
+            Duration::from_secs(2),
+        ));
+    }
     build_answer(&pending, req)
 }
 
@@ -558,6 +583,19 @@ pub fn build_answer(
                 known.join(", ")
             ))
             .with_details(json!({"field": field, "missing": missing, "unknown": unknown})),
+            // The event is well formed but not the one awaited: 422 (interrupt-profiles.md),
+            // naming the keys; nothing is recorded and the run keeps waiting.
+            AnswerError::Mismatch(AnswerMismatch::Correlation { keys, .. }) => ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                CORRELATION_MISMATCH,
+                format!(
+                    "the event does not match the interrupt's correlation: resumeValue (or \
+                     resumeValue.eventPayload) must carry {} with the values the interrupt \
+                     waits for",
+                    keys.join(", ")
+                ),
+            )
+            .with_details(json!({"field": field, "keys": keys})),
             AnswerError::NotADecision { ref allowed }
             | AnswerError::ActionNotOffered { ref allowed, .. } => {
                 let allowed = allowed.clone();
@@ -700,5 +738,39 @@ mod tests {
             code(&run("completed", json!([]), json!([])), "gate"),
             Err((404, "interrupt_not_found".into()))
         );
+    }
+
+    /// An external event is checked against the correlation the status shows: 422 naming
+    /// the keys; without a correlation in status (CRDs predating the field) 503, never an
+    /// unchecked answer.
+    #[test]
+    fn an_external_event_must_correlate_and_is_never_taken_unchecked() {
+        let wait = |correlation: Value| {
+            let mut p = json!({"interruptId": "i1", "nodeId": "w", "kind": "external-event"});
+            if !correlation.is_null() {
+                p["correlation"] = correlation;
+            }
+            run("waiting-external", json!([p]), json!([]))
+        };
+        let code = |r: &Run, v: Value| {
+            answer_for(r, "run-1", "w", None, req(v, None))
+                .map(|a| a.value)
+                .map_err(|e| (e.status.as_u16(), e.body.error, e.body.details))
+        };
+        let r = wait(json!({"orderId": "o-1"}));
+        assert_eq!(
+            code(&r, json!({"orderId": "o-1", "more": true})),
+            Ok(Some(json!({"orderId": "o-1", "more": true})))
+        );
+        assert_eq!(
+            code(&r, json!({"orderId": "o-2"})),
+            Err((
+                422,
+                "correlation_mismatch".into(),
+                Some(json!({"field": "resumeValue", "keys": ["orderId"]}))
+            ))
+        );
+        let pruned = wait(Value::Null);
+        assert_eq!(code(&pruned, json!({"orderId": "o-1"})).unwrap_err().0, 503);
     }
 }

@@ -1,5 +1,6 @@
-//! The nodes that wait for a person — `core.approvalGate`, `core.clarificationGate` and
-//! `core.interrupt` (kinds approval, clarification, custom): what a gate waits for, read from
+//! The nodes that wait for a person or an outside system — `core.approvalGate`,
+//! `core.clarificationGate` and `core.interrupt` (kinds approval, clarification, custom,
+//! external-event): what a gate waits for, read from
 //! its config, the events that record the wait, and how an answer resolves it. Pure: the
 //! worker emits what these return, under the step keys given here, so a replayed gate
 //! publishes the same event ids.
@@ -9,9 +10,15 @@
 //! `approval.received {action, decidedBy, decidedAt}` or `clarification.resolved {answers,
 //! answeredBy}`, `interrupt.resolved`, `node.resumed`, then the node completes — or, for a
 //! rejection, fails with `approval_rejected`.
+//!
+//! An external-event interrupt (`interrupt-profiles.md` §openwop-interrupt-external-event)
+//! waits for an event whose body carries every key of its `data.correlation` with an equal
+//! value ([`super::correlation`], the one rule the REST surface and the worker apply); the
+//! node completes with the event as `outputs.eventPayload`.
 
 use serde_json::{Map, Value, json};
 
+use super::correlation::{EVENT_PAYLOAD, correlation_mismatch, external_event};
 use super::nodes::{APPROVAL_GATE_TYPE_ID, CLARIFICATION_GATE_TYPE_ID, INTERRUPT_TYPE_ID};
 use super::snapshot::Answer;
 use super::status::DEFAULT_APPROVAL_ACTIONS;
@@ -53,7 +60,7 @@ pub struct ApprovalSpec {
 pub enum GateError {
     #[error("node type {0} is not a gate")]
     NotAGate(String),
-    #[error("config.kind {0:?} is not one of approval, clarification, custom")]
+    #[error("config.kind {0:?} is not one of approval, clarification, custom, external-event")]
     Kind(String),
     #[error("config{at} must list at least one question with an id and a question")]
     NoQuestions { at: &'static str },
@@ -103,12 +110,19 @@ pub enum Refusal {
     },
     #[error("the answer must be an object answering every question ({})", .0.join(", "))]
     Answers(Vec<String>),
+    #[error("correlation_mismatch: the event does not carry the correlation keys {} with the values this interrupt waits for", .0.join(", "))]
+    Correlation(Vec<String>),
 }
 
 /// The interrupt id of a gate's wait at node attempt `attempt`: deterministic, so a replayed
 /// worker waits on (and finds the answer to) the same interrupt.
 pub fn interrupt_id(run_id: &str, node_id: &str, attempt: u32) -> String {
     event_id_for(run_id, &step(node_id, attempt, "")).replacen("evt-", "int-", 1)
+}
+
+/// The key of a gate's interrupt whose config names none (`interrupt.requested.key`).
+pub fn default_key(node_id: &str) -> String {
+    format!("{node_id}/interrupt")
 }
 
 /// The step key of one of a gate's events (`{nodeId}/interrupt/{attempt}{suffix}`).
@@ -170,7 +184,7 @@ impl Gate {
         let key = |c: &Value| {
             str_of(c, "key")
                 .map(str::to_owned)
-                .unwrap_or_else(|| format!("{node_id}/interrupt"))
+                .unwrap_or_else(|| default_key(node_id))
         };
         let (kind, data) = match type_id {
             APPROVAL_GATE_TYPE_ID => (InterruptKind::Approval, config),
@@ -180,6 +194,7 @@ impl Gate {
                     "approval" => InterruptKind::Approval,
                     "clarification" => InterruptKind::Clarification,
                     "custom" => InterruptKind::Custom,
+                    "external-event" => InterruptKind::ExternalEvent,
                     other => return Err(GateError::Kind(other.to_owned())),
                 };
                 const NULL: &Value = &Value::Null;
@@ -297,6 +312,23 @@ impl Gate {
                     json!({"answers": answers, "answeredBy": answer.principal()}),
                 );
                 (None, Some(resolved), json!({"answers": answers}), outcome)
+            }
+            InterruptKind::ExternalEvent => {
+                let value = answer.value.clone().unwrap_or(Value::Object(Map::new()));
+                let event = external_event(&value).clone();
+                if let Some(c) = self.data.get("correlation").and_then(Value::as_object) {
+                    let keys = correlation_mismatch(c, &event);
+                    if !keys.is_empty() {
+                        return Err(Refusal::Correlation(keys));
+                    }
+                }
+                let mut out = Map::new();
+                out.insert(EVENT_PAYLOAD.into(), event);
+                if let Some(t) = self.data.get("eventType") {
+                    out.insert("eventType".into(), t.clone());
+                }
+                out.insert("answeredBy".into(), json!(answer.principal()));
+                (None, None, value, GateEnd::Completed(Value::Object(out)))
             }
             _ => {
                 let value = answer.value.clone().unwrap_or(Value::Object(Map::new()));
@@ -619,13 +651,70 @@ mod tests {
             Gate::of(
                 "i",
                 INTERRUPT_TYPE_ID,
-                &json!({"kind": "external-event", "data": {}})
+                &json!({"kind": "conversation.start", "data": {}})
             ),
-            Err(GateError::Kind("external-event".into()))
+            Err(GateError::Kind("conversation.start".into()))
         );
         assert_eq!(
             Gate::of("i", "core.noop", &json!({})),
             Err(GateError::NotAGate("core.noop".into()))
+        );
+    }
+
+    fn order_gate() -> Gate {
+        Gate::of(
+            "wait-for-external",
+            INTERRUPT_TYPE_ID,
+            &json!({"kind": "external-event", "data": {"eventType": "order.updated",
+                    "correlation": {"orderId": "fixture-order-1", "status": "completed"}}}),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn an_external_event_waits_for_a_matching_event_and_completes_with_it() {
+        let g = order_gate();
+        assert_eq!(g.kind, InterruptKind::ExternalEvent);
+        let w = g.wait("wait-for-external", "i4", "t");
+        assert_eq!(
+            valid("node.suspended", &w.suspended)["kind"],
+            "external-event"
+        );
+        assert_eq!(
+            valid("interrupt.requested", &w.requested)["data"],
+            json!({"eventType": "order.updated", "correlation": {"orderId": "fixture-order-1", "status": "completed"}})
+        );
+        assert!(w.approval.is_none() && w.clarification.is_none());
+        let event = json!({"orderId": "fixture-order-1", "status": "completed", "externalReference": "r-1"});
+        for value in [event.clone(), json!({"eventPayload": event.clone()})] {
+            let r = g
+                .resolve(
+                    "wait-for-external",
+                    "i4",
+                    &answer(json!({"interruptId": "i4", "value": value.clone(), "answeredBy": "callback-token"})),
+                )
+                .unwrap();
+            assert_eq!(
+                r.outcome,
+                GateEnd::Completed(
+                    json!({"eventPayload": event, "eventType": "order.updated", "answeredBy": "callback-token"})
+                )
+            );
+            assert_eq!(
+                valid("interrupt.resolved", &r.resolved)["kind"],
+                "external-event"
+            );
+            assert_eq!(r.resolved.resume_value.as_ref(), Some(&value));
+            valid("node.resumed", &r.resumed);
+        }
+        assert_eq!(
+            g.resolve(
+                "wait-for-external",
+                "i4",
+                &answer(json!({"interruptId": "i4", "value": {"orderId": "different-order", "status": "completed"}}))
+            )
+            .unwrap_err(),
+            Refusal::Correlation(vec!["orderId".into()])
         );
     }
 }

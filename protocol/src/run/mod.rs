@@ -29,6 +29,7 @@
 //! event ids and its own log.
 
 pub mod api;
+pub mod correlation;
 pub mod debug_bundle;
 pub mod ending;
 pub mod env;

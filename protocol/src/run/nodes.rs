@@ -418,8 +418,8 @@ mod tests {
             ("core.clarificationGate", json!({}), "/nodes/0/config"),
             (
                 "core.interrupt",
-                json!({"kind": "external-event", "data": {}}),
-                "/nodes/0/config/kind",
+                json!({"kind": "external-event", "data": {"eventType": "e", "correlation": {}, "x": 1}}),
+                "/nodes/0/config/data",
             ),
             (
                 "core.interrupt",

@@ -8,8 +8,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::status::{
-    APPROVAL_ACTIONS, MAX_PENDING_INTERRUPTS, MAX_QUESTION_CHARS, MAX_QUESTIONS, MAX_TITLE_CHARS,
-    PendingInterrupt, PendingQuestion, RunError, RunPhase, suspension, waiting_phase,
+    APPROVAL_ACTIONS, MAX_KEY_CHARS, MAX_PENDING_INTERRUPTS, MAX_QUESTION_CHARS, MAX_QUESTIONS,
+    MAX_TITLE_CHARS, PendingInterrupt, PendingQuestion, RunError, RunPhase, suspension,
+    waiting_phase,
 };
 use super::truncate;
 use super::waits::{ArmedTimer, ChildWait, MAX_WAITS, child_of, timer_of};
@@ -200,6 +201,8 @@ impl Projection {
                     observed: payload.get("observed").and_then(Value::as_f64),
                     actions: earlier.actions,
                     title: earlier.title,
+                    correlation: earlier.correlation,
+                    key: earlier.key,
                 });
                 self.current_node = node.map(str::to_owned);
                 self.settle();
@@ -218,6 +221,23 @@ impl Projection {
                 p.questions = questions_of(payload);
                 self.push_pending(p);
                 self.settle();
+            }
+            "interrupt.requested" => {
+                // The key, and the correlation an external event must carry (its
+                // node.suspended came first); other kinds' data is told by their companion
+                // events.
+                let interrupt_id = s(payload, "interruptId").unwrap_or_default();
+                let node_id = node.unwrap_or_default();
+                if let Some(mut p) = self.take_pending(interrupt_id, node_id) {
+                    p.key = s(payload, "key").map(|k| truncate(k, MAX_KEY_CHARS));
+                    if s(payload, "kind") == Some("external-event") {
+                        p.correlation = payload
+                            .pointer("/data/correlation")
+                            .and_then(Value::as_object)
+                            .cloned();
+                    }
+                    self.push_pending(p);
+                }
             }
             "approval.requested" => {
                 // The actions and title of a gate's approval (its node.suspended came first).
@@ -477,6 +497,32 @@ mod tests {
             (p.phase, p.pending_interrupts.is_empty()),
             (Some(RunPhase::Running), true)
         );
+    }
+
+    #[test]
+    fn an_external_event_waits_external_with_its_correlation() {
+        let mut p = Projection::default();
+        p.apply(&ev(
+            0,
+            "node.suspended",
+            json!({"nodeId": "w", "interruptId": "i1", "kind": "external-event"}),
+        ));
+        p.apply(&ev(
+            1,
+            "interrupt.requested",
+            json!({"nodeId": "w", "interruptId": "i1", "kind": "external-event",
+                   "data": {"eventType": "order.updated", "correlation": {"orderId": "o-1"}}}),
+        ));
+        assert_eq!(p.phase, Some(RunPhase::WaitingExternal));
+        let pi = &p.pending_interrupts[0];
+        assert_eq!(pi.kind, "external-event");
+        assert_eq!(
+            serde_json::to_value(&pi.correlation).unwrap(),
+            json!({"orderId": "o-1"})
+        );
+        // The status round trip keeps it (the REST surfaces read it from there).
+        let back = Projection::from_termination_message(&p.to_termination_message()).unwrap();
+        assert_eq!(back.pending_interrupts[0].correlation, pi.correlation);
     }
 
     #[test]

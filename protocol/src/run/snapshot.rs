@@ -228,7 +228,11 @@ impl Answer {
             Reply::ResumeValue(v) => {
                 let questions = pending.is_some_and(|p| !p.questions.is_empty())
                     || pending.is_some_and(|p| p.kind == "clarification");
+                // An event body is kept whole: its members (even `action` or `answers`) are
+                // the event's, checked against the correlation below.
+                let event = pending.is_some_and(PendingInterrupt::is_external_event);
                 match (approval, v) {
+                    (_, Value::Object(o)) if event => Resolved::Answers(o),
                     (Some(true), v) => approval_of(v, allowed(), &mut comment)?,
                     (None, Value::Object(o))
                         if o.contains_key("action") || o.contains_key("decision") =>
@@ -929,6 +933,42 @@ mod tests {
             answer(Some(&c), Reply::ResumeValue(json!(1))).unwrap_err(),
             AnswerError::NotAnObject
         );
+    }
+
+    #[test]
+    fn an_external_event_is_kept_whole_and_must_carry_the_correlation() {
+        let mut p = pending("external-event", &[]);
+        p.correlation = json!({"orderId": "o-1", "status": "completed"})
+            .as_object()
+            .cloned();
+        // The body as sent, or the spec's {eventPayload}; members named like an approval or
+        // clarification are the event's own.
+        for v in [
+            json!({"orderId": "o-1", "status": "completed", "action": "x", "answers": 1}),
+            json!({"eventPayload": {"orderId": "o-1", "status": "completed"}}),
+        ] {
+            let a = answer(Some(&p), Reply::ResumeValue(v.clone())).unwrap();
+            assert_eq!((a.value, a.approved, a.action), (Some(v), None, None));
+        }
+        assert_eq!(
+            answer(
+                Some(&p),
+                Reply::ResumeValue(json!({"orderId": "different-order", "status": "completed"}))
+            )
+            .unwrap_err(),
+            AnswerError::Mismatch(AnswerMismatch::Correlation {
+                interrupt_id: "i1".into(),
+                keys: vec!["orderId".into()]
+            })
+        );
+        assert_eq!(
+            answer(Some(&p), Reply::ResumeValue(json!("settled"))).unwrap_err(),
+            AnswerError::NotAnObject
+        );
+        assert!(matches!(
+            answer(Some(&p), Reply::Action("accept".into())),
+            Err(AnswerError::Mismatch(AnswerMismatch::NotAnApproval { .. }))
+        ));
     }
 
     #[test]

@@ -207,6 +207,8 @@ pub const APPROVAL_ACTIONS: [&str; 4] = ["accept", "reject", "refine", "edit-acc
 pub const DEFAULT_APPROVAL_ACTIONS: [&str; 2] = ["accept", "reject"];
 /// Longest approval title kept in status (characters).
 pub const MAX_TITLE_CHARS: usize = 512;
+/// Longest interrupt key kept in status (characters; the gate config's own bound).
+pub const MAX_KEY_CHARS: usize = 256;
 
 /// An interrupt waiting for an answer.
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
@@ -241,6 +243,16 @@ pub struct PendingInterrupt {
     /// What the approver is asked (truncated to 512 characters).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub title: Option<String>,
+    /// What the event must carry (external-event): each key with an equal value. Kept from
+    /// `interrupt.requested.data.correlation`, so the REST surfaces refuse a mismatch before
+    /// the answer is recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "crate::structural::free_object")]
+    pub correlation: Option<serde_json::Map<String, serde_json::Value>>,
+    /// The interrupt's key (`interrupt.requested.key`), shown by `GET /v1/interrupts/{token}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 256))]
+    pub key: Option<String>,
 }
 
 /// Why an answer does not fit the interrupt it names (the REST interrupts endpoint and
@@ -261,11 +273,23 @@ pub enum AnswerMismatch {
         unknown: Vec<String>,
         missing: Vec<String>,
     },
+    /// An event for an external-event interrupt that does not carry its correlation
+    /// (`keys`: the correlation keys missing or unequal, see `gate::correlation_mismatch`).
+    #[error("correlation_mismatch: the event for interrupt {interrupt_id} must carry the correlation keys {} with the values it waits for", keys.join(", "))]
+    Correlation {
+        interrupt_id: String,
+        keys: Vec<String>,
+    },
 }
 
 impl PendingInterrupt {
     pub fn is_approval(&self) -> bool {
         self.kind == "approval"
+    }
+
+    /// An external-event interrupt: its answer is the event body, taken as sent.
+    pub fn is_external_event(&self) -> bool {
+        self.kind == "external-event"
     }
 
     /// The actions an answer to this approval may take.
@@ -279,7 +303,8 @@ impl PendingInterrupt {
 
     /// Whether an approval (`answers: None`) or these answers (question id → answer) fit
     /// what this interrupt waits for. An interrupt that lists questions takes exactly one
-    /// answer for each; one that lists none takes any answers.
+    /// answer for each; an external event must carry the interrupt's correlation; one that
+    /// lists neither takes any answers.
     pub fn check_answer(
         &self,
         answers: Option<&serde_json::Map<String, serde_json::Value>>,
@@ -298,6 +323,19 @@ impl PendingInterrupt {
             return Err(AnswerMismatch::WantsApproval {
                 interrupt_id: self.interrupt_id.clone(),
             });
+        }
+        if let Some(c) = &self.correlation {
+            let answer = serde_json::Value::Object(answers.clone());
+            let keys = super::correlation::correlation_mismatch(
+                c,
+                super::correlation::external_event(&answer),
+            );
+            if !keys.is_empty() {
+                return Err(AnswerMismatch::Correlation {
+                    interrupt_id: self.interrupt_id.clone(),
+                    keys,
+                });
+            }
         }
         if self.questions.is_empty() {
             return Ok(());
@@ -330,6 +368,7 @@ impl PendingInterrupt {
         self.questions.truncate(MAX_QUESTIONS);
         self.actions.truncate(APPROVAL_ACTIONS.len());
         self.title = self.title.map(|t| super::truncate(&t, MAX_TITLE_CHARS));
+        self.key = self.key.map(|k| super::truncate(&k, MAX_KEY_CHARS));
         for q in &mut self.questions {
             q.question = super::truncate(&q.question, MAX_QUESTION_CHARS);
         }

@@ -982,6 +982,8 @@ fn config_error(id: &str, issues: &[ValidationIssue]) -> ErrorInfo {
 #[cfg(test)]
 mod durable_tests;
 #[cfg(test)]
+mod event_tests;
+#[cfg(test)]
 mod flow_runs;
 #[cfg(test)]
 mod pause_tests;
