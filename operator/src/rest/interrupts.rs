@@ -33,6 +33,7 @@ use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use openwop_crds::{InterruptAnswer, Run};
 use openwop_protocol::run::api::SnapshotInterrupt;
+use openwop_protocol::run::quorum;
 use openwop_protocol::run::snapshot::{AnswerError, Reply};
 use openwop_protocol::run::token::{
     CALLBACK_TOKEN_PRINCIPAL, DEFAULT_TOKEN_SECONDS, TokenClaims, TokenError, TokenIntent,
@@ -141,13 +142,10 @@ pub async fn snapshot_interrupt(
     run: &Run,
     doc: &RunSnapshotDoc,
 ) -> Option<SnapshotInterrupt> {
-    let answered = |p: &&PendingInterrupt| {
-        run.spec
-            .answers
-            .iter()
-            .any(|a| a.interrupt_id == p.interrupt_id)
-    };
-    let pending = doc.pending_interrupts.iter().find(|p| !answered(p))?;
+    let pending = doc
+        .pending_interrupts
+        .iter()
+        .find(|p| !quorum::decided(p, &run.spec.answers))?;
     let mut out = SnapshotInterrupt {
         kind: pending.kind.clone(),
         node_id: pending.node_id.clone(),
@@ -394,13 +392,7 @@ pub async fn inspect_interrupt_by_token(
 
 /// The interrupt `claims` names if it is still pending and unanswered on `run`.
 fn pending_of(run: &Run, claims: &TokenClaims) -> Option<PendingInterrupt> {
-    if phase(run).is_terminal()
-        || run
-            .spec
-            .answers
-            .iter()
-            .any(|a| a.interrupt_id == claims.interrupt_id)
-    {
+    if phase(run).is_terminal() {
         return None;
     }
     run.status
@@ -408,6 +400,7 @@ fn pending_of(run: &Run, claims: &TokenClaims) -> Option<PendingInterrupt> {
         .pending_interrupts
         .iter()
         .find(|p| p.interrupt_id == claims.interrupt_id && p.node_id == claims.node_id)
+        .filter(|p| !quorum::decided(p, &run.spec.answers))
         .cloned()
 }
 
@@ -488,12 +481,6 @@ fn answer_for(
     expect: Option<&str>,
     req: ResolveInterruptRequest,
 ) -> Result<InterruptAnswer, ApiError> {
-    let answered = |interrupt_id: &str| {
-        run.spec
-            .answers
-            .iter()
-            .any(|a| a.interrupt_id == interrupt_id)
-    };
     let already = || {
         ApiError::conflict(
             "interrupt_already_resolved",
@@ -527,7 +514,10 @@ fn answer_for(
         )
         .with_details(json!({"runStatus": phase(run).as_str()})));
     };
-    if answered(&pending.interrupt_id) || expect.is_some_and(|id| id != pending.interrupt_id) {
+    // A quorum approval takes votes until they decide it (`quorum::decided`).
+    if quorum::decided(&pending, &run.spec.answers)
+        || expect.is_some_and(|id| id != pending.interrupt_id)
+    {
         return Err(already());
     }
     build_answer(&pending, req)

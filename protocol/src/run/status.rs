@@ -241,6 +241,14 @@ pub struct PendingInterrupt {
     /// What the approver is asked (truncated to 512 characters).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub title: Option<String>,
+    /// Accepts a quorum approval needs (absent: one answer decides).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 2, max = 100))]
+    pub required_approvals: Option<u32>,
+    /// How rejects end a quorum approval: `single-veto` or `majority`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^(single-veto|majority)$"))]
+    pub rejection_policy: Option<String>,
 }
 
 /// Why an answer does not fit the interrupt it names (the REST interrupts endpoint and
@@ -266,6 +274,17 @@ pub enum AnswerMismatch {
 impl PendingInterrupt {
     pub fn is_approval(&self) -> bool {
         self.kind == "approval"
+    }
+
+    /// The quorum of an approval that needs more than one accept.
+    pub fn quorum(&self) -> Option<super::quorum::Quorum> {
+        let required = self.required_approvals.filter(|n| *n > 1)?;
+        Some(super::quorum::Quorum {
+            required,
+            policy: super::quorum::RejectionPolicy::parse(
+                self.rejection_policy.as_deref().unwrap_or_default(),
+            ),
+        })
     }
 
     /// The actions an answer to this approval may take.

@@ -984,6 +984,8 @@ mod durable_tests;
 #[cfg(test)]
 mod flow_runs;
 #[cfg(test)]
+mod gate_tests;
+#[cfg(test)]
 mod pause_tests;
 #[cfg(test)]
 mod tests;
