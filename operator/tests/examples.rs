@@ -141,17 +141,27 @@ fn chart_conformance_fixtures_are_valid_and_advertised() {
         ids.push(wf.spec.id.clone());
     }
     let helpers = std::fs::read_to_string(format!("{chart}/templates/_helpers.tpl")).unwrap();
-    let own = helpers
+    // The host's own ids: a plain list line, and lines that each append a list as a quoted
+    // string (`{{- ",id,..." }}`, so additions stay on their own lines).
+    let block = helpers
         .split("define \"openwop.conformanceFixtures\"")
         .nth(1)
-        .and_then(|s| s.lines().find(|l| l.starts_with("conformance-")))
-        .unwrap()
-        .trim();
-    let advertised: Vec<String> = official
-        .iter()
-        .cloned()
-        .chain(own.split(',').map(str::to_owned))
+        .and_then(|s| s.split("{{- end -}}").next())
+        .unwrap();
+    let own: Vec<String> = block
+        .lines()
+        .filter_map(|l| {
+            let l = l.trim();
+            if l.starts_with("conformance-") {
+                Some(l)
+            } else {
+                l.strip_prefix("{{- \",")?.strip_suffix("\" }}")
+            }
+        })
+        .flat_map(|l| l.split(','))
+        .map(str::to_owned)
         .collect();
+    let advertised: Vec<String> = official.iter().cloned().chain(own.clone()).collect();
     assert_eq!(advertised, ids);
     // The operator embeds exactly the chart's files (discovery reads its copy).
     let embedded: Vec<&str> = openwop_protocol::seams::fixtures::OFFICIAL
@@ -160,7 +170,7 @@ fn chart_conformance_fixtures_are_valid_and_advertised() {
         .collect();
     assert_eq!(official, embedded);
     assert_eq!(
-        own,
+        own[..6].join(","),
         "conformance-agent-reasoning,conformance-agent-low-confidence,conformance-envelope-truncated,conformance-envelope-retry-attempted,conformance-envelope-truncation-cap-exhaustion,conformance-envelope-refusal"
     );
 }

@@ -130,6 +130,7 @@ separated; empty unless conformance.seams.enabled): discovery advertises them in
 {{- if .Values.conformance.seams.enabled -}}
 {{- range $path, $_ := .Files.Glob "fixtures/conformance-*.json" }}{{ base $path | trimSuffix ".json" }},{{ end -}}
 conformance-agent-reasoning,conformance-agent-low-confidence,conformance-envelope-truncated,conformance-envelope-retry-attempted,conformance-envelope-truncation-cap-exhaustion,conformance-envelope-refusal
+{{- ",conformance-interrupt-quorum,conformance-interrupt-parent-child-cancel,conformance-interrupt-parent-child-cancel-child" }}
 {{- end -}}
 {{- end }}
 

@@ -691,4 +691,44 @@ mod tests {
             Err((404, "interrupt_not_found".into()))
         );
     }
+
+    /// A quorum gate takes votes (200, the voter kept with the answer) until they decide it;
+    /// then 409 like any answered interrupt. A non-string voter is 400.
+    #[test]
+    fn a_quorum_gate_takes_votes_until_they_decide() {
+        let gate = json!([{"interruptId": "i1", "nodeId": "gate", "kind": "approval",
+                           "requiredApprovals": 3, "rejectionPolicy": "majority"}]);
+        let vote = |v: &str| req(json!({"action": "accept", "voter": v}), None);
+        let code = |answers: Value, v: &str| {
+            answer_for(
+                &run("waiting-approval", gate.clone(), answers),
+                "run-1",
+                "gate",
+                None,
+                vote(v),
+            )
+            .map(|a| a.value)
+            .map_err(|e| (e.status.as_u16(), e.body.error))
+        };
+        let cast = |v: &str| json!({"interruptId": "i1", "nodeId": "gate", "action": "accept", "value": {"voter": v}});
+        assert_eq!(code(json!([]), "a1"), Ok(Some(json!({"voter": "a1"}))));
+        assert_eq!(
+            code(json!([cast("a1"), cast("a1")]), "a2"),
+            Ok(Some(json!({"voter": "a2"})))
+        );
+        assert_eq!(
+            code(json!([cast("a1"), cast("a2"), cast("a3")]), "a4"),
+            Err((409, "interrupt_already_resolved".into()))
+        );
+        let bad = answer_for(
+            &run("waiting-approval", gate.clone(), json!([])),
+            "run-1",
+            "gate",
+            None,
+            req(json!({"action": "accept", "voter": 7}), None),
+        )
+        .unwrap_err();
+        assert_eq!(bad.status.as_u16(), 400);
+        assert!(bad.body.message.contains("voter"), "{}", bad.body.message);
+    }
 }
