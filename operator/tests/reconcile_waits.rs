@@ -380,8 +380,10 @@ fn quorum_run(votes: &[(&str, &str)]) -> openwop_crds::Run {
     r.spec.answers = votes
         .iter()
         .map(|(voter, action)| {
-            serde_json::from_value(json!({"interruptId": "i1", "nodeId": "gate", "action": action,
-                "value": {"voter": voter}, "answeredBy": "system:serviceaccount:suite:suite"}))
+            serde_json::from_value(
+                json!({"interruptId": "i1", "nodeId": "gate", "action": action,
+                "value": {"voter": voter}, "answeredBy": "system:serviceaccount:suite:suite"}),
+            )
             .unwrap()
         })
         .collect();
@@ -422,10 +424,10 @@ async fn the_deciding_quorum_vote_starts_the_worker() {
             .then(get_snapshot().reply(200, snapshot_cm(false)))
             .then(apply_snapshot().echo(200))
             .then(list_worker_pods())
-            .then(
-                get_workflow("triage")
-                    .reply(200, serde_json::to_value(workflow("core.approvalGate")).unwrap()),
-            )
+            .then(get_workflow("triage").reply(
+                200,
+                serde_json::to_value(workflow("core.approvalGate")).unwrap(),
+            ))
             .then(get_worker_service_account())
             .then(create_pod().body(|pod| assert_eq!(pod["metadata"]["name"], "r1-w2")))
             .then(run_status(|st| {
@@ -468,10 +470,10 @@ async fn a_gate_timeout_keeps_the_run_waiting_until_due_then_starts_a_worker() {
         .then(get_snapshot().reply(200, snapshot_cm(false)))
         .then(apply_snapshot().echo(200))
         .then(list_worker_pods())
-        .then(
-            get_workflow("triage")
-                .reply(200, serde_json::to_value(workflow("core.approvalGate")).unwrap()),
-        )
+        .then(get_workflow("triage").reply(
+            200,
+            serde_json::to_value(workflow("core.approvalGate")).unwrap(),
+        ))
         .then(get_worker_service_account())
         .then(create_pod().body(|pod| assert_eq!(pod["metadata"]["name"], "r1-w2")))
         .then(run_status(|st| {

@@ -69,7 +69,10 @@ async fn a_quorum_gate_waits_for_three_voters_and_a_timed_out_gate_fails_without
     }
     // A partial vote starts no worker: still waiting, still no pod.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    assert!(worker_pods(&c, &ns).await.is_empty(), "a worker for a partial vote");
+    assert!(
+        worker_pods(&c, &ns).await.is_empty(),
+        "a worker for a partial vote"
+    );
     let st = status(&api(&c, &ns, "Run").get("q-1").await.unwrap());
     assert_eq!(phase_of(&st), "waiting-approval", "{st:#}");
     ok(
@@ -82,12 +85,19 @@ async fn a_quorum_gate_waits_for_three_voters_and_a_timed_out_gate_fails_without
     let voters: Vec<String> = evs
         .iter()
         .filter(|e| e["type"] == "approval.received")
-        .map(|e| e["payload"]["voter"].as_str().unwrap_or_default().to_owned())
+        .map(|e| {
+            e["payload"]["voter"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned()
+        })
         .collect();
     assert_eq!(voters.len(), 3, "{voters:?}");
     assert_eq!(&voters[..2], ["approver-1", "approver-2"]);
     assert_eq!(
-        evs.iter().filter(|e| e["type"] == "interrupt.resolved").count(),
+        evs.iter()
+            .filter(|e| e["type"] == "interrupt.resolved")
+            .count(),
         1
     );
     // Decided: a fourth vote is refused.
@@ -103,7 +113,10 @@ async fn a_quorum_gate_waits_for_three_voters_and_a_timed_out_gate_fails_without
     let st = status(&api(&c, &ns, "Run").get("t-1").await.unwrap());
     if phase_of(&st) == "waiting-approval" {
         assert!(st["wakeAt"].is_string(), "the gate's timer: {st:#}");
-        assert!(worker_pods(&c, &ns).await.is_empty(), "a pod while the gate waits");
+        assert!(
+            worker_pods(&c, &ns).await.is_empty(),
+            "a pod while the gate waits"
+        );
     }
     let st = wait_run(&c, &ns, "t-1", "failed", 120).await;
     assert_eq!(st["error"]["code"], "approval_rejected", "{st:#}");
@@ -114,7 +127,10 @@ async fn a_quorum_gate_waits_for_three_voters_and_a_timed_out_gate_fails_without
         .find(|e| e["type"] == "approval.received")
         .expect("approval.received");
     assert_eq!(
-        (&received["payload"]["action"], &received["payload"]["reason"]),
+        (
+            &received["payload"]["action"],
+            &received["payload"]["reason"]
+        ),
         (&json!("timeout"), &json!("timeout"))
     );
     let resolved = evs

@@ -12,8 +12,8 @@
 
 use serde_json::{Map, Value, json};
 
-use super::quorum::{self, Decision, Quorum};
 use super::nodes::{APPROVAL_GATE_TYPE_ID, CLARIFICATION_GATE_TYPE_ID, INTERRUPT_TYPE_ID};
+use super::quorum::{self, Decision, Quorum};
 use super::snapshot::Answer;
 use super::status::DEFAULT_APPROVAL_ACTIONS;
 use crate::envelope::ContentTrust;
@@ -392,10 +392,9 @@ impl Gate {
                 Some(r)
             })
             .collect();
-        let mut resolution = self
-            .resolve(node_id, interrupt_id, deciding.answer)
-            .ok()?;
-        let progress = json!({"approvals": t.accepts, "rejections": t.rejects, "required": a.quorum.required});
+        let mut resolution = self.resolve(node_id, interrupt_id, deciding.answer).ok()?;
+        let progress =
+            json!({"approvals": t.accepts, "rejections": t.rejects, "required": a.quorum.required});
         if let Some(Value::Object(m)) = resolution.resolved.resume_value.as_mut() {
             m.insert("quorum".into(), progress.clone());
         }
@@ -712,8 +711,10 @@ mod tests {
     }
 
     fn vote(voter: &str, action: &str) -> Answer {
-        answer(json!({"interruptId": "i1", "action": action, "value": {"voter": voter},
-                      "answeredBy": "system:serviceaccount:suite:suite", "answeredAt": "2026-05-18T10:01:00Z"}))
+        answer(
+            json!({"interruptId": "i1", "action": action, "value": {"voter": voter},
+                      "answeredBy": "system:serviceaccount:suite:suite", "answeredAt": "2026-05-18T10:01:00Z"}),
+        )
     }
 
     #[test]
@@ -751,13 +752,21 @@ mod tests {
         };
         assert_eq!(out["quorum"]["approvals"], 3);
         // Two rejects of three: majority rejection fails the gate as a plain reject does.
-        let r = [vote("r1", "reject"), vote("a1", "accept"), vote("r2", "reject")];
+        let r = [
+            vote("r1", "reject"),
+            vote("a1", "accept"),
+            vote("r2", "reject"),
+        ];
         let q = g.resolve_votes("gate", "i1", &r).unwrap();
         let GateEnd::Failed(e) = &q.resolution.outcome else {
             panic!("{:?}", q.resolution.outcome)
         };
         assert_eq!(e.code, APPROVAL_REJECTED);
-        assert!(e.message.contains("2 of its voters (majority)"), "{}", e.message);
+        assert!(
+            e.message.contains("2 of its voters (majority)"),
+            "{}",
+            e.message
+        );
         // A plain gate is no quorum.
         assert_eq!(fixture_gate().quorum(), None);
     }
@@ -788,7 +797,10 @@ mod tests {
         let GateEnd::Failed(e) = r.outcome else {
             panic!()
         };
-        assert_eq!((e.code.as_str(), e.details.unwrap()["reason"].clone()), (APPROVAL_REJECTED, json!("timeout")));
+        assert_eq!(
+            (e.code.as_str(), e.details.unwrap()["reason"].clone()),
+            (APPROVAL_REJECTED, json!("timeout"))
+        );
         // An answer given by the wake time counts; one after it does not.
         let mut a = vote("a", "accept");
         a.answered_at = Some("2026-05-18T10:00:01.400Z".into());

@@ -93,7 +93,12 @@ fn a_quorum_gate_waits_for_three_accepts_then_records_each_vote_once() {
     // a1 votes again (replaces its vote), then a3: the quorum is met.
     let answers = votes(
         &id,
-        &[("a1", "accept"), ("a2", "accept"), ("a1", "accept"), ("a3", "accept")],
+        &[
+            ("a1", "accept"),
+            ("a2", "accept"),
+            ("a1", "accept"),
+            ("a3", "accept"),
+        ],
     );
     let (end, events) = run(&wf, answers.clone(), first.clone());
     assert_eq!(end, RunEnd::Completed);
@@ -147,7 +152,9 @@ fn a_majority_of_rejects_fails_the_quorum_gate() {
 }
 
 fn timeout_flow(ms: u64) -> Value {
-    gate_flow(json!({"title": "t", "actions": ["accept", "reject"], "timeoutMs": ms, "onTimeout": "approve"}))
+    gate_flow(
+        json!({"title": "t", "actions": ["accept", "reject"], "timeoutMs": ms, "onTimeout": "approve"}),
+    )
 }
 
 #[test]
@@ -188,7 +195,11 @@ fn a_gate_timeout_arms_the_timer_exits_and_later_times_out_rejected() {
         .find(|e| e.event_type == EventType::ApprovalReceived)
         .unwrap();
     assert_eq!(
-        (&received.payload["action"], &received.payload["decision"], &received.payload["reason"]),
+        (
+            &received.payload["action"],
+            &received.payload["decision"],
+            &received.payload["reason"]
+        ),
         (&json!("timeout"), &json!("rejected"), &json!("timeout"))
     );
     let resolved = events

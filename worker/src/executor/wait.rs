@@ -71,7 +71,10 @@ impl<P: Publisher> Executor<'_, P> {
             .answers
             .iter()
             .filter(|a| a.interrupt_id == interrupt_id)
-            .filter(|a| wake.as_ref().is_none_or(|(at, _)| gate::answered_in_time(a, at)))
+            .filter(|a| {
+                wake.as_ref()
+                    .is_none_or(|(at, _)| gate::answered_in_time(a, at))
+            })
             .collect();
         if g.quorum().is_some() {
             // A quorum: the votes decide, or the gate keeps waiting (`run::quorum`).
