@@ -390,6 +390,20 @@ fn quorum_run(votes: &[(&str, &str)]) -> openwop_crds::Run {
     r
 }
 
+/// The requests that start `r1`'s next worker (`r1-w2`) at an approval gate.
+fn gate_worker_started() -> Scenario {
+    Scenario::new()
+        .then(get_snapshot().reply(200, snapshot_cm(false)))
+        .then(apply_snapshot().echo(200))
+        .then(list_worker_pods())
+        .then(get_workflow("triage").reply(
+            200,
+            serde_json::to_value(workflow("core.approvalGate")).unwrap(),
+        ))
+        .then(get_worker_service_account())
+        .then(create_pod().body(|pod| assert_eq!(pod["metadata"]["name"], "r1-w2")))
+}
+
 /// Votes that do not decide a quorum gate start no worker: the run stays `waiting-approval`
 /// without a pod (the snapshot is read, nothing is written, nothing is created).
 #[tokio::test]
@@ -420,16 +434,7 @@ async fn the_deciding_quorum_vote_starts_the_worker() {
         vec![("r1", "reject"), ("r2", "reject")],
     ] {
         let (ctx, mut api) = Context::test();
-        let scenario = Scenario::new()
-            .then(get_snapshot().reply(200, snapshot_cm(false)))
-            .then(apply_snapshot().echo(200))
-            .then(list_worker_pods())
-            .then(get_workflow("triage").reply(
-                200,
-                serde_json::to_value(workflow("core.approvalGate")).unwrap(),
-            ))
-            .then(get_worker_service_account())
-            .then(create_pod().body(|pod| assert_eq!(pod["metadata"]["name"], "r1-w2")))
+        let scenario = gate_worker_started()
             .then(run_status(|st| {
                 assert_eq!(st["workerPod"], "r1-w2");
                 assert_eq!(st["answeredInterrupts"], json!(["i1"]));
@@ -466,16 +471,7 @@ async fn a_gate_timeout_keeps_the_run_waiting_until_due_then_starts_a_worker() {
     assert_eq!(action, Action::requeue(Duration::from_secs(29)));
 
     let (ctx, mut api) = Context::test();
-    let scenario = Scenario::new()
-        .then(get_snapshot().reply(200, snapshot_cm(false)))
-        .then(apply_snapshot().echo(200))
-        .then(list_worker_pods())
-        .then(get_workflow("triage").reply(
-            200,
-            serde_json::to_value(workflow("core.approvalGate")).unwrap(),
-        ))
-        .then(get_worker_service_account())
-        .then(create_pod().body(|pod| assert_eq!(pod["metadata"]["name"], "r1-w2")))
+    let scenario = gate_worker_started()
         .then(run_status(|st| {
             assert_eq!(st["workerPod"], "r1-w2");
             assert!(st.get("answeredInterrupts").is_none(), "{st:#}");
