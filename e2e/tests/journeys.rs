@@ -29,6 +29,9 @@ mod tokens;
 // Issue #25 pause/resume (kubectl openwop pause|resume), same cluster, release and lock.
 #[path = "journeys/pause.rs"]
 mod pause;
+// Issues #24/#25 approval-gate quorum and timeoutMs, same cluster, release and lock.
+#[path = "journeys/gates.rs"]
+mod gates;
 // The examples journey's ticketing stand-in (example 07).
 #[path = "journeys/examples.rs"]
 mod examples;

@@ -141,23 +141,27 @@ fn chart_conformance_fixtures_are_valid_and_advertised() {
         ids.push(wf.spec.id.clone());
     }
     let helpers = std::fs::read_to_string(format!("{chart}/templates/_helpers.tpl")).unwrap();
-    // The host's ids: the list lines of the definition (template lines and comments left
-    // out), which may continue on lines that start with a comma.
-    let own: String = helpers
+    // The host's own ids: a plain list line, and lines that each append a list as a quoted
+    // string (`{{- ",id,..." }}`, so additions stay on their own lines).
+    let block = helpers
         .split("define \"openwop.conformanceFixtures\"")
         .nth(1)
         .and_then(|s| s.split("{{- end -}}").next())
-        .unwrap()
+        .unwrap();
+    let own: Vec<String> = block
         .lines()
-        .map(str::trim)
-        .filter(|l| l.starts_with("conformance-") || l.starts_with(','))
+        .filter_map(|l| {
+            let l = l.trim();
+            if l.starts_with("conformance-") {
+                Some(l)
+            } else {
+                l.strip_prefix("{{- \",")?.strip_suffix("\" }}")
+            }
+        })
+        .flat_map(|l| l.split(','))
+        .map(str::to_owned)
         .collect();
-    let own = own.as_str();
-    let advertised: Vec<String> = official
-        .iter()
-        .cloned()
-        .chain(own.split(',').map(str::to_owned))
-        .collect();
+    let advertised: Vec<String> = official.iter().cloned().chain(own.clone()).collect();
     assert_eq!(advertised, ids);
     // The operator embeds exactly the chart's files (discovery reads its copy).
     let embedded: Vec<&str> = openwop_protocol::seams::fixtures::OFFICIAL
@@ -166,7 +170,7 @@ fn chart_conformance_fixtures_are_valid_and_advertised() {
         .collect();
     assert_eq!(official, embedded);
     assert_eq!(
-        own,
-        "conformance-agent-reasoning,conformance-agent-low-confidence,conformance-envelope-truncated,conformance-envelope-retry-attempted,conformance-envelope-truncation-cap-exhaustion,conformance-envelope-refusal,conformance-interrupt-external-event,conformance-interrupt-auth-required"
+        own.join(","),
+        "conformance-agent-reasoning,conformance-agent-low-confidence,conformance-envelope-truncated,conformance-envelope-retry-attempted,conformance-envelope-truncation-cap-exhaustion,conformance-envelope-refusal,conformance-interrupt-external-event,conformance-interrupt-auth-required,conformance-interrupt-quorum,conformance-interrupt-parent-child-cancel,conformance-interrupt-parent-child-cancel-child"
     );
 }

@@ -369,3 +369,115 @@ async fn cancelling_the_parent_cancels_its_running_child() {
         .await
         .expect("reconcile");
 }
+
+/// `r1` waiting at a quorum gate (three accepts, majority reject) with these votes.
+fn quorum_run(votes: &[(&str, &str)]) -> openwop_crds::Run {
+    let mut r = dormant(json!({
+        "phase": "waiting-approval", "currentNodeId": "gate",
+        "pendingInterrupts": [{"interruptId": "i1", "nodeId": "gate", "kind": "approval",
+                               "actions": ["accept", "reject"], "requiredApprovals": 3,
+                               "rejectionPolicy": "majority"}]}));
+    r.spec.answers = votes
+        .iter()
+        .map(|(voter, action)| {
+            serde_json::from_value(
+                json!({"interruptId": "i1", "nodeId": "gate", "action": action,
+                "value": {"voter": voter}, "answeredBy": "system:serviceaccount:suite:suite"}),
+            )
+            .unwrap()
+        })
+        .collect();
+    r
+}
+
+/// The requests that start `r1`'s next worker (`r1-w2`) at an approval gate.
+fn gate_worker_started() -> Scenario {
+    Scenario::new()
+        .then(get_snapshot().reply(200, snapshot_cm(false)))
+        .then(apply_snapshot().echo(200))
+        .then(list_worker_pods())
+        .then(get_workflow("triage").reply(
+            200,
+            serde_json::to_value(workflow("core.approvalGate")).unwrap(),
+        ))
+        .then(get_worker_service_account())
+        .then(create_pod().body(|pod| assert_eq!(pod["metadata"]["name"], "r1-w2")))
+}
+
+/// Votes that do not decide a quorum gate start no worker: the run stays `waiting-approval`
+/// without a pod (the snapshot is read, nothing is written, nothing is created).
+#[tokio::test]
+async fn partial_quorum_votes_start_no_worker() {
+    for votes in [
+        vec![("a1", "accept")],
+        vec![("a1", "accept"), ("a2", "accept")],
+        // The same voter three times is one vote.
+        vec![("a1", "accept"), ("a1", "accept"), ("a1", "accept")],
+        vec![("r1", "reject"), ("a1", "accept")],
+    ] {
+        let (ctx, mut api) = Context::test();
+        let scenario = Scenario::new().then(get_snapshot().reply(200, snapshot_cm(false)));
+        let action = api
+            .play(scenario, reconcile_run(Arc::new(quorum_run(&votes)), ctx))
+            .await
+            .expect("reconcile");
+        assert_eq!(action, Action::await_change(), "{votes:?}");
+    }
+}
+
+/// The vote that decides the quorum (the third accept, or the second reject) starts the
+/// worker that records it.
+#[tokio::test]
+async fn the_deciding_quorum_vote_starts_the_worker() {
+    for votes in [
+        vec![("a1", "accept"), ("a2", "accept"), ("a3", "accept")],
+        vec![("r1", "reject"), ("r2", "reject")],
+    ] {
+        let (ctx, mut api) = Context::test();
+        let scenario = gate_worker_started()
+            .then(run_status(|st| {
+                assert_eq!(st["workerPod"], "r1-w2");
+                assert_eq!(st["answeredInterrupts"], json!(["i1"]));
+            }))
+            .then(event("Resumed"));
+        api.play(scenario, reconcile_run(Arc::new(quorum_run(&votes)), ctx))
+            .await
+            .expect("reconcile");
+    }
+}
+
+/// A gate with `timeoutMs` waits `waiting-approval` without a pod until its timer, then a
+/// worker is started to record the timeout (the delay's wake machinery).
+#[tokio::test]
+async fn a_gate_timeout_keeps_the_run_waiting_until_due_then_starts_a_worker() {
+    let gate = |ms: i64| {
+        let mut extra = json!({
+            "phase": "waiting-approval", "currentNodeId": "gate",
+            "pendingInterrupts": [{"interruptId": "i1", "nodeId": "gate", "kind": "approval"}]});
+        for (k, v) in json!({"timers": [{"nodeId": "gate", "wakeAt": at(ms)}], "wakeAt": at(ms)})
+            .as_object()
+            .unwrap()
+        {
+            extra[k] = v.clone();
+        }
+        dormant(extra)
+    };
+    let (ctx, mut api) = Context::test();
+    let scenario = Scenario::new().then(get_snapshot().reply(200, snapshot_cm(false)));
+    let action = api
+        .play(scenario, reconcile_run(Arc::new(gate(30_000)), ctx))
+        .await
+        .expect("reconcile");
+    assert_eq!(action, Action::requeue(Duration::from_secs(29)));
+
+    let (ctx, mut api) = Context::test();
+    let scenario = gate_worker_started()
+        .then(run_status(|st| {
+            assert_eq!(st["workerPod"], "r1-w2");
+            assert!(st.get("answeredInterrupts").is_none(), "{st:#}");
+        }))
+        .then(event("Woken"));
+    api.play(scenario, reconcile_run(Arc::new(gate(500)), ctx))
+        .await
+        .expect("reconcile");
+}

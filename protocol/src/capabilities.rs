@@ -326,6 +326,9 @@ pub struct Extensions {
 #[serde(rename_all = "camelCase")]
 pub struct InterruptExtensions {
     pub signed_callback_tokens: bool,
+    /// The interrupt profiles claimed (`openwop-interrupt-quorum`, `run::quorum`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub profiles: Vec<String>,
 }
 
 /// `runs`: run controls beyond create and cancel.
@@ -779,9 +782,10 @@ pub fn build(cfg: &CapabilitiesConfig) -> Result<CapabilitiesDocument, Capabilit
             supported: true,
             signature_algorithms: vec![crate::webhook::SIGNATURE_ALGORITHM.to_owned()],
         }),
-        extensions: cfg.interrupt_tokens.then_some(Extensions {
+        extensions: Some(Extensions {
             interrupts: Some(InterruptExtensions {
-                signed_callback_tokens: true,
+                signed_callback_tokens: cfg.interrupt_tokens,
+                profiles: vec![crate::run::quorum::QUORUM_PROFILE.to_owned()],
             }),
         }),
         ai_providers: Some(AiProviders {

@@ -465,6 +465,9 @@ pub struct InterruptRequested {
     pub data: Option<Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requested_at: Option<String>,
+    /// How long the interrupt waits before it times out (ms after `requestedAt`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
 }
 payload_type!(InterruptRequested => InterruptRequested);
 
@@ -481,6 +484,9 @@ pub struct ApprovalRequested {
     pub actions: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub required_approvals: Option<u32>,
+    /// How rejects end a quorum approval (`single-veto`, `majority`); set with a quorum.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rejection_policy: Option<String>,
 }
 payload_type!(ApprovalRequested => ApprovalRequested);
 
@@ -506,6 +512,15 @@ pub struct ApprovalReceived {
     pub refine_feedback: Option<Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub edited_artifact_data: Option<Value>,
+    /// Who this vote counts for, on a quorum approval (`resumeValue.voter`, else who answered).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub voter: Option<String>,
+    /// `rejected` for a timeout (a timeout never grants).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision: Option<String>,
+    /// Why the approval was decided without a person (`timeout`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 payload_type!(ApprovalReceived => ApprovalReceived);
 
@@ -538,6 +553,13 @@ pub struct InterruptResolved {
     pub resolved_by: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resolved_at: Option<String>,
+    /// `rejected` when the interrupt resolved without a person (RFC 0093: a timed-out
+    /// approval).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<String>,
+    /// Why it resolved without a person (`timeout`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 payload_type!(InterruptResolved => InterruptResolved);
 
@@ -905,6 +927,7 @@ mod tests {
             key: None,
             data: None,
             requested_at: None,
+            timeout_ms: None,
         };
         assert_eq!(serde_json::to_value(&i).unwrap()["kind"], "external-event");
     }

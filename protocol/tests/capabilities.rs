@@ -567,12 +567,17 @@ fn test_seams_are_advertised_only_when_served() {
 }
 
 /// Signed interrupt tokens are advertised (`extensions.interrupts.signedCallbackTokens`,
-/// `interrupt-profiles.md`) exactly when served, and the document stays valid either way.
+/// `interrupt-profiles.md`) exactly when served, the quorum profile always (every build
+/// honours `requiredApprovals`), and the document stays valid either way.
 #[test]
 fn interrupt_tokens_are_advertised_only_when_served() {
     let off = build(&CapabilitiesConfig::default()).unwrap().to_value();
     valid(&off);
-    assert!(off.get("extensions").is_none(), "{off:#}");
+    assert_eq!(
+        off["extensions"],
+        json!({"interrupts": {"signedCallbackTokens": false, "profiles": ["openwop-interrupt-quorum"]}}),
+        "{off:#}"
+    );
     let on = build(&CapabilitiesConfig {
         interrupt_tokens: true,
         ..Default::default()
@@ -583,7 +588,7 @@ fn interrupt_tokens_are_advertised_only_when_served() {
     for doc in [&on, &on["capabilities"]] {
         assert_eq!(
             doc["extensions"],
-            json!({"interrupts": {"signedCallbackTokens": true}})
+            json!({"interrupts": {"signedCallbackTokens": true, "profiles": ["openwop-interrupt-quorum"]}})
         );
     }
     // Our schema keeps the extension closed.

@@ -131,7 +131,8 @@ separated; empty unless conformance.seams.enabled): discovery advertises them in
 {{- range $path, $_ := .Files.Glob "fixtures/conformance-*.json" }}{{ base $path | trimSuffix ".json" }},{{ end -}}
 conformance-agent-reasoning,conformance-agent-low-confidence,conformance-envelope-truncated,conformance-envelope-retry-attempted,conformance-envelope-truncation-cap-exhaustion,conformance-envelope-refusal
 {{- /* the authored interrupt-profile fixtures (conformance-fixtures.yaml) */ -}}
-,conformance-interrupt-external-event,conformance-interrupt-auth-required
+{{- ",conformance-interrupt-external-event,conformance-interrupt-auth-required" }}
+{{- ",conformance-interrupt-quorum,conformance-interrupt-parent-child-cancel,conformance-interrupt-parent-child-cancel-child" }}
 {{- end -}}
 {{- end }}
 

@@ -108,12 +108,16 @@ pub fn build_answer(run: &Run, args: &ResumeArgs) -> Result<InterruptAnswer> {
             )
         }
     };
-    if run
-        .spec
-        .answers
-        .iter()
-        .any(|a| a.interrupt_id == interrupt_id)
-    {
+    // A quorum approval takes votes (one per voter: this user) until they decide it.
+    let decided = match pending.filter(|p| p.interrupt_id == interrupt_id) {
+        Some(p) => openwop_protocol::run::quorum::decided(p, &run.spec.answers),
+        None => run
+            .spec
+            .answers
+            .iter()
+            .any(|a| a.interrupt_id == interrupt_id),
+    };
+    if decided {
         bail!(
             "interrupt {interrupt_id} of Run {name} is already answered (answers are append-only)"
         );

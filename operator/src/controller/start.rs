@@ -10,6 +10,7 @@ use kube::ResourceExt;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use openwop_crds::{Run, RunPhase, RunStatus, Workflow};
+use openwop_protocol::run::quorum;
 
 use super::Error;
 use super::common::{Draft, has_condition, wait_until};
@@ -80,17 +81,18 @@ async fn observe(rr: &mut RunReconcile<'_>) -> Result<Action, Error> {
     Ok(observe_worker(&mut rr.draft, &rr.ctx.config, state))
 }
 
-/// The pending interrupts of a waiting run that `spec.answers` answers and that no earlier
-/// worker consumed: any of them resumes the run (the others keep waiting).
+/// The pending interrupts of a waiting run that `spec.answers` decides and that no earlier
+/// worker consumed: any of them resumes the run (the others keep waiting). A quorum
+/// approval's partial votes decide nothing (`quorum::decided`): no worker for them.
 fn newly_answered(run: &Run, status: &RunStatus) -> Vec<String> {
     status
         .pending_interrupts
         .iter()
-        .map(|p| p.interrupt_id.clone())
-        .filter(|id| {
-            run.spec.answers.iter().any(|a| &a.interrupt_id == id)
-                && !status.answered_interrupts.contains(id)
+        .filter(|p| {
+            quorum::decided(p, &run.spec.answers)
+                && !status.answered_interrupts.contains(&p.interrupt_id)
         })
+        .map(|p| p.interrupt_id.clone())
         .collect()
 }
 

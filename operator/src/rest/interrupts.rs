@@ -36,6 +36,7 @@ use openwop_crds::{InterruptAnswer, Run};
 use openwop_protocol::run::api::SnapshotInterrupt;
 use openwop_protocol::run::correlation::CORRELATION_MISMATCH;
 use openwop_protocol::run::gate;
+use openwop_protocol::run::quorum;
 use openwop_protocol::run::snapshot::{AnswerError, Reply};
 use openwop_protocol::run::token::{
     CALLBACK_TOKEN_PRINCIPAL, DEFAULT_TOKEN_SECONDS, TokenClaims, TokenError, TokenIntent,
@@ -144,13 +145,10 @@ pub async fn snapshot_interrupt(
     run: &Run,
     doc: &RunSnapshotDoc,
 ) -> Option<SnapshotInterrupt> {
-    let answered = |p: &&PendingInterrupt| {
-        run.spec
-            .answers
-            .iter()
-            .any(|a| a.interrupt_id == p.interrupt_id)
-    };
-    let pending = doc.pending_interrupts.iter().find(|p| !answered(p))?;
+    let pending = doc
+        .pending_interrupts
+        .iter()
+        .find(|p| !quorum::decided(p, &run.spec.answers))?;
     let mut out = SnapshotInterrupt {
         kind: pending.kind.clone(),
         node_id: pending.node_id.clone(),
@@ -406,13 +404,7 @@ pub async fn inspect_interrupt_by_token(
 
 /// The interrupt `claims` names if it is still pending and unanswered on `run`.
 fn pending_of(run: &Run, claims: &TokenClaims) -> Option<PendingInterrupt> {
-    if phase(run).is_terminal()
-        || run
-            .spec
-            .answers
-            .iter()
-            .any(|a| a.interrupt_id == claims.interrupt_id)
-    {
+    if phase(run).is_terminal() {
         return None;
     }
     run.status
@@ -420,6 +412,7 @@ fn pending_of(run: &Run, claims: &TokenClaims) -> Option<PendingInterrupt> {
         .pending_interrupts
         .iter()
         .find(|p| p.interrupt_id == claims.interrupt_id && p.node_id == claims.node_id)
+        .filter(|p| !quorum::decided(p, &run.spec.answers))
         .cloned()
 }
 
@@ -502,12 +495,6 @@ fn answer_for(
     expect: Option<&str>,
     req: ResolveInterruptRequest,
 ) -> Result<InterruptAnswer, ApiError> {
-    let answered = |interrupt_id: &str| {
-        run.spec
-            .answers
-            .iter()
-            .any(|a| a.interrupt_id == interrupt_id)
-    };
     let already = || {
         ApiError::conflict(
             "interrupt_already_resolved",
@@ -541,7 +528,10 @@ fn answer_for(
         )
         .with_details(json!({"runStatus": phase(run).as_str()})));
     };
-    if answered(&pending.interrupt_id) || expect.is_some_and(|id| id != pending.interrupt_id) {
+    // A quorum approval takes votes until they decide it (`quorum::decided`).
+    if quorum::decided(&pending, &run.spec.answers)
+        || expect.is_some_and(|id| id != pending.interrupt_id)
+    {
         return Err(already());
     }
     if pending.is_external_event() && pending.correlation.is_none() {
@@ -772,5 +762,45 @@ mod tests {
         );
         let pruned = wait(Value::Null);
         assert_eq!(code(&pruned, json!({"orderId": "o-1"})).unwrap_err().0, 503);
+    }
+
+    /// A quorum gate takes votes (200, the voter kept with the answer) until they decide it;
+    /// then 409 like any answered interrupt. A non-string voter is 400.
+    #[test]
+    fn a_quorum_gate_takes_votes_until_they_decide() {
+        let gate = json!([{"interruptId": "i1", "nodeId": "gate", "kind": "approval",
+                           "requiredApprovals": 3, "rejectionPolicy": "majority"}]);
+        let vote = |v: &str| req(json!({"action": "accept", "voter": v}), None);
+        let code = |answers: Value, v: &str| {
+            answer_for(
+                &run("waiting-approval", gate.clone(), answers),
+                "run-1",
+                "gate",
+                None,
+                vote(v),
+            )
+            .map(|a| a.value)
+            .map_err(|e| (e.status.as_u16(), e.body.error))
+        };
+        let cast = |v: &str| json!({"interruptId": "i1", "nodeId": "gate", "action": "accept", "value": {"voter": v}});
+        assert_eq!(code(json!([]), "a1"), Ok(Some(json!({"voter": "a1"}))));
+        assert_eq!(
+            code(json!([cast("a1"), cast("a1")]), "a2"),
+            Ok(Some(json!({"voter": "a2"})))
+        );
+        assert_eq!(
+            code(json!([cast("a1"), cast("a2"), cast("a3")]), "a4"),
+            Err((409, "interrupt_already_resolved".into()))
+        );
+        let bad = answer_for(
+            &run("waiting-approval", gate.clone(), json!([])),
+            "run-1",
+            "gate",
+            None,
+            req(json!({"action": "accept", "voter": 7}), None),
+        )
+        .unwrap_err();
+        assert_eq!(bad.status.as_u16(), 400);
+        assert!(bad.body.message.contains("voter"), "{}", bad.body.message);
     }
 }

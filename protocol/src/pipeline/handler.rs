@@ -251,6 +251,7 @@ mod tests {
             key: None,
             data: None,
             requested_at: None,
+            timeout_ms: None,
         };
         assert_eq!(docs.len(), 2);
         assert_eq!(docs[0].event_type, EventType::ClarificationRequested);

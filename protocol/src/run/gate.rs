@@ -20,6 +20,7 @@ use serde_json::{Map, Value, json};
 
 use super::correlation::{EVENT_PAYLOAD, correlation_mismatch, external_event};
 use super::nodes::{APPROVAL_GATE_TYPE_ID, CLARIFICATION_GATE_TYPE_ID, INTERRUPT_TYPE_ID};
+use super::quorum::{self, Decision, Quorum};
 use super::snapshot::Answer;
 use super::status::DEFAULT_APPROVAL_ACTIONS;
 use crate::envelope::ContentTrust;
@@ -43,6 +44,9 @@ pub struct Gate {
     pub data: Value,
     pub approval: Option<ApprovalSpec>,
     pub questions: Vec<QuestionRef>,
+    /// An approval's `timeoutMs`: unanswered this long after `requestedAt`, it times out
+    /// rejected ([`Gate::timed_out`]).
+    pub timeout_ms: Option<u64>,
 }
 
 /// What an approver is shown and may do.
@@ -52,7 +56,16 @@ pub struct ApprovalSpec {
     pub artifact_id: String,
     pub artifact_type: String,
     pub actions: Vec<String>,
+    /// The accepts it needs and how rejects end it (`requiredApprovals`, `rejectionPolicy`).
+    pub quorum: Quorum,
 }
+
+/// The reason recorded when an approval times out.
+pub const TIMEOUT_REASON: &str = "timeout";
+
+/// Members of an approval's config that say how the wait ends, not what the approver is
+/// shown: they go to `interrupt.requested` (`timeoutMs`), not to its `data`.
+const WAIT_CONFIG: [&str; 2] = ["timeoutMs", "onTimeout"];
 
 /// Why a node's config names no gate (registration refuses these configs; the worker fails
 /// the node with `node_config_invalid` should one reach it).
@@ -153,6 +166,7 @@ fn approval_spec(node_id: &str, data: &Value) -> ApprovalSpec {
             .unwrap_or("approval")
             .to_owned(),
         actions,
+        quorum: Quorum::of_data(data),
     }
 }
 
@@ -207,10 +221,15 @@ impl Gate {
         } else {
             ".questions"
         };
+        let mut timeout_ms = None;
         let (approval, questions, data) = match kind {
             InterruptKind::Approval => {
                 let a = approval_spec(node_id, data);
                 let mut d = data.as_object().cloned().unwrap_or_default();
+                timeout_ms = d.get("timeoutMs").and_then(Value::as_u64);
+                for k in WAIT_CONFIG {
+                    d.remove(k);
+                }
                 d.insert("artifactId".into(), json!(a.artifact_id));
                 d.insert("artifactType".into(), json!(a.artifact_type));
                 d.insert("actions".into(), json!(a.actions));
@@ -228,6 +247,7 @@ impl Gate {
             data,
             approval,
             questions,
+            timeout_ms,
         })
     }
 
@@ -251,6 +271,7 @@ impl Gate {
                 key: Some(self.key.clone()),
                 data: Some(self.data.clone()),
                 requested_at: Some(requested_at.to_owned()),
+                timeout_ms: self.timeout_ms,
             },
             approval: self.approval.as_ref().map(|a| ApprovalRequested {
                 node_id: node_id.to_owned(),
@@ -259,7 +280,11 @@ impl Gate {
                 artifact_type: a.artifact_type.clone(),
                 title: a.title.clone(),
                 actions: a.actions.clone(),
-                required_approvals: Some(1),
+                required_approvals: Some(a.quorum.required),
+                rejection_policy: a
+                    .quorum
+                    .is_quorum()
+                    .then(|| a.quorum.policy.as_str().to_owned()),
             }),
             clarification: (self.kind == InterruptKind::Clarification).then(|| {
                 ClarificationRequested {
@@ -348,6 +373,8 @@ impl Gate {
                 resume_value: Some(resume_value.clone()),
                 resolved_by,
                 resolved_at,
+                outcome: None,
+                reason: None,
             },
             resumed: NodeResumed {
                 node_id: node_id.to_owned(),
@@ -357,6 +384,147 @@ impl Gate {
             outcome,
         })
     }
+}
+
+/// How a quorum approval's votes resolved it: one `approval.received` per counted vote (with
+/// its `voter`), then the resolution the deciding vote gives.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QuorumResolution {
+    pub votes: Vec<ApprovalReceived>,
+    pub resolution: Resolution,
+}
+
+impl Gate {
+    /// The quorum of an approval gate that needs more than one accept.
+    pub fn quorum(&self) -> Option<Quorum> {
+        self.approval
+            .as_ref()
+            .map(|a| a.quorum)
+            .filter(Quorum::is_quorum)
+    }
+
+    /// How the votes among `answers` (the answers to `interrupt_id`, in `spec.answers`
+    /// order) resolve this quorum approval, or `None` while they do not decide it
+    /// ([`quorum::tally`]).
+    pub fn resolve_votes<'a>(
+        &self,
+        node_id: &str,
+        interrupt_id: &str,
+        answers: impl IntoIterator<Item = &'a Answer>,
+    ) -> Option<QuorumResolution> {
+        let a = self.approval.as_ref()?;
+        let t = quorum::tally(a.quorum, &a.actions, answers);
+        let deciding = t.deciding()?;
+        let votes = t
+            .votes
+            .iter()
+            .filter_map(|v| {
+                let mut r = approval_received(node_id, interrupt_id, v.answer, &a.actions).ok()?;
+                r.voter = Some(v.voter.clone());
+                Some(r)
+            })
+            .collect();
+        let mut resolution = self.resolve(node_id, interrupt_id, deciding.answer).ok()?;
+        let progress =
+            json!({"approvals": t.accepts, "rejections": t.rejects, "required": a.quorum.required});
+        if let Some(Value::Object(m)) = resolution.resolved.resume_value.as_mut() {
+            m.insert("quorum".into(), progress.clone());
+        }
+        resolution.resumed.resume_value = resolution.resolved.resume_value.clone();
+        match &mut resolution.outcome {
+            GateEnd::Completed(Value::Object(out)) => {
+                out.insert("quorum".into(), progress);
+            }
+            GateEnd::Failed(e) => {
+                e.message = format!(
+                    "the approval at node {node_id} was rejected by {} of its voters ({})",
+                    t.rejects,
+                    a.quorum.policy.as_str()
+                );
+                if let Some(Value::Object(d)) = e.details.as_mut() {
+                    d.insert("quorum".into(), progress);
+                }
+            }
+            GateEnd::Completed(_) => {}
+        }
+        debug_assert_eq!(
+            t.decision == Some(Decision::Rejected),
+            matches!(resolution.outcome, GateEnd::Failed(_))
+        );
+        resolution.approval = None;
+        Some(QuorumResolution { votes, resolution })
+    }
+
+    /// When an approval with `timeoutMs` times out, given when it was requested (RFC 3339).
+    pub fn wake_at(&self, requested_at: &str) -> Option<String> {
+        let ms = self.timeout_ms?;
+        let at = super::waits::parse_time(requested_at)?;
+        Some(super::waits::rfc3339_ms(
+            at + time::Duration::milliseconds(i64::try_from(ms).unwrap_or(i64::MAX)),
+        ))
+    }
+
+    /// How an approval that nobody decided by `wake_at` ends (RFC 0093, RFC 0223): it
+    /// resolves rejected with reason `timeout` — whatever `onTimeout` says, a timeout never
+    /// grants — and the node fails with [`APPROVAL_REJECTED`].
+    pub fn timed_out(&self, node_id: &str, interrupt_id: &str, wake_at: &str) -> Resolution {
+        let resume = json!({"action": "timeout", "decision": "rejected", "reason": TIMEOUT_REASON});
+        Resolution {
+            approval: Some(ApprovalReceived {
+                node_id: node_id.to_owned(),
+                action: "timeout".into(),
+                interrupt_id: Some(interrupt_id.to_owned()),
+                decided_by: None,
+                decided_at: Some(wake_at.to_owned()),
+                comment: None,
+                refine_feedback: None,
+                edited_artifact_data: None,
+                voter: None,
+                decision: Some("rejected".into()),
+                reason: Some(TIMEOUT_REASON.into()),
+            }),
+            clarification: None,
+            resolved: InterruptResolved {
+                node_id: node_id.to_owned(),
+                interrupt_id: interrupt_id.to_owned(),
+                kind: Some(self.kind),
+                resume_value: Some(resume.clone()),
+                resolved_by: None,
+                resolved_at: Some(wake_at.to_owned()),
+                outcome: Some("rejected".into()),
+                reason: Some(TIMEOUT_REASON.into()),
+            },
+            resumed: NodeResumed {
+                node_id: node_id.to_owned(),
+                interrupt_id: Some(interrupt_id.to_owned()),
+                resume_value: Some(resume),
+            },
+            outcome: GateEnd::Failed(ErrorInfo {
+                code: APPROVAL_REJECTED.into(),
+                message: format!(
+                    "the approval at node {node_id} timed out after {} ms without a decision",
+                    self.timeout_ms.unwrap_or_default()
+                ),
+                details: Some(json!({"reason": TIMEOUT_REASON, "timedOutAt": wake_at})),
+                retryable: Some(false),
+            }),
+        }
+    }
+}
+
+/// Whether `answer` counts against an approval that times out at `wake_at`: it was given
+/// by then (an answer written by hand, with no time, always counts).
+pub fn answered_in_time(answer: &Answer, wake_at: &str) -> bool {
+    let (Some(at), Some(wake)) = (
+        answer
+            .answered_at
+            .as_deref()
+            .and_then(super::waits::parse_time),
+        super::waits::parse_time(wake_at),
+    ) else {
+        return true;
+    };
+    at <= wake
 }
 
 fn qs_json(qs: &[QuestionRef]) -> Value {
@@ -404,6 +572,9 @@ pub fn approval_received(
         comment: answer.comment.clone(),
         refine_feedback: extra("refineFeedback"),
         edited_artifact_data: extra("editedArtifactData"),
+        voter: None,
+        decision: None,
+        reason: None,
     })
 }
 
@@ -560,6 +731,116 @@ mod tests {
             )
             .is_ok()
         );
+    }
+
+    fn quorum_gate() -> Gate {
+        Gate::of(
+            "gate",
+            APPROVAL_GATE_TYPE_ID,
+            &json!({"title": "q", "actions": ["accept", "reject"], "requiredApprovals": 3, "rejectionPolicy": "majority"}),
+        )
+        .unwrap()
+    }
+
+    fn vote(voter: &str, action: &str) -> Answer {
+        answer(
+            json!({"interruptId": "i1", "action": action, "value": {"voter": voter},
+                      "answeredBy": "system:serviceaccount:suite:suite", "answeredAt": "2026-05-18T10:01:00Z"}),
+        )
+    }
+
+    #[test]
+    fn a_quorum_gate_says_so_and_resolves_once_its_votes_decide() {
+        let g = quorum_gate();
+        assert_eq!(
+            g.quorum(),
+            Some(Quorum {
+                required: 3,
+                policy: quorum::RejectionPolicy::Majority
+            })
+        );
+        let w = g.wait("gate", "i1", "2026-05-18T10:00:00Z");
+        let req = valid("approval.requested", w.approval.as_ref().unwrap());
+        assert_eq!(
+            (&req["requiredApprovals"], &req["rejectionPolicy"]),
+            (&json!(3), &json!("majority"))
+        );
+        let two = [vote("a1", "accept"), vote("a2", "accept")];
+        assert_eq!(g.resolve_votes("gate", "i1", &two), None);
+        let three = [two[0].clone(), two[1].clone(), vote("a3", "accept")];
+        let q = g.resolve_votes("gate", "i1", &three).unwrap();
+        let voters: Vec<_> = q.votes.iter().map(|v| v.voter.clone().unwrap()).collect();
+        assert_eq!(voters, ["a1", "a2", "a3"]);
+        for v in &q.votes {
+            valid("approval.received", v);
+        }
+        assert_eq!(q.resolution.approval, None);
+        assert_eq!(
+            valid("interrupt.resolved", &q.resolution.resolved)["resumeValue"],
+            json!({"action": "accept", "quorum": {"approvals": 3, "rejections": 0, "required": 3}})
+        );
+        let GateEnd::Completed(out) = &q.resolution.outcome else {
+            panic!("{:?}", q.resolution.outcome)
+        };
+        assert_eq!(out["quorum"]["approvals"], 3);
+        // Two rejects of three: majority rejection fails the gate as a plain reject does.
+        let r = [
+            vote("r1", "reject"),
+            vote("a1", "accept"),
+            vote("r2", "reject"),
+        ];
+        let q = g.resolve_votes("gate", "i1", &r).unwrap();
+        let GateEnd::Failed(e) = &q.resolution.outcome else {
+            panic!("{:?}", q.resolution.outcome)
+        };
+        assert_eq!(e.code, APPROVAL_REJECTED);
+        assert!(
+            e.message.contains("2 of its voters (majority)"),
+            "{}",
+            e.message
+        );
+        // A plain gate is no quorum.
+        assert_eq!(fixture_gate().quorum(), None);
+    }
+
+    #[test]
+    fn an_approval_with_timeout_ms_records_it_and_times_out_rejected() {
+        let g = Gate::of(
+            "gate",
+            APPROVAL_GATE_TYPE_ID,
+            &json!({"title": "t", "actions": ["accept", "reject"], "timeoutMs": 1500, "onTimeout": "approve"}),
+        )
+        .unwrap();
+        let w = g.wait("gate", "i1", "2026-05-18T10:00:00Z");
+        let req = valid("interrupt.requested", &w.requested);
+        assert_eq!(req["timeoutMs"], 1500);
+        // How the wait ends is not what the approver is shown.
+        assert!(req["data"].get("timeoutMs").is_none() && req["data"].get("onTimeout").is_none());
+        let at = g.wake_at("2026-05-18T10:00:00Z").unwrap();
+        assert_eq!(at, "2026-05-18T10:00:01.5Z");
+        assert_eq!(fixture_gate().wake_at("2026-05-18T10:00:00Z"), None);
+        let r = g.timed_out("gate", "i1", &at);
+        assert_eq!(
+            valid("approval.received", r.approval.as_ref().unwrap()),
+            json!({"nodeId": "gate", "interruptId": "i1", "action": "timeout", "decidedAt": at,
+                   "decision": "rejected", "reason": "timeout"})
+        );
+        valid("interrupt.resolved", &r.resolved);
+        let GateEnd::Failed(e) = r.outcome else {
+            panic!()
+        };
+        assert_eq!(
+            (e.code.as_str(), e.details.unwrap()["reason"].clone()),
+            (APPROVAL_REJECTED, json!("timeout"))
+        );
+        // An answer given by the wake time counts; one after it does not.
+        let mut a = vote("a", "accept");
+        a.answered_at = Some("2026-05-18T10:00:01.400Z".into());
+        assert!(answered_in_time(&a, &at));
+        a.answered_at = Some("2026-05-18T10:00:01.600Z".into());
+        assert!(!answered_in_time(&a, &at));
+        a.answered_at = None;
+        assert!(answered_in_time(&a, &at));
     }
 
     #[test]

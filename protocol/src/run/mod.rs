@@ -19,6 +19,7 @@
 //! * [`pause`] — pausing a run: the request, its drain policies, what the log says;
 //! * [`gate`] — the nodes that wait for a person: what they wait for, the events of the
 //!   wait and of its resolution;
+//! * [`quorum`] — approvals that need several accepts: the one fold of the votes;
 //! * [`variables`] — a run's workflow variables: seeding, per-node visibility, the served bag;
 //! * [`token`] — signed interrupt tokens (`/v1/interrupts/{token}`): mint and verify;
 //! * [`waits`] — durable waits (long delays, child runs): what the worker records and the
@@ -40,6 +41,7 @@ pub mod nodes;
 pub mod options;
 pub mod pause;
 pub mod projection;
+pub mod quorum;
 pub mod sequence;
 pub mod snapshot;
 pub mod status;

@@ -338,6 +338,18 @@ mod tests {
         }
     }
 
+    /// The approval schema's bounds are the ones the protocol enforces.
+    #[test]
+    fn approval_schema_bounds_match_the_protocol() {
+        let doc: serde_json::Value = serde_json::from_str(GATES_CONFIG_SCHEMA).unwrap();
+        let p = &doc["$defs"]["approval"]["properties"];
+        assert_eq!(
+            p["requiredApprovals"]["maximum"],
+            u64::from(super::super::quorum::MAX_REQUIRED_APPROVALS)
+        );
+        assert_eq!(p["timeoutMs"]["maximum"], super::super::waits::MAX_DELAY_MS);
+    }
+
     /// Registration checks each gate's config and names the node and the field at fault.
     #[test]
     fn gate_configs_are_checked_at_registration() {
@@ -374,6 +386,10 @@ mod tests {
             ),
             ("core.approvalGate", json!({})),
             (
+                "core.approvalGate",
+                json!({"requiredApprovals": 3, "rejectionPolicy": "majority", "timeoutMs": 1500, "onTimeout": "approve"}),
+            ),
+            (
                 "core.clarificationGate",
                 json!({"questions": [{"id": "q1", "question": "?"}]}),
             ),
@@ -407,8 +423,18 @@ mod tests {
             ),
             (
                 "core.approvalGate",
-                json!({"requiredApprovals": 3}),
+                json!({"requiredApprovals": 101}),
                 "/nodes/0/config/requiredApprovals",
+            ),
+            (
+                "core.approvalGate",
+                json!({"timeoutMs": 0}),
+                "/nodes/0/config/timeoutMs",
+            ),
+            (
+                "core.approvalGate",
+                json!({"onTimeout": "escalate"}),
+                "/nodes/0/config/onTimeout",
             ),
             (
                 "core.clarificationGate",

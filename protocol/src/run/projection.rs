@@ -203,6 +203,8 @@ impl Projection {
                     title: earlier.title,
                     correlation: earlier.correlation,
                     key: earlier.key,
+                    required_approvals: earlier.required_approvals,
+                    rejection_policy: earlier.rejection_policy,
                 });
                 self.current_node = node.map(str::to_owned);
                 self.settle();
@@ -256,6 +258,14 @@ impl Projection {
                         })
                         .unwrap_or_default();
                     p.title = s(payload, "title").map(|t| truncate(t, MAX_TITLE_CHARS));
+                    // A quorum approval: the operator and the REST surface decide from
+                    // `spec.answers` whether its votes resolve it (`run::quorum`).
+                    let q = super::quorum::Quorum::of_data(payload);
+                    if q.is_quorum() {
+                        p.required_approvals =
+                            Some(q.required.min(super::quorum::MAX_REQUIRED_APPROVALS));
+                        p.rejection_policy = Some(q.policy.as_str().to_owned());
+                    }
                     self.push_pending(p);
                 }
                 self.settle()

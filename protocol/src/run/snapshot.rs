@@ -164,6 +164,12 @@ pub enum AnswerError {
     /// `edit-accept` → `editedArtifactData`).
     #[error("action {action:?} needs resumeValue.{field}")]
     ActionData { action: String, field: &'static str },
+    /// A quorum vote whose `voter` is not a name.
+    #[error(
+        "resumeValue.voter must be a string of 1 to {} characters naming who votes",
+        super::quorum::MAX_VOTER_CHARS
+    )]
+    Voter,
     /// A `resumeValue` for a question interrupt that is not `{answers: ...}`.
     #[error(
         "this interrupt asks questions: resumeValue must be {{\"answers\": {{QUESTION_ID: ANSWER}}}} or {{\"answers\": [{{\"id\": QUESTION_ID, \"answer\": ANSWER}}]}}"
@@ -323,8 +329,9 @@ impl Answer {
     }
 }
 
-/// Members of an approval's `resumeValue` besides `action` that are kept with the answer.
-const APPROVAL_DATA: [&str; 2] = ["refineFeedback", "editedArtifactData"];
+/// Members of an approval's `resumeValue` besides `action` that are kept with the answer
+/// (`voter`: who a quorum vote counts for, `run::quorum`).
+const APPROVAL_DATA: [&str; 3] = ["refineFeedback", "editedArtifactData", super::quorum::VOTER];
 
 /// The action an approval's `resumeValue` takes, with its extra data; a `comment` or legacy
 /// `feedback` in it becomes the answer's comment unless one was given beside it.
@@ -357,6 +364,13 @@ fn approval_of(
             action,
             field: "refineFeedback.scope",
         });
+    }
+    if let Some(v) = o.get(super::quorum::VOTER)
+        && !v
+            .as_str()
+            .is_some_and(|v| (1..=super::quorum::MAX_VOTER_CHARS).contains(&v.chars().count()))
+    {
+        return Err(AnswerError::Voter);
     }
     let extra: Map<String, Value> = APPROVAL_DATA
         .iter()

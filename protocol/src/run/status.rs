@@ -253,6 +253,14 @@ pub struct PendingInterrupt {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 256))]
     pub key: Option<String>,
+    /// Accepts a quorum approval needs (absent: one answer decides).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 2, max = 100))]
+    pub required_approvals: Option<u32>,
+    /// How rejects end a quorum approval: `single-veto` or `majority`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^(single-veto|majority)$"))]
+    pub rejection_policy: Option<String>,
 }
 
 /// Why an answer does not fit the interrupt it names (the REST interrupts endpoint and
@@ -290,6 +298,17 @@ impl PendingInterrupt {
     /// An external-event interrupt: its answer is the event body, taken as sent.
     pub fn is_external_event(&self) -> bool {
         self.kind == "external-event"
+    }
+
+    /// The quorum of an approval that needs more than one accept.
+    pub fn quorum(&self) -> Option<super::quorum::Quorum> {
+        let required = self.required_approvals.filter(|n| *n > 1)?;
+        Some(super::quorum::Quorum {
+            required,
+            policy: super::quorum::RejectionPolicy::parse(
+                self.rejection_policy.as_deref().unwrap_or_default(),
+            ),
+        })
     }
 
     /// The actions an answer to this approval may take.

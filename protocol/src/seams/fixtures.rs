@@ -21,6 +21,9 @@ macro_rules! fixtures {
 
 fixtures!(
     "conformance-approval",
+    "conformance-approval-reject-routed",
+    "conformance-approval-timeout",
+    "conformance-approval-timeout-approve",
     "conformance-cancellable",
     "conformance-cap-breach",
     "conformance-clarification",

@@ -263,6 +263,8 @@ impl<P: Publisher> Executor<'_, P> {
                 resume_value: Some(json!({"action": received.action})),
                 resolved_by: received.decided_by.clone(),
                 resolved_at: received.decided_at.clone(),
+                outcome: None,
+                reason: None,
             },
         )
         .await?;

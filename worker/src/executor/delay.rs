@@ -68,12 +68,23 @@ impl<P: Publisher> Executor<'_, P> {
         })
     }
 
+    /// Sleeps `ms`, ending at once on a stop (`Err(Stopped)`) or when the run abandons its
+    /// branches (`Some(the node's failure)`); `None` once slept. Shared with the gate timeout.
+    pub(super) async fn sleep_cancellable(&self, ms: u64) -> Result<Option<NodeOutcome>, LogError> {
+        if ms == 0 {
+            return Ok(None);
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(ms)) => Ok(None),
+            _ = crate::stop::wait(self.stop.clone()) => Err(LogError::Stopped),
+            why = self.abandoned() => why.map(|e| Some(NodeOutcome::Failed(e))),
+        }
+    }
+
     /// Sleeps `ms` (cancellable) and completes with `{delayedMs, resumedAt}`.
     async fn sleep_then_complete(&self, ms: u64, delayed: u64) -> Result<NodeOutcome, LogError> {
-        tokio::select! {
-            _ = tokio::time::sleep(Duration::from_millis(ms)) => {}
-            _ = crate::stop::wait(self.stop.clone()) => return Err(LogError::Stopped),
-            why = self.abandoned() => return why.map(NodeOutcome::Failed),
+        if let Some(stopped) = self.sleep_cancellable(ms).await? {
+            return Ok(stopped);
         }
         Ok(NodeOutcome::Completed(json!({
             "delayedMs": delayed,

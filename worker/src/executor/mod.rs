@@ -986,6 +986,8 @@ mod event_tests;
 #[cfg(test)]
 mod flow_runs;
 #[cfg(test)]
+mod gate_tests;
+#[cfg(test)]
 mod pause_tests;
 #[cfg(test)]
 mod tests;

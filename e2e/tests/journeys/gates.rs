@@ -1,0 +1,149 @@
+//! Issues #24/#25 approval gates on the mini-cluster: a quorum gate (three accepts) takes two
+//! votes over REST that leave the run `waiting-approval` with no worker pod, and the third,
+//! `kubectl openwop resume`, completes it with one `approval.received` per voter and one
+//! `interrupt.resolved`; a gate with `timeoutMs` waits without a pod and times out rejected
+//! (`approval.received {action: timeout}`, the run fails `approval_rejected`), after which an
+//! answer is refused.
+
+use super::*;
+
+fn gate_workflow(name: &str, config: Value) -> String {
+    serde_json::to_string(&json!({
+        "apiVersion": "openwop.dev/v1alpha1", "kind": "Workflow", "metadata": {"name": name},
+        "spec": {"id": name, "name": name, "version": "1", "settings": {"timeout": 0},
+                 "nodes": [{"id": "gate", "typeId": "core.approvalGate", "config": config}],
+                 "edges": []}}))
+    .unwrap()
+}
+
+fn phase_of(st: &Value) -> &str {
+    st["phase"].as_str().unwrap_or_default()
+}
+
+#[tokio::test]
+async fn a_quorum_gate_waits_for_three_voters_and_a_timed_out_gate_fails_without_a_pod() {
+    let (c, _g) = setup().await;
+    let ns = namespace(&c.client, "j-gates").await;
+    ok(
+        apply(
+            &c,
+            &ns,
+            &gate_workflow(
+                "quorum",
+                json!({"title": "three of us", "actions": ["accept", "reject"],
+                       "requiredApprovals": 3, "rejectionPolicy": "majority"}),
+            ),
+        ),
+        "apply workflow",
+    );
+    ok(
+        apply(
+            &c,
+            &ns,
+            &gate_workflow(
+                "timed",
+                json!({"title": "nobody answers", "actions": ["accept", "reject"],
+                       "timeoutMs": 8000}),
+            ),
+        ),
+        "apply workflow",
+    );
+    wait_workflow(&c, &ns, "quorum", "True").await;
+    wait_workflow(&c, &ns, "timed", "True").await;
+    ok(apply(&c, &ns, &rest_role("team")), "team Role");
+    let bearer = sa_token(&c, &ns, "team");
+    let base = format!("http://127.0.0.1:{}", operator_port());
+
+    // 1. Quorum: two REST votes, then kubectl openwop resume.
+    ok(apply(&c, &ns, &fixture_run("q-1", "quorum")), "run");
+    let st = wait_run(&c, &ns, "q-1", "waiting-approval", 120).await;
+    assert_eq!(st["pendingInterrupts"][0]["requiredApprovals"], 3, "{st:#}");
+    let run_id = st["runId"].as_str().unwrap().to_owned();
+    no_worker_pods(&c, &ns, Duration::from_secs(30)).await;
+    let url = format!("{base}/v1/runs/{run_id}/interrupts/gate");
+    for voter in ["approver-1", "approver-2", "approver-2"] {
+        let vote = json!({"resumeValue": {"action": "accept", "voter": voter}});
+        let (code, body) = http_json("POST", &url, Some(&bearer), Some(&vote));
+        assert_eq!(code, 200, "{body}");
+        assert_eq!(body["status"], "waiting-approval", "{body}");
+    }
+    // A partial vote starts no worker: still waiting, still no pod.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        worker_pods(&c, &ns).await.is_empty(),
+        "a worker for a partial vote"
+    );
+    let st = status(&api(&c, &ns, "Run").get("q-1").await.unwrap());
+    assert_eq!(phase_of(&st), "waiting-approval", "{st:#}");
+    ok(
+        cli(&c, &["resume", "q-1", "-n", &ns, "--action", "accept"]),
+        "kubectl openwop resume (the third voter)",
+    );
+    wait_run(&c, &ns, "q-1", "completed", 120).await;
+    let evs = events(&c, &ns, "q-1");
+    assert_gapless(&evs);
+    let voters: Vec<String> = evs
+        .iter()
+        .filter(|e| e["type"] == "approval.received")
+        .map(|e| {
+            e["payload"]["voter"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(voters.len(), 3, "{voters:?}");
+    assert_eq!(&voters[..2], ["approver-1", "approver-2"]);
+    assert_eq!(
+        evs.iter()
+            .filter(|e| e["type"] == "interrupt.resolved")
+            .count(),
+        1
+    );
+    // Decided: a fourth vote is refused.
+    let vote = json!({"resumeValue": {"action": "accept", "voter": "approver-4"}});
+    let (code, body) = http_json("POST", &url, Some(&bearer), Some(&vote));
+    assert_eq!(code, 409, "{body}");
+
+    // 2. timeoutMs: waiting-approval without a pod, then the timeout rejects it.
+    ok(apply(&c, &ns, &fixture_run("t-1", "timed")), "run");
+    let st = wait_run(&c, &ns, "t-1", "waiting-approval", 120).await;
+    let run_id = st["runId"].as_str().unwrap().to_owned();
+    no_worker_pods(&c, &ns, Duration::from_secs(30)).await;
+    let st = status(&api(&c, &ns, "Run").get("t-1").await.unwrap());
+    if phase_of(&st) == "waiting-approval" {
+        assert!(st["wakeAt"].is_string(), "the gate's timer: {st:#}");
+        assert!(
+            worker_pods(&c, &ns).await.is_empty(),
+            "a pod while the gate waits"
+        );
+    }
+    let st = wait_run(&c, &ns, "t-1", "failed", 120).await;
+    assert_eq!(st["error"]["code"], "approval_rejected", "{st:#}");
+    let evs = events(&c, &ns, "t-1");
+    assert_gapless(&evs);
+    let received = evs
+        .iter()
+        .find(|e| e["type"] == "approval.received")
+        .expect("approval.received");
+    assert_eq!(
+        (
+            &received["payload"]["action"],
+            &received["payload"]["reason"]
+        ),
+        (&json!("timeout"), &json!("timeout"))
+    );
+    let resolved = evs
+        .iter()
+        .find(|e| e["type"] == "interrupt.resolved")
+        .expect("interrupt.resolved");
+    assert_eq!(resolved["payload"]["outcome"], "rejected");
+    // After the timeout nothing waits at the gate.
+    let (code, body) = http_json(
+        "POST",
+        &format!("{base}/v1/runs/{run_id}/interrupts/gate"),
+        Some(&bearer),
+        Some(&json!({"resumeValue": {"action": "accept"}})),
+    );
+    assert!(matches!(code, 404 | 409 | 410), "{code} {body}");
+}
