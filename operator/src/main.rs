@@ -80,9 +80,11 @@ async fn main() -> anyhow::Result<()> {
     // Built-in node types only (the worker executes nothing else), with configured schemas.
     let registry = cfg.node_registry()?;
     let registry = Arc::new(registry);
-    let client = Client::try_default()
+    let kube_config = kube::Config::infer()
         .await
         .context("connecting to the Kubernetes API")?;
+    // The leader lease's renewals get a client of their own (`Elector::keep_apart`).
+    let client = Client::try_from(kube_config.clone()).context("connecting to the Kubernetes API")?;
     let identity = args
         .identity
         .unwrap_or_else(|| format!("openwop-operator-{}", std::process::id()));
@@ -162,6 +164,7 @@ async fn main() -> anyhow::Result<()> {
     let drain = Duration::from_secs(cfg.shutdown_drain_seconds);
     let lead = lead_then_run(
         client,
+        kube_config,
         cfg,
         identity,
         elector.clone(),
@@ -350,6 +353,7 @@ async fn publish_discovery(
 
 async fn lead_then_run(
     client: Client,
+    kube_config: kube::Config,
     cfg: Arc<OperatorConfig>,
     identity: String,
     elector: Option<Arc<Elector>>,
@@ -405,7 +409,7 @@ async fn lead_then_run(
         let Some(e) = &elector else {
             return std::future::pending::<LeaseLost>().await;
         };
-        e.keep(timing, renewed).await
+        e.keep_apart(kube_config, timing, renewed).await
     };
     // Fencing: when `keep` returns, the controllers and the event consumer are dropped here
     // (cancelled at their next await), before the lease can expire for the other replicas;
