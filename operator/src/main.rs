@@ -22,8 +22,8 @@ use kube::{Client, ResourceExt};
 use openwop_crds::{Run, RunPhase, Workflow};
 use openwop_operator::config::OperatorConfig;
 use openwop_operator::controller::{
-    CacheWriters, Caches, Context, error_policy, pod_triggers, reconcile_run, reconcile_workflow,
-    worker_selector,
+    CacheWriters, Caches, Context, changes, error_policy, pod_key, pod_triggers, reconcile_run,
+    reconcile_workflow, run_key, slim, worker_selector,
 };
 use openwop_operator::discovery::{self, DiscoveryContent, DiscoveryState};
 use openwop_operator::events::JetStreamSlot;
@@ -84,7 +84,8 @@ async fn main() -> anyhow::Result<()> {
         .await
         .context("connecting to the Kubernetes API")?;
     // The leader lease's renewals get a client of their own (`Elector::keep_apart`).
-    let client = Client::try_from(kube_config.clone()).context("connecting to the Kubernetes API")?;
+    let client =
+        Client::try_from(kube_config.clone()).context("connecting to the Kubernetes API")?;
     let identity = args
         .identity
         .unwrap_or_else(|| format!("openwop-operator-{}", std::process::id()));
@@ -380,15 +381,21 @@ async fn lead_then_run(
     tracing::info!(%identity, "leading: starting controllers");
     // The Run controller's cache also routes run events (by uid) to their Run.
     // Its store is also the reconciler's Run cache (the queue order).
+    // Only the changes a reconcile acts on trigger one (`controller::run_key`); the cache
+    // sees every change.
     let run_controller = Controller::for_stream(
-        reflector(
-            run_writer,
-            watcher(
-                scoped::<Run>(&client, &cfg),
-                watcher::Config::default().labels(&cfg.instance_selector()),
+        changes(
+            reflector(
+                run_writer,
+                watcher(
+                    scoped::<Run>(&client, &cfg),
+                    watcher::Config::default().labels(&cfg.instance_selector()),
+                )
+                .modify(slim),
             ),
-        )
-        .applied_objects(),
+            run_key,
+            false,
+        ),
         ctx.caches.runs.clone().expect("the binary's Run cache"),
     );
     let runs = run_controller.store();
@@ -476,16 +483,20 @@ async fn run_controllers(
     let mapper_store = store.clone();
     // The worker pods and Workflows trigger Run reconciles through the streams that feed the
     // reconciler's caches: a reconcile never reads a cache older than what triggered it.
-    let worker_pods = reflector(
-        pod_writer,
-        watcher(
-            scoped::<Pod>(&client, &ctx.config),
-            watcher::Config::default().labels(&worker_selector()),
-        ),
-    )
-    .default_backoff()
-    .touched_objects();
-    let workflow_changes = reflector(workflow_writer, watcher(workflows, mine()))
+    let worker_pods = changes(
+        reflector(
+            pod_writer,
+            watcher(
+                scoped::<Pod>(&client, &ctx.config),
+                watcher::Config::default().labels(&worker_selector()),
+            )
+            .modify(slim),
+        )
+        .default_backoff(),
+        pod_key,
+        true,
+    );
+    let workflow_changes = reflector(workflow_writer, watcher(workflows, mine()).modify(slim))
         .default_backoff()
         .touched_objects();
     let (queue_runs, queue_pods) = (
@@ -547,7 +558,8 @@ async fn run_controllers(
         watcher(
             scoped::<ConfigMap>(&client, &ctx.config),
             watcher::Config::default().labels(&worker_selector()),
-        ),
+        )
+        .modify(slim),
     )
     .default_backoff()
     .for_each(|_| async {});
@@ -559,7 +571,8 @@ async fn run_controllers(
                 "metadata.name={}",
                 ctx.config.worker.service_account_name
             )),
-        ),
+        )
+        .modify(slim),
     )
     .default_backoff()
     .for_each(|_| async {});
