@@ -394,6 +394,10 @@ async fn lead_then_run(
                 .modify(slim),
             ),
             run_key,
+            {
+                let ctx = ctx.clone();
+                move |run: &Run| ctx.superseded.is_own_write(run)
+            },
             false,
         ),
         ctx.caches.runs.clone().expect("the binary's Run cache"),
@@ -494,6 +498,7 @@ async fn run_controllers(
         )
         .default_backoff(),
         pod_key,
+        |_: &Pod| false,
         true,
     );
     let workflow_changes = reflector(workflow_writer, watcher(workflows, mine()).modify(slim))

@@ -276,14 +276,15 @@ impl<'a> RunReconcile<'a> {
                 "metadata": {"resourceVersion": run.resource_version()},
                 "status": draft.status,
             });
-            runs.patch_status(
-                &name,
-                &PatchParams::apply(MANAGER).force(),
-                &Patch::Apply(&patch),
-            )
-            .await?;
+            let written = runs
+                .patch_status(
+                    &name,
+                    &PatchParams::apply(MANAGER).force(),
+                    &Patch::Apply(&patch),
+                )
+                .await?;
             if let Some(rv) = run.resource_version() {
-                ctx.superseded.record(run, &rv);
+                ctx.superseded.record(run, &rv, written.resource_version());
             }
         }
         for p in &draft.delete_pods {

@@ -4,8 +4,10 @@
 //! worker pod changes several times on its way to Running (bound, container created, …): at
 //! 200 Runs at once that was 10 reconciles per run, most of them looking at a change the
 //! reconcile does not act on. [`changes`] passes an object on only when the part of it a
-//! reconcile acts on ([`run_key`], [`pod_key`]) differs from the last one passed; the caches
-//! (the reflectors before it) still see every change, so a reconcile reads the newest copy.
+//! reconcile acts on ([`run_key`], [`pod_key`]) differs from the last one passed, and never
+//! a Run copy the reconciler's own status write produced (the reconcile that wrote it decided
+//! its next step already: a requeue, or the change it waits for); the caches (the reflectors
+//! before it) still see every change, so a reconcile reads the newest copy.
 //!
 //! [`slim`] drops what no reader of the caches uses (managedFields, kubectl's
 //! last-applied-configuration) before an object is stored: the reflector stores hold one copy
@@ -25,7 +27,7 @@ use openwop_crds::Run;
 /// annotations, and the status but the progress the event consumer records at each event
 /// (`lastSequence`, `events`, `currentNode`, `runningNodes`): a reconcile reads those when it
 /// runs for another reason, none of them alone asks for one.
-pub fn run_key(run: &Run) -> u64 {
+pub fn run_key(run: &Run) -> Option<u64> {
     let m = &run.metadata;
     let mut h = DefaultHasher::new();
     (
@@ -46,14 +48,22 @@ pub fn run_key(run: &Run) -> u64 {
         // The status has no Hash (floats in outputs); its JSON is its identity.
         serde_json::to_string(&st).unwrap_or_default().hash(&mut h);
     }
-    h.finish()
+    Some(h.finish())
 }
 
-/// What of a worker pod a reconcile acts on ([`super::state::WorkerState`], the slot it holds):
-/// its phase, its deletion, and the worker container's termination (exit code, message).
-/// Scheduling and container creation alone (still `Pending`) ask for nothing.
-pub fn pod_key(pod: &Pod) -> u64 {
+/// What of a worker pod a reconcile acts on ([`super::state::WorkerState`], the slot it
+/// holds): its end (phase, the worker container's exit code and message) and its deletion.
+/// `None` while it is neither ended nor being deleted: a live pod's scheduling, container
+/// creation and start ask for nothing (the run's phase is `running` from the pod's creation,
+/// and the event consumer records the rest).
+pub fn pod_key(pod: &Pod) -> Option<u64> {
     let status = pod.status.as_ref();
+    let phase = status.and_then(|s| s.phase.as_deref());
+    let ended = matches!(phase, Some("Succeeded" | "Failed"));
+    let deleting = pod.metadata.deletion_timestamp.is_some();
+    if !ended && !deleting {
+        return None;
+    }
     let terminated = status
         .and_then(|s| s.container_statuses.as_ref())
         .and_then(|cs| cs.iter().find(|c| c.name == "worker"))
@@ -61,22 +71,19 @@ pub fn pod_key(pod: &Pod) -> u64 {
         .and_then(|s| s.terminated.as_ref())
         .map(|t| (t.exit_code, t.message.clone()));
     let mut h = DefaultHasher::new();
-    (
-        &pod.metadata.uid,
-        status.and_then(|s| s.phase.as_deref()),
-        pod.metadata.deletion_timestamp.is_some(),
-        terminated,
-    )
-        .hash(&mut h);
-    h.finish()
+    (&pod.metadata.uid, phase, deleting, terminated).hash(&mut h);
+    Some(h.finish())
 }
 
 /// The objects of a watch stream whose `key` changed since the last one passed for them
-/// (first sight passes). `deletes`: a deleted object passes too (a deleted worker pod frees
-/// its slot for the queued runs), and is forgotten.
+/// (first sight passes); a `None` key never passes. `own`: a copy this reconciler's own
+/// write produced (the reconcile that wrote it has acted on it already): remembered, not
+/// passed. `deletes`: a deleted object passes too (a deleted worker pod frees its slot for
+/// the queued runs), and is forgotten.
 pub fn changes<K, S>(
     events: S,
-    key: fn(&K) -> u64,
+    key: fn(&K) -> Option<u64>,
+    own: impl Fn(&K) -> bool + Send + 'static,
     deletes: bool,
 ) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static
 where
@@ -97,10 +104,13 @@ where
     events.filter_map(move |ev| {
         let out = match ev {
             Err(e) => Some(Err(e)),
-            Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => {
-                let k = key(&o);
-                (seen.insert(id(&o), k) != Some(k)).then_some(Ok(o))
-            }
+            Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => match key(&o) {
+                None => None,
+                Some(k) => {
+                    let changed = seen.insert(id(&o), k) != Some(k);
+                    (changed && !own(&o)).then_some(Ok(o))
+                }
+            },
             Ok(watcher::Event::Delete(o)) => {
                 seen.remove(&id(&o));
                 deletes.then_some(Ok(o))
@@ -163,11 +173,16 @@ mod tests {
 
     fn passed<K: Resource + Clone + Send + 'static>(
         events: Vec<watcher::Event<K>>,
-        key: fn(&K) -> u64,
+        key: fn(&K) -> Option<u64>,
+        own: impl Fn(&K) -> bool + Send + 'static,
         deletes: bool,
     ) -> usize {
-        let s = changes(stream::iter(events.into_iter().map(Ok)), key, deletes);
+        let s = changes(stream::iter(events.into_iter().map(Ok)), key, own, deletes);
         futures::executor::block_on(s.count())
+    }
+
+    fn none<K>(_: &K) -> bool {
+        false
     }
 
     #[test]
@@ -195,9 +210,15 @@ mod tests {
             )),
         ];
         assert_eq!(
-            passed(events, run_key, false),
+            passed(events.clone(), run_key, none, false),
             3,
             "created, running, completed; not the next two events' progress nor a resync"
+        );
+        let ours = |r: &Run| r.metadata.resource_version.as_deref() == Some("5");
+        assert_eq!(
+            passed(events, run_key, ours, false),
+            2,
+            "the completed copy is our own write's: remembered, not passed, and its resync neither"
         );
     }
 
