@@ -236,10 +236,14 @@ mod tests {
             Apply(pod("Succeeded", Some(0), true)),
             Delete(pod("Succeeded", Some(0), true)),
         ];
-        assert_eq!(passed(events.clone(), pod_key, true), 6);
         assert_eq!(
-            passed(events, pod_key, false),
-            5,
+            passed(events.clone(), pod_key, none, true),
+            3,
+            "Succeeded, deleting, deleted; not its life before it ended"
+        );
+        assert_eq!(
+            passed(events, pod_key, none, false),
+            2,
             "the delete only with deletes"
         );
     }
