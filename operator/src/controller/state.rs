@@ -283,8 +283,14 @@ impl<'a> RunReconcile<'a> {
                     &Patch::Apply(&patch),
                 )
                 .await?;
+            // A phase this write changed is acted on by the next reconcile (a run the operator
+            // ended gets its terminal event, a suspended one its wait): its copy triggers one.
+            // Any other write's copy is what this reconcile acted on; it triggers none.
+            let own = (draft.status.phase == original.phase)
+                .then(|| written.resource_version())
+                .flatten();
             if let Some(rv) = run.resource_version() {
-                ctx.superseded.record(run, &rv, written.resource_version());
+                ctx.superseded.record(run, &rv, own);
             }
         }
         for p in &draft.delete_pods {
