@@ -199,7 +199,7 @@ impl Elector {
         let (lost_tx, lost_rx) = oneshot::channel();
         // Dropped with the returned future: the thread's `keep` ends at once.
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
-        let failed = not_renewed.clone();
+        let failed = not_renewed;
         let spawned = std::thread::Builder::new()
             .name("leader-lease".into())
             .spawn(move || {

@@ -164,8 +164,7 @@ async fn main() -> anyhow::Result<()> {
     });
     let drain = Duration::from_secs(cfg.shutdown_drain_seconds);
     let lead = lead_then_run(
-        client,
-        kube_config,
+        (client, kube_config),
         cfg,
         identity,
         elector.clone(),
@@ -353,8 +352,8 @@ async fn publish_discovery(
 }
 
 async fn lead_then_run(
-    client: Client,
-    kube_config: kube::Config,
+    // The controllers' client, and the config the lease renewal builds its own from.
+    (client, kube_config): (Client, kube::Config),
     cfg: Arc<OperatorConfig>,
     identity: String,
     elector: Option<Arc<Elector>>,

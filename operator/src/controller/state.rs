@@ -283,12 +283,17 @@ impl<'a> RunReconcile<'a> {
                     &Patch::Apply(&patch),
                 )
                 .await?;
-            // A phase this write changed is acted on by the next reconcile (a run the operator
-            // ended gets its terminal event, a suspended one its wait): its copy triggers one.
-            // Any other write's copy is what this reconcile acted on; it triggers none.
-            let own = (draft.status.phase == original.phase)
-                .then(|| written.resource_version())
-                .flatten();
+            // A phase this write set that the next reconcile acts on (a run the operator ended
+            // gets its terminal event, a suspended or paused one its wait) makes its copy
+            // trigger one. Any other write's copy (the worker started, queued, progress) is
+            // what this reconcile acted on: it triggers none (the pod's end, a requeue or the
+            // Workflow's change brings the next step).
+            let next_step = draft.status.phase != original.phase
+                && !matches!(
+                    draft.status.phase,
+                    Some(openwop_crds::RunPhase::Running | openwop_crds::RunPhase::Pending)
+                );
+            let own = (!next_step).then(|| written.resource_version()).flatten();
             if let Some(rv) = run.resource_version() {
                 ctx.superseded.record(run, &rv, own);
             }

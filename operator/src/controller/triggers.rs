@@ -5,9 +5,9 @@
 //! 200 Runs at once that was 10 reconciles per run, most of them looking at a change the
 //! reconcile does not act on. [`changes`] passes an object on only when the part of it a
 //! reconcile acts on ([`run_key`], [`pod_key`]) differs from the last one passed, and never
-//! a Run copy the reconciler's own status write produced without changing the phase (the
-//! reconcile that wrote it decided its next step already: a requeue, or the change it waits
-//! for; see `RunReconcile::act`); the caches (the reflectors
+//! a Run copy the reconciler's own status write produced, unless it set a phase the next
+//! reconcile acts on (the reconcile that wrote it decided its next step already: a requeue,
+//! or the change it waits for; see `RunReconcile::act`); the caches (the reflectors
 //! before it) still see every change, so a reconcile reads the newest copy.
 //!
 //! [`slim`] drops what no reader of the caches uses (managedFields, kubectl's
