@@ -22,8 +22,8 @@ use kube::{Client, ResourceExt};
 use openwop_crds::{Run, RunPhase, Workflow};
 use openwop_operator::config::OperatorConfig;
 use openwop_operator::controller::{
-    CacheWriters, Caches, Context, error_policy, pod_triggers, reconcile_run, reconcile_workflow,
-    worker_selector,
+    CacheWriters, Caches, Context, changes, error_policy, pod_key, pod_triggers, reconcile_run,
+    reconcile_workflow, run_key, slim, worker_selector,
 };
 use openwop_operator::discovery::{self, DiscoveryContent, DiscoveryState};
 use openwop_operator::events::JetStreamSlot;
@@ -80,9 +80,12 @@ async fn main() -> anyhow::Result<()> {
     // Built-in node types only (the worker executes nothing else), with configured schemas.
     let registry = cfg.node_registry()?;
     let registry = Arc::new(registry);
-    let client = Client::try_default()
+    let kube_config = kube::Config::infer()
         .await
         .context("connecting to the Kubernetes API")?;
+    // The leader lease's renewals get a client of their own (`Elector::keep_apart`).
+    let client =
+        Client::try_from(kube_config.clone()).context("connecting to the Kubernetes API")?;
     let identity = args
         .identity
         .unwrap_or_else(|| format!("openwop-operator-{}", std::process::id()));
@@ -161,7 +164,7 @@ async fn main() -> anyhow::Result<()> {
     });
     let drain = Duration::from_secs(cfg.shutdown_drain_seconds);
     let lead = lead_then_run(
-        client,
+        (client, kube_config),
         cfg,
         identity,
         elector.clone(),
@@ -349,7 +352,8 @@ async fn publish_discovery(
 }
 
 async fn lead_then_run(
-    client: Client,
+    // The controllers' client, and the config the lease renewal builds its own from.
+    (client, kube_config): (Client, kube::Config),
     cfg: Arc<OperatorConfig>,
     identity: String,
     elector: Option<Arc<Elector>>,
@@ -376,15 +380,25 @@ async fn lead_then_run(
     tracing::info!(%identity, "leading: starting controllers");
     // The Run controller's cache also routes run events (by uid) to their Run.
     // Its store is also the reconciler's Run cache (the queue order).
+    // Only the changes a reconcile acts on trigger one (`controller::run_key`); the cache
+    // sees every change.
     let run_controller = Controller::for_stream(
-        reflector(
-            run_writer,
-            watcher(
-                scoped::<Run>(&client, &cfg),
-                watcher::Config::default().labels(&cfg.instance_selector()),
+        changes(
+            reflector(
+                run_writer,
+                watcher(
+                    scoped::<Run>(&client, &cfg),
+                    watcher::Config::default().labels(&cfg.instance_selector()),
+                )
+                .modify(slim),
             ),
-        )
-        .applied_objects(),
+            run_key,
+            {
+                let ctx = ctx.clone();
+                move |run: &Run| ctx.superseded.is_own_write(run)
+            },
+            false,
+        ),
         ctx.caches.runs.clone().expect("the binary's Run cache"),
     );
     let runs = run_controller.store();
@@ -405,7 +419,7 @@ async fn lead_then_run(
         let Some(e) = &elector else {
             return std::future::pending::<LeaseLost>().await;
         };
-        e.keep(timing, renewed).await
+        e.keep_apart(kube_config, timing, renewed).await
     };
     // Fencing: when `keep` returns, the controllers and the event consumer are dropped here
     // (cancelled at their next await), before the lease can expire for the other replicas;
@@ -472,16 +486,21 @@ async fn run_controllers(
     let mapper_store = store.clone();
     // The worker pods and Workflows trigger Run reconciles through the streams that feed the
     // reconciler's caches: a reconcile never reads a cache older than what triggered it.
-    let worker_pods = reflector(
-        pod_writer,
-        watcher(
-            scoped::<Pod>(&client, &ctx.config),
-            watcher::Config::default().labels(&worker_selector()),
-        ),
-    )
-    .default_backoff()
-    .touched_objects();
-    let workflow_changes = reflector(workflow_writer, watcher(workflows, mine()))
+    let worker_pods = changes(
+        reflector(
+            pod_writer,
+            watcher(
+                scoped::<Pod>(&client, &ctx.config),
+                watcher::Config::default().labels(&worker_selector()),
+            )
+            .modify(slim),
+        )
+        .default_backoff(),
+        pod_key,
+        |_: &Pod| false,
+        true,
+    );
+    let workflow_changes = reflector(workflow_writer, watcher(workflows, mine()).modify(slim))
         .default_backoff()
         .touched_objects();
     let (queue_runs, queue_pods) = (
@@ -543,7 +562,8 @@ async fn run_controllers(
         watcher(
             scoped::<ConfigMap>(&client, &ctx.config),
             watcher::Config::default().labels(&worker_selector()),
-        ),
+        )
+        .modify(slim),
     )
     .default_backoff()
     .for_each(|_| async {});
@@ -555,7 +575,8 @@ async fn run_controllers(
                 "metadata.name={}",
                 ctx.config.worker.service_account_name
             )),
-        ),
+        )
+        .modify(slim),
     )
     .default_backoff()
     .for_each(|_| async {});

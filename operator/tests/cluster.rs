@@ -516,7 +516,24 @@ async fn workflows_are_validated_and_a_run_gets_a_restricted_owned_pod_removed_w
             .then_some(reasons)
     })
     .await;
-    assert!(reasons.iter().any(|r| r == "Snapshotted"), "{reasons:?}");
+    // Snapshotted and started in the same reconcile: one Event naming both.
+    let started = events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .find(|e| {
+            e.regarding.as_ref().and_then(|o| o.name.as_deref()) == Some("r1")
+                && e.reason.as_deref() == Some("WorkerStarted")
+        })
+        .and_then(|e| e.note)
+        .unwrap_or_default();
+    assert!(
+        started.contains("snapshotted in ConfigMap") && started.contains("started worker pod"),
+        "{started:?}"
+    );
+    assert!(!reasons.iter().any(|r| r == "Snapshotted"), "{reasons:?}");
 
     runs.delete("r1", &DeleteParams::background())
         .await

@@ -67,7 +67,8 @@ async fn events_are_routed_by_uid_across_delete_and_recreate() {
         .await;
     assert!(!applied.unwrap(), "dropped");
 
-    // New uid: found in the cache (no LIST), read fresh, patched.
+    // New uid: found in the cache (no LIST, no GET: the cached resourceVersion is the
+    // write's precondition), patched.
     let (store, mut writer) = kube::runtime::reflector::store::<Run>();
     let new_run: Run = serde_json::from_value(run_with_uid("uid-new", Some(0))).unwrap();
     writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(new_run));
@@ -84,7 +85,7 @@ async fn events_are_routed_by_uid_across_delete_and_recreate() {
     .reply(200, run_with_uid("uid-new", Some(1)));
     let applied = api
         .play(
-            Scenario::new().then(get_r1("uid-new", 0)).then(write),
+            Scenario::new().then(write),
             apply_to_run(
                 &client,
                 &cfg,
@@ -98,14 +99,26 @@ async fn events_are_routed_by_uid_across_delete_and_recreate() {
         .await;
     assert!(applied.unwrap());
 
-    // A stale cache that still maps the old uid to r1 does not misroute either: the GET
-    // shows the name now has another uid.
+    // A stale cache that still maps the old uid to r1 does not misroute either: the write
+    // from the cached copy fails its precondition (the new r1 has another resourceVersion),
+    // and the GET after the conflict shows the name now has another uid.
     let (stale, mut w) = kube::runtime::reflector::store::<Run>();
-    let old_run: Run = serde_json::from_value(run_with_uid("uid-old", Some(3))).unwrap();
+    let mut old_run: Run = serde_json::from_value(run_with_uid("uid-old", Some(4))).unwrap();
+    old_run.metadata.resource_version = Some("3".into());
     w.apply_watcher_event(&kube::runtime::watcher::Event::Apply(old_run));
+    let conflict = Expect::new(
+        Method::PATCH,
+        "/apis/openwop.dev/v1alpha1/namespaces/team-a/runs/r1/status?&force=true&fieldManager=openwop-operator",
+    )
+    .body(|body| assert_eq!(body["metadata"]["resourceVersion"], "3"))
+    .reply(
+        409,
+        json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Conflict",
+               "message": "the object has been modified", "code": 409}),
+    );
     let applied = api
         .play(
-            Scenario::new().then(get_r1("uid-new", 1)),
+            Scenario::new().then(conflict).then(get_r1("uid-new", 1)),
             apply_to_run(
                 &client,
                 &cfg,

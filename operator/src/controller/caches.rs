@@ -65,19 +65,21 @@ impl Caches {
     }
 }
 
-/// Per Run (uid): the resourceVersion its last status write by this reconciler replaced. A
-/// reconcile of that copy would act on a status the reconciler already changed (starting a
-/// worker it started, writing a status that fails its precondition); the write's own watch
-/// event brings the fresh copy and another reconcile, so the stale one is skipped.
+/// Per Run (uid): the resourceVersion its last status write by this reconciler replaced, and
+/// the one that write produced. A reconcile of the replaced copy would act on a status the
+/// reconciler already changed (starting a worker it started, writing a status that fails its
+/// precondition): skipped. The produced copy is what that reconcile acted on and wrote, so
+/// it triggers no reconcile of its own ([`super::triggers::changes`]): the reconcile that
+/// wrote it returned its next step already.
 #[derive(Default)]
-pub struct Superseded(Mutex<HashMap<String, String>>);
+pub struct Superseded(Mutex<HashMap<String, (String, Option<String>)>>);
 
 impl Superseded {
-    /// A status write replaced `run`'s copy at `rv`.
-    pub(super) fn record(&self, run: &Run, rv: &str) {
+    /// A status write replaced `run`'s copy at `rv` with the copy at `written`.
+    pub(super) fn record(&self, run: &Run, rv: &str, written: Option<String>) {
         if let Some(uid) = run.uid() {
             let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
-            m.insert(uid, rv.to_owned());
+            m.insert(uid, (rv.to_owned(), written));
         }
     }
 
@@ -89,13 +91,23 @@ impl Superseded {
         };
         let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
         match m.get(&uid) {
-            Some(old) if *old == rv => true,
+            Some((old, _)) if *old == rv => true,
             Some(_) => {
                 m.remove(&uid);
                 false
             }
             None => false,
         }
+    }
+
+    /// Whether `run` is the copy this reconciler's last status write of it produced.
+    pub fn is_own_write(&self, run: &Run) -> bool {
+        let (Some(uid), Some(rv)) = (run.uid(), run.resource_version()) else {
+            return false;
+        };
+        let m = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        m.get(&uid)
+            .is_some_and(|(_, written)| written.as_deref() == Some(rv.as_str()))
     }
 
     /// The Run is gone.
@@ -271,13 +283,15 @@ mod tests {
         r.metadata.resource_version = Some("10".into());
         let s = Superseded::default();
         assert!(!s.is_stale(&r));
-        s.record(&r, "10");
+        s.record(&r, "10", Some("11".into()));
         assert!(s.is_stale(&r), "the cache has not caught up with the write");
+        assert!(!s.is_own_write(&r));
         r.metadata.resource_version = Some("11".into());
+        assert!(s.is_own_write(&r), "the copy the write produced");
         assert!(!s.is_stale(&r));
         r.metadata.resource_version = Some("10".into());
         assert!(!s.is_stale(&r), "forgotten once a newer copy was seen");
-        s.record(&r, "10");
+        s.record(&r, "10", None);
         s.forget(&r);
         assert!(!s.is_stale(&r));
     }

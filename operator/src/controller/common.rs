@@ -190,6 +190,13 @@ impl Draft {
         });
     }
 
+    /// Removes and returns the note of the Event `reason` recorded so far, to fold it into
+    /// another one of the same change.
+    pub(super) fn take_note(&mut self, reason: Reason) -> Option<String> {
+        let i = self.notes.iter().position(|n| n.reason == reason)?;
+        Some(self.notes.remove(i).note)
+    }
+
     /// The current worker pod goes (deleted when the reconcile acts).
     pub(super) fn stop_worker(&mut self) {
         if let Some(p) = self.status.worker_pod.take() {

@@ -9,6 +9,7 @@
 //! * [`slots`] — the exact per-namespace concurrency limit: slots reserved in memory, pods
 //!   created outside the lock;
 //! * [`caches`] — the watch caches the reconciler reads instead of GETs, and the queue order;
+//! * [`triggers`] — which watch events start a reconcile, and what the caches keep;
 //! * [`observe`] — the running worker: exit codes, termination summary, crashes and backoff;
 //! * [`cancel`] — `spec.cancel` (and its cascade to child runs);
 //! * [`pause`] — `spec.pause`: the live worker asked to stop at a safe point, no pod while
@@ -45,6 +46,7 @@ mod run;
 mod slots;
 mod start;
 mod state;
+mod triggers;
 mod waits;
 mod workflow;
 
@@ -53,6 +55,7 @@ pub use common::backoff_seconds;
 pub use run::reconcile_run;
 pub use slots::StartGate;
 pub use start::worker_selector;
+pub use triggers::{changes, pod_key, run_key, slim};
 pub use workflow::reconcile_workflow;
 
 pub use openwop_crds::names::RUN_FINALIZER;

@@ -276,14 +276,26 @@ impl<'a> RunReconcile<'a> {
                 "metadata": {"resourceVersion": run.resource_version()},
                 "status": draft.status,
             });
-            runs.patch_status(
-                &name,
-                &PatchParams::apply(MANAGER).force(),
-                &Patch::Apply(&patch),
-            )
-            .await?;
+            let written = runs
+                .patch_status(
+                    &name,
+                    &PatchParams::apply(MANAGER).force(),
+                    &Patch::Apply(&patch),
+                )
+                .await?;
+            // A phase this write set that the next reconcile acts on (a run the operator ended
+            // gets its terminal event, a suspended or paused one its wait) makes its copy
+            // trigger one. Any other write's copy (the worker started, queued, progress) is
+            // what this reconcile acted on: it triggers none (the pod's end, a requeue or the
+            // Workflow's change brings the next step).
+            let next_step = draft.status.phase != original.phase
+                && !matches!(
+                    draft.status.phase,
+                    Some(openwop_crds::RunPhase::Running | openwop_crds::RunPhase::Pending)
+                );
+            let own = (!next_step).then(|| written.resource_version()).flatten();
             if let Some(rv) = run.resource_version() {
-                ctx.superseded.record(run, &rv);
+                ctx.superseded.record(run, &rv, own);
             }
         }
         for p in &draft.delete_pods {

@@ -249,14 +249,21 @@ pub fn caches(
             Api::namespaced(client.clone(), &config.watch_namespace),
         )
     };
-    let run_watch = reflector(run_writer, watcher(run_api, mine.clone()))
-        .default_backoff()
-        .touched_objects()
-        .for_each(|_| async {});
-    let wf_watch = reflector(wf_writer, watcher(wf_api, mine))
-        .default_backoff()
-        .touched_objects()
-        .for_each(|_| async {});
+    // Without managedFields: one copy of every Run is held here (`controller::slim`).
+    let run_watch = reflector(
+        run_writer,
+        watcher(run_api, mine.clone()).modify(crate::controller::slim),
+    )
+    .default_backoff()
+    .touched_objects()
+    .for_each(|_| async {});
+    let wf_watch = reflector(
+        wf_writer,
+        watcher(wf_api, mine).modify(crate::controller::slim),
+    )
+    .default_backoff()
+    .touched_objects()
+    .for_each(|_| async {});
     use futures::StreamExt as _;
     let fut = async move {
         futures::join!(run_watch, wf_watch);
