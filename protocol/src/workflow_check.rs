@@ -591,11 +591,14 @@ fn check_flow(definition: &Value, nodes: &[Value], report: &mut CheckReport) {
                 .and_then(|d| d.get("field"))
                 .and_then(Value::as_str)
                 .unwrap_or("config");
+            // The pointer names node and field; the message keeps only what is wrong.
+            let prefix = format!("node {}: {field}: ", id.unwrap_or_default());
+            let message = e.message.strip_prefix(&prefix).unwrap_or(&e.message);
             report.error(problem(
                 ProblemCode::NodeConfigInvalid,
                 id,
                 format!("{base}/{}", field.replace('.', "/")),
-                e.message,
+                message.to_owned(),
             ));
         }
         let writes = match executor {
@@ -1136,6 +1139,7 @@ mod tests {
             assert_eq!(p.node_id.as_deref(), Some("call"), "{config}");
             assert_eq!(p.pointer, pointer, "{config}");
             assert!(p.message.contains(says), "{config}: {}", p.message);
+            assert!(!p.message.starts_with("node "), "said once: {p}");
         }
     }
 }
