@@ -160,12 +160,13 @@ async fn a_two_minute_delay_holds_no_pod_and_wakes_on_time_while_other_journeys_
             "a worker pod while the delay waits (sample {samples})"
         );
         samples += 1;
-        if guard.is_none() && k8s_openapi::jiff::Timestamp::now() >= relock_at {
-            if let Ok(g) = super::SERIAL.try_lock() {
-                // A journey before may have reinstalled the release: its operator must run.
-                super::release_ready(&c).await;
-                guard = Some(g);
-            }
+        if guard.is_none()
+            && k8s_openapi::jiff::Timestamp::now() >= relock_at
+            && let Ok(g) = super::SERIAL.try_lock()
+        {
+            // A journey before may have reinstalled the release: its operator must run.
+            super::release_ready(&c).await;
+            guard = Some(g);
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
