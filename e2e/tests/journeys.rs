@@ -120,6 +120,13 @@ fn helm_install(c: &Cluster, extra: &[&str]) -> String {
 async fn setup() -> (Cluster, tokio::sync::MutexGuard<'static, ()>) {
     let guard = SERIAL.lock().await;
     let c = cluster().await;
+    release_ready(&c).await;
+    (c, guard)
+}
+
+/// Under [`SERIAL`]: the release is installed (a journey before may have uninstalled it) and
+/// its operator runs.
+async fn release_ready(c: &Cluster) {
     target_bin("debug", "kubectl-openwop");
     if c.local {
         target_bin("debug", "openwop-operator");
@@ -128,13 +135,12 @@ async fn setup() -> (Cluster, tokio::sync::MutexGuard<'static, ()>) {
         if !*installed {
             // Helm installs crds/ only on first install: apply them so the release has the
             // CRDs of this tree (e.g. new Run fields, which the apiserver would prune).
-            apply_crds(&c);
-            helm_install(&c, &[]);
+            apply_crds(c);
+            helm_install(c, &[]);
             *installed = true;
         }
     }
-    wait_operator_ready(&c).await;
-    (c, guard)
+    wait_operator_ready(c).await;
 }
 
 async fn wait_operator_ready(c: &Cluster) {

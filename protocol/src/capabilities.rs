@@ -118,6 +118,9 @@ pub struct CapabilityFamilies {
     pub implementation: Option<Implementation>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub http_client: Option<HttpClient>,
+    /// `subWorkflow` (RFC 0022 §B): present while `core.subWorkflow` is registered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sub_workflow: Option<SubWorkflow>,
     /// Host extension (the schema is open): the registered node typeIds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_types: Option<Vec<String>>,
@@ -413,6 +416,30 @@ impl HttpClient {
                 .map(|m| m.as_str().to_owned())
                 .collect(),
         }
+    }
+}
+
+/// `subWorkflow` (RFC 0022 §B, `node-packs.md` §"`core.subWorkflow` contract"): the child
+/// run's variables are seeded from the parent's by `inputMapping`, once, at child creation
+/// (`crate::run::waits::SubWorkflowConfig::child_inputs`, applied by the operator).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SubWorkflow {
+    pub input_mapping: bool,
+}
+
+impl SubWorkflow {
+    /// What a host advertises with `node_types` registered: `inputMapping: true` while a
+    /// sub-workflow type is among them (its executor always honours the mapping).
+    pub fn of(node_types: &[String]) -> Option<SubWorkflow> {
+        node_types
+            .iter()
+            .any(|t| {
+                crate::run::nodes::executor_of(t) == Some(crate::run::nodes::Executor::SubWorkflow)
+            })
+            .then_some(SubWorkflow {
+                input_mapping: true,
+            })
     }
 }
 
@@ -797,6 +824,7 @@ pub fn build(cfg: &CapabilitiesConfig) -> Result<CapabilitiesDocument, Capabilit
         supported_transports: Some(dedup(&cfg.transports)),
         implementation: Some(cfg.implementation.clone()),
         http_client: cfg.http_client.clone(),
+        sub_workflow: SubWorkflow::of(&cfg.node_types),
         node_types: (!cfg.node_types.is_empty()).then(|| cfg.node_types.clone()),
         event_stream: cfg.event_stream.clone(),
         test_seams: (!cfg.test_seam_paths.is_empty()).then(|| TestSeamPaths {

@@ -576,6 +576,31 @@ fn check_flow(definition: &Value, nodes: &[Value], report: &mut CheckReport) {
                 ));
             }
         }
+        // A sub-workflow's config is read the way the worker reads it, so what the worker
+        // would refuse mid-run (a missing workflowId, a mapping that is not name → name,
+        // fire-and-forget) is refused here, naming the node and field.
+        if executor == Some(Executor::SubWorkflow)
+            && let Err(e) = crate::run::waits::SubWorkflowConfig::parse(
+                id.unwrap_or_default(),
+                config.unwrap_or(&Value::Null),
+            )
+        {
+            let field = e
+                .details
+                .as_ref()
+                .and_then(|d| d.get("field"))
+                .and_then(Value::as_str)
+                .unwrap_or("config");
+            // The pointer names node and field; the message keeps only what is wrong.
+            let prefix = format!("node {}: {field}: ", id.unwrap_or_default());
+            let message = e.message.strip_prefix(&prefix).unwrap_or(&e.message);
+            report.error(problem(
+                ProblemCode::NodeConfigInvalid,
+                id,
+                format!("{base}/{}", field.replace('.', "/")),
+                message.to_owned(),
+            ));
+        }
         let writes = match executor {
             Some(Executor::SetVariable) => true,
             Some(Executor::GetVariable) => false,
@@ -1060,5 +1085,61 @@ mod tests {
             "{}",
             r.errors[0].message
         );
+    }
+
+    #[test]
+    fn a_sub_workflow_config_is_checked_at_registration_naming_node_and_field() {
+        let reg = NodeRegistry::builtin();
+        let kinds = BTreeSet::new();
+        let call = |config: Value| {
+            check_workflow(
+                &wf(
+                    "w",
+                    json!([{"id": "call", "typeId": "core.subWorkflow", "config": config}]),
+                ),
+                &opts(&reg, &kinds),
+            )
+        };
+        // The conformance fixtures' shape passes, inputMapping included.
+        let r = call(json!({"workflowId": "child", "waitForCompletion": true,
+                            "inputMapping": {"receivedPrdId": "currentPrdId"},
+                            "outputMapping": {"childOutcome": "childResult"}}));
+        assert!(r.is_valid(), "{:?}", r.errors);
+        for (config, pointer, says) in [
+            (json!({}), "/nodes/0/config/workflowId", "required"),
+            (
+                json!({"workflowId": "c", "inputMapping": {"a": 1}}),
+                "/nodes/0/config/inputMapping",
+                "variable name → variable name",
+            ),
+            (
+                json!({"workflowId": "c", "inputMapping": ["a"]}),
+                "/nodes/0/config/inputMapping",
+                "variable name → variable name",
+            ),
+            (
+                json!({"workflowId": "c", "outputMapping": {"a": null}}),
+                "/nodes/0/config/outputMapping",
+                "variable name → variable name",
+            ),
+            (
+                json!({"workflowId": "c", "waitForCompletion": false}),
+                "/nodes/0/config/waitForCompletion",
+                "not supported",
+            ),
+            (
+                json!({"workflowId": "c", "onChildFailure": "ignore"}),
+                "/nodes/0/config/onChildFailure",
+                "fail-parent or absorb",
+            ),
+        ] {
+            let r = call(config.clone());
+            assert_eq!(codes(&r), vec![ProblemCode::NodeConfigInvalid], "{config}");
+            let p = &r.errors[0];
+            assert_eq!(p.node_id.as_deref(), Some("call"), "{config}");
+            assert_eq!(p.pointer, pointer, "{config}");
+            assert!(p.message.contains(says), "{config}: {}", p.message);
+            assert!(!p.message.starts_with("node "), "said once: {p}");
+        }
     }
 }

@@ -596,3 +596,29 @@ fn interrupt_tokens_are_advertised_only_when_served() {
     extra["extensions"]["interrupts"]["tokenFormat"] = json!("jwt");
     assert!(schema::validate(Document::Capabilities, &extra).is_err());
 }
+
+#[test]
+fn sub_workflow_input_mapping_is_advertised_while_a_sub_workflow_type_is_registered() {
+    for t in ["core.subWorkflow", "core.control.subWorkflow"] {
+        let v = build(&CapabilitiesConfig {
+            node_types: vec!["core.noop".into(), t.into()],
+            ..CapabilitiesConfig::default()
+        })
+        .unwrap()
+        .to_value();
+        valid(&v);
+        assert_eq!(v["subWorkflow"], json!({"inputMapping": true}), "{t}");
+        assert_eq!(
+            v["capabilities"]["subWorkflow"], v["subWorkflow"],
+            "mirrored"
+        );
+    }
+    let v = build(&CapabilitiesConfig {
+        node_types: vec!["core.noop".into()],
+        ..CapabilitiesConfig::default()
+    })
+    .unwrap()
+    .to_value();
+    valid(&v);
+    assert!(v.get("subWorkflow").is_none(), "{v:#}");
+}

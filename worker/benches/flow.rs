@@ -1,5 +1,6 @@
-//! Issue 24 figure: one run of 10,000 node executions — node executions per second and the
-//! executing process's peak RSS, beside a 1-node run measured in the same bench run.
+//! Issue 24 figures: one run of 10,000 node executions, and one run of a 10,000-iteration
+//! `core.loop` — node executions (iterations) per second and the executing process's peak RSS,
+//! beside a 1-node run measured in the same bench run.
 //!
 //! The run is a chain of 10,000 `core.flow.noop` nodes (n1 → n2 → … ): the only shape in
 //! which one run executes 10,000 nodes on this host (cycles are refused and `core.loop`
@@ -12,6 +13,12 @@
 //! with the host's `maxNodeExecutions` raised to the chain's length. The child's VmHWM is
 //! sampled by the parent, as `fanout` does for the worker binary.
 //!
+//! The loop run is one `core.loop` over a 10,000-item array (a static input): this host's
+//! `core.loop` has the published flow pack's iterator semantics, so its 10,000 iterations are
+//! one node execution whose `node.completed` carries all 10,000 `{item, index, total}` — the
+//! figure is iterations per second of that run, and the peak RSS shows what holding the
+//! array, its annotation and the event costs.
+//!
 //! Run alone: `cargo bench -p openwop-worker --bench flow`.
 
 use std::process::{Command, Stdio};
@@ -19,6 +26,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use openwop_nats::NatsAuth;
+use openwop_protocol::events::EventType;
 use openwop_protocol::graph::Graph;
 use openwop_protocol::redact::Redactor;
 use openwop_protocol::run::snapshot::RunSnapshot;
@@ -34,6 +42,47 @@ mod common;
 
 const STREAM: &str = "BENCH_FLOW";
 const CHILD_ENV: &str = "OPENWOP_FLOW_BENCH_NODES";
+const SHAPE_ENV: &str = "OPENWOP_FLOW_BENCH_SHAPE";
+
+/// What one measured run executes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Shape {
+    /// `n` chained `core.flow.noop` nodes: `n` node executions.
+    Chain,
+    /// One `core.loop` over an `n`-item array: `n` iterations in one node execution.
+    Loop,
+}
+
+impl Shape {
+    fn name(self) -> &'static str {
+        match self {
+            Shape::Chain => "chain",
+            Shape::Loop => "loop",
+        }
+    }
+
+    fn parse(s: &str) -> Shape {
+        match s {
+            "loop" => Shape::Loop,
+            _ => Shape::Chain,
+        }
+    }
+
+    fn workflow(self, n: usize) -> Value {
+        match self {
+            Shape::Chain => chain(n),
+            Shape::Loop => iterations(n),
+        }
+    }
+
+    /// Node executions of the run (the events are two per node plus run start and end).
+    fn nodes(self, n: usize) -> usize {
+        match self {
+            Shape::Chain => n,
+            Shape::Loop => 1,
+        }
+    }
+}
 
 fn chain(n: usize) -> Value {
     let nodes: Vec<Value> = (1..=n)
@@ -45,12 +94,20 @@ fn chain(n: usize) -> Value {
     json!({"id": "chain", "nodes": nodes, "edges": edges})
 }
 
-/// The child: runs one chain of `n` nodes to completion and prints its wall time (ms).
-fn child(n: usize, url: &str) {
-    let name = format!("chain-{n}");
+/// One `core.loop` node iterating over `n` numbers.
+fn iterations(n: usize) -> Value {
+    let array: Vec<usize> = (0..n).collect();
+    json!({"id": "loop", "nodes": [{"id": "each", "typeId": "core.loop",
+                                     "inputs": {"array": {"type": "static", "value": array}}}],
+           "edges": []})
+}
+
+/// The child: runs one run of `shape` and size `n` to completion and prints its wall time (ms).
+fn child(shape: Shape, n: usize, url: &str) {
+    let name = format!("{}-{n}", shape.name());
     let snap: RunSnapshot = serde_json::from_value(json!({
         "run": {"namespace": "bench", "name": name, "runId": format!("{name}-run")},
-        "workflow": chain(n),
+        "workflow": shape.workflow(n),
         "host": {"limits": {"clarificationRounds": 3, "schemaRounds": 3, "envelopesPerTurn": 32,
                             "maxNodeExecutions": n}}}))
     .unwrap();
@@ -81,19 +138,32 @@ fn child(n: usize, url: &str) {
         let mut exec = Executor::new(&snap, &graph, &cfg, log, reasoning);
         let end = exec.run().await.unwrap();
         assert_eq!(end, RunEnd::Completed);
-        assert_eq!(exec.log_mut().events().len(), 2 * n + 2);
+        assert_eq!(exec.log_mut().events().len(), 2 * shape.nodes(n) + 2);
+        if shape == Shape::Loop {
+            // The iterations really happened: the annotation of the last item is in the event.
+            let done = exec
+                .log_mut()
+                .events()
+                .iter()
+                .rev()
+                .find(|e| e.event_type == EventType::NodeCompleted);
+            let outputs = &done.expect("node.completed").payload["outputs"];
+            assert_eq!(outputs["total"], n);
+            assert_eq!(outputs["items"][n - 1]["index"], n - 1);
+        }
         started.elapsed()
     });
     println!("{}", wall.as_secs_f64() * 1000.0);
 }
 
-/// (wall time of the run, peak RSS KiB of the process) of one chain of `n` nodes.
-fn measure(url: &str, n: usize) -> (Duration, u64) {
+/// (wall time of the run, peak RSS KiB of the process) of one run of `shape` and size `n`.
+fn measure(url: &str, shape: Shape, n: usize) -> (Duration, u64) {
     let exe = std::env::current_exe().unwrap();
     // Reaped by `wait_sampling_rss` (polled, so VmHWM can be sampled while it runs).
     #[allow(clippy::zombie_processes)]
     let mut child = Command::new(exe)
         .env(CHILD_ENV, n.to_string())
+        .env(SHAPE_ENV, shape.name())
         .env("OPENWOP_FLOW_BENCH_URL", url)
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -109,7 +179,8 @@ fn measure(url: &str, n: usize) -> (Duration, u64) {
 fn main() {
     if let Ok(n) = std::env::var(CHILD_ENV) {
         let url = std::env::var("OPENWOP_FLOW_BENCH_URL").unwrap();
-        child(n.parse().unwrap(), &url);
+        let shape = Shape::parse(&std::env::var(SHAPE_ENV).unwrap_or_default());
+        child(shape, n.parse().unwrap(), &url);
         return;
     }
     if common::filtered_out("flow") {
@@ -119,9 +190,10 @@ fn main() {
     let url = srv.url();
     const N: usize = 10_000;
     // Warm-up (page cache, the stream's first writes).
-    measure(&url, 10);
-    let (one, one_rss) = measure(&url, 1);
-    let (big, big_rss) = measure(&url, N);
+    measure(&url, Shape::Chain, 10);
+    let (one, one_rss) = measure(&url, Shape::Chain, 1);
+    let (big, big_rss) = measure(&url, Shape::Chain, N);
+    let (lp, lp_rss) = measure(&url, Shape::Loop, N);
     let rate = |n: usize, d: Duration| n as f64 / d.as_secs_f64();
     println!(
         "one run of {N} node executions (a chain of core.flow.noop; worker executor, real JetStream acks):"
@@ -139,5 +211,12 @@ fn main() {
     println!(
         "  peak RSS of the 10,000-node run over the 1-node run: +{} KiB",
         big_rss.saturating_sub(one_rss)
+    );
+    println!("one run of a {N}-iteration core.loop (one node execution, iterator semantics):");
+    println!(
+        "  {N} iterations: {:>9.1} ms  -> {:>8.0} iterations/s; peak RSS {lp_rss} KiB (+{} KiB over the 1-node run)",
+        lp.as_secs_f64() * 1000.0,
+        rate(N, lp),
+        lp_rss.saturating_sub(one_rss)
     );
 }

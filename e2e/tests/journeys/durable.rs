@@ -2,7 +2,8 @@
 //! (2 s in e2e/helm/mini-cluster-values.yaml) holds no worker pod while it waits and wakes
 //! within 2 s of its recorded time, also across an operator restart; a `core.subWorkflow`
 //! runs its child Run and completes with the child's outcome; cancelling the parent cancels
-//! the child (`reason: parent-cancelled`).
+//! the child (`reason: parent-cancelled`). The 2-minute delay runs beside the other
+//! journeys (it gives their lock back while it waits).
 
 use super::*;
 
@@ -61,24 +62,49 @@ fn lateness_ms(c: &Cluster, ns: &str, run: &str) -> i64 {
     (done - at(timer)).get_milliseconds()
 }
 
+/// Applies workflow `wf` (one delay of `ms`) and its Run `run`; returns the recorded wake time
+/// once the worker has exited and the run waits, `running`, with no pod.
+async fn start_delay(
+    c: &Cluster,
+    ns: &str,
+    wf: &str,
+    run: &str,
+    ms: u64,
+) -> k8s_openapi::jiff::Timestamp {
+    ok(apply(c, ns, &delay_workflow(wf, ms)), "apply workflow");
+    wait_workflow(c, ns, wf, "True").await;
+    ok(apply(c, ns, &run_of(run, wf, json!({}))), "apply run");
+    let wake = at(&wake_at(c, ns, run).await);
+    // The worker exits once the timer is recorded: no pod while the run waits.
+    no_worker_pods(c, ns, Duration::from_secs(30)).await;
+    let st = status(&api(c, ns, "Run").get(run).await.unwrap());
+    assert_eq!(st["phase"], "running", "a delay is never waiting-*: {st:#}");
+    wake
+}
+
+/// `run` completes, its delay woke within 2 s of the recorded time, and the timer was
+/// recorded once; returns the run's events.
+async fn assert_woke_on_time_once(c: &Cluster, ns: &str, run: &str) -> Vec<Value> {
+    wait_run(c, ns, run, "completed", 60).await;
+    let late = lateness_ms(c, ns, run);
+    assert!((0..=2000).contains(&late), "woke {late} ms after wakeAt");
+    let evs = events(c, ns, run);
+    assert_eq!(
+        evs.iter()
+            .filter(|e| e["payload"]["fields"]["timer"].is_object())
+            .count(),
+        1,
+        "one timer, recorded once: {:?}",
+        types(&evs)
+    );
+    evs
+}
+
 #[tokio::test]
 async fn a_long_delay_holds_no_pod_and_wakes_on_time_across_an_operator_restart() {
     let (c, _g) = setup().await;
     let ns = namespace(&c.client, "j-delay").await;
-    ok(
-        apply(&c, &ns, &delay_workflow("nap", 10_000)),
-        "apply workflow",
-    );
-    wait_workflow(&c, &ns, "nap", "True").await;
-    ok(
-        apply(&c, &ns, &run_of("nap-1", "nap", json!({}))),
-        "apply run",
-    );
-    let wake = at(&wake_at(&c, &ns, "nap-1").await);
-    // The worker exits once the timer is recorded: no pod while the run waits.
-    no_worker_pods(&c, &ns, Duration::from_secs(30)).await;
-    let st = status(&api(&c, &ns, "Run").get("nap-1").await.unwrap());
-    assert_eq!(st["phase"], "running", "a delay is never waiting-*: {st:#}");
+    let wake = start_delay(&c, &ns, "nap", "nap-1", 10_000).await;
     let printed = ok(
         kubectl(&c, &["get", "run", "nap-1", "-n", &ns], None),
         "kubectl get run",
@@ -97,18 +123,70 @@ async fn a_long_delay_holds_no_pod_and_wakes_on_time_across_an_operator_restart(
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    wait_run(&c, &ns, "nap-1", "completed", 60).await;
-    let late = lateness_ms(&c, &ns, "nap-1");
-    assert!((0..=2000).contains(&late), "woke {late} ms after wakeAt");
-    let evs = events(&c, &ns, "nap-1");
-    assert_eq!(
-        evs.iter()
-            .filter(|e| e["payload"]["fields"]["timer"].is_object())
-            .count(),
-        1,
-        "one timer, recorded once: {:?}",
-        types(&evs)
-    );
+    assert_woke_on_time_once(&c, &ns, "nap-1").await;
+}
+
+/// How long the long delay waits (2 minutes).
+const LONG_DELAY_MS: u64 = 120_000;
+/// How long before the long delay's wake time it takes the journey lock back, so no other
+/// journey restarts or reinstalls anything while it wakes.
+const RELOCK_LEAD: k8s_openapi::jiff::SignedDuration =
+    k8s_openapi::jiff::SignedDuration::from_secs(40);
+
+/// The 2-minute delay: it holds no worker pod for the whole wait (sampled every
+/// 500 ms), survives the operator being killed mid-wait and wakes within 2 s of its recorded
+/// time. It holds the journey lock only to start (and kill the operator) and from
+/// [`RELOCK_LEAD`] before the wake to the end: in between the other journeys of this binary
+/// run (they restart the operator and NATS and reinstall the release, none of which may
+/// start a pod for this run), so the 2 minutes are not added to the suite's wall time when it
+/// runs with more than one test thread.
+#[tokio::test]
+async fn a_two_minute_delay_holds_no_pod_and_wakes_on_time_while_other_journeys_run() {
+    let (c, guard) = setup().await;
+    let ns = namespace(&c.client, "j-delay2m").await;
+    let wake = start_delay(&c, &ns, "nap2m", "nap2m-1", LONG_DELAY_MS).await;
+    // Killed mid-wait: the replacement operator requeues the run from its recorded wakeAt.
+    restart_operator(&c).await;
+    drop(guard);
+
+    // Until shortly before the wake time, never a worker pod; the lock is taken back on the way.
+    let lead = k8s_openapi::jiff::SignedDuration::from_millis(1500);
+    let relock_at = wake.checked_sub(RELOCK_LEAD).unwrap();
+    let mut guard = None;
+    let mut samples = 0u32;
+    while k8s_openapi::jiff::Timestamp::now() < wake.checked_sub(lead).unwrap() {
+        assert!(
+            worker_pods(&c, &ns).await.is_empty(),
+            "a worker pod while the delay waits (sample {samples})"
+        );
+        samples += 1;
+        if guard.is_none()
+            && k8s_openapi::jiff::Timestamp::now() >= relock_at
+            && let Ok(g) = super::SERIAL.try_lock()
+        {
+            // A journey before may have reinstalled the release: its operator must run.
+            super::release_ready(&c).await;
+            guard = Some(g);
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    // 118.5 s at one sample per 500 ms plus the API round trips: well over 100 samples.
+    assert!(samples >= 100, "only {samples} samples of the worker pods");
+    let _guard = match guard {
+        Some(g) => g,
+        None => {
+            let g = super::SERIAL.lock().await;
+            super::release_ready(&c).await;
+            g
+        }
+    };
+    let evs = assert_woke_on_time_once(&c, &ns, "nap2m-1").await;
+    // The recorded wait is the configured one.
+    let timer = evs
+        .iter()
+        .find_map(|e| e["payload"]["fields"]["timer"].as_object())
+        .unwrap();
+    assert_eq!(timer["delayMs"], LONG_DELAY_MS, "{timer:?}");
 }
 
 /// Child `child-wf` (two noops, `childResult` defaulting to "child-completed", or a 10 s
@@ -118,20 +196,30 @@ fn sub_workflows(c: &Cluster, ns: &str, slow: bool) {
         json!([{"id": "child-wait", "typeId": "core.delay",
                 "inputs": {"delayMs": {"type": "static", "value": 10_000}}}])
     } else {
-        json!([{"id": "child-n1", "typeId": "core.flow.noop"}, {"id": "child-n2", "typeId": "core.flow.noop"}])
+        json!([{"id": "child-n1", "typeId": "core.flow.noop"}, {"id": "child-n2", "typeId": "core.flow.noop"},
+               {"id": "child-read", "typeId": "core.getVariable", "config": {"name": "receivedPrdId"}}])
     };
+    // The input-mapping fixture's names (conformance-subworkflow-input-mapping[-child]): the
+    // child's default "baked-in" is overridden by the parent's `currentPrdId`; the parent's
+    // `unsetPrdId` has no value, so the child's `unsetCopy` stays unset (never null).
     let child = json!({
         "apiVersion": "openwop.dev/v1alpha1", "kind": "Workflow", "metadata": {"name": "child-wf"},
         "spec": {"id": "child-wf", "name": "child", "version": "1",
-                 "variables": [{"name": "childResult", "type": "string", "defaultValue": "child-completed"}],
+                 "variables": [{"name": "childResult", "type": "string", "defaultValue": "child-completed"},
+                               {"name": "receivedPrdId", "type": "string", "defaultValue": "baked-in"},
+                               {"name": "unsetCopy", "type": "string"}],
                  "nodes": child_nodes}});
     let parent = json!({
         "apiVersion": "openwop.dev/v1alpha1", "kind": "Workflow", "metadata": {"name": "parent-wf"},
         "spec": {"id": "parent-wf", "name": "parent", "version": "1",
+                 "variables": [{"name": "currentPrdId", "type": "string", "defaultValue": "prd-1"},
+                               {"name": "unsetPrdId", "type": "string"}],
                  "nodes": [{"id": "parent-start", "typeId": "core.flow.noop"},
                            {"id": "subwf-call", "typeId": "core.control.subWorkflow",
                             "config": {"workflowId": "child-wf", "waitForCompletion": true,
                                        "onChildFailure": "fail-parent",
+                                       "inputMapping": {"receivedPrdId": "currentPrdId",
+                                                        "unsetCopy": "unsetPrdId"},
                                        "outputMapping": {"childOutcome": "childResult"}}},
                            {"id": "parent-end", "typeId": "core.flow.noop"}],
                  "edges": [{"id": "ep1", "sourceNodeId": "parent-start", "targetNodeId": "subwf-call"},
@@ -161,13 +249,31 @@ async fn a_sub_workflow_runs_its_child_and_completes_with_its_outcome() {
     wait_workflow(&c, &ns, "parent-wf", "True").await;
     wait_workflow(&c, &ns, "child-wf", "True").await;
     ok(
-        apply(&c, &ns, &run_of("parent-1", "parent-wf", json!({}))),
+        apply(
+            &c,
+            &ns,
+            &run_of("parent-1", "parent-wf", json!({"currentPrdId": "prd-42"})),
+        ),
         "apply run",
     );
     let st = wait_run(&c, &ns, "parent-1", "completed", 120).await;
     let child = child_of(&c, &ns, "parent-1").await;
     let child_name = child.metadata.name.clone().unwrap();
     let child_st = wait_run(&c, &ns, &child_name, "completed", 10).await;
+    // inputMapping: the child was created with the parent's value of the run (not its default,
+    // not the child's default), and nothing for the unset parent variable.
+    assert_eq!(
+        child.data["spec"]["inputs"],
+        json!({"receivedPrdId": "prd-42"}),
+        "the child's inputs: {:#}",
+        child.data["spec"]
+    );
+    let child_evs = events(&c, &ns, &child_name);
+    let read = child_evs
+        .iter()
+        .find(|e| e["type"] == "node.completed" && e["nodeId"] == "child-read")
+        .unwrap_or_else(|| panic!("child-read completed: {:?}", types(&child_evs)));
+    assert_eq!(read["payload"]["outputs"]["value"], "prd-42", "{read:#}");
     assert_eq!(
         st["childRuns"][0]["runId"], child_st["runId"],
         "the parent lists its child: {st:#}"

@@ -34,6 +34,7 @@ fixtures!(
     "conformance-multi-node",
     "conformance-noop",
     "conformance-subworkflow-child",
+    "conformance-subworkflow-input-mapping",
     "conformance-subworkflow-parent",
 );
 
