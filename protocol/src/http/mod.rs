@@ -91,17 +91,18 @@ impl HttpClientProfile {
 }
 
 /// The `Idempotency-Key` of a non-idempotent call: `openwop-` and 16 hex digits of
-/// SHA-256(runId ␀ nodeId ␀ hex SHA-256(body)). The same run, node and body give the same key,
-/// so a call repeated after a kill (in flight, unrecorded) is deduplicated by a server that
-/// honours the header.
+/// SHA-256(runId ␀ nodeId ␀ body), the derivation of the spec's reference
+/// `core.openwop.http.fetch` pack (and, for a JSON body, the conformance suite's canonical
+/// `sha256(runId\0nodeId\0JSON(payload))`), so the same call gets the same key on any
+/// conforming host. The same run, node and body give the same key, so a call repeated after a
+/// kill (in flight, unrecorded) is deduplicated by a server that honours the header.
 pub fn idempotency_key(run_id: &str, node_id: &str, body: &[u8]) -> String {
-    let body_hash = hex::encode(Sha256::digest(body));
     let mut h = Sha256::new();
     h.update(run_id.as_bytes());
     h.update([0]);
     h.update(node_id.as_bytes());
     h.update([0]);
-    h.update(body_hash.as_bytes());
+    h.update(body);
     let digest = hex::encode(h.finalize());
     format!("openwop-{}", &digest[..16])
 }
@@ -193,6 +194,14 @@ mod tests {
         assert_ne!(k, idempotency_key("run-2", "post", br#"{"a":1}"#));
         assert_ne!(k, idempotency_key("run-1", "other", br#"{"a":1}"#));
         assert_ne!(k, idempotency_key("run-1", "post", br#"{"a":2}"#));
+        // The conformance suite's cross-implementation vectors
+        // (idempotency-key-determinism.test.ts, canonicalCompositeKey), computed here with
+        // Python's hashlib: a JSON body, and no body (payload null).
+        assert_eq!(
+            idempotency_key("run-A", "node-1", br#"{"task":"create-charge","amount":100}"#),
+            "openwop-75a686dfa6709126"
+        );
+        assert_eq!(idempotency_key("r", "n", b""), "openwop-5daa03dfdcf03945");
     }
 
     #[test]
