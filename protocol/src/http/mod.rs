@@ -198,7 +198,11 @@ mod tests {
         // (idempotency-key-determinism.test.ts, canonicalCompositeKey), computed here with
         // Python's hashlib: a JSON body, and no body (payload null).
         assert_eq!(
-            idempotency_key("run-A", "node-1", br#"{"task":"create-charge","amount":100}"#),
+            idempotency_key(
+                "run-A",
+                "node-1",
+                br#"{"task":"create-charge","amount":100}"#
+            ),
             "openwop-75a686dfa6709126"
         );
         assert_eq!(idempotency_key("r", "n", b""), "openwop-5daa03dfdcf03945");
