@@ -347,7 +347,14 @@ async fn handle(
         .await;
     match shared.policy.step(attempt, &outcome) {
         Step::Done => {
-            if let Err(e) = shared.store.update_breaker(sub, |b| b.delivered()).await {
+            // Most deliveries find the circuit closed and leave it so: no second read of the
+            // record. (Deliveries of one subscription are serialized, `max_ack_pending = 1`,
+            // so the breaker read above is still the stored one.)
+            let mut closed = breaker.clone();
+            closed.delivered();
+            if closed != breaker
+                && let Err(e) = shared.store.update_breaker(sub, |b| b.delivered()).await
+            {
                 tracing::warn!(webhook_id = %sub.webhook_id, error = %e, "webhook breaker not updated");
             }
             tracing::debug!(webhook_id = %sub.webhook_id, %delivery_id, attempt, "webhook delivered");

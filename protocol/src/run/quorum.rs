@@ -226,7 +226,7 @@ pub fn tally<'a>(
 /// approval, when its votes do; for anything else, when any answer names it.
 pub fn decided(p: &PendingInterrupt, answers: &[Answer]) -> bool {
     let mine = answers.iter().filter(|a| a.interrupt_id == p.interrupt_id);
-    match p.quorum().filter(Quorum::is_quorum) {
+    match p.quorum() {
         Some(q) => tally(q, &p.actions, mine).decision.is_some(),
         None => mine.count() > 0,
     }
