@@ -35,11 +35,7 @@ pub(super) async fn ticket_escalation(c: &Cluster, ns: &str) {
     wait_run(c, ns, "ticket-routine", "completed", 120).await;
     let evs = events(c, ns, "ticket-routine");
     assert_gapless(&evs);
-    let skipped: Vec<&str> = evs
-        .iter()
-        .filter(|e| e["type"] == "node.skipped")
-        .filter_map(|e| e["nodeId"].as_str())
-        .collect();
+    let skipped = node_ids(&evs, "node.skipped");
     assert_eq!(skipped, ["approve"], "{:?}", types(&evs));
 
     // Urgent: waits for a person, then the same path.
@@ -55,11 +51,7 @@ pub(super) async fn ticket_escalation(c: &Cluster, ns: &str) {
     wait_run(c, ns, "ticket-urgent", "completed", 120).await;
     let evs = events(c, ns, "ticket-urgent");
     assert_gapless(&evs);
-    let completed: Vec<&str> = evs
-        .iter()
-        .filter(|e| e["type"] == "node.completed")
-        .filter_map(|e| e["nodeId"].as_str())
-        .collect();
+    let completed = node_ids(&evs, "node.completed");
     assert_eq!(
         completed,
         [
@@ -85,11 +77,7 @@ pub(super) async fn ticket_escalation(c: &Cluster, ns: &str) {
     let child = child_run(c, ns, parent_id).await;
     let child_evs = events(c, ns, &child);
     assert_gapless(&child_evs);
-    let child_done: Vec<&str> = child_evs
-        .iter()
-        .filter(|e| e["type"] == "node.completed")
-        .filter_map(|e| e["nodeId"].as_str())
-        .collect();
+    let child_done = node_ids(&child_evs, "node.completed");
     assert_eq!(child_done, ["wait", "follow-up"], "{:?}", types(&child_evs));
     let follow_up = child_evs
         .iter()
@@ -145,4 +133,12 @@ async fn child_run(c: &Cluster, ns: &str, parent_id: &str) -> String {
         .collect();
     assert_eq!(names.len(), 1, "children of {parent_id}: {names:?}");
     names.into_iter().next().unwrap()
+}
+
+/// The node ids of the events of type `ty`, in log order.
+fn node_ids<'a>(evs: &'a [Value], ty: &str) -> Vec<&'a str> {
+    evs.iter()
+        .filter(|e| e["type"] == ty)
+        .filter_map(|e| e["nodeId"].as_str())
+        .collect()
 }
