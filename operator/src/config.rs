@@ -109,7 +109,13 @@ pub struct RestConfig {
     pub interrupt_tokens: crate::rest::interrupts::InterruptTokensConfig,
     /// `Idempotency-Key` records.
     pub idempotency: crate::rest::idempotency::IdempotencyConfig,
+    /// How long an answer that resolves an interrupt waits for the run's log to record the
+    /// resolution before the 200 (0: answer once the answer is stored).
+    pub interrupt_record_wait_seconds: u64,
 }
+
+/// Longest `rest.interruptRecordWaitSeconds`: a resolve is an HTTP request.
+pub const MAX_INTERRUPT_RECORD_WAIT_SECONDS: u64 = 60;
 
 /// Longest SSE keepalive interval (`rest.keepaliveSeconds`): the spec's 30 s.
 pub const MAX_KEEPALIVE_SECONDS: u64 = 30;
@@ -128,6 +134,7 @@ impl Default for RestConfig {
             keepalive_seconds: 15,
             interrupt_tokens: Default::default(),
             idempotency: Default::default(),
+            interrupt_record_wait_seconds: 10,
         }
     }
 }
@@ -603,6 +610,15 @@ impl OperatorConfig {
                 format!(
                     "must be 1..{MAX_KEEPALIVE_SECONDS}, got {} (the spec requires an SSE keepalive at least every 30 s)",
                     rest.keepalive_seconds
+                ),
+            );
+        }
+        if rest.interrupt_record_wait_seconds > MAX_INTERRUPT_RECORD_WAIT_SECONDS {
+            return invalid(
+                "rest.interruptRecordWaitSeconds",
+                format!(
+                    "must be 0..{MAX_INTERRUPT_RECORD_WAIT_SECONDS}, got {} (an interrupt resolve is an HTTP request; 0 answers once the answer is stored)",
+                    rest.interrupt_record_wait_seconds
                 ),
             );
         }

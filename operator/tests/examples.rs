@@ -171,6 +171,6 @@ fn chart_conformance_fixtures_are_valid_and_advertised() {
     assert_eq!(official, embedded);
     assert_eq!(
         own.join(","),
-        "conformance-agent-reasoning,conformance-agent-low-confidence,conformance-envelope-truncated,conformance-envelope-retry-attempted,conformance-envelope-truncation-cap-exhaustion,conformance-envelope-refusal,conformance-interrupt-external-event,conformance-interrupt-auth-required,conformance-interrupt-quorum,conformance-interrupt-parent-child-cancel,conformance-interrupt-parent-child-cancel-child"
+        "conformance-agent-reasoning,conformance-agent-low-confidence,conformance-envelope-truncated,conformance-envelope-retry-attempted,conformance-envelope-truncation-cap-exhaustion,conformance-envelope-refusal,conformance-interrupt-external-event,conformance-interrupt-auth-required,conformance-interrupt-quorum,conformance-interrupt-parent-child-cancel,conformance-interrupt-parent-child-cancel-child,conformance-approval-refine,conformance-approval-edit-accept"
     );
 }

@@ -560,8 +560,29 @@ pub struct InterruptResolved {
     /// Why it resolved without a person (`timeout`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// An approval's resume action (`accept`, `reject`, `refine`, `edit-accept`, `timeout`):
+    /// RFC 0183 §A.1 makes recording it on the resolution a MUST for approval kinds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action: Option<String>,
+    /// The structured feedback a `refine` carries (RFC 0183 §A.2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refine_feedback: Option<Value>,
+    /// The edited artifact an `edit-accept` carries (RFC 0183 §A.2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub edited_artifact_data: Option<Value>,
 }
 payload_type!(InterruptResolved => InterruptResolved);
+
+impl InterruptResolved {
+    /// The resolution of an approval, carrying what the approver did (RFC 0183: the action,
+    /// and the feedback or edited artifact that action needs to mean anything).
+    pub fn carrying(mut self, received: &ApprovalReceived) -> Self {
+        self.action = Some(received.action.clone());
+        self.refine_feedback = received.refine_feedback.clone();
+        self.edited_artifact_data = received.edited_artifact_data.clone();
+        self
+    }
+}
 
 /// `node.resumed`: a suspended node got its resume value and continues.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -55,9 +55,9 @@ official=$(ls "$CHART"/fixtures/conformance-*.json | wc -l)
 # advertised ids, at least the official files plus the host's authored ones.
 advertised=$(grep -c -- '^ *- conformance-' "$work/seams.yaml")
 [ "$(grep -c '^kind: Workflow' "$work/seams.yaml")" = "$advertised" ] || fail "conformance.seams.enabled renders $(grep -c '^kind: Workflow' "$work/seams.yaml") fixture Workflows but advertises $advertised"
-[ "$advertised" -ge $((official + 8)) ] || fail "conformance.seams.enabled advertises $advertised fixtures, fewer than the $official official ones plus the host's 8"
+[ "$advertised" -ge $((official + 13)) ] || fail "conformance.seams.enabled advertises $advertised fixtures, fewer than the $official official ones plus the host's 13"
 for f in conformance-noop conformance-idempotent conformance-multi-node conformance-approval conformance-clarification conformance-failure conformance-agent-low-confidence conformance-envelope-truncated conformance-envelope-retry-attempted \
-  conformance-envelope-truncation-cap-exhaustion conformance-envelope-refusal conformance-interrupt-external-event conformance-interrupt-auth-required; do
+  conformance-envelope-truncation-cap-exhaustion conformance-envelope-refusal conformance-interrupt-external-event conformance-interrupt-auth-required conformance-approval-refine conformance-approval-edit-accept; do
   grep -q -- "- $f\$" "$work/seams.yaml" || fail "conformance fixture $f not advertised in discovery fixtures"
 done
 grep -q '^kind: ServiceMonitor' "$work/full-sm.yaml" || fail "full values render no ServiceMonitor"
@@ -100,7 +100,7 @@ d = next(d for d in yaml.safe_load_all(open(sys.argv[1]))
          if d and d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-operator"))
 cfg = yaml.safe_load(d["data"]["config.yaml"])
 want = {"enabled": True, "reviewCacheSeconds": 0, "maxBodyBytes": 65536, "maxInFlight": 256,
-        "keepaliveSeconds": 5,
+        "keepaliveSeconds": 5, "interruptRecordWaitSeconds": 3,
         "interruptTokens": {"keyFile": "/var/run/openwop/webhooks/signing-key", "lifetimeSeconds": 600,
                             "previousKeyFile": "/var/run/openwop/webhooks/previous-signing-key"},
         "idempotency": {"bucket": "openwop-check-idempotency", "retentionSeconds": 172800}}

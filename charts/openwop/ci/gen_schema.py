@@ -153,6 +153,7 @@ schema = {
             "maxBodyBytes": int_range(1024),
             "maxInFlight": int_range(1),
             "keepaliveSeconds": int_range(1, 30),
+            "interruptRecordWaitSeconds": int_range(0, 60),
             "interruptTokens": obj({"lifetimeSeconds": int_range(60, 86400)}),
             "idempotency": obj({"retentionSeconds": int_range(86400)}),
         }),

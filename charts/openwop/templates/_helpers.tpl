@@ -133,6 +133,7 @@ conformance-agent-reasoning,conformance-agent-low-confidence,conformance-envelop
 {{- /* the authored interrupt-profile fixtures (conformance-fixtures.yaml) */ -}}
 {{- ",conformance-interrupt-external-event,conformance-interrupt-auth-required" }}
 {{- ",conformance-interrupt-quorum,conformance-interrupt-parent-child-cancel,conformance-interrupt-parent-child-cancel-child" }}
+{{- ",conformance-approval-refine,conformance-approval-edit-accept" }}
 {{- end -}}
 {{- end }}
 

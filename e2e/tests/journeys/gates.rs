@@ -3,7 +3,9 @@
 //! `kubectl openwop resume`, completes it with one `approval.received` per voter and one
 //! `interrupt.resolved`; a gate with `timeoutMs` waits without a pod and times out rejected
 //! (`approval.received {action: timeout}`, the run fails `approval_rejected`), after which an
-//! answer is refused.
+//! answer is refused; a `refine` (RFC 0183) is refused without its `refineFeedback`, and with
+//! it the resolution — the action and the feedback — is in the run's events as soon as the
+//! resolve answers 200.
 
 use super::*;
 
@@ -146,4 +148,83 @@ async fn a_quorum_gate_waits_for_three_voters_and_a_timed_out_gate_fails_without
         Some(&json!({"resumeValue": {"action": "accept"}})),
     );
     assert!(matches!(code, 404 | 409 | 410), "{code} {body}");
+}
+
+/// RFC 0183 through the REST API, as `interrupt-approval.test.ts` drives it: the events read
+/// right after the resolve's 200 already hold the resolution, with the action and the feedback
+/// (on `approval.received` and `interrupt.resolved`); the node's outputs carry the feedback.
+#[tokio::test]
+async fn a_refine_is_recorded_with_its_feedback_before_the_resolve_answers() {
+    let (c, _g) = setup().await;
+    let ns = namespace(&c.client, "j-refine").await;
+    ok(
+        apply(
+            &c,
+            &ns,
+            &gate_workflow(
+                "refine",
+                json!({"title": "review", "actions": ["accept", "reject", "refine"]}),
+            ),
+        ),
+        "apply workflow",
+    );
+    wait_workflow(&c, &ns, "refine", "True").await;
+    ok(apply(&c, &ns, &rest_role("team")), "team Role");
+    let bearer = sa_token(&c, &ns, "team");
+    let base = format!("http://127.0.0.1:{}", operator_port());
+    let feedback = json!({"scope": "section", "sectionPath": "summary", "text": "tighten it"});
+    for i in 0..3 {
+        let name = format!("r-{i}");
+        ok(apply(&c, &ns, &fixture_run(&name, "refine")), "run");
+        let st = wait_run(&c, &ns, &name, "waiting-approval", 120).await;
+        let run_id = st["runId"].as_str().unwrap().to_owned();
+        let url = format!("{base}/v1/runs/{run_id}/interrupts/gate");
+        if i == 0 {
+            // Without the feedback (or with a scope the spec does not name) it means nothing.
+            for bad in [
+                json!({"resumeValue": {"action": "refine"}}),
+                json!({"resumeValue": {"action": "refine", "refineFeedback": {"scope": "all"}}}),
+            ] {
+                let (code, body) = http_json("POST", &url, Some(&bearer), Some(&bad));
+                assert_eq!(code, 400, "{bad} -> {body}");
+                assert!(
+                    body["message"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .contains("refineFeedback"),
+                    "{body}"
+                );
+            }
+        }
+        let answer = json!({"resumeValue": {"action": "refine", "refineFeedback": feedback}});
+        let (code, body) = http_json("POST", &url, Some(&bearer), Some(&answer));
+        assert_eq!(code, 200, "{body}");
+        let (code, evs) = http_json(
+            "GET",
+            &format!("{base}/v1/runs/{run_id}/events"),
+            Some(&bearer),
+            None,
+        );
+        assert_eq!(code, 200, "{evs}");
+        let rows = evs["events"].as_array().cloned().unwrap_or_default();
+        for t in ["approval.received", "interrupt.resolved"] {
+            let e = rows
+                .iter()
+                .find(|e| e["type"] == t)
+                .unwrap_or_else(|| panic!("{name}: no {t} right after the 200: {evs:#}"));
+            assert_eq!(
+                (&e["payload"]["action"], &e["payload"]["refineFeedback"]),
+                (&json!("refine"), &feedback),
+                "{e:#}"
+            );
+        }
+        wait_run(&c, &ns, &name, "completed", 120).await;
+        let evs = events(&c, &ns, &name);
+        assert_gapless(&evs);
+        let done = evs
+            .iter()
+            .find(|e| e["type"] == "node.completed")
+            .expect("node.completed");
+        assert_eq!(done["payload"]["outputs"]["refineFeedback"], feedback);
+    }
 }

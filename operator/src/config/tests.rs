@@ -96,6 +96,10 @@ fn bad_values_name_the_field() {
             "config field rest.keepaliveSeconds: must be 1..30, got 31",
         ),
         (
+            "rest:\n  interruptRecordWaitSeconds: 61\n",
+            "config field rest.interruptRecordWaitSeconds: must be 0..60, got 61",
+        ),
+        (
             "rest:\n  maxBodyBytes: 1023\n",
             "config field rest.maxBodyBytes: must be at least 1024 bytes, got 1023",
         ),

@@ -135,6 +135,29 @@ pub async fn read_events(
     })
 }
 
+/// Waits up to `wait` for the run's log to hold an event `matches` accepts, stored already or
+/// appended meanwhile; whether it did (an unreadable log counts as not, at once).
+pub async fn await_event(
+    s: &RestState,
+    run: &Run,
+    wait: Duration,
+    matches: impl Fn(&Value) -> bool,
+) -> bool {
+    let follow = async {
+        let Ok(log) = open_log(s, run).await else {
+            return false;
+        };
+        let mut msgs = std::pin::pin!(log.messages());
+        while let Some(Ok(m)) = msgs.next().await {
+            if decode(m).is_some_and(|d| matches(&d.doc)) {
+                return true;
+            }
+        }
+        false
+    };
+    tokio::time::timeout(wait, follow).await.unwrap_or(false)
+}
+
 /// Every event stored on `subject` (a run's events subject), in order, read once to the end
 /// (the conformance event-log seam's read; no stream yet reads as no events).
 pub async fn read_subject_events(s: &RestState, subject: String) -> Result<Vec<Value>, ApiError> {

@@ -33,6 +33,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use openwop_crds::{InterruptAnswer, Run};
+use openwop_protocol::events::EventType;
 use openwop_protocol::run::api::SnapshotInterrupt;
 use openwop_protocol::run::correlation::CORRELATION_MISMATCH;
 use openwop_protocol::run::gate;
@@ -263,12 +264,17 @@ async fn answer(
     // overwritten; when this replica's cache lagged (the operator just wrote the status),
     // the Run is read again from the API server and the answer re-checked against it.
     let mut attempt = 0;
-    loop {
+    let (interrupt_id, decides) = loop {
         attempt += 1;
         let answer =
             answer_for(&run, &run_id, node_id, expect, req.clone())?.answered(by, &answered_at);
+        let interrupt_id = answer.interrupt_id.clone();
         let mut answers = run.spec.answers.clone();
         answers.push(answer);
+        // A vote that leaves a quorum undecided resumes nothing, nor does any answer to a paused
+        // run: no resolution to wait for.
+        let decides = run.spec.pause.is_none()
+            && pending_at(&run, node_id).is_some_and(|p| quorum::decided(p, &answers));
         match api
             .patch(
                 &run.name_any(),
@@ -280,7 +286,7 @@ async fn answer(
             )
             .await
         {
-            Ok(_) => break,
+            Ok(_) => break (interrupt_id, decides),
             Err(kube::Error::Api(e)) if e.code == 409 && attempt < 4 => {
                 run =
                     super::runs::fresh_run(s, &api.get(&run.name_any()).await.map_err(kube_error)?)
@@ -288,12 +294,41 @@ async fn answer(
             }
             Err(e) => return Err(kube_error(e)),
         }
+    };
+    // The answer is stored; the worker that resumes the run records the resolution. The 200
+    // waits (bounded) until the log holds it, so a client that reads the run's events next
+    // finds the resolution there (RFC 0183 §A.1: the action an approver took is recorded).
+    let wait = Duration::from_secs(s.config.rest.interrupt_record_wait_seconds);
+    let mut status = phase(&run);
+    if decides && !wait.is_zero() {
+        let resolved = |doc: &Value| {
+            doc.get("type").and_then(Value::as_str) == Some(EventType::InterruptResolved.as_str())
+                && doc.pointer("/payload/interruptId").and_then(Value::as_str)
+                    == Some(interrupt_id.as_str())
+        };
+        if super::events::await_event(s, &run, wait, resolved).await {
+            if let Some(now) = super::support::find_run(s, &run_id).await {
+                status = phase(&super::runs::fresh_run(s, &now).await);
+            }
+        } else {
+            tracing::info!(namespace = %ns, run = %run.name_any(), node = node_id,
+                "the answer is stored but its resolution was not recorded within rest.interruptRecordWaitSeconds; answering 200 (the run resumes when its worker starts)");
+        }
     }
     Ok(RunStatusResponse {
         run_id,
         node_id: Some(node_id.to_owned()),
-        status: phase(&run),
+        status,
     })
+}
+
+/// The interrupt the Run's status shows waiting at `node_id`.
+fn pending_at<'a>(run: &'a Run, node_id: &str) -> Option<&'a PendingInterrupt> {
+    run.status
+        .as_ref()?
+        .pending_interrupts
+        .iter()
+        .find(|p| p.node_id == node_id)
 }
 
 /// A token's claims and its run, or the error the spec gives: 404 for anything this host did
@@ -505,11 +540,8 @@ fn answer_for(
     // Several branches may wait at once (and others still run): any pending one can be
     // answered. A node waits on one interrupt at a time; an earlier one it was answered for
     // no longer blocks a new one.
-    let pending = run
-        .status
-        .as_ref()
+    let pending = pending_at(run, node_id)
         .filter(|_| !phase(run).is_terminal())
-        .and_then(|st| st.pending_interrupts.iter().find(|p| p.node_id == node_id))
         .cloned();
     let Some(pending) = pending else {
         // Answered before (the worker may have resolved it since): 409; never waited: 404.

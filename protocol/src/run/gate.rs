@@ -363,19 +363,26 @@ impl Gate {
                 (None, None, value, outcome)
             }
         };
+        let resolved = InterruptResolved {
+            node_id: node_id.to_owned(),
+            interrupt_id: interrupt_id.to_owned(),
+            kind: Some(self.kind),
+            resume_value: Some(resume_value.clone()),
+            resolved_by,
+            resolved_at,
+            outcome: None,
+            reason: None,
+            action: None,
+            refine_feedback: None,
+            edited_artifact_data: None,
+        };
         Ok(Resolution {
+            resolved: match &approval {
+                Some(received) => resolved.carrying(received),
+                None => resolved,
+            },
             approval,
             clarification,
-            resolved: InterruptResolved {
-                node_id: node_id.to_owned(),
-                interrupt_id: interrupt_id.to_owned(),
-                kind: Some(self.kind),
-                resume_value: Some(resume_value.clone()),
-                resolved_by,
-                resolved_at,
-                outcome: None,
-                reason: None,
-            },
             resumed: NodeResumed {
                 node_id: node_id.to_owned(),
                 interrupt_id: Some(interrupt_id.to_owned()),
@@ -469,20 +476,20 @@ impl Gate {
     /// grants — and the node fails with [`APPROVAL_REJECTED`].
     pub fn timed_out(&self, node_id: &str, interrupt_id: &str, wake_at: &str) -> Resolution {
         let resume = json!({"action": "timeout", "decision": "rejected", "reason": TIMEOUT_REASON});
+        let received = ApprovalReceived {
+            node_id: node_id.to_owned(),
+            action: "timeout".into(),
+            interrupt_id: Some(interrupt_id.to_owned()),
+            decided_by: None,
+            decided_at: Some(wake_at.to_owned()),
+            comment: None,
+            refine_feedback: None,
+            edited_artifact_data: None,
+            voter: None,
+            decision: Some("rejected".into()),
+            reason: Some(TIMEOUT_REASON.into()),
+        };
         Resolution {
-            approval: Some(ApprovalReceived {
-                node_id: node_id.to_owned(),
-                action: "timeout".into(),
-                interrupt_id: Some(interrupt_id.to_owned()),
-                decided_by: None,
-                decided_at: Some(wake_at.to_owned()),
-                comment: None,
-                refine_feedback: None,
-                edited_artifact_data: None,
-                voter: None,
-                decision: Some("rejected".into()),
-                reason: Some(TIMEOUT_REASON.into()),
-            }),
             clarification: None,
             resolved: InterruptResolved {
                 node_id: node_id.to_owned(),
@@ -493,7 +500,12 @@ impl Gate {
                 resolved_at: Some(wake_at.to_owned()),
                 outcome: Some("rejected".into()),
                 reason: Some(TIMEOUT_REASON.into()),
-            },
+                action: None,
+                refine_feedback: None,
+                edited_artifact_data: None,
+            }
+            .carrying(&received),
+            approval: Some(received),
             resumed: NodeResumed {
                 node_id: node_id.to_owned(),
                 interrupt_id: Some(interrupt_id.to_owned()),
@@ -676,7 +688,7 @@ mod tests {
         assert_eq!(
             valid("interrupt.resolved", &r.resolved),
             json!({"nodeId": "gate", "interruptId": "i1", "kind": "approval", "resumeValue": {"action": "accept"},
-                   "resolvedBy": "alice", "resolvedAt": "2026-05-18T10:01:00Z"})
+                   "resolvedBy": "alice", "resolvedAt": "2026-05-18T10:01:00Z", "action": "accept"})
         );
         valid("node.resumed", &r.resumed);
         assert_eq!(
@@ -702,6 +714,59 @@ mod tests {
         );
         assert!(e.message.contains("unattributed"), "{}", e.message);
         assert_eq!(r.approval.unwrap().action, "reject");
+    }
+
+    /// RFC 0183: the resolution records the action the approver took and, for `refine` /
+    /// `edit-accept`, the data that action means nothing without.
+    #[test]
+    fn refine_and_edit_accept_are_recorded_on_the_resolution_with_their_data() {
+        let g = Gate::of(
+            "gate",
+            APPROVAL_GATE_TYPE_ID,
+            &json!({"title": "t", "actions": ["accept", "reject", "refine", "edit-accept"]}),
+        )
+        .unwrap();
+        let feedback = json!({"scope": "whole", "text": "tighten the summary"});
+        let r = g
+            .resolve(
+                "gate",
+                "i1",
+                &answer(
+                    json!({"interruptId": "i1", "action": "refine", "answeredBy": "bob",
+                               "value": {"refineFeedback": feedback}}),
+                ),
+            )
+            .unwrap();
+        let resolved = valid("interrupt.resolved", &r.resolved);
+        assert_eq!(
+            (&resolved["action"], &resolved["refineFeedback"]),
+            (&json!("refine"), &feedback)
+        );
+        let received = valid("approval.received", r.approval.as_ref().unwrap());
+        assert_eq!(received["refineFeedback"], feedback);
+        let GateEnd::Completed(out) = &r.outcome else {
+            panic!("{:?}", r.outcome)
+        };
+        assert_eq!(out["refineFeedback"], feedback);
+        let r = g
+            .resolve(
+                "gate",
+                "i1",
+                &answer(json!({"interruptId": "i1", "action": "edit-accept",
+                               "value": {"editedArtifactData": {"summary": "short"}}})),
+            )
+            .unwrap();
+        let resolved = valid("interrupt.resolved", &r.resolved);
+        assert_eq!(
+            (&resolved["action"], &resolved["editedArtifactData"]),
+            (&json!("edit-accept"), &json!({"summary": "short"}))
+        );
+        // The event schema holds the pairing: a refine recorded without its feedback is invalid.
+        let bare = json!({"nodeId": "gate", "interruptId": "i1", "action": "refine"});
+        assert!(matches!(
+            schema::validate_event_payload("interrupt.resolved", &bare),
+            Some(Err(_))
+        ));
     }
 
     #[test]

@@ -162,7 +162,7 @@ pub enum AnswerError {
     },
     /// An action that needs data the reply lacks (`refine` → `refineFeedback {scope}`,
     /// `edit-accept` → `editedArtifactData`).
-    #[error("action {action:?} needs resumeValue.{field}")]
+    #[error("action {action:?} needs resumeValue.{field}{}", if field.ends_with(".scope") { " (whole, section or items)" } else { "" })]
     ActionData { action: String, field: &'static str },
     /// A quorum vote whose `voter` is not a name.
     #[error(
@@ -329,6 +329,10 @@ impl Answer {
     }
 }
 
+/// What a `refineFeedback` may be about (`interrupt.md` §RefineFeedback): the whole
+/// artifact, a section of it, or some of its items.
+pub const REFINE_SCOPES: [&str; 3] = ["whole", "section", "items"];
+
 /// Members of an approval's `resumeValue` besides `action` that are kept with the answer
 /// (`voter`: who a quorum vote counts for, `run::quorum`).
 const APPROVAL_DATA: [&str; 3] = ["refineFeedback", "editedArtifactData", super::quorum::VOTER];
@@ -358,7 +362,10 @@ fn approval_of(
         }
     }
     if let Some(f) = o.get("refineFeedback")
-        && f.get("scope").and_then(Value::as_str).is_none()
+        && !f
+            .get("scope")
+            .and_then(Value::as_str)
+            .is_some_and(|s| REFINE_SCOPES.contains(&s))
     {
         return Err(AnswerError::ActionData {
             action,
@@ -875,6 +882,10 @@ mod tests {
             (json!({"action": "refine"}), "refineFeedback"),
             (
                 json!({"action": "refine", "refineFeedback": {}}),
+                "refineFeedback.scope",
+            ),
+            (
+                json!({"action": "refine", "refineFeedback": {"scope": "everything"}}),
                 "refineFeedback.scope",
             ),
             (json!({"action": "edit-accept"}), "editedArtifactData"),

@@ -265,7 +265,11 @@ impl<P: Publisher> Executor<'_, P> {
                 resolved_at: received.decided_at.clone(),
                 outcome: None,
                 reason: None,
-            },
+                action: None,
+                refine_feedback: None,
+                edited_artifact_data: None,
+            }
+            .carrying(&received),
         )
         .await?;
         if !approved {
