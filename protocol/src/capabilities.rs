@@ -329,7 +329,8 @@ pub struct Extensions {
 #[serde(rename_all = "camelCase")]
 pub struct InterruptExtensions {
     pub signed_callback_tokens: bool,
-    /// The interrupt profiles claimed (`openwop-interrupt-quorum`, `run::quorum`).
+    /// The interrupt profiles claimed (`openwop-interrupt-quorum`, `run::quorum`;
+    /// `openwop-interrupt-cascade-cancel`, `run::waits`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub profiles: Vec<String>,
 }
@@ -812,7 +813,10 @@ pub fn build(cfg: &CapabilitiesConfig) -> Result<CapabilitiesDocument, Capabilit
         extensions: Some(Extensions {
             interrupts: Some(InterruptExtensions {
                 signed_callback_tokens: cfg.interrupt_tokens,
-                profiles: vec![crate::run::quorum::QUORUM_PROFILE.to_owned()],
+                profiles: vec![
+                    crate::run::quorum::QUORUM_PROFILE.to_owned(),
+                    crate::run::waits::CASCADE_CANCEL_PROFILE.to_owned(),
+                ],
             }),
         }),
         ai_providers: Some(AiProviders {

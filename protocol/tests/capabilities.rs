@@ -575,7 +575,7 @@ fn interrupt_tokens_are_advertised_only_when_served() {
     valid(&off);
     assert_eq!(
         off["extensions"],
-        json!({"interrupts": {"signedCallbackTokens": false, "profiles": ["openwop-interrupt-quorum"]}}),
+        json!({"interrupts": {"signedCallbackTokens": false, "profiles": ["openwop-interrupt-quorum", "openwop-interrupt-cascade-cancel"]}}),
         "{off:#}"
     );
     let on = build(&CapabilitiesConfig {
@@ -588,7 +588,7 @@ fn interrupt_tokens_are_advertised_only_when_served() {
     for doc in [&on, &on["capabilities"]] {
         assert_eq!(
             doc["extensions"],
-            json!({"interrupts": {"signedCallbackTokens": true, "profiles": ["openwop-interrupt-quorum"]}})
+            json!({"interrupts": {"signedCallbackTokens": true, "profiles": ["openwop-interrupt-quorum", "openwop-interrupt-cascade-cancel"]}})
         );
     }
     // Our schema keeps the extension closed.

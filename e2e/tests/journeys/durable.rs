@@ -357,6 +357,7 @@ async fn cancelling_a_parent_cancels_its_child() {
         cancelled["payload"]["parentRunId"].as_str(),
         parent_uid.as_deref()
     );
+    assert_eq!(cancelled["payload"]["parentNodeId"], "subwf-call");
 }
 
 /// A parent shows its child's wait: the child's approval gate makes the child

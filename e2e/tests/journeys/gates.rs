@@ -227,4 +227,39 @@ async fn a_refine_is_recorded_with_its_feedback_before_the_resolve_answers() {
             .expect("node.completed");
         assert_eq!(done["payload"]["outputs"]["refineFeedback"], feedback);
     }
+
+    // A run cancelled while its gate waited: the status no longer lists the interrupt, but an
+    // answer to it is `409 interrupt_already_resolved` (v2 errors.md: one code for that
+    // state), not "never waited"; a node that never waited stays 404.
+    ok(apply(&c, &ns, &fixture_run("r-cancel", "refine")), "run");
+    let st = wait_run(&c, &ns, "r-cancel", "waiting-approval", 120).await;
+    let run_id = st["runId"].as_str().unwrap().to_owned();
+    let (code, body) = http_json(
+        "POST",
+        &format!("{base}/v1/runs/{run_id}/cancel"),
+        Some(&bearer),
+        Some(&json!({"reason": "not needed"})),
+    );
+    assert_eq!(code, 200, "{body}");
+    wait_run(&c, &ns, "r-cancel", "cancelled", 60).await;
+    let answer = json!({"resumeValue": {"action": "accept"}});
+    let (code, body) = http_json(
+        "POST",
+        &format!("{base}/v1/runs/{run_id}/interrupts/gate"),
+        Some(&bearer),
+        Some(&answer),
+    );
+    assert_eq!(
+        (code, body["error"].as_str()),
+        (409, Some("interrupt_already_resolved")),
+        "{body}"
+    );
+    assert_eq!(body["details"]["runStatus"], "cancelled", "{body}");
+    let (code, body) = http_json(
+        "POST",
+        &format!("{base}/v1/runs/{run_id}/interrupts/never-waited"),
+        Some(&bearer),
+        Some(&answer),
+    );
+    assert_eq!(code, 404, "{body}");
 }

@@ -19,7 +19,7 @@ use openwop_protocol::run::stream_modes::{
     BATCH_EVENT, STATE_SNAPSHOT, StreamMode, StreamModeError, StreamModes, UNSUPPORTED_STREAM_MODE,
     buffer_window, forces_flush, triggers_snapshot,
 };
-use openwop_protocol::run::{Projection, RunPhase, events_subject};
+use openwop_protocol::run::{Projection, events_subject};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
@@ -37,11 +37,7 @@ fn run_subject(run: &Run) -> String {
 }
 
 /// Whether a run event ends the run (the projection says its phase is terminal).
-pub fn is_terminal_event(doc: &Value) -> bool {
-    let mut p = Projection::default();
-    p.apply(doc);
-    p.phase.is_some_and(RunPhase::is_terminal)
-}
+pub use openwop_protocol::run::ending::is_terminal as is_terminal_event;
 
 /// A run event read from the log, with its run sequence.
 struct Decoded {

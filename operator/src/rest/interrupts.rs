@@ -37,6 +37,7 @@ use openwop_protocol::events::EventType;
 use openwop_protocol::run::api::SnapshotInterrupt;
 use openwop_protocol::run::correlation::CORRELATION_MISMATCH;
 use openwop_protocol::run::gate;
+use openwop_protocol::run::projection::open_when_ended;
 use openwop_protocol::run::quorum;
 use openwop_protocol::run::snapshot::{AnswerError, Reply};
 use openwop_protocol::run::token::{
@@ -266,8 +267,28 @@ async fn answer(
     let mut attempt = 0;
     let (interrupt_id, decides) = loop {
         attempt += 1;
-        let answer =
-            answer_for(&run, &run_id, node_id, expect, req.clone())?.answered(by, &answered_at);
+        let answer = match answer_for(&run, &run_id, node_id, expect, req.clone()) {
+            // The run ended while the node waited (cancelled, or another branch ended it):
+            // its status forgot the interrupt, its log did not. One code for that state.
+            Err(e) if e.status == StatusCode::NOT_FOUND && phase(&run).is_terminal() => {
+                let log = super::events::read_events(s, &run, None, None).await?;
+                if open_when_ended(&log.events)
+                    .iter()
+                    .any(|p| p.node_id == node_id)
+                {
+                    return Err(already_resolved(
+                        &run,
+                        format!(
+                            "the interrupt at node {node_id:?} of run {run_id} was still waiting \
+                             when the run ended ({}); it can no longer be answered",
+                            phase(&run).as_str()
+                        ),
+                    ));
+                }
+                return Err(e);
+            }
+            a => a?.answered(by, &answered_at),
+        };
         let interrupt_id = answer.interrupt_id.clone();
         let mut answers = run.spec.answers.clone();
         answers.push(answer);
@@ -522,6 +543,14 @@ pub async fn resolve_interrupt_by_token(
     .await
 }
 
+/// `409 interrupt_already_resolved`: the one code for an interrupt that was answered, or whose
+/// run ended while it waited (v2 `errors.md` §One code per state; the cascade-cancel profile
+/// accepts it for a child's interrupt its parent's cancel invalidated).
+fn already_resolved(run: &Run, message: String) -> ApiError {
+    ApiError::conflict("interrupt_already_resolved", message)
+        .with_details(json!({"runStatus": phase(run).as_str()}))
+}
+
 /// The answer to append for the Run's interrupt at `node_id`, or the error the spec gives.
 fn answer_for(
     run: &Run,
@@ -531,11 +560,10 @@ fn answer_for(
     req: ResolveInterruptRequest,
 ) -> Result<InterruptAnswer, ApiError> {
     let already = || {
-        ApiError::conflict(
-            "interrupt_already_resolved",
+        already_resolved(
+            run,
             format!("the interrupt at node {node_id:?} of run {run_id} is already answered"),
         )
-        .with_details(json!({"runStatus": phase(run).as_str()}))
     };
     // Several branches may wait at once (and others still run): any pending one can be
     // answered. A node waits on one interrupt at a time; an earlier one it was answered for

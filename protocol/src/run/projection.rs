@@ -105,6 +105,19 @@ fn questions_of(payload: &Value) -> Vec<PendingQuestion> {
         .unwrap_or_default()
 }
 
+/// The interrupts that were still open when the log `events` ended its run: the ones its
+/// terminal event cut off (the projection itself clears them at the end). An answer to one of
+/// them is answered as already resolved, not as unknown.
+pub fn open_when_ended<'a>(events: impl IntoIterator<Item = &'a Value>) -> Vec<PendingInterrupt> {
+    let mut p = Projection::default();
+    for e in events {
+        if !super::ending::is_terminal(e) {
+            p.apply(e);
+        }
+    }
+    p.pending_interrupts
+}
+
 impl Projection {
     /// The projection of a whole log.
     pub fn of_docs<'a>(events: impl IntoIterator<Item = &'a crate::events::RunEventDoc>) -> Self {
@@ -571,6 +584,40 @@ mod tests {
             (p.phase, p.pending_interrupts.is_empty()),
             (Some(RunPhase::Running), true)
         );
+    }
+
+    /// A run cancelled while its gate waited: the status forgets the interrupt, the log keeps
+    /// it open at the end; one answered before the end is not open.
+    #[test]
+    fn the_interrupts_a_cancel_cut_off_are_read_from_the_log() {
+        let waiting = |seq: u64, node: &str, id: &str| {
+            ev(
+                seq,
+                "node.suspended",
+                json!({"nodeId": node, "interruptId": id, "kind": "approval"}),
+            )
+        };
+        let log = vec![
+            ev(0, "run.started", json!({})),
+            waiting(1, "a", "ia"),
+            waiting(2, "b", "ib"),
+            ev(
+                3,
+                "interrupt.resolved",
+                json!({"nodeId": "a", "interruptId": "ia"}),
+            ),
+            ev(4, "run.cancelled", json!({"reason": "parent-cancelled"})),
+        ];
+        let open: Vec<String> = open_when_ended(&log)
+            .into_iter()
+            .map(|p| p.node_id)
+            .collect();
+        assert_eq!(open, ["b"]);
+        let mut p = Projection::default();
+        log.iter().for_each(|e| {
+            p.apply(e);
+        });
+        assert!(p.pending_interrupts.is_empty(), "the status clears them");
     }
 
     #[test]

@@ -28,6 +28,13 @@ pub const TIMER_FIELD: &str = "timer";
 /// `run.cancelled.reason` of a child cancelled because its parent was.
 pub const PARENT_CANCELLED: &str = "parent-cancelled";
 
+/// The interrupt profile this cascade fulfils (`interrupt-profiles.md`
+/// §openwop-interrupt-cascade-cancel): a parent's cancel cancels its active children, their
+/// `run.cancelled` names the parent run and node, a cancelled child gives its parent a
+/// deterministic outcome (`onChildFailure`), and the interrupts the cancel cut off answer
+/// `409 interrupt_already_resolved`.
+pub const CASCADE_CANCEL_PROFILE: &str = "openwop-interrupt-cascade-cancel";
+
 /// Step key of a delay node's timer record (one per node: a replay reads it back).
 pub fn timer_step(node_id: &str) -> String {
     format!("{node_id}/timer")
@@ -393,7 +400,7 @@ pub fn mirrored_phase(
 }
 
 /// `run.cancelled`'s payload for a run whose snapshot says `cancel`: a child cancelled with
-/// its parent says so (`reason: parent-cancelled`, `parentRunId`); a direct cancel never
+/// its parent says so (`reason: parent-cancelled`, `parentRunId`, `parentNodeId`); a direct cancel never
 /// names a parent.
 pub fn cancelled_payload(cancel_reason: Option<&str>, parent: Option<&ParentRef>) -> Value {
     let reason = cancel_reason.unwrap_or("cancelled by spec.cancel");
@@ -402,6 +409,7 @@ pub fn cancelled_payload(cancel_reason: Option<&str>, parent: Option<&ParentRef>
         && let Some(parent) = parent
     {
         p["parentRunId"] = Value::String(parent.run_id.clone());
+        p["parentNodeId"] = Value::String(parent.node_id.clone());
     }
     p
 }
@@ -452,6 +460,33 @@ pub fn child_outcome(cfg: &SubWorkflowConfig, r: &ChildResult) -> Result<Value, 
 
 #[cfg(test)]
 mod tests {
+    /// The cascade-cancel profile: a cascaded `run.cancelled` names the parent run and node; a
+    /// direct cancel names no parent, even for a child.
+    #[test]
+    fn a_cascaded_cancel_names_its_parent_and_a_direct_one_does_not() {
+        use super::*;
+        let parent = ParentRef {
+            run_id: "p-uid".into(),
+            run_name: "p".into(),
+            node_id: "subwf-call".into(),
+            depth: 1,
+        };
+        let p = cancelled_payload(Some(PARENT_CANCELLED), Some(&parent));
+        assert_eq!(
+            (&p["reason"], &p["parentRunId"], &p["parentNodeId"]),
+            (
+                &json!(PARENT_CANCELLED),
+                &json!("p-uid"),
+                &json!("subwf-call")
+            )
+        );
+        assert!(matches!(
+            crate::schema::validate_event_payload("run.cancelled", &p),
+            None | Some(Ok(()))
+        ));
+        let direct = cancelled_payload(Some("user asked"), Some(&parent));
+        assert!(direct.get("parentRunId").is_none() && direct.get("parentNodeId").is_none());
+    }
 
     #[test]
     fn a_run_shows_the_wait_of_the_child_it_waits_for() {
