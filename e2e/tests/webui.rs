@@ -310,8 +310,16 @@ async fn approve_cancel_read_only_and_model_output_is_text() {
         "spec": {"id": "echo", "name": "echo", "version": "1", "nodes": [{"id": "say", "typeId": "core.ai.callPrompt",
             "config": {"provider": "mock", "prompt": "say it", "envelopeType": "vendor.acme.note"}}]}});
     apply(&c, &ns, &xss_wf.to_string());
+    let review = json!({"apiVersion": "openwop.dev/v1alpha1", "kind": "Workflow", "metadata": {"name": "review"},
+        "spec": {"id": "review", "name": "review", "version": "1", "settings": {"timeout": 0},
+            "nodes": [{"id": "gate", "typeId": "core.approvalGate",
+                       "config": {"title": "Review the draft", "actions": ["accept", "refine"]}}]}});
+    apply(&c, &ns, &review.to_string());
     apply(&c, &ns, &approval_run("approve-me"));
     apply(&c, &ns, &approval_run("leave-me"));
+    let refine_run = json!({"apiVersion": "openwop.dev/v1alpha1", "kind": "Run", "metadata": {"name": "refine-me"},
+        "spec": {"workflowRef": {"name": "review"}, "timeoutSeconds": 300}});
+    apply(&c, &ns, &refine_run.to_string());
     apply(&c, &ns, &slow_run("cancel-me", 120_000));
     let xss_run = json!({"apiVersion": "openwop.dev/v1alpha1", "kind": "Run", "metadata": {"name": "xss"},
         "spec": {"workflowRef": {"name": "echo"}, "timeoutSeconds": 300, "providerMocks": {"say": {"responses": [
@@ -340,6 +348,48 @@ async fn approve_cancel_read_only_and_model_output_is_text() {
     })
     .await;
     assert_eq!(b.count(".interrupt-card").await, 0);
+
+    // A gate offering accept and refine shows exactly those; a refine is sent only with its
+    // feedback, and the resolution lists it.
+    let refine_id = run_id(&c, &ns, "refine-me").await;
+    wait_run(&c, &ns, "refine-me", "waiting-approval", 120).await;
+    b.goto(&format!("/ui/runs/{refine_id}")).await;
+    let card = ".interrupt-card[data-kind='approval'][data-node-id='gate']";
+    b.wait(card, 60).await;
+    let offered = b
+        .js(&format!(
+            "return [...document.querySelectorAll(\"{card} button[data-action]\")].map(b => b.dataset.action)"
+        ))
+        .await;
+    assert_eq!(offered, json!(["accept", "refine"]));
+    b.click(&format!("{card} button.refine")).await;
+    b.wait(&format!("{card} .action-error"), 10).await;
+    assert_eq!(
+        b.js(&format!(
+            "return document.querySelector(\"{card} button.send-action\").disabled"
+        ))
+        .await,
+        json!(true),
+        "a refine without feedback can be sent"
+    );
+    b.js(&format!(
+        "const s = document.querySelector(\"{card} select.refine-scope\"); s.value = 'section'; \
+         s.dispatchEvent(new Event('change', {{bubbles: true}}))"
+    ))
+    .await;
+    b.type_into(&format!("{card} input.refine-section"), "intro")
+        .await;
+    b.type_into(
+        &format!("{card} textarea.refine-feedback"),
+        "tighten the intro",
+    )
+    .await;
+    b.click(&format!("{card} button.send-action")).await;
+    b.wait_text("#run-status", 120, |t| t == "completed").await;
+    b.wait_text("#resolved", 30, |t| {
+        t.contains("approval.received (refine)") && t.contains("changes: “tighten the intro”")
+    })
+    .await;
 
     // Cancel, after confirming.
     b.goto(&format!("/ui/runs/{cancel_id}")).await;

@@ -15,10 +15,41 @@ async function answer(runId, nodeId, body) {
   await post(`/v1/runs/${enc(runId)}/interrupts/${enc(nodeId)}`, body);
 }
 
+// The actions an approval offers when its snapshot lists none (a low-confidence check).
+const DEFAULT_ACTIONS = ['accept', 'reject'];
+// How each action the spec names is offered (`interrupt.md` §ApprovalResume).
+const ACTION_LABELS = {
+  accept: 'Approve', reject: 'Reject', refine: 'Request changes', 'edit-accept': 'Edit and accept',
+};
+// What a `refine` is about (`refineFeedback.scope`), as the host checks it.
+const REFINE_SCOPES = ['whole', 'section', 'items'];
+
+// The resume value of an approval action, or why the form cannot send it yet: `refine` needs
+// its feedback, `edit-accept` the edited artifact as JSON (RFC 0183: the action means nothing
+// without them, and the host refuses it).
+export function approvalValue(action, { scope, section, feedback, edited }) {
+  if (action === 'refine') {
+    if (!feedback.trim()) return { error: 'Say what should change.' };
+    const refineFeedback = { scope, text: feedback.trim() };
+    if (scope === 'section' && section.trim()) refineFeedback.sectionPath = section.trim();
+    return { value: { action, refineFeedback } };
+  }
+  if (action === 'edit-accept') {
+    let editedArtifactData;
+    try { editedArtifactData = JSON.parse(edited); } catch (e) { return { error: `Not JSON: ${e.message}` }; }
+    return { value: { action, editedArtifactData } };
+  }
+  return { value: { action } };
+}
+
 function Card({ runId, it, canUpdate, onAnswered }) {
   const approval = it.kind === 'approval';
+  const actions = it.actions && it.actions.length ? it.actions : DEFAULT_ACTIONS;
   const [answers, setAnswers] = useState({});
   const [comment, setComment] = useState('');
+  // The action whose extra form is open (`refine` / `edit-accept`), and what it holds.
+  const [open, setOpen] = useState(null);
+  const [extra, setExtra] = useState({ scope: 'whole', section: '', feedback: '', edited: '{}' });
   const [busy, setBusy] = useState(false);
   const [error, setError] = useState(null);
   const send = async (resumeValue) => {
@@ -45,12 +76,32 @@ function Card({ runId, it, canUpdate, onAnswered }) {
     </form>`}
     ${approval && canUpdate && html`<div>
       <label>Comment (optional)<textarea class="comment" rows="2" value=${comment} onInput=${(e) => setComment(e.target.value)}></textarea></label>
-      <button class="approve" disabled=${busy} onClick=${() => send({ action: 'accept' })}>Approve</button>
-      <button class="reject danger" disabled=${busy} onClick=${() => send({ action: 'reject' })}>Reject</button>
+      ${actions.map((a) => html`<button class=${`${a === 'accept' ? 'approve' : a}${a === 'reject' ? ' danger' : ''}`}
+        data-action=${a} disabled=${busy}
+        onClick=${() => (a === 'refine' || a === 'edit-accept' ? setOpen(open === a ? null : a) : send({ action: a }))}>${ACTION_LABELS[a] || a}</button>`)}
+      ${open && html`<${ActionForm} action=${open} extra=${extra} setExtra=${setExtra} busy=${busy} send=${send} />`}
     </div>`}
     ${!canUpdate && html`<p class="hint">Read-only: this token may not answer.</p>`}
     ${error && html`<p class="error" role="alert">${error}</p>`}
   </div>`;
+}
+
+// The extra form of `refine` (scope, section, what should change) or `edit-accept` (the edited
+// artifact as JSON), sent only once it is complete.
+function ActionForm({ action, extra, setExtra, busy, send }) {
+  const v = approvalValue(action, extra);
+  const set = (k) => (e) => setExtra({ ...extra, [k]: e.target.value });
+  return html`<form class=${`action-form ${action}-form`} onSubmit=${(e) => { e.preventDefault(); if (v.value) send(v.value); }}>
+    ${action === 'refine' && html`
+      <label>About<select class="refine-scope" value=${extra.scope} onChange=${set('scope')}>
+        ${REFINE_SCOPES.map((sc) => html`<option value=${sc}>${sc}</option>`)}</select></label>
+      ${extra.scope === 'section' && html`<label>Section<input class="refine-section" value=${extra.section} onInput=${set('section')} /></label>`}
+      <label>What should change<textarea class="refine-feedback" rows="3" value=${extra.feedback} onInput=${set('feedback')}></textarea></label>`}
+    ${action === 'edit-accept' && html`
+      <label>Edited artifact (JSON)<textarea class="edited-artifact" rows="4" spellcheck="false" value=${extra.edited} onInput=${set('edited')}></textarea></label>`}
+    ${v.error && html`<p class="error action-error">${v.error}</p>`}
+    <button type="submit" class="send-action" disabled=${busy || !!v.error}>Send</button>
+  </form>`;
 }
 
 // The payload of a custom interrupt, as text: a string as written, anything else as JSON.
@@ -112,7 +163,7 @@ export function Interrupts({ runId, snapshot, events, canUpdate, onAnswered }) {
         const p = e.payload || {};
         const who = p.decidedBy || p.answeredBy || p.resolvedBy || p.principal;
         const when = p.decidedAt || p.answeredAt || p.resolvedAt;
-        return html`<li data-seq=${e.sequence}>#${e.sequence} ${e.type}${p.action ? ` (${p.action})` : ''} at ${nodeOf(e) || ''}${who ? ` by ${typeof who === 'string' ? who : JSON.stringify(who)}` : ''}${when ? ` at ${when}` : ''}${p.comment ? ` — “${p.comment}”` : ''}</li>`;
+        return html`<li data-seq=${e.sequence}>#${e.sequence} ${e.type}${p.action ? ` (${p.action})` : ''} at ${nodeOf(e) || ''}${who ? ` by ${typeof who === 'string' ? who : JSON.stringify(who)}` : ''}${when ? ` at ${when}` : ''}${p.comment ? ` — “${p.comment}”` : ''}${p.refineFeedback && p.refineFeedback.text ? ` — changes: “${p.refineFeedback.text}”` : ''}</li>`;
       })}
     </ul>`}
   </section>`;
