@@ -1,5 +1,5 @@
-//! `kubectl-openwop resume RUN --answer id=value… | --action ACTION | --approve | --reject
-//! [--reason TEXT]` (with none of them it resumes a paused run, `super::pause`): appends one entry to `spec.answers` (append-only, enforced by the CRD's
+//! `kubectl-openwop resume RUN --answer id=value… | --action ACTION [--feedback TEXT
+//! --scope S --section P | --edited JSON] | --approve | --reject [--reason TEXT]` (with none of them it resumes a paused run, `super::pause`): appends one entry to `spec.answers` (append-only, enforced by the CRD's
 //! CEL rule), guarded by the Run's resourceVersion so a concurrent writer is never
 //! overwritten. The answer records who gave it — the kubeconfig user as the API server
 //! authenticates it (a SelfSubjectReview) — and when.
@@ -29,10 +29,32 @@ pub struct ResumeArgs {
     /// read as JSON when it parses (42, true, {"a":1}), otherwise as a string.
     #[arg(long, value_name = "ID=VALUE", conflicts_with_all = ["action", "approve", "reject"])]
     pub answer: Vec<String>,
-    /// Take an approval action the gate offers: accept, reject (refine and edit-accept need
-    /// data: answer those over the REST API).
+    /// Take an approval action the gate offers: accept, reject, refine (with --feedback) or
+    /// edit-accept (with --edited).
     #[arg(long, value_name = "ACTION", conflicts_with_all = ["approve", "reject"])]
     pub action: Option<String>,
+    /// `--action refine`: what should change (`refineFeedback.text`).
+    #[arg(long, value_name = "TEXT", requires = "action")]
+    pub feedback: Option<String>,
+    /// `--action refine`: what the feedback is about: whole, section or items.
+    #[arg(
+        long,
+        value_name = "SCOPE",
+        default_value = "whole",
+        requires = "feedback"
+    )]
+    pub scope: String,
+    /// `--action refine --scope section`: the section meant (`refineFeedback.sectionPath`).
+    #[arg(long, value_name = "PATH", requires = "feedback")]
+    pub section: Option<String>,
+    /// `--action edit-accept`: the edited artifact, as JSON (`editedArtifactData`).
+    #[arg(
+        long,
+        value_name = "JSON",
+        requires = "action",
+        conflicts_with = "feedback"
+    )]
+    pub edited: Option<String>,
     /// Approve the pending approval (`--action accept`).
     #[arg(long, conflicts_with = "reject")]
     pub approve: bool,
@@ -123,7 +145,7 @@ pub fn build_answer(run: &Run, args: &ResumeArgs) -> Result<InterruptAnswer> {
         );
     }
     let reply = if let Some(action) = &args.action {
-        Reply::Action(action.clone())
+        action_reply(action, args)?
     } else if args.approve || args.reject {
         Reply::Decision(args.approve)
     } else {
@@ -172,10 +194,40 @@ pub fn build_answer(run: &Run, args: &ResumeArgs) -> Result<InterruptAnswer> {
             allowed.join(", ")
         ),
         AnswerError::ActionData { action, field } => bail!(
-            "action {action} needs {field}, which this command cannot send; answer over the REST API (POST /v1/runs/{{runId}}/interrupts/{{nodeId}})"
+            "action {action} needs resumeValue.{field}: {}",
+            if field.starts_with("refineFeedback") {
+                "give --feedback TEXT, with --scope whole|section|items"
+            } else {
+                "give --edited JSON"
+            }
         ),
         // The CLI neither sets a trust nor passes a resumeValue.
         e => bail!("{e}"),
+    })
+}
+
+/// An approval action as the REST API's `resumeValue` takes it: `refine` carries
+/// `refineFeedback {scope, text, sectionPath?}`, `edit-accept` `editedArtifactData`.
+fn action_reply(action: &str, args: &ResumeArgs) -> Result<Reply> {
+    let mut value = Map::new();
+    value.insert("action".into(), json!(action));
+    if let Some(text) = &args.feedback {
+        let mut f = json!({"scope": args.scope, "text": text});
+        if let Some(section) = &args.section {
+            f["sectionPath"] = json!(section);
+        }
+        value.insert("refineFeedback".into(), f);
+    }
+    if let Some(raw) = &args.edited {
+        let edited: Value = serde_json::from_str(raw).with_context(|| {
+            format!("--edited {raw:?} is not JSON (e.g. '{{\"summary\": \"…\"}}')")
+        })?;
+        value.insert("editedArtifactData".into(), edited);
+    }
+    Ok(if value.len() == 1 {
+        Reply::Action(action.to_owned())
+    } else {
+        Reply::ResumeValue(Value::Object(value))
     })
 }
 
@@ -404,6 +456,82 @@ mod tests {
             "interrupt i1 does not offer action \"refine\"; use --action with one of: accept, reject"
         );
         assert!(Cli::try_parse_from(["resume", "r1", "--action", "accept", "--approve"]).is_err());
+    }
+
+    #[test]
+    fn refine_and_edit_accept_send_their_data() {
+        let mut run = waiting("approval", &[]);
+        run.status.as_mut().unwrap().pending_interrupts[0].actions =
+            vec!["accept".into(), "refine".into(), "edit-accept".into()];
+        let a = build_answer(
+            &run,
+            &args(&[
+                "r1",
+                "--action",
+                "refine",
+                "--feedback",
+                "shorter",
+                "--scope",
+                "section",
+                "--section",
+                "intro",
+            ]),
+        )
+        .unwrap();
+        assert_eq!(a.action.as_deref(), Some("refine"));
+        assert_eq!(
+            a.value,
+            Some(
+                json!({"refineFeedback": {"scope": "section", "text": "shorter", "sectionPath": "intro"}})
+            )
+        );
+        let e = build_answer(&run, &args(&["r1", "--action", "refine"])).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "action refine needs resumeValue.refineFeedback: give --feedback TEXT, with --scope whole|section|items"
+        );
+        let e = build_answer(
+            &run,
+            &args(&[
+                "r1",
+                "--action",
+                "refine",
+                "--feedback",
+                "x",
+                "--scope",
+                "all",
+            ]),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("refineFeedback.scope"), "{e}");
+        let a = build_answer(
+            &run,
+            &args(&[
+                "r1",
+                "--action",
+                "edit-accept",
+                "--edited",
+                "{\"title\": \"v2\"}",
+            ]),
+        )
+        .unwrap();
+        assert_eq!(
+            a.value,
+            Some(json!({"editedArtifactData": {"title": "v2"}}))
+        );
+        let e = build_answer(
+            &run,
+            &args(&["r1", "--action", "edit-accept", "--edited", "{x"]),
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string().starts_with("--edited \"{x\" is not JSON"),
+            "{e}"
+        );
+        let e = build_answer(&run, &args(&["r1", "--action", "edit-accept"])).unwrap_err();
+        assert!(e.to_string().ends_with("give --edited JSON"), "{e}");
+        // --feedback belongs to an action.
+        assert!(Cli::try_parse_from(["resume", "r1", "--feedback", "x"]).is_err());
     }
 
     #[test]

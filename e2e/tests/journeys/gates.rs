@@ -228,6 +228,36 @@ async fn a_refine_is_recorded_with_its_feedback_before_the_resolve_answers() {
         assert_eq!(done["payload"]["outputs"]["refineFeedback"], feedback);
     }
 
+    // The same from the command line: `kubectl openwop resume --action refine --feedback`.
+    ok(apply(&c, &ns, &fixture_run("r-cli", "refine")), "run");
+    wait_run(&c, &ns, "r-cli", "waiting-approval", 120).await;
+    ok(
+        cli(
+            &c,
+            &[
+                "resume",
+                "r-cli",
+                "-n",
+                &ns,
+                "--action",
+                "refine",
+                "--feedback",
+                "from the CLI",
+            ],
+        ),
+        "kubectl openwop resume --action refine",
+    );
+    wait_run(&c, &ns, "r-cli", "completed", 120).await;
+    let evs = events(&c, &ns, "r-cli");
+    let received = evs
+        .iter()
+        .find(|e| e["type"] == "approval.received")
+        .expect("approval.received");
+    assert_eq!(
+        received["payload"]["refineFeedback"],
+        json!({"scope": "whole", "text": "from the CLI"})
+    );
+
     // A run cancelled while its gate waited: the status no longer lists the interrupt, but an
     // answer to it is `409 interrupt_already_resolved` (v2 errors.md: one code for that
     // state), not "never waited"; a node that never waited stays 404.
