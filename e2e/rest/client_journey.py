@@ -147,7 +147,8 @@ wait_status(cid, "completed")
 # An external event (`order`: core.interrupt kind external-event, correlation {orderId:
 # order-42, status: settled}) delivered with the signed token the snapshot hands out, by a
 # client holding no bearer: a mismatch is 422 and changes nothing, the match completes the
-# node with the event, and the used token is 409.
+# node with the event; the same event delivered again (same eventId) is answered 200 and
+# recorded once, any other event on the used token is 409.
 ev = client.runs_create(CreateRunRequest(workflowId="order"))
 created.append(ev.runId)
 wait_status(ev.runId, "waiting-external")
@@ -165,11 +166,14 @@ check(seen.data["correlation"] == {"orderId": "order-42", "status": "settled"}, 
 body = expect_error(lambda: anon.interrupts_resolve_by_token(tok, ResolveInterruptRequest(resumeValue={"orderId": "order-41", "status": "settled"})), 422, "correlation_mismatch")
 check(body["details"]["keys"] == ["orderId"], f"mismatch details: {body}")
 check(client.runs_get(ev.runId).status == "waiting-external", "a mismatch leaves the run waiting")
-event = {"orderId": "order-42", "status": "settled", "ref": "tx-9"}
+event = {"orderId": "order-42", "status": "settled", "ref": "tx-9", "eventId": "evt-order-42-1"}
 r = anon.interrupts_resolve_by_token(tok, ResolveInterruptRequest(resumeValue=event))
 check(r["runId"] == ev.runId and r["nodeId"] == "wait-for-payment", f"resolve by token: {r}")
 wait_status(ev.runId, "completed")
-expect_error(lambda: anon.interrupts_resolve_by_token(tok, ResolveInterruptRequest(resumeValue=event)), 409, "interrupt_already_resolved")
+again = anon.interrupts_resolve_by_token(tok, ResolveInterruptRequest(resumeValue=event))
+check(again["runId"] == ev.runId and again["status"] == "completed", f"redelivery: {again}")
+other_event = dict(event, eventId="evt-order-42-2")
+expect_error(lambda: anon.interrupts_resolve_by_token(tok, ResolveInterruptRequest(resumeValue=other_event)), 409, "interrupt_already_resolved")
 evs = events_of(ev.runId)
 done = [e for e in evs if e.type == "node.completed" and e.nodeId == "wait-for-payment"]
 check(done and done[0].payload["outputs"]["eventPayload"] == event, f"node.completed: {done}")

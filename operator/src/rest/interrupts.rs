@@ -35,7 +35,7 @@ use kube::api::{Api, Patch, PatchParams};
 use openwop_crds::{InterruptAnswer, Run};
 use openwop_protocol::events::EventType;
 use openwop_protocol::run::api::SnapshotInterrupt;
-use openwop_protocol::run::correlation::CORRELATION_MISMATCH;
+use openwop_protocol::run::correlation::{CORRELATION_MISMATCH, redelivers};
 use openwop_protocol::run::gate;
 use openwop_protocol::run::projection::open_when_ended;
 use openwop_protocol::run::quorum;
@@ -287,7 +287,16 @@ async fn answer(
                 }
                 return Err(e);
             }
-            a => a?.answered(by, &answered_at),
+            Ok(Some(a)) => a.answered(by, &answered_at),
+            // The event that resolved it, delivered again: answered as the first time.
+            Ok(None) => {
+                return Ok(RunStatusResponse {
+                    run_id,
+                    node_id: Some(node_id.to_owned()),
+                    status: phase(&run),
+                });
+            }
+            Err(e) => return Err(e),
         };
         let interrupt_id = answer.interrupt_id.clone();
         let mut answers = run.spec.answers.clone();
@@ -527,6 +536,23 @@ pub async fn resolve_interrupt_by_token(
     idempotent(&s, &headers, scope, &parts, || async {
         let run = super::runs::fresh_run(&s, &cached).await;
         if pending_of(&run, &claims).is_none() {
+            if redelivered(
+                &run,
+                &claims.node_id,
+                Some(&claims.interrupt_id),
+                &req.resume_value,
+            ) {
+                let status = phase(&run);
+                return Ok((
+                    StatusCode::OK,
+                    Json(RunStatusResponse {
+                        run_id: claims.run_id.clone(),
+                        node_id: Some(claims.node_id.clone()),
+                        status,
+                    }),
+                )
+                    .into_response());
+            }
             return Err(invalidated(&run));
         }
         let st = answer(
@@ -551,14 +577,27 @@ fn already_resolved(run: &Run, message: String) -> ApiError {
         .with_details(json!({"runStatus": phase(run).as_str()}))
 }
 
-/// The answer to append for the Run's interrupt at `node_id`, or the error the spec gives.
+/// Whether `resume_value` delivers again the external event an answer of the Run already
+/// holds for `node_id` (and interrupt `interrupt`, when named): the same `eventId`
+/// (`correlation::redelivers`).
+fn redelivered(run: &Run, node_id: &str, interrupt: Option<&str>, resume_value: &Value) -> bool {
+    run.spec.answers.iter().any(|a| {
+        a.node_id.as_deref() == Some(node_id)
+            && interrupt.is_none_or(|id| a.interrupt_id == id)
+            && redelivers(a.value.as_ref(), resume_value)
+    })
+}
+
+/// The answer to append for the Run's interrupt at `node_id` (`None`: the request delivers
+/// again the external event that answered it, so nothing is appended), or the error the spec
+/// gives.
 fn answer_for(
     run: &Run,
     run_id: &str,
     node_id: &str,
     expect: Option<&str>,
     req: ResolveInterruptRequest,
-) -> Result<InterruptAnswer, ApiError> {
+) -> Result<Option<InterruptAnswer>, ApiError> {
     let already = || {
         already_resolved(
             run,
@@ -572,7 +611,11 @@ fn answer_for(
         .filter(|_| !phase(run).is_terminal())
         .cloned();
     let Some(pending) = pending else {
-        // Answered before (the worker may have resolved it since): 409; never waited: 404.
+        // The event that answered it, again: nothing to append. Answered before (the worker
+        // may have resolved it since): 409; never waited: 404.
+        if redelivered(run, node_id, expect, &req.resume_value) {
+            return Ok(None);
+        }
         if run
             .spec
             .answers
@@ -592,6 +635,9 @@ fn answer_for(
     if quorum::decided(&pending, &run.spec.answers)
         || expect.is_some_and(|id| id != pending.interrupt_id)
     {
+        if redelivered(run, node_id, expect, &req.resume_value) {
+            return Ok(None);
+        }
         return Err(already());
     }
     if pending.is_external_event() && pending.correlation.is_none() {
@@ -605,7 +651,7 @@ fn answer_for(
             Duration::from_secs(2),
         ));
     }
-    build_answer(&pending, req)
+    build_answer(&pending, req).map(Some)
 }
 
 /// The answer to append for `pending`, or 400 naming what is wrong.
@@ -757,7 +803,7 @@ mod tests {
         let accept = || req(json!({"action": "accept"}), None);
         let code = |r: &Run, node: &str| {
             answer_for(r, "run-1", node, None, accept())
-                .map(|a| a.node_id)
+                .map(|a| a.unwrap().node_id)
                 .map_err(|e| (e.status.as_u16(), e.body.error))
         };
         let waiting = run("waiting-approval", gate.clone(), json!([]));
@@ -804,7 +850,7 @@ mod tests {
         };
         let code = |r: &Run, v: Value| {
             answer_for(r, "run-1", "w", None, req(v, None))
-                .map(|a| a.value)
+                .map(|a| a.unwrap().value)
                 .map_err(|e| (e.status.as_u16(), e.body.error, e.body.details))
         };
         let r = wait(json!({"orderId": "o-1"}));
@@ -822,6 +868,33 @@ mod tests {
         );
         let pruned = wait(Value::Null);
         assert_eq!(code(&pruned, json!({"orderId": "o-1"})).unwrap_err().0, 503);
+
+        // Idempotent ingestion: once an event answered it, the same eventId again (either
+        // form) appends nothing and is no error, while a new event is 409.
+        let first = json!({"orderId": "o-1", "eventId": "evt-1"});
+        let answered = run(
+            "running",
+            json!([]),
+            json!([{"interruptId": "i1", "nodeId": "w", "value": first}]),
+        );
+        let again = |v: Value| {
+            answer_for(&answered, "run-1", "w", None, req(v, None))
+                .map(|a| a.is_none())
+                .map_err(|e| (e.status.as_u16(), e.body.error))
+        };
+        assert_eq!(again(first.clone()), Ok(true));
+        assert_eq!(
+            again(json!({"eventPayload": {"eventId": "evt-1"}})),
+            Ok(true)
+        );
+        assert_eq!(
+            again(json!({"orderId": "o-1", "eventId": "evt-2"})),
+            Err((409, "interrupt_already_resolved".into()))
+        );
+        assert_eq!(
+            again(json!({"orderId": "o-1"})),
+            Err((409, "interrupt_already_resolved".into()))
+        );
     }
 
     /// A quorum gate takes votes (200, the voter kept with the answer) until they decide it;
@@ -839,7 +912,7 @@ mod tests {
                 None,
                 vote(v),
             )
-            .map(|a| a.value)
+            .map(|a| a.unwrap().value)
             .map_err(|e| (e.status.as_u16(), e.body.error))
         };
         let cast = |v: &str| json!({"interruptId": "i1", "nodeId": "gate", "action": "accept", "value": {"voter": v}});

@@ -23,6 +23,27 @@ pub fn external_event(resume_value: &Value) -> &Value {
     }
 }
 
+/// The member of an external event that names it. Ingestion is idempotent by it (the
+/// profile's `(correlationId, eventId)`, the interrupt being the correlation): the same event
+/// delivered again to the interrupt it resolved is answered as the first delivery was, and
+/// nothing is recorded twice.
+pub const EVENT_ID: &str = "eventId";
+
+/// The `eventId` of the event a resume value carries (a non-empty string), if any.
+pub fn event_id(resume_value: &Value) -> Option<&str> {
+    external_event(resume_value)
+        .get(EVENT_ID)?
+        .as_str()
+        .filter(|id| !id.is_empty())
+}
+
+/// Whether `resume_value` delivers again the event `recorded` (the resume value an answer
+/// already holds): both name the same `eventId`. Without an `eventId` nothing is a
+/// re-delivery.
+pub fn redelivers(recorded: Option<&Value>, resume_value: &Value) -> bool {
+    matches!((recorded.and_then(event_id), event_id(resume_value)), (Some(a), Some(b)) if a == b)
+}
+
 /// The keys of `correlation` the `event` does not carry with an equal value (deep JSON
 /// equality: numbers by value, objects key by key, arrays in order), sorted; empty when the
 /// event matches. Keys of the event that `correlation` does not name are allowed.
@@ -60,6 +81,27 @@ fn json_equal(a: &Value, b: &Value) -> bool {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_same_event_id_is_a_redelivery_in_either_form() {
+        use serde_json::json;
+        let first = json!({"orderId": "o-1", "eventId": "evt-9"});
+        assert!(redelivers(
+            Some(&first),
+            &json!({"eventPayload": {"eventId": "evt-9"}})
+        ));
+        assert!(!redelivers(Some(&first), &json!({"eventId": "evt-10"})));
+        // Without ids (either side, or empty) nothing counts as delivered before.
+        assert!(!redelivers(
+            Some(&json!({"orderId": "o-1"})),
+            &json!({"orderId": "o-1"})
+        ));
+        assert!(!redelivers(
+            Some(&json!({"eventId": ""})),
+            &json!({"eventId": ""})
+        ));
+        assert!(!redelivers(None, &first));
+    }
+
     use super::*;
     use serde_json::json;
 
