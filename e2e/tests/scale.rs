@@ -41,7 +41,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams};
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
-use openwop_e2e::Cluster;
+use openwop_e2e::{Cluster, ClusterOptions};
 use serde_json::{Value, json};
 
 /// The batch sizes measured: `OPENWOP_SCALE_RUNS` (comma-separated), default 200 and 1,000.
@@ -59,8 +59,11 @@ fn sizes() -> Vec<usize> {
 const RELEASE: &str = "openwop-scale";
 const RELEASE_NS: &str = "openwop-scale-system";
 const INSTANCE: &str = "scale";
-/// The operator's HTTP port (pods share the host network; the journeys' operator has 8080).
-const OPERATOR_PORT: u16 = 18191;
+/// The operator's HTTP port (pods share the host network; the journeys' operator has 8080),
+/// shifted by `OPENWOP_PORT_OFFSET` like every port of a second mini-cluster beside the first.
+fn scale_operator_port() -> u16 {
+    18191 + ClusterOptions::default().port_offset
+}
 const LABEL_INSTANCE: &str = "openwop.dev/instance";
 
 /// `debug` (default) or `release`: which cargo profile's operator and worker run.
@@ -102,11 +105,15 @@ fn install(c: &Cluster, limit: usize) {
         "providers[0].name=mock,providers[0].vendor=mock".into(),
         format!("runs.maxConcurrentPerNamespace={limit}"),
         format!("operator.instanceId={INSTANCE}"),
-        format!("operator.port={OPERATOR_PORT}"),
+        format!("operator.port={}", scale_operator_port()),
         format!("operator.image.tag={}", image_tag()),
         format!("worker.image.tag={}", image_tag()),
         // Info-level logs: the journeys' debug level would time the logging.
-        "operator.logLevel=info\\,kube=warn".into(),
+        // `OPENWOP_SCALE_OPERATOR_LOG` (a tracing filter) to look closer.
+        format!(
+            "operator.logLevel={}",
+            env_or("OPENWOP_SCALE_OPERATOR_LOG", "info,kube=warn").replace(',', "\\,")
+        ),
     ];
     let mut args = vec![
         "upgrade".to_string(),
@@ -295,7 +302,7 @@ async fn apiserver_requests(client: &Client) -> BTreeMap<String, f64> {
 /// The operator's own Prometheus text (`/metrics` on its port), without histogram buckets.
 fn operator_metrics() -> BTreeMap<String, f64> {
     let mut out = BTreeMap::new();
-    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", OPERATOR_PORT)) else {
+    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", scale_operator_port())) else {
         return out;
     };
     let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
