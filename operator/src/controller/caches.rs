@@ -100,14 +100,17 @@ impl Superseded {
         }
     }
 
-    /// Whether `run` is the copy this reconciler's last status write of it produced.
-    pub fn is_own_write(&self, run: &Run) -> bool {
+    /// Whether `run` is the copy this reconciler's last write of it produced, or the copy that
+    /// write replaced (a reconcile acted on both: neither asks for another; e.g. the copy the
+    /// finalizer patch produced, which the same reconcile's status write replaced).
+    pub fn is_ours(&self, run: &Run) -> bool {
         let (Some(uid), Some(rv)) = (run.uid(), run.resource_version()) else {
             return false;
         };
         let m = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        m.get(&uid)
-            .is_some_and(|(_, written)| written.as_deref() == Some(rv.as_str()))
+        m.get(&uid).is_some_and(|(replaced, written)| {
+            *replaced == rv || written.as_deref() == Some(rv.as_str())
+        })
     }
 
     /// The Run is gone.
@@ -218,8 +221,20 @@ pub fn next_in_queue(
         .collect()
 }
 
-/// The Runs a worker pod's change concerns: its own Run, and when the pod frees its slot
-/// (finished or being deleted) the next runs of its namespace's queue ([`next_in_queue`]).
+/// Whether `run` ended and its ending is recorded (completion time, the log's terminal
+/// event): what is left are its TTLs, which its last reconcile scheduled; a change of its
+/// worker pod (its exit seen after the run's terminal event, its deletion) asks for nothing.
+fn settled(run: &Run) -> bool {
+    run.status.as_ref().is_some_and(|st| {
+        st.phase.is_some_and(RunPhase::is_terminal)
+            && st.completion_time.is_some()
+            && st.terminal_event.is_some()
+    })
+}
+
+/// The Runs a worker pod's change concerns: its own Run unless it is [`settled`], and when
+/// the pod frees its slot (finished or being deleted) the next runs of its namespace's queue
+/// ([`next_in_queue`]).
 pub fn pod_triggers(
     runs: &Store<Run>,
     pods: &Store<Pod>,
@@ -232,6 +247,7 @@ pub fn pod_triggers(
         .iter()
         .filter(|o| o.controller == Some(true) && o.kind == "Run")
         .map(|o| ObjectRef::new(&o.name).within(&ns))
+        .filter(|r| !runs.get(r).is_some_and(|run| settled(&run)))
         .collect();
     if !holds_slot(pod) || pod.metadata.deletion_timestamp.is_some() {
         refs.extend(next_in_queue(runs, pods, &ns, limit));
@@ -285,9 +301,11 @@ mod tests {
         assert!(!s.is_stale(&r));
         s.record(&r, "10", Some("11".into()));
         assert!(s.is_stale(&r), "the cache has not caught up with the write");
-        assert!(!s.is_own_write(&r));
+        assert!(s.is_ours(&r), "the copy the write replaced");
+        r.metadata.resource_version = Some("12".into());
+        assert!(!s.is_ours(&r), "someone else's write");
         r.metadata.resource_version = Some("11".into());
-        assert!(s.is_own_write(&r), "the copy the write produced");
+        assert!(s.is_ours(&r), "the copy the write produced");
         assert!(!s.is_stale(&r));
         r.metadata.resource_version = Some("10".into());
         assert!(!s.is_stale(&r), "forgotten once a newer copy was seen");

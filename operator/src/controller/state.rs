@@ -283,16 +283,17 @@ impl<'a> RunReconcile<'a> {
                     &Patch::Apply(&patch),
                 )
                 .await?;
-            // A phase this write set that the next reconcile acts on (a run the operator ended
-            // gets its terminal event, a suspended or paused one its wait) makes its copy
-            // trigger one. Any other write's copy (the worker started, queued, progress) is
-            // what this reconcile acted on: it triggers none (the pod's end, a requeue or the
-            // Workflow's change brings the next step).
+            // A phase this write set that the next reconcile acts on (a suspended or paused
+            // run gets its wait, a cancelling one its cancel worker) makes its copy trigger one. Any other write's copy (the
+            // worker started, queued, progress, a run ended: the reconcile that ended it
+            // recorded its ending too, `run::apply_run`) is what this reconcile acted on: it
+            // triggers none (the pod's end, a requeue or the Workflow's change brings the next
+            // step).
+            use openwop_crds::RunPhase;
             let next_step = draft.status.phase != original.phase
-                && !matches!(
-                    draft.status.phase,
-                    Some(openwop_crds::RunPhase::Running | openwop_crds::RunPhase::Pending)
-                );
+                && draft.status.phase.is_some_and(|p| {
+                    !matches!(p, RunPhase::Running | RunPhase::Pending) && !p.is_terminal()
+                });
             let own = (!next_step).then(|| written.resource_version()).flatten();
             if let Some(rv) = run.resource_version() {
                 ctx.superseded.record(run, &rv, own);
