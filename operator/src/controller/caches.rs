@@ -364,4 +364,33 @@ mod tests {
         );
         assert!(next_in_queue(&all, &pods, "other", 3).is_empty());
     }
+
+    #[test]
+    fn a_pod_change_triggers_its_run_until_the_run_is_settled_and_the_queue_always() {
+        let t = "2025-06-15T15:00:00Z";
+        let ended = |terminal_event: Option<&str>| {
+            json!({"phase": "completed", "workerPod": "a-w1", "completionTime": t,
+                   "terminalEvent": terminal_event})
+        };
+        let finished: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "a-w1", "namespace": "ns", "ownerReferences": [
+                {"apiVersion": "openwop.dev/v1alpha1", "kind": "Run", "name": "a", "uid": "a",
+                 "controller": true}]},
+            "status": {"phase": "Succeeded"}}))
+        .unwrap();
+        let pods = store(vec![finished.clone()]);
+        let names = |v: Vec<ObjectRef<Run>>| v.into_iter().map(|r| r.name).collect::<Vec<_>>();
+        let recorded = store(vec![run("a", t, ended(Some("e9"))), run("b", t, queued())]);
+        assert_eq!(
+            names(pod_triggers(&recorded, &pods, 2, &finished)),
+            ["b"],
+            "a's ending is recorded: its pod's exit asks for nothing; the queue moves"
+        );
+        let unrecorded = store(vec![run("a", t, ended(None)), run("b", t, queued())]);
+        assert_eq!(
+            names(pod_triggers(&unrecorded, &pods, 2, &finished)),
+            ["a", "b"],
+            "a's terminal event is not recorded yet"
+        );
+    }
 }
