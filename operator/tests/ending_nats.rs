@@ -287,3 +287,35 @@ async fn a_worker_that_exited_ends_the_run_and_records_its_ending_in_one_reconci
     .unwrap();
     assert_eq!(log(&js).await.len(), 2, "nothing appended");
 }
+
+/// A run the operator ends itself (here its worker refused its input): the status that ends
+/// it is written first, and the operator's `run.failed` follows in the next reconcile. Appended
+/// before the write, the event consumer could fold it into a status without the ending's
+/// conditions (and the write would then lose to the consumer's).
+#[tokio::test]
+async fn the_operators_terminal_event_follows_the_status_write_that_ends_the_run() {
+    let (ctx, mut api, js, _nats) = nats_context().await;
+    worker_event(&js, 0, "run.started").await;
+    let refused = common::fixtures::ended_worker(2, "bad input");
+    let scenario = Scenario::new()
+        .then(get_pod("r1-w1").reply(200, refused.clone()))
+        .then(get_pod("r1-w1").reply(200, refused))
+        .then(common::fixtures::run_status(|st| {
+            assert_eq!(st["phase"], "failed", "{st:#}");
+            assert!(st["conditions"].is_array(), "{st:#}");
+            assert!(st.get("terminalEvent").is_none(), "{st:#}");
+        }))
+        .then(common::fixtures::delete_pod("r1-w1"))
+        .then(common::fixtures::event("Failed"));
+    api.play(
+        scenario,
+        reconcile_run(Arc::new(common::fixtures::running_run()), ctx),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        log(&js).await.len(),
+        1,
+        "run.failed is appended by the next reconcile, after this status write"
+    );
+}

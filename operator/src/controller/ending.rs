@@ -33,7 +33,15 @@ const ENGINE: &str = concat!("openwop-operator/", env!("CARGO_PKG_VERSION"));
 /// Makes sure the terminal run's log ends with its terminal event. `None`: done (or nothing
 /// to do: no event stream configured); `Some(action)`: try again then (a worker may still
 /// append, NATS is not reachable yet, or the log moved while we read it).
-pub(super) async fn record_ending(rr: &mut RunReconcile<'_>) -> Result<Option<Action>, Error> {
+///
+/// `append: false` (the reconcile that ends the run, before its status says so): a log that
+/// already ends is recorded, nothing is appended — the operator's terminal event follows
+/// the status write that ends the run, or the event consumer could fold it into a status
+/// that lacks the ending's conditions (the next reconcile appends it; `RunReconcile::act`).
+pub(super) async fn record_ending(
+    rr: &mut RunReconcile<'_>,
+    append: bool,
+) -> Result<Option<Action>, Error> {
     let (run, ctx) = (rr.run, rr.ctx);
     if rr.status().terminal_event.is_some() {
         return Ok(None);
@@ -66,8 +74,13 @@ pub(super) async fn record_ending(rr: &mut RunReconcile<'_>) -> Result<Option<Ac
         Err(_) if worker_may_append => return soon(2),
         Err(e) => return Err(nats(e)),
     };
-    if worker_may_append && !last.as_ref().is_some_and(|(_, body)| ends_log(body)) {
-        return soon(2);
+    if !last.as_ref().is_some_and(|(_, body)| ends_log(body)) {
+        if worker_may_append {
+            return soon(2);
+        }
+        if !append {
+            return Ok(None);
+        }
     }
     let (expected, next) = match &last {
         // The run had events but its subject is empty: retention removed the log (a run

@@ -60,7 +60,7 @@ pub async fn reconcile_run(run: Arc<Run>, ctx: Arc<Context>) -> Result<Action, E
 /// The merge patch that adds the finalizer to a Run that lacks it and is not being deleted
 /// (`None` otherwise). The resourceVersion precondition makes a concurrent change of the
 /// finalizers a 409 (retried) instead of a lost entry, as a JSON patch's `test` would.
-pub(super) fn needs_finalizer(run: &Run) -> Option<serde_json::Value> {
+fn needs_finalizer(run: &Run) -> Option<serde_json::Value> {
     if run.metadata.deletion_timestamp.is_some()
         || run.finalizers().iter().any(|f| f == RUN_FINALIZER)
     {
@@ -155,7 +155,7 @@ async fn apply_run(run: Arc<Run>, ctx: Arc<Context>) -> Result<Action, Error> {
     let path = decide(&run, rr.status(), rr.now);
     let decided_ended = matches!(path, Path::Ended);
     let action = match path {
-        Path::Ended => ended(&mut rr).await?,
+        Path::Ended => ended(&mut rr, true).await?,
         Path::Refused(refused) => {
             // Before anything else: nothing (snapshot, pod) is ever built from the marker.
             rr.draft.stop_worker();
@@ -176,11 +176,13 @@ async fn apply_run(run: Arc<Run>, ctx: Arc<Context>) -> Result<Action, Error> {
             deadline_requeue(&run, rr.status(), rr.now).map_or(action, Action::requeue)
         }
     };
-    // Ended by this reconcile (the worker's exit, a timeout, a cancel, a refusal): its ending
-    // is recorded now, not by a reconcile its own status write would trigger (one more
-    // reconcile and status write per run whose worker's exit was seen before its events).
+    // Ended by this reconcile (the worker's exit, a timeout, a cancel, a refusal): a log that
+    // ends already (the worker's own terminal event) is recorded now, not by a reconcile its
+    // own status write would trigger (one more reconcile and status write per run whose
+    // worker's exit was seen before its events). The operator's own terminal event is
+    // appended only after this status write (`ending::record_ending`).
     let action = if !decided_ended && rr.status().phase.unwrap_or_default().is_terminal() {
-        match ended(&mut rr).await {
+        match ended(&mut rr, false).await {
             Ok(next) => next,
             // The terminal status is written all the same; the ending is recorded later.
             Err(e) => {
@@ -255,13 +257,13 @@ fn deadline_requeue(run: &Run, status: &RunStatus, now: Timestamp) -> Option<Dur
 
 /// A terminal run: its ending recorded once (Event, `Succeeded`, the log's terminal event),
 /// then the pod deleted after the pod TTL and the Run after the run TTL.
-async fn ended(rr: &mut RunReconcile<'_>) -> Result<Action, Error> {
+async fn ended(rr: &mut RunReconcile<'_>, append: bool) -> Result<Action, Error> {
     if rr.status().completion_time.is_none() {
         // Terminal through the event stream: record the outcome once, so TTLs count.
         let phase = rr.status().phase.unwrap_or_default();
         rr.draft.end(phase, RecordedBy::Stream);
     }
-    let again = super::ending::record_ending(rr).await?;
+    let again = super::ending::record_ending(rr, append).await?;
     let expiry = expiry(rr.status(), &rr.ctx.config.runs, rr.now);
     if expiry.delete_pod {
         rr.draft.stop_worker();
