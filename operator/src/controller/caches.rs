@@ -66,11 +66,12 @@ impl Caches {
 }
 
 /// Per Run (uid): the resourceVersion its last write by this reconciler (the status write, or
-/// the finalizer patch of a new Run) replaced, and the one that write produced. A reconcile of the replaced copy would act on a status the
-/// reconciler already changed (starting a worker it started, writing a status that fails its
-/// precondition): skipped. The produced copy is what that reconcile acted on and wrote, so
-/// neither it nor the replaced copy triggers a reconcile of its own
-/// ([`super::triggers::changes`]): the reconcile that wrote it returned its next step already.
+/// the finalizer patch of a new Run) replaced, and the one that write produced. A reconcile
+/// of the replaced copy would act on a status the reconciler already changed (starting a
+/// worker it started, writing a status that fails its precondition): skipped. The produced
+/// copy is what that reconcile acted on and wrote, so neither it nor the replaced copy
+/// triggers a reconcile of its own ([`super::triggers::changes`]): the reconcile that wrote
+/// it returned its next step already.
 #[derive(Default)]
 pub struct Superseded(Mutex<HashMap<String, (String, Option<String>)>>);
 
