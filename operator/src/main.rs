@@ -395,7 +395,7 @@ async fn lead_then_run(
             run_key,
             {
                 let ctx = ctx.clone();
-                move |run: &Run| ctx.superseded.is_own_write(run)
+                move |run: &Run| ctx.superseded.is_ours(run)
             },
             false,
         ),

@@ -225,3 +225,97 @@ async fn a_run_without_events_gets_run_failed_at_sequence_zero_unless_its_log_ex
         "nothing appended to an expired log"
     );
 }
+
+/// `r1`'s worker pod `r1-w1`, still `Running`.
+fn owned_running_worker() -> Value {
+    let mut p = owned_pod("Running");
+    p["metadata"]["name"] = json!("r1-w1");
+    p
+}
+
+/// The event consumer folded the worker's `run.completed` before its pod exited: the log
+/// ends already, so the reconcile records its terminal event now; waiting for the pod's exit
+/// cost a second reconcile and status write per run (issue 27).
+#[tokio::test]
+async fn a_log_the_worker_ended_is_recorded_while_its_pod_still_exits() {
+    let (ctx, mut api, js, _nats) = nats_context().await;
+    worker_event(&js, 0, "run.started").await;
+    worker_event(&js, 1, "run.completed").await;
+    let mut completed = common::fixtures::running_run();
+    {
+        let st = completed.status.as_mut().unwrap();
+        st.phase = Some(openwop_crds::RunPhase::Completed);
+        st.last_sequence = Some(1);
+        st.events = Some(2);
+    }
+    let scenario = Scenario::new()
+        .then(get_pod("r1-w1").reply(200, owned_running_worker()))
+        .then(common::fixtures::run_status(|st| {
+            assert_eq!(st["terminalEvent"], "w1", "{st:#}");
+            assert!(st["completionTime"].is_string(), "{st:#}");
+        }))
+        .then(common::fixtures::event("Completed"));
+    api.play(scenario, reconcile_run(Arc::new(completed), ctx))
+        .await
+        .unwrap();
+    assert_eq!(log(&js).await.len(), 2, "nothing appended");
+}
+
+/// A worker that exited 0 after its `run.completed`: the reconcile that sees the exit ends
+/// the run and records the log's terminal event in one status write, instead of leaving the
+/// ending to a reconcile its own write triggers (issue 27).
+#[tokio::test]
+async fn a_worker_that_exited_ends_the_run_and_records_its_ending_in_one_reconcile() {
+    let (ctx, mut api, js, _nats) = nats_context().await;
+    worker_event(&js, 0, "run.started").await;
+    worker_event(&js, 1, "run.completed").await;
+    let summary = r#"{"phase":"completed","events":2,"lastSequence":1}"#;
+    let exited = common::fixtures::ended_pod("r1-w1", "Succeeded", 0, summary);
+    let scenario = Scenario::new()
+        .then(get_pod("r1-w1").reply(200, exited.clone()))
+        .then(get_pod("r1-w1").reply(200, exited))
+        .then(common::fixtures::run_status(|st| {
+            assert_eq!(st["phase"], "completed", "{st:#}");
+            assert_eq!(st["terminalEvent"], "w1", "{st:#}");
+        }))
+        .then(common::fixtures::event("Completed"));
+    api.play(
+        scenario,
+        reconcile_run(Arc::new(common::fixtures::running_run()), ctx),
+    )
+    .await
+    .unwrap();
+    assert_eq!(log(&js).await.len(), 2, "nothing appended");
+}
+
+/// A run the operator ends itself (here its worker refused its input): the status that ends
+/// it is written first, and the operator's `run.failed` follows in the next reconcile. Appended
+/// before the write, the event consumer could fold it into a status without the ending's
+/// conditions (and the write would then lose to the consumer's).
+#[tokio::test]
+async fn the_operators_terminal_event_follows_the_status_write_that_ends_the_run() {
+    let (ctx, mut api, js, _nats) = nats_context().await;
+    worker_event(&js, 0, "run.started").await;
+    let refused = common::fixtures::ended_worker(2, "bad input");
+    let scenario = Scenario::new()
+        .then(get_pod("r1-w1").reply(200, refused.clone()))
+        .then(get_pod("r1-w1").reply(200, refused))
+        .then(common::fixtures::run_status(|st| {
+            assert_eq!(st["phase"], "failed", "{st:#}");
+            assert!(st["conditions"].is_array(), "{st:#}");
+            assert!(st.get("terminalEvent").is_none(), "{st:#}");
+        }))
+        .then(common::fixtures::delete_pod("r1-w1"))
+        .then(common::fixtures::event("Failed"));
+    api.play(
+        scenario,
+        reconcile_run(Arc::new(common::fixtures::running_run()), ctx),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        log(&js).await.len(),
+        1,
+        "run.failed is appended by the next reconcile, after this status write"
+    );
+}

@@ -11,7 +11,7 @@ use common::fixtures::{
     delete_pod, ended_worker, event, event_of, get_pod, get_snapshot, get_workflow, not_found, pod,
     run, run_echo, run_status, running_run, snapshot_cm, too_deep,
 };
-use common::{Scenario, TestContext};
+use common::{Expect, Scenario, TestContext};
 use http::Method;
 use kube::runtime::controller::Action;
 use openwop_crds::Run;
@@ -44,6 +44,44 @@ async fn run_with_missing_workflow_waits_with_a_clear_condition() {
     api.play(scenario, reconcile_run(Arc::new(run(None)), ctx))
         .await
         .expect("reconcile");
+}
+
+/// A new Run gets its finalizer and goes on in the same reconcile: no second reconcile for
+/// the patched copy (issue 27: that was a quarter of all reconciles at 200 Runs at once). The
+/// status write's precondition is the patched copy's resourceVersion.
+#[tokio::test]
+async fn a_new_run_gets_its_finalizer_and_goes_on_in_the_same_reconcile() {
+    let (ctx, mut api) = Context::test();
+    let mut new_run = run(None);
+    new_run.metadata.finalizers = None;
+    new_run.metadata.resource_version = Some("1".into());
+    let mut finalized = run(None);
+    finalized.metadata.resource_version = Some("2".into());
+    let scenario = Scenario::new()
+        .then(
+            Expect::new(
+                Method::PATCH,
+                "/apis/openwop.dev/v1alpha1/namespaces/team-a/runs/r1?",
+            )
+            .body(|b| {
+                assert_eq!(b["metadata"]["finalizers"], json!(["openwop.dev/cleanup"]));
+                assert_eq!(b["metadata"]["resourceVersion"], "1", "{b}");
+            })
+            .reply(200, serde_json::to_value(&finalized).unwrap()),
+        )
+        .then(get_snapshot().not_found())
+        .then(get_workflow("triage").not_found())
+        .then(
+            run_status(|st| assert_eq!(st["phase"], "pending"))
+                .body(|b| assert_eq!(b["metadata"]["resourceVersion"], "2", "{b}")),
+        );
+    api.play(scenario, reconcile_run(Arc::new(new_run), ctx.clone()))
+        .await
+        .expect("reconcile");
+    assert!(
+        ctx.superseded.is_ours(&finalized),
+        "the patched copy's watch event triggers no reconcile"
+    );
 }
 
 /// A running worker's reconciles (one per change of its pod) read the pod only: the snapshot

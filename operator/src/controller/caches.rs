@@ -65,12 +65,13 @@ impl Caches {
     }
 }
 
-/// Per Run (uid): the resourceVersion its last status write by this reconciler replaced, and
-/// the one that write produced. A reconcile of the replaced copy would act on a status the
-/// reconciler already changed (starting a worker it started, writing a status that fails its
-/// precondition): skipped. The produced copy is what that reconcile acted on and wrote, so
-/// it triggers no reconcile of its own ([`super::triggers::changes`]): the reconcile that
-/// wrote it returned its next step already.
+/// Per Run (uid): the resourceVersion its last write by this reconciler (the status write, or
+/// the finalizer patch of a new Run) replaced, and the one that write produced. A reconcile
+/// of the replaced copy would act on a status the reconciler already changed (starting a
+/// worker it started, writing a status that fails its precondition): skipped. The produced
+/// copy is what that reconcile acted on and wrote, so neither it nor the replaced copy
+/// triggers a reconcile of its own ([`super::triggers::changes`]): the reconcile that wrote
+/// it returned its next step already.
 #[derive(Default)]
 pub struct Superseded(Mutex<HashMap<String, (String, Option<String>)>>);
 
@@ -100,14 +101,17 @@ impl Superseded {
         }
     }
 
-    /// Whether `run` is the copy this reconciler's last status write of it produced.
-    pub fn is_own_write(&self, run: &Run) -> bool {
+    /// Whether `run` is the copy this reconciler's last write of it produced, or the copy that
+    /// write replaced (a reconcile acted on both: neither asks for another; e.g. the copy the
+    /// finalizer patch produced, which the same reconcile's status write replaced).
+    pub fn is_ours(&self, run: &Run) -> bool {
         let (Some(uid), Some(rv)) = (run.uid(), run.resource_version()) else {
             return false;
         };
         let m = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        m.get(&uid)
-            .is_some_and(|(_, written)| written.as_deref() == Some(rv.as_str()))
+        m.get(&uid).is_some_and(|(replaced, written)| {
+            *replaced == rv || written.as_deref() == Some(rv.as_str())
+        })
     }
 
     /// The Run is gone.
@@ -218,8 +222,20 @@ pub fn next_in_queue(
         .collect()
 }
 
-/// The Runs a worker pod's change concerns: its own Run, and when the pod frees its slot
-/// (finished or being deleted) the next runs of its namespace's queue ([`next_in_queue`]).
+/// Whether `run` ended and its ending is recorded (completion time, the log's terminal
+/// event): what is left are its TTLs, which its last reconcile scheduled; a change of its
+/// worker pod (its exit seen after the run's terminal event, its deletion) asks for nothing.
+fn settled(run: &Run) -> bool {
+    run.status.as_ref().is_some_and(|st| {
+        st.phase.is_some_and(RunPhase::is_terminal)
+            && st.completion_time.is_some()
+            && st.terminal_event.is_some()
+    })
+}
+
+/// The Runs a worker pod's change concerns: its own Run unless it is [`settled`], and when
+/// the pod frees its slot (finished or being deleted) the next runs of its namespace's queue
+/// ([`next_in_queue`]).
 pub fn pod_triggers(
     runs: &Store<Run>,
     pods: &Store<Pod>,
@@ -232,6 +248,7 @@ pub fn pod_triggers(
         .iter()
         .filter(|o| o.controller == Some(true) && o.kind == "Run")
         .map(|o| ObjectRef::new(&o.name).within(&ns))
+        .filter(|r| !runs.get(r).is_some_and(|run| settled(&run)))
         .collect();
     if !holds_slot(pod) || pod.metadata.deletion_timestamp.is_some() {
         refs.extend(next_in_queue(runs, pods, &ns, limit));
@@ -285,9 +302,11 @@ mod tests {
         assert!(!s.is_stale(&r));
         s.record(&r, "10", Some("11".into()));
         assert!(s.is_stale(&r), "the cache has not caught up with the write");
-        assert!(!s.is_own_write(&r));
+        assert!(s.is_ours(&r), "the copy the write replaced");
+        r.metadata.resource_version = Some("12".into());
+        assert!(!s.is_ours(&r), "someone else's write");
         r.metadata.resource_version = Some("11".into());
-        assert!(s.is_own_write(&r), "the copy the write produced");
+        assert!(s.is_ours(&r), "the copy the write produced");
         assert!(!s.is_stale(&r));
         r.metadata.resource_version = Some("10".into());
         assert!(!s.is_stale(&r), "forgotten once a newer copy was seen");
@@ -345,5 +364,34 @@ mod tests {
             "no free slot"
         );
         assert!(next_in_queue(&all, &pods, "other", 3).is_empty());
+    }
+
+    #[test]
+    fn a_pod_change_triggers_its_run_until_the_run_is_settled_and_the_queue_always() {
+        let t = "2025-06-15T15:00:00Z";
+        let ended = |terminal_event: Option<&str>| {
+            json!({"phase": "completed", "workerPod": "a-w1", "completionTime": t,
+                   "terminalEvent": terminal_event})
+        };
+        let finished: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "a-w1", "namespace": "ns", "ownerReferences": [
+                {"apiVersion": "openwop.dev/v1alpha1", "kind": "Run", "name": "a", "uid": "a",
+                 "controller": true}]},
+            "status": {"phase": "Succeeded"}}))
+        .unwrap();
+        let pods = store(vec![finished.clone()]);
+        let names = |v: Vec<ObjectRef<Run>>| v.into_iter().map(|r| r.name).collect::<Vec<_>>();
+        let recorded = store(vec![run("a", t, ended(Some("e9"))), run("b", t, queued())]);
+        assert_eq!(
+            names(pod_triggers(&recorded, &pods, 2, &finished)),
+            ["b"],
+            "a's ending is recorded: its pod's exit asks for nothing; the queue moves"
+        );
+        let unrecorded = store(vec![run("a", t, ended(None)), run("b", t, queued())]);
+        assert_eq!(
+            names(pod_triggers(&unrecorded, &pods, 2, &finished)),
+            ["a", "b"],
+            "a's terminal event is not recorded yet"
+        );
     }
 }

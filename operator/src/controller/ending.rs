@@ -9,7 +9,8 @@
 //!   `Nats-Msg-Id`) is the one a worker would use and the stream's dedup drops a second copy;
 //! * published with `Nats-Expected-Last-Subject-Sequence` = the subject's last message read
 //!   just before: if anything was appended meanwhile nothing is written and the next
-//!   reconcile reads again; a log that already ends is only recorded (`status.terminalEvent`).
+//!   reconcile reads again; a log that already ends is only recorded (`status.terminalEvent`),
+//!   also while the worker's pod is still exiting.
 
 use std::time::Duration;
 
@@ -32,7 +33,15 @@ const ENGINE: &str = concat!("openwop-operator/", env!("CARGO_PKG_VERSION"));
 /// Makes sure the terminal run's log ends with its terminal event. `None`: done (or nothing
 /// to do: no event stream configured); `Some(action)`: try again then (a worker may still
 /// append, NATS is not reachable yet, or the log moved while we read it).
-pub(super) async fn record_ending(rr: &mut RunReconcile<'_>) -> Result<Option<Action>, Error> {
+///
+/// `append: false` (the reconcile that ends the run, before its status says so): a log that
+/// already ends is recorded, nothing is appended — the operator's terminal event follows
+/// the status write that ends the run, or the event consumer could fold it into a status
+/// that lacks the ending's conditions (the next reconcile appends it; `RunReconcile::act`).
+pub(super) async fn record_ending(
+    rr: &mut RunReconcile<'_>,
+    append: bool,
+) -> Result<Option<Action>, Error> {
     let (run, ctx) = (rr.run, rr.ctx);
     if rr.status().terminal_event.is_some() {
         return Ok(None);
@@ -41,12 +50,14 @@ pub(super) async fn record_ending(rr: &mut RunReconcile<'_>) -> Result<Option<Ac
         return Ok(None);
     };
     let soon = |s| Ok(Some(Action::requeue(Duration::from_secs(s))));
-    if worker_may_append(rr).await? {
-        return soon(2);
-    }
+    // A worker that may still append: the log is only read, in case it ends already (the
+    // worker's own terminal event, folded by the event consumer before its pod ended); then
+    // that event is recorded now instead of after the pod's end, which would cost one more
+    // reconcile and status write.
+    let worker_may_append = worker_may_append(rr).await?;
     let Some(js) = slot.get() else {
         tracing::debug!(run = %run.name_any(), "not connected to NATS yet; the run's terminal event is recorded later");
-        return soon(5);
+        return soon(if worker_may_append { 2 } else { 5 });
     };
     let ns = run.namespace().unwrap_or_default();
     let subject = events_subject(&ns, &run_id);
@@ -57,9 +68,20 @@ pub(super) async fn record_ending(rr: &mut RunReconcile<'_>) -> Result<Option<Ac
             run.name_any()
         ))
     };
-    let last = within_timeout(last_on_subject(&js, stream, &subject))
-        .await
-        .map_err(nats)?;
+    let last = match within_timeout(last_on_subject(&js, stream, &subject)).await {
+        Ok(last) => last,
+        // The worker may append anyway: looked at again soon, as without the read.
+        Err(_) if worker_may_append => return soon(2),
+        Err(e) => return Err(nats(e)),
+    };
+    if !last.as_ref().is_some_and(|(_, body)| ends_log(body)) {
+        if worker_may_append {
+            return soon(2);
+        }
+        if !append {
+            return Ok(None);
+        }
+    }
     let (expected, next) = match &last {
         // The run had events but its subject is empty: retention removed the log (a run
         // that ended long ago, e.g. before an upgrade); there is nothing left to end.
@@ -107,6 +129,11 @@ pub(super) async fn record_ending(rr: &mut RunReconcile<'_>) -> Result<Option<Ac
         }
         Appended::Moved => soon(1),
     }
+}
+
+/// Whether `body` (the last message of a run's subject) is a terminal event.
+fn ends_log(body: &[u8]) -> bool {
+    serde_json::from_slice::<Value>(body).is_ok_and(|v| is_terminal(&v))
 }
 
 /// Whether a worker pod of the run may still publish: its current pod, or the pod of its

@@ -283,16 +283,20 @@ impl<'a> RunReconcile<'a> {
                     &Patch::Apply(&patch),
                 )
                 .await?;
-            // A phase this write set that the next reconcile acts on (a run the operator ended
-            // gets its terminal event, a suspended or paused one its wait) makes its copy
-            // trigger one. Any other write's copy (the worker started, queued, progress) is
-            // what this reconcile acted on: it triggers none (the pod's end, a requeue or the
-            // Workflow's change brings the next step).
+            // A phase this write set that the next reconcile acts on (a suspended or paused
+            // run gets its wait, a cancelling one its cancel worker, a run the operator ended
+            // its terminal event) makes its copy trigger one. Any other write's copy (the
+            // worker started, queued, progress, a run whose log the worker ended: the
+            // reconcile that ended it recorded that, `run::apply_run`) is what this reconcile
+            // acted on: it triggers none (the pod's end, a requeue or the Workflow's change
+            // brings the next step).
+            use openwop_crds::RunPhase;
             let next_step = draft.status.phase != original.phase
-                && !matches!(
-                    draft.status.phase,
-                    Some(openwop_crds::RunPhase::Running | openwop_crds::RunPhase::Pending)
-                );
+                && draft.status.phase.is_some_and(|p| match p {
+                    RunPhase::Running | RunPhase::Pending => false,
+                    p if p.is_terminal() => draft.status.terminal_event.is_none(),
+                    _ => true,
+                });
             let own = (!next_step).then(|| written.resource_version()).flatten();
             if let Some(rv) = run.resource_version() {
                 ctx.superseded.record(run, &rv, own);

@@ -5,9 +5,10 @@
 //! 200 Runs at once that was 10 reconciles per run, most of them looking at a change the
 //! reconcile does not act on. [`changes`] passes an object on only when the part of it a
 //! reconcile acts on ([`run_key`], [`pod_key`]) differs from the last one passed, and never
-//! a Run copy the reconciler's own status write produced, unless it set a phase the next
-//! reconcile acts on (the reconcile that wrote it decided its next step already: a requeue,
-//! or the change it waits for; see `RunReconcile::act`); the caches (the reflectors
+//! a Run copy the reconciler's own write produced (its finalizer patch, its status write) or
+//! already replaced, unless it set a phase the next reconcile acts on (the reconcile that
+//! wrote it decided its next step already: a requeue, or the change it waits for; see
+//! `RunReconcile::act`); the caches (the reflectors
 //! before it) still see every change, so a reconcile reads the newest copy.
 //!
 //! [`slim`] drops what no reader of the caches uses (managedFields, kubectl's
@@ -78,8 +79,8 @@ pub fn pod_key(pod: &Pod) -> Option<u64> {
 
 /// The objects of a watch stream whose `key` changed since the last one passed for them
 /// (first sight passes); a `None` key never passes. `own`: a copy this reconciler's own
-/// write produced (the reconcile that wrote it has acted on it already): remembered, not
-/// passed. `deletes`: a deleted object passes too (a deleted worker pod frees its slot for
+/// write produced or replaced (the reconcile that wrote it has acted on it already):
+/// remembered, not passed. `deletes`: a deleted object passes too (a deleted worker pod frees its slot for
 /// the queued runs), and is forgotten.
 pub fn changes<K, S>(
     events: S,
