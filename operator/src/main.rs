@@ -146,6 +146,7 @@ async fn main() -> anyhow::Result<()> {
         now: k8s_openapi::jiff::Timestamp::now,
         caches,
         nats_copies: Default::default(),
+        worker_accounts: Default::default(),
         starts: Default::default(),
         superseded: Default::default(),
         jetstream: cfg

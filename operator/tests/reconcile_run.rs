@@ -408,6 +408,77 @@ async fn concurrent_starts_never_exceed_the_namespace_limit() {
     );
 }
 
+/// The first starts in a new namespace run at once and all find the worker ServiceAccount
+/// missing (the cache shows it a moment after the apply): they share one apply, not one each
+/// (the 1,000-Runs bench saw up to 32).
+#[tokio::test]
+async fn concurrent_first_starts_in_a_namespace_apply_the_worker_account_once() {
+    use kube::runtime::{reflector, watcher};
+    let (store, mut writer) = reflector::store::<k8s_openapi::api::core::v1::Pod>();
+    writer.apply_watcher_event(&watcher::Event::InitDone);
+    let (ctx, api) = Context::test_with(OperatorConfig::default(), |c| c.caches.pods = Some(store));
+    let n = 6;
+    let runs: Vec<Run> = (0..n)
+        .map(|i| {
+            serde_json::from_value(json!({
+                "apiVersion": "openwop.dev/v1alpha1", "kind": "Run",
+                "metadata": {"name": format!("r{i}"), "namespace": "team-a", "uid": format!("u{i}"),
+                             "generation": 1, "finalizers": ["openwop.dev/cleanup"]},
+                "spec": {"workflowRef": {"name": "triage"}},
+                "status": {"phase": "pending", "runId": format!("u{i}"), "workflow": "triage",
+                           "observedGeneration": 1,
+                           "conditions": [{"type": "Ready", "status": "True", "reason": "Snapshotted",
+                                           "message": "workflow snapshotted", "lastTransitionTime": "2025-06-15T15:00:00Z"}]}
+            }))
+            .unwrap()
+        })
+        .collect();
+    // (worker pods created, ServiceAccount applies)
+    let server = api.answer_all((0, 0), |(created, applied), m, path, body| {
+        if *m == Method::GET && path.ends_with("-snapshot") {
+            let run = path
+                .rsplit('/')
+                .next()
+                .unwrap()
+                .trim_end_matches("-snapshot");
+            let uid = format!("u{}", &run[1..]);
+            let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": format!("{run}-snapshot"), "namespace": "team-a",
+                    "ownerReferences": [{"apiVersion": "openwop.dev/v1alpha1", "kind": "Run",
+                                         "name": run, "uid": uid, "controller": true}]},
+                "data": {"snapshot.json": "{}"}});
+            (200, cm)
+        } else if *m == Method::GET {
+            // The account (and anything else) is not there yet.
+            (404, not_found())
+        } else if *m == Method::PATCH && path.contains("/serviceaccounts/openwop-worker") {
+            *applied += 1;
+            (200, body)
+        } else if *m == Method::POST && path.ends_with("/pods") {
+            *created += 1;
+            (201, body)
+        } else if *m == Method::PATCH && path.ends_with("/status") {
+            (200, run_echo())
+        } else if *m == Method::POST && path.ends_with("/events") {
+            (201, body)
+        } else {
+            panic!("unexpected request {m} {path}");
+        }
+    });
+    let all = runs
+        .into_iter()
+        .map(|r| reconcile_run(Arc::new(r), ctx.clone()));
+    for r in futures::future::join_all(all).await {
+        r.expect("reconcile");
+    }
+    drop(ctx);
+    assert_eq!(
+        server.await.unwrap(),
+        (n, 1),
+        "worker pods created, ServiceAccount applies"
+    );
+}
+
 /// A waiting run answered while its worker start backs off (a crash set `retryAfter`): the
 /// answer is left unconsumed until the backoff ends. Consuming it first (recording it as
 /// answered, dropping the pending interrupt) and then waiting left the run `waiting-input`

@@ -119,12 +119,19 @@ pub struct Context {
     /// JetStream of the run events (set by the event consumer once connected), for the
     /// finalizer's purge of a deleted Run's subjects; `None` without `events.natsUrl`.
     pub jetstream: Option<crate::events::JetStreamSlot>,
+    /// The worker ServiceAccount applied per namespace (or being applied), and when.
+    pub worker_accounts: WorkerAccounts,
     /// The worker slots reserved per namespace (the exact concurrency limit).
     pub starts: StartGate,
     /// Run copies this reconciler's status writes replaced (skipped when a cache delivers
     /// them late).
     pub superseded: Superseded,
 }
+
+/// Per namespace: the worker ServiceAccount apply, once it succeeded, and when (one shared
+/// apply for the concurrent first starts in a namespace).
+pub type WorkerAccounts =
+    std::sync::Mutex<std::collections::HashMap<String, Arc<tokio::sync::OnceCell<Instant>>>>;
 
 /// Per namespace: the NATS credentials of the copy last applied, and when.
 pub type NatsCopies =

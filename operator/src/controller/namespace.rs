@@ -15,14 +15,40 @@ use crate::pod::{MANAGER, nats_credentials_secret};
 /// deleted or edited it.
 const NATS_COPY_REFRESH: Duration = Duration::from_secs(300);
 
+/// An apply of the worker ServiceAccount that the cache still does not show after this long
+/// was undone (someone deleted the account): the next start applies it again.
+const SA_REAPPLY: Duration = Duration::from_secs(30);
+
 /// The default worker service account, created in the Run's namespace when missing. It has
 /// no RBAC and its token is never mounted; it exists because pod admission requires it.
+///
+/// The first starts in a new namespace run at once (up to the reconciler's concurrency) and
+/// all find the account missing until the cache shows it: they share one apply per namespace
+/// (`Context::worker_accounts`) instead of making one each.
 pub(super) async fn ensure_worker_service_account(rr: &RunReconcile<'_>) -> Result<(), Error> {
     let name = &rr.ctx.config.worker.service_account_name;
     if rr.service_account(name).await?.is_some() {
         return Ok(());
     }
-    rr.apply_service_account(name).await
+    let applied = {
+        let mut accounts = rr
+            .ctx
+            .worker_accounts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let cell = accounts.entry(rr.ns.clone()).or_default();
+        if cell.get().is_some_and(|at| at.elapsed() > SA_REAPPLY) {
+            *cell = Default::default();
+        }
+        cell.clone()
+    };
+    applied
+        .get_or_try_init(|| async {
+            rr.apply_service_account(name).await?;
+            Ok::<_, Error>(Instant::now())
+        })
+        .await?;
+    Ok(())
 }
 
 /// With `natsCredentials` configured: the copy of the operator's NATS credentials in `ns`

@@ -64,6 +64,7 @@ impl TestContext for Context {
             now: fixed_now,
             caches: Default::default(),
             nats_copies: Default::default(),
+            worker_accounts: Default::default(),
             starts: Default::default(),
             superseded: Default::default(),
             jetstream: None,
