@@ -326,20 +326,9 @@ async fn a_run_too_deep_to_decode_is_failed_at_once_naming_the_limit() {
         .expect("reconcile");
 }
 
-/// Issue #14 item 8b: reconciles run concurrently, and the pod cache lags behind the pods
-/// just created; the per-namespace limit must still be exact. Six snapshotted Runs reconciled
-/// at once with a limit of 2 and an empty (ready) pod cache: exactly two worker pods are
-/// created, the others are queued.
-#[tokio::test]
-async fn concurrent_starts_never_exceed_the_namespace_limit() {
-    use kube::runtime::{reflector, watcher};
-    let (store, mut writer) = reflector::store::<k8s_openapi::api::core::v1::Pod>();
-    writer.apply_watcher_event(&watcher::Event::InitDone);
-    let mut cfg = OperatorConfig::default();
-    cfg.runs.max_concurrent_per_namespace = 2;
-    let (ctx, api) = Context::test_with(cfg, |c| c.caches.pods = Some(store));
-    let n = 6;
-    let runs: Vec<Run> = (0..n)
+/// `n` Runs `r0`… of team-a, snapshotted and waiting for their first worker.
+fn snapshotted_runs(n: usize) -> Vec<Run> {
+    (0..n)
         .map(|i| {
             serde_json::from_value(json!({
                 "apiVersion": "openwop.dev/v1alpha1", "kind": "Run",
@@ -353,22 +342,48 @@ async fn concurrent_starts_never_exceed_the_namespace_limit() {
             }))
             .unwrap()
         })
-        .collect();
+        .collect()
+}
+
+/// The snapshot ConfigMap a `GET …/configmaps/rN-snapshot` of [`snapshotted_runs`] answers.
+fn snapshot_of(path: &str) -> Value {
+    let run = path
+        .rsplit('/')
+        .next()
+        .unwrap()
+        .trim_end_matches("-snapshot");
+    let uid = format!("u{}", &run[1..]);
+    json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": format!("{run}-snapshot"), "namespace": "team-a",
+            "ownerReferences": [{"apiVersion": "openwop.dev/v1alpha1", "kind": "Run",
+                                 "name": run, "uid": uid, "controller": true}]},
+        "data": {"snapshot.json": "{}"}})
+}
+
+/// A pod cache that is ready and holds no pod (it lags behind the pods just created).
+fn empty_pod_cache() -> kube::runtime::reflector::Store<k8s_openapi::api::core::v1::Pod> {
+    use kube::runtime::{reflector, watcher};
+    let (store, mut writer) = reflector::store();
+    writer.apply_watcher_event(&watcher::Event::InitDone);
+    store
+}
+
+/// Issue #14 item 8b: reconciles run concurrently, and the pod cache lags behind the pods
+/// just created; the per-namespace limit must still be exact. Six snapshotted Runs reconciled
+/// at once with a limit of 2 and an empty (ready) pod cache: exactly two worker pods are
+/// created, the others are queued.
+#[tokio::test]
+async fn concurrent_starts_never_exceed_the_namespace_limit() {
+    let store = empty_pod_cache();
+    let mut cfg = OperatorConfig::default();
+    cfg.runs.max_concurrent_per_namespace = 2;
+    let (ctx, api) = Context::test_with(cfg, |c| c.caches.pods = Some(store));
+    let n = 6;
+    let runs = snapshotted_runs(n);
     // (worker pods created, runs queued)
     let server = api.answer_all((0, 0), |(created, queued), m, path, body| {
         if *m == Method::GET && path.ends_with("-snapshot") {
-            let run = path
-                .rsplit('/')
-                .next()
-                .unwrap()
-                .trim_end_matches("-snapshot");
-            let uid = format!("u{}", &run[1..]);
-            let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
-                "metadata": {"name": format!("{run}-snapshot"), "namespace": "team-a",
-                    "ownerReferences": [{"apiVersion": "openwop.dev/v1alpha1", "kind": "Run",
-                                         "name": run, "uid": uid, "controller": true}]},
-                "data": {"snapshot.json": "{}"}});
-            (200, cm)
+            (200, snapshot_of(path))
         } else if *m == Method::GET && path.contains("/serviceaccounts/") {
             let sa = json!({"apiVersion": "v1", "kind": "ServiceAccount",
                             "metadata": {"name": "openwop-worker"}});
@@ -413,41 +428,14 @@ async fn concurrent_starts_never_exceed_the_namespace_limit() {
 /// (the 1,000-Runs bench saw up to 32).
 #[tokio::test]
 async fn concurrent_first_starts_in_a_namespace_apply_the_worker_account_once() {
-    use kube::runtime::{reflector, watcher};
-    let (store, mut writer) = reflector::store::<k8s_openapi::api::core::v1::Pod>();
-    writer.apply_watcher_event(&watcher::Event::InitDone);
+    let store = empty_pod_cache();
     let (ctx, api) = Context::test_with(OperatorConfig::default(), |c| c.caches.pods = Some(store));
     let n = 6;
-    let runs: Vec<Run> = (0..n)
-        .map(|i| {
-            serde_json::from_value(json!({
-                "apiVersion": "openwop.dev/v1alpha1", "kind": "Run",
-                "metadata": {"name": format!("r{i}"), "namespace": "team-a", "uid": format!("u{i}"),
-                             "generation": 1, "finalizers": ["openwop.dev/cleanup"]},
-                "spec": {"workflowRef": {"name": "triage"}},
-                "status": {"phase": "pending", "runId": format!("u{i}"), "workflow": "triage",
-                           "observedGeneration": 1,
-                           "conditions": [{"type": "Ready", "status": "True", "reason": "Snapshotted",
-                                           "message": "workflow snapshotted", "lastTransitionTime": "2025-06-15T15:00:00Z"}]}
-            }))
-            .unwrap()
-        })
-        .collect();
+    let runs = snapshotted_runs(n);
     // (worker pods created, ServiceAccount applies)
     let server = api.answer_all((0, 0), |(created, applied), m, path, body| {
         if *m == Method::GET && path.ends_with("-snapshot") {
-            let run = path
-                .rsplit('/')
-                .next()
-                .unwrap()
-                .trim_end_matches("-snapshot");
-            let uid = format!("u{}", &run[1..]);
-            let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
-                "metadata": {"name": format!("{run}-snapshot"), "namespace": "team-a",
-                    "ownerReferences": [{"apiVersion": "openwop.dev/v1alpha1", "kind": "Run",
-                                         "name": run, "uid": uid, "controller": true}]},
-                "data": {"snapshot.json": "{}"}});
-            (200, cm)
+            (200, snapshot_of(path))
         } else if *m == Method::GET {
             // The account (and anything else) is not there yet.
             (404, not_found())
