@@ -29,10 +29,14 @@ use std::time::Duration;
 
 use async_nats::jetstream::{self, AckKind, consumer::pull};
 use futures::StreamExt;
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::Store;
-use kube::{Client, ResourceExt};
+use kube::{Client, Resource, ResourceExt};
 use openwop_crds::{Run, RunStatus};
+use openwop_protocol::run::ending::is_terminal;
 use openwop_protocol::run::sequence;
 use openwop_protocol::run::subjects::{
     RunSubject, SubjectError, events_filter, events_subject, parse_events_subject,
@@ -41,6 +45,7 @@ use openwop_protocol::text::truncate;
 use serde_json::{Value, json};
 
 use crate::config::OperatorConfig;
+use crate::controller::{Note, end_by_stream};
 use crate::pod::MANAGER;
 
 /// Largest event accepted (a RunEventDoc is small; anything bigger is not one).
@@ -189,6 +194,28 @@ pub fn fold(status: &RunStatus, events: &[Value]) -> Option<RunStatus> {
     Some(next)
 }
 
+/// A run whose log the folded `events` end (the last of them is its terminal event): that
+/// event recorded as the log's ending (`status.terminalEvent`) and, unless the operator ended
+/// the run already, the ending itself — completion time, `Succeeded` and the Event to record
+/// after the write (returned) — by the reconciler's rule ([`end_by_stream`]). Written with
+/// the terminal event, the reconcile this write triggers has nothing left to write: one status
+/// write per run less than recording it there.
+pub fn settle(
+    status: &mut RunStatus,
+    events: &[Value],
+    generation: Option<i64>,
+    now: Timestamp,
+) -> Option<Note> {
+    let last = events.last().filter(|e| is_terminal(e))?;
+    if status.terminal_event.is_none() {
+        status.terminal_event = last
+            .get("eventId")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+    }
+    end_by_stream(status, generation, now)
+}
+
 /// The name of the Run whose uid is `run_id` in `namespace`: from the Run controller's cache
 /// when it has it, else from a LIST of the namespace (authoritative). `None`: no such Run.
 pub async fn find_run_name(
@@ -220,6 +247,8 @@ pub struct Current {
     pub status: RunStatus,
     /// The write precondition: a write against another version is a [`Stored::Conflict`].
     pub resource_version: Option<String>,
+    /// The Run's `metadata.generation` (the ending's condition observes it).
+    pub generation: Option<i64>,
 }
 
 /// Outcome of one status write.
@@ -249,6 +278,19 @@ pub trait RunStatuses {
         current: &Current,
         next: &RunStatus,
     ) -> impl Future<Output = Result<Stored, EventError>> + Send;
+    /// Records the Kubernetes Event of the ending a write of `current`'s run just stored
+    /// (best effort, once: only after that write succeeded).
+    fn announce(
+        &self,
+        namespace: &str,
+        run_id: &str,
+        current: &Current,
+        note: Note,
+    ) -> impl Future<Output = ()> + Send;
+    /// The clock of the endings recorded.
+    fn now(&self) -> Timestamp {
+        Timestamp::now()
+    }
 }
 
 /// Run statuses on the apiserver: found by uid (the Run controller's cache, else a LIST),
@@ -263,15 +305,23 @@ pub struct KubeStatuses<'a> {
     /// is the write's precondition, so a stale one costs a 409, never a lost update); a GET
     /// per delivered batch was two requests per run at 200 Runs at once.
     pub stale: std::sync::Mutex<std::collections::HashSet<String>>,
+    /// Records the Kubernetes Event of a run's ending the consumer writes.
+    recorder: Recorder,
 }
 
 impl<'a> KubeStatuses<'a> {
-    pub fn new(client: &'a Client, cfg: &'a OperatorConfig, runs: Option<&'a Store<Run>>) -> Self {
+    pub fn new(
+        client: &'a Client,
+        cfg: &'a OperatorConfig,
+        runs: Option<&'a Store<Run>>,
+        reporter: Reporter,
+    ) -> Self {
         Self {
             client,
             cfg,
             runs,
             stale: Default::default(),
+            recorder: Recorder::new(client.clone(), reporter),
         }
     }
 
@@ -298,6 +348,7 @@ impl RunStatuses for KubeStatuses<'_> {
             return Ok(Some(Current {
                 name: run.name_any(),
                 resource_version: run.resource_version(),
+                generation: run.metadata.generation,
                 status: run.status.clone().unwrap_or_default(),
             }));
         }
@@ -327,6 +378,7 @@ impl RunStatuses for KubeStatuses<'_> {
         Ok(Some(Current {
             name,
             resource_version: run.resource_version(),
+            generation: run.metadata.generation,
             status: run.status.unwrap_or_default(),
         }))
     }
@@ -369,6 +421,18 @@ impl RunStatuses for KubeStatuses<'_> {
             }
             Err(e) => Err(e.into()),
         }
+    }
+
+    async fn announce(&self, namespace: &str, run_id: &str, current: &Current, note: Note) {
+        let regarding = ObjectReference {
+            api_version: Some(Run::api_version(&()).into_owned()),
+            kind: Some(Run::kind(&()).into_owned()),
+            namespace: Some(namespace.to_owned()),
+            name: Some(current.name.clone()),
+            uid: Some(run_id.to_owned()),
+            ..Default::default()
+        };
+        crate::controller::record(&self.recorder, &regarding, note).await;
     }
 }
 
@@ -457,11 +521,22 @@ pub async fn apply_events<S: RunStatuses, L: RunLog>(
                 });
             }
         }
-        let Some(next) = fold(&current.status, &ordered.ready) else {
+        let Some(mut next) = fold(&current.status, &ordered.ready) else {
             return Ok(Applied::Unchanged);
         };
+        let ending = settle(
+            &mut next,
+            &ordered.ready,
+            current.generation,
+            statuses.now(),
+        );
         match statuses.write(namespace, run_id, &current, &next).await? {
-            Stored::Written => return Ok(Applied::Changed),
+            Stored::Written => {
+                if let Some(note) = ending {
+                    statuses.announce(namespace, run_id, &current, note).await;
+                }
+                return Ok(Applied::Changed);
+            }
             Stored::Gone => return Ok(Applied::Unchanged),
             Stored::Conflict => continue,
         }
@@ -480,8 +555,9 @@ pub async fn apply_to_run(
     namespace: &str,
     run_id: &str,
     events: &[Value],
+    reporter: Reporter,
 ) -> Result<bool, EventError> {
-    let statuses = KubeStatuses::new(client, cfg, runs);
+    let statuses = KubeStatuses::new(client, cfg, runs, reporter);
     Ok(apply_events(&statuses, log, namespace, run_id, events).await? == Applied::Changed)
 }
 
@@ -498,6 +574,7 @@ pub async fn run_consumer(
     cfg: Arc<OperatorConfig>,
     runs: Option<Store<Run>>,
     slot: JetStreamSlot,
+    reporter: Reporter,
 ) {
     let Some(url) = cfg.events.nats_url.clone() else {
         tracing::info!("events.natsUrl not set: Run status follows pod state only");
@@ -505,7 +582,7 @@ pub async fn run_consumer(
     };
     let mut backoff = Duration::from_millis(500);
     loop {
-        match consume(&client, &cfg, &url, runs.as_ref(), &slot).await {
+        match consume(&client, &cfg, &url, runs.as_ref(), &slot, &reporter).await {
             Ok(()) => backoff = Duration::from_millis(500),
             Err(e) => {
                 tracing::warn!(error = %e, retry_in_ms = backoff.as_millis() as u64, "run event consumer failed");
@@ -522,6 +599,7 @@ async fn consume(
     url: &str,
     runs: Option<&Store<Run>>,
     slot: &JetStreamSlot,
+    reporter: &Reporter,
 ) -> Result<(), EventError> {
     // Read at each (re)connect, so rotated credentials are picked up.
     let auth = cfg.nats_credentials.load()?;
@@ -557,7 +635,7 @@ async fn consume(
     let consumer = events_consumer(&stream, &durable, filter_subject(cfg)).await?;
     tracing::info!(stream = %stream_name, consumer = %durable, max_age_seconds = spec.max_age.map_or(0, |a| a.as_secs()), "reading run events");
     let flush = Duration::from_millis(cfg.events.flush_interval_ms);
-    let statuses = KubeStatuses::new(client, cfg, runs);
+    let statuses = KubeStatuses::new(client, cfg, runs, reporter.clone());
     consume_loop(&consumer, &statuses, &StreamLog(&stream), flush, NAK_DELAY).await
 }
 

@@ -404,11 +404,18 @@ async fn lead_then_run(
     );
     let runs = run_controller.store();
     let slot = ctx.jetstream.clone().unwrap_or_default();
+    let reporter = ctx.reporter.clone();
     let controllers = async {
         publish_discovery(&client, &cfg, &ctx.registry).await?;
         tokio::join!(
             run_controllers(client.clone(), ctx, writers, run_controller, runs_listable),
-            openwop_operator::events::run_consumer(client.clone(), cfg.clone(), Some(runs), slot),
+            openwop_operator::events::run_consumer(
+                client.clone(),
+                cfg.clone(),
+                Some(runs),
+                slot,
+                reporter,
+            ),
         );
         anyhow::Ok(())
     };

@@ -9,10 +9,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use async_nats::jetstream;
+use k8s_openapi::jiff::Timestamp;
 use openwop_crds::{RunPhase, RunStatus};
 use openwop_nats::testing::NatsServer;
+use openwop_operator::controller::Note;
 use openwop_operator::events::{
     Current, EventError, RunStatuses, Stored, StreamLog, consume_loop, events_consumer, fold,
+    settle,
 };
 use openwop_protocol::run::projection::Projection;
 use openwop_protocol::run::subjects::{StreamSpec, events_filter, events_subject};
@@ -28,6 +31,13 @@ struct Memory {
     status: Mutex<RunStatus>,
     fail: AtomicUsize,
     failed: AtomicUsize,
+    /// The reasons of the Events recorded (a run's ending).
+    announced: Mutex<Vec<String>>,
+}
+
+/// The consumer's clock here.
+fn now() -> Timestamp {
+    "2026-01-01T00:00:05Z".parse().unwrap()
 }
 
 impl RunStatuses for Memory {
@@ -36,6 +46,7 @@ impl RunStatuses for Memory {
             name: "r1".into(),
             status: self.status.lock().unwrap().clone(),
             resource_version: None,
+            generation: Some(1),
         }))
     }
 
@@ -56,6 +67,15 @@ impl RunStatuses for Memory {
         }
         *self.status.lock().unwrap() = next.clone();
         Ok(Stored::Written)
+    }
+
+    async fn announce(&self, _: &str, _: &str, _: &Current, note: Note) {
+        let reason = note.reason.as_str().to_owned();
+        self.announced.lock().unwrap().push(reason);
+    }
+
+    fn now(&self) -> Timestamp {
+        now()
     }
 }
 
@@ -110,9 +130,11 @@ async fn publish(js: &jetstream::Context, events: &[Value]) {
     }
 }
 
-/// The status the whole log projects to (from an empty status).
+/// The status the whole log projects to (from an empty status), its ending recorded.
 fn expected(events: &[Value]) -> RunStatus {
-    fold(&RunStatus::default(), events).unwrap()
+    let mut st = fold(&RunStatus::default(), events).unwrap();
+    settle(&mut st, events, Some(1), now());
+    st
 }
 
 async fn wait_until(secs: u64, what: &str, mut f: impl FnMut() -> bool) {
@@ -189,6 +211,13 @@ async fn a_nakd_batch_overtaken_by_later_events_loses_no_transition() {
     assert_eq!(got, want, "status = projection of the whole log");
     assert_eq!(got.events, Some(15));
     assert_eq!(got.phase, Some(RunPhase::Completed));
+    assert_eq!(got.terminal_event.as_deref(), Some("uid-1-14"));
+    assert!(got.completion_time.is_some());
+    assert_eq!(
+        *s.memory.announced.lock().unwrap(),
+        ["Completed"],
+        "the ending's Event, once, whatever was redelivered"
+    );
     let p = events.iter().fold(Projection::default(), |mut p, e| {
         p.apply(e);
         p

@@ -25,6 +25,13 @@ fn event(run_id: &str, seq: u64, ty: &str) -> Value {
            "timestamp": "2026-01-01T00:00:00Z", "payload": {}})
 }
 
+fn reporter() -> kube::runtime::events::Reporter {
+    kube::runtime::events::Reporter {
+        controller: "openwop-operator".into(),
+        instance: None,
+    }
+}
+
 /// Every event here continues its run's status: nothing is read back.
 struct NoReadBack;
 
@@ -62,7 +69,16 @@ async fn events_are_routed_by_uid_across_delete_and_recreate() {
     let applied = api
         .play(
             Scenario::new().then(list),
-            apply_to_run(&client, &cfg, None, &NoReadBack, "team-a", "uid-old", &old),
+            apply_to_run(
+                &client,
+                &cfg,
+                None,
+                &NoReadBack,
+                "team-a",
+                "uid-old",
+                &old,
+                reporter(),
+            ),
         )
         .await;
     assert!(!applied.unwrap(), "dropped");
@@ -78,14 +94,31 @@ async fn events_are_routed_by_uid_across_delete_and_recreate() {
         "/apis/openwop.dev/v1alpha1/namespaces/team-a/runs/r1/status?&force=true&fieldManager=openwop-operator",
     )
     .body(|body| {
-        assert_eq!(body["status"]["phase"], "completed");
-        assert_eq!(body["status"]["lastSequence"], 1);
+        let st = &body["status"];
+        assert_eq!(st["phase"], "completed");
+        assert_eq!(st["lastSequence"], 1);
         assert_eq!(body["metadata"]["resourceVersion"], "7");
+        // The whole ending in the same write: the reconcile it triggers writes nothing.
+        assert_eq!(st["terminalEvent"], "uid-new-1", "{st:#}");
+        assert!(st["completionTime"].is_string(), "{st:#}");
+        let succeeded = st["conditions"]
+            .as_array()
+            .and_then(|cs| cs.iter().find(|c| c["type"] == "Succeeded"))
+            .unwrap_or_else(|| panic!("no Succeeded condition: {st:#}"));
+        assert_eq!(
+            (&succeeded["status"], &succeeded["reason"]),
+            (&json!("True"), &json!("Completed"))
+        );
     })
     .reply(200, run_with_uid("uid-new", Some(1)));
+    // ... and its Event, once the write succeeded.
+    let ended = common::fixtures::event_of("Run", "Normal", "Completed").body(|b| {
+        assert_eq!(b["regarding"]["name"], "r1", "{b:#}");
+        assert_eq!(b["regarding"]["uid"], "uid-new", "{b:#}");
+    });
     let applied = api
         .play(
-            Scenario::new().then(write),
+            Scenario::new().then(write).then(ended),
             apply_to_run(
                 &client,
                 &cfg,
@@ -94,6 +127,7 @@ async fn events_are_routed_by_uid_across_delete_and_recreate() {
                 "team-a",
                 "uid-new",
                 &new,
+                reporter(),
             ),
         )
         .await;
@@ -127,6 +161,7 @@ async fn events_are_routed_by_uid_across_delete_and_recreate() {
                 "team-a",
                 "uid-old",
                 &old,
+                reporter(),
             ),
         )
         .await;

@@ -3,11 +3,12 @@
 
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::Resource;
 use kube::api::{Api, DeleteParams};
-use kube::runtime::events::{Event, EventType};
+use kube::runtime::events::{Event, EventType, Recorder};
 use openwop_crds::{RunError, RunPhase, RunStatus};
 use openwop_protocol::run::status::{RecordedBy, Severity, ending_report};
 
@@ -78,16 +79,27 @@ pub(super) async fn publish(
     reason: Reason,
     note: String,
 ) {
-    let reason = reason.as_str();
-    let ev = Event {
+    let n = Note {
         type_,
+        reason,
+        note,
+    };
+    record(&ctx.recorder(), &obj.object_ref(&()), n).await;
+}
+
+/// Records the Kubernetes Event `n` about the object `regarding`; best effort (a failure is
+/// logged). The reconcilers and the event consumer (a run's ending) record theirs here.
+pub async fn record(recorder: &Recorder, regarding: &ObjectReference, n: Note) {
+    let reason = n.reason.as_str();
+    let ev = Event {
+        type_: n.type_,
         reason: reason.into(),
-        note: Some(note),
+        note: Some(n.note),
         action: reason.into(),
         secondary: None,
     };
     // Events are best-effort: failing to record one must not fail the reconcile.
-    if let Err(e) = ctx.recorder().publish(&ev, &obj.object_ref(&())).await {
+    if let Err(e) = recorder.publish(&ev, regarding).await {
         tracing::warn!(error = %e, reason, "could not publish Kubernetes Event");
     }
 }
@@ -124,10 +136,31 @@ pub fn backoff_seconds(cfg: &OperatorConfig, failures: u32) -> u64 {
 
 /// A Kubernetes Event to record once the status is written.
 #[derive(Debug, Clone, PartialEq)]
-pub(super) struct Note {
-    pub(super) type_: EventType,
-    pub(super) reason: Reason,
-    pub(super) note: String,
+pub struct Note {
+    pub type_: EventType,
+    pub reason: Reason,
+    pub note: String,
+}
+
+/// Records in `status` the ending of a run its event stream ended (the worker's terminal
+/// event, folded in), exactly as a reconcile records it ([`Draft::end`], recorded by the
+/// stream): completion time, `Succeeded`, the Event to record once the status is written
+/// (returned). The event consumer writes it with the terminal event, so the reconcile its
+/// write triggers has nothing left to write. `None`, and `status` unchanged, unless the phase
+/// is terminal and no ending was recorded yet.
+pub fn end_by_stream(
+    status: &mut RunStatus,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> Option<Note> {
+    let phase = status.phase.filter(|p| p.is_terminal())?;
+    if status.completion_time.is_some() {
+        return None;
+    }
+    let mut draft = Draft::new(std::mem::take(status), generation, now);
+    draft.end(phase, RecordedBy::Stream);
+    *status = draft.status;
+    draft.notes.pop()
 }
 
 /// What one Run reconcile decided: the status to write, the Events to record after it, and

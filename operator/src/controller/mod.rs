@@ -41,7 +41,7 @@ mod ending;
 mod namespace;
 mod observe;
 mod pause;
-mod reasons;
+pub mod reasons;
 mod run;
 mod slots;
 mod start;
@@ -51,7 +51,7 @@ mod waits;
 mod workflow;
 
 pub use caches::{CacheWriters, Caches, Superseded, pod_triggers};
-pub use common::backoff_seconds;
+pub use common::{Note, backoff_seconds, end_by_stream, record};
 pub use run::reconcile_run;
 pub use slots::StartGate;
 pub use start::worker_selector;

@@ -216,3 +216,63 @@ fn instance_selector_and_ownership() {
     cfg.instance_id = "-bad".into();
     assert!(cfg.validate().is_err());
 }
+
+#[test]
+fn the_terminal_event_ends_the_run_once_and_an_operator_ending_is_kept() {
+    let now: Timestamp = "2026-01-01T00:00:09Z".parse().unwrap();
+    let running = RunStatus {
+        phase: Some(RunPhase::Running),
+        last_sequence: Some(0),
+        events: Some(1),
+        ..Default::default()
+    };
+    // Not the log's end: nothing recorded.
+    let events = [ev(1, "node.started", json!({"nodeId": "a"}))];
+    let mut st = fold(&running, &events).unwrap();
+    assert_eq!(settle(&mut st, &events, Some(2), now), None);
+    assert_eq!((st.terminal_event, st.completion_time), (None, None));
+
+    // The worker's run.failed: the ending recorded as a reconcile records it.
+    let events = [ev(
+        1,
+        "run.failed",
+        json!({"error": {"code": "boom", "message": "it broke"}}),
+    )];
+    let mut st = fold(&running, &events).unwrap();
+    let note = settle(&mut st, &events, Some(2), now).expect("the ending's Event");
+    assert_eq!(st.phase, Some(RunPhase::Failed));
+    assert_eq!(st.terminal_event.as_deref(), Some("e1"));
+    assert_eq!(st.completion_time.as_ref().map(|t| t.0), Some(now));
+    let c = st
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Succeeded")
+        .unwrap();
+    assert_eq!(
+        (c.status.as_str(), c.observed_generation),
+        ("False", Some(2))
+    );
+    assert_eq!(note.reason.as_str(), c.reason);
+    assert_eq!(note.type_, kube::runtime::events::EventType::Warning);
+    // Folded again (a redelivery after a lost write): the same ending, not a second one.
+    let mut again = st.clone();
+    assert_eq!(settle(&mut again, &events, Some(2), now), None);
+    assert_eq!(again, st);
+
+    // A run the operator ended (a timeout) whose worker's run.cancelled arrives late: the
+    // log's ending is recorded, the operator's ending (time, reason) is kept, no Event.
+    let ended_at: Timestamp = "2026-01-01T00:00:03Z".parse().unwrap();
+    let timed_out = RunStatus {
+        phase: Some(RunPhase::Failed),
+        completion_time: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            ended_at,
+        )),
+        ..running.clone()
+    };
+    let events = [ev(1, "run.cancelled", json!({"reason": "stopped"}))];
+    let mut st = fold(&timed_out, &events).unwrap();
+    assert_eq!(settle(&mut st, &events, Some(2), now), None);
+    assert_eq!(st.phase, Some(RunPhase::Failed));
+    assert_eq!(st.terminal_event.as_deref(), Some("e1"));
+    assert_eq!(st.completion_time.map(|t| t.0), Some(ended_at));
+}
