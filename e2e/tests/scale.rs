@@ -701,7 +701,7 @@ async fn runs_at_once(c: &Cluster, n: usize) -> Measured {
         hwm as f64 / 1024.0
     );
     assert!(peak_rss > 0, "operator RSS was sampled");
-    // Gone before the next measurement starts (its Runs' finalizers and pods were counted
+    // Gone before the next measurement starts (its Runs' purges and pods were counted
     // in the next size's bare pods).
     delete_namespace_and_wait(&c.client, &ns).await;
     Measured {

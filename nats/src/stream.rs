@@ -2,7 +2,8 @@
 //! or update it: one mapping from protocol's [`StreamSpec`] to the server's stream
 //! configuration, [`ensure_stream`] (create, or bring an existing stream's retention and
 //! dedup window to the spec), [`read_subject`] (a subject's messages in stream order) and
-//! [`purge_run`] (drop one run's subjects, when its Run is deleted).
+//! [`purge_run`] (drop one run's subjects, when its Run is deleted) and [`runs_in_stream`]
+//! (the runs that have events, to find those no Run has any more).
 //!
 //! ```no_run
 //! # async fn f(js: async_nats::jetstream::Context) -> Result<(), openwop_nats::stream::StreamError> {
@@ -16,7 +17,9 @@ use std::time::Duration;
 
 use crate::reader::{From, LogMessage, ReadError, RunLog};
 use async_nats::jetstream::{self, stream};
-use openwop_protocol::run::subjects::{STREAM_SUBJECTS, StreamSpec, run_subjects};
+use openwop_protocol::run::subjects::{
+    RunSubject, STREAM_SUBJECTS, StreamSpec, parse_events_subject, run_subjects,
+};
 
 /// Why the stream could not be ensured or purged. Names the stream and what was attempted.
 #[derive(Debug, thiserror::Error)]
@@ -145,6 +148,32 @@ pub async fn read_subject(
         }
     }
     Ok(out)
+}
+
+/// The runs that have events in `stream_name` (one per events subject matching `filter`, e.g.
+/// [`openwop_protocol::run::subjects::events_filter`]), in no particular order. Subjects that
+/// are not a run's events subject are skipped.
+pub async fn runs_in_stream(
+    js: &jetstream::Context,
+    stream_name: &str,
+    filter: &str,
+) -> Result<Vec<RunSubject>, StreamError> {
+    use futures::TryStreamExt;
+    let stream = js
+        .get_stream(stream_name)
+        .await
+        .map_err(|e| server(stream_name, "read it", e))?;
+    let subjects: Vec<(String, usize)> = stream
+        .info_with_subjects(filter)
+        .await
+        .map_err(|e| server(stream_name, "list its subjects", e))?
+        .try_collect()
+        .await
+        .map_err(|e| server(stream_name, "list its subjects", e))?;
+    Ok(subjects
+        .into_iter()
+        .filter_map(|(subject, _)| parse_events_subject(&subject).ok())
+        .collect())
 }
 
 /// Purges both subjects of one run (its events and its reasoning) from `stream_name`.

@@ -3,9 +3,11 @@
 use std::time::Duration;
 
 use async_nats::jetstream;
-use openwop_nats::stream::{ensure_stream, purge_run};
+use openwop_nats::stream::{ensure_stream, purge_run, runs_in_stream};
 use openwop_nats::testing::NatsServer;
-use openwop_protocol::run::subjects::{StreamSpec, events_subject, reasoning_subject};
+use openwop_protocol::run::subjects::{
+    RunSubject, StreamSpec, events_filter, events_subject, reasoning_subject,
+};
 
 #[tokio::test]
 async fn the_stream_is_created_then_its_retention_updated_and_one_run_purged() {
@@ -46,7 +48,40 @@ async fn the_stream_is_created_then_its_retention_updated_and_one_run_purged() {
             .await
             .unwrap();
     }
+    let run = |ns: &str, id: &str| RunSubject {
+        namespace: ns.into(),
+        run_id: id.into(),
+    };
+    js.publish(events_subject("other", "uid-x"), "{}".into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    let mut listed = runs_in_stream(&js, "EV", &events_filter(None))
+        .await
+        .unwrap();
+    listed.sort_by(|a, b| (&a.namespace, &a.run_id).cmp(&(&b.namespace, &b.run_id)));
+    assert_eq!(
+        listed,
+        [
+            run("ns", "uid-new"),
+            run("ns", "uid-old"),
+            run("other", "uid-x")
+        ]
+    );
+    let in_ns = runs_in_stream(&js, "EV", &events_filter(Some("other")))
+        .await
+        .unwrap();
+    assert_eq!(in_ns, [run("other", "uid-x")]);
+    assert_eq!(purge_run(&js, "EV", "other", "uid-x").await.unwrap(), 1);
     assert_eq!(purge_run(&js, "EV", "ns", "uid-old").await.unwrap(), 2);
+    assert_eq!(
+        runs_in_stream(&js, "EV", &events_filter(None))
+            .await
+            .unwrap(),
+        [run("ns", "uid-new")],
+        "a purged run is not listed"
+    );
     assert_eq!(
         s.info().await.unwrap().state.messages,
         1,

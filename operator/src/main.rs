@@ -21,6 +21,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use openwop_crds::{Run, RunPhase, Workflow};
 use openwop_operator::config::OperatorConfig;
+use openwop_operator::controller::departed::{Departures, purge_departed};
 use openwop_operator::controller::{
     CacheWriters, Caches, Context, changes, error_policy, pod_key, pod_triggers, reconcile_run,
     reconcile_workflow, run_key, slim, worker_selector,
@@ -383,6 +384,9 @@ async fn lead_then_run(
     // Its store is also the reconciler's Run cache (the queue order).
     // Only the changes a reconcile acts on trigger one (`controller::run_key`); the cache
     // sees every change.
+    // The Runs this watch shows gone have their events purged (`controller::departed`).
+    let (departed_tx, departed_rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut departures = Departures::default();
     let run_controller = Controller::for_stream(
         changes(
             reflector(
@@ -392,7 +396,15 @@ async fn lead_then_run(
                     watcher::Config::default().labels(&cfg.instance_selector()),
                 )
                 .modify(slim),
-            ),
+            )
+            .inspect(move |ev| {
+                if let Ok(ev) = ev {
+                    for run in departures.observe(ev) {
+                        // The receiver lives as long as the controllers.
+                        let _ = departed_tx.send(run);
+                    }
+                }
+            }),
             run_key,
             {
                 let ctx = ctx.clone();
@@ -405,10 +417,12 @@ async fn lead_then_run(
     let runs = run_controller.store();
     let slot = ctx.jetstream.clone().unwrap_or_default();
     let reporter = ctx.reporter.clone();
+    let purges = purge_departed(ctx.clone(), departed_rx);
     let controllers = async {
         publish_discovery(&client, &cfg, &ctx.registry).await?;
         tokio::join!(
             run_controllers(client.clone(), ctx, writers, run_controller, runs_listable),
+            purges,
             openwop_operator::events::run_consumer(
                 client.clone(),
                 cfg.clone(),

@@ -123,8 +123,9 @@ impl Namespace {
 
 impl Drop for Namespace {
     fn drop(&mut self) {
-        // The test's operator is gone by now: drop the Runs' cleanup finalizer ourselves, or
-        // the namespace would stay Terminating forever.
+        // The test's operator is gone by now: drop the cleanup finalizer of a Run that carries
+        // one (a test of earlier releases' Runs) ourselves, or the namespace would stay
+        // Terminating forever.
         let kc = self.kubeconfig.display().to_string();
         let ns = &self.name;
         let _ = Command::new("sh")
@@ -500,7 +501,7 @@ async fn workflows_are_validated_and_a_run_gets_a_restricted_owned_pod_removed_w
         .then_some(r)
     })
     .await;
-    assert!(r.finalizers().iter().any(|f| f == "openwop.dev/cleanup"));
+    assert!(r.finalizers().is_empty(), "Runs carry no finalizer");
     let events: Api<Event> = Api::namespaced(c.client.clone(), &ns.name);
     let reasons: Vec<String> = wait_for(30, "WorkerStarted Event on r1", || async {
         let list = events.list(&ListParams::default()).await.ok()?;
@@ -1313,10 +1314,100 @@ async fn run_status_follows_the_event_stream_and_resumes_after_a_restart() {
     let after = status(runs.clone()).await;
     assert_eq!(after.phase, Some(openwop_crds::RunPhase::Completed));
     assert_eq!((after.events, after.last_sequence), (Some(7), Some(6)));
+    // The consumer wrote the whole ending with the terminal event.
+    assert_eq!(after.terminal_event.as_deref(), Some("ev-6"));
+    assert!(after.completion_time.is_some(), "{after:?}");
+
+    // Runs carry no finalizer; a deleted Run's events are purged once it is gone.
+    let in_stream = || async {
+        let filter = openwop_protocol::run::subjects::events_filter(Some(&ns.name));
+        openwop_nats::stream::runs_in_stream(&js, "OPENWOP_EVENTS", &filter)
+            .await
+            .expect("list the stream's runs")
+            .into_iter()
+            .map(|s| s.run_id)
+            .collect::<Vec<_>>()
+    };
+    let live = runs.get("live").await.unwrap();
+    assert!(live.finalizers().is_empty(), "{:?}", live.finalizers());
+    runs.delete("live", &Default::default()).await.unwrap();
+    wait_for(30, "the deleted Run's events purged", || async {
+        (!in_stream().await.contains(&uid)).then_some(())
+    })
+    .await;
     drop(op2);
+
+    // While no operator runs: a Run is deleted (its events stay), another one is kept.
+    let orphan = format!("orphan-{}", ns.name);
+    publish(
+        &js,
+        &openwop_protocol::run::subjects::events_subject(&ns.name, &orphan),
+        event(&orphan, 0, "run.started", json!({})),
+    )
+    .await;
+    let kept = create(
+        &runs,
+        json!({"apiVersion": "openwop.dev/v1alpha1", "kind": "Run", "metadata": {"name": "kept"},
+               "spec": {"workflowRef": {"name": "w"}}}),
+    )
+    .await
+    .metadata
+    .uid
+    .unwrap();
+    publish(
+        &js,
+        &openwop_protocol::run::subjects::events_subject(&ns.name, &kept),
+        event(&kept, 0, "run.started", json!({})),
+    )
+    .await;
+    assert!(in_stream().await.contains(&orphan));
+    // The next leader purges the runs no Run has, and only those.
+    let op3 = Operator::start(&c, &ns.name, "op-nats-3", &extra);
+    wait_for(
+        30,
+        "the events of the Run deleted meanwhile purged",
+        || async { (!in_stream().await.contains(&orphan)).then_some(()) },
+    )
+    .await;
+    assert!(
+        in_stream().await.contains(&kept),
+        "a live Run's events kept"
+    );
+
+    // A Run of an earlier release still carries the finalizer: deleting it cleans up and
+    // releases it.
+    create::<Run>(
+        &runs,
+        json!({"apiVersion": "openwop.dev/v1alpha1", "kind": "Run",
+               "metadata": {"name": "legacy", "finalizers": ["openwop.dev/cleanup"]},
+               "spec": {"workflowRef": {"name": "w"}}}),
+    )
+    .await;
+    wait_for(30, "Run legacy to hold a worker", || async {
+        runs.get("legacy").await.ok()?.status?.worker_pod
+    })
+    .await;
+    let legacy = runs.get("legacy").await.unwrap();
+    assert_eq!(legacy.finalizers(), ["openwop.dev/cleanup"]);
+    runs.delete("legacy", &Default::default()).await.unwrap();
+    wait_for(
+        30,
+        "Run legacy released by the operator and gone",
+        || async {
+            runs.get_opt("legacy")
+                .await
+                .ok()
+                .and_then(|r| r.is_none().then_some(()))
+        },
+    )
+    .await;
+    drop(op3);
 
     if let Ok(stream) = js.get_stream("OPENWOP_EVENTS").await {
         let _ = stream.delete_consumer(&consumer).await;
-        let _ = stream.purge().filter(&subject).await;
+        for id in [&uid, &kept] {
+            let subject = openwop_protocol::run::subjects::events_subject(&ns.name, id);
+            let _ = stream.purge().filter(&subject).await;
+        }
     }
 }

@@ -13,6 +13,7 @@ use common::fixtures::{
 use common::{Scenario, TestContext};
 use openwop_crds::Run;
 use openwop_operator::config::OperatorConfig;
+use openwop_operator::controller::RUN_FINALIZER;
 use openwop_operator::controller::{Context, reconcile_run};
 use openwop_operator::events::JetStreamSlot;
 use serde_json::{Value, json};
@@ -191,6 +192,8 @@ async fn a_deleted_run_is_released_even_when_its_events_cannot_be_purged() {
         json!({"phase": "completed", "workerPod": "r1-w1", "runId": "ruid"}),
     ));
     r.metadata.deletion_timestamp = Some(fixed_now_time());
+    // A Run of an earlier release: it still carries the finalizer.
+    r.metadata.finalizers = Some(vec![RUN_FINALIZER.into()]);
     let scenario = Scenario::new()
         .then(delete_pod("r1-w1").not_found())
         .then(event_of("Run", "Warning", "EventsNotPurged").body(|b| {

@@ -3,8 +3,7 @@
 //! * [`workflow`] — Workflow validation (`Ready` / `Invalid`);
 //! * [`state`] — one Run reconcile as a value: what it reads, the status it drafts, the one
 //!   place where it acts;
-//! * [`run`] — the Run entry point: finalizer (worker pod deletion, purge of the run's
-//!   subjects), the step a reconcile takes, terminal phases and TTLs, timeout;
+//! * [`run`] — the Run entry point: the finalizer of earlier releases, the step a reconcile takes, terminal phases and TTLs, timeout;
 //! * [`start`] — snapshot, workflow resolution, the concurrency queue and worker start;
 //! * [`slots`] — the exact per-namespace concurrency limit: slots reserved in memory, pods
 //!   created outside the lock;
@@ -19,6 +18,7 @@
 //! * [`namespace`] — what a Run namespace needs: the worker ServiceAccount and the NATS
 //!   credentials copy;
 //! * [`ending`] — the terminal event of a run the operator ended itself;
+//! * [`departed`] — a deleted Run's events purged once it is gone (Runs carry no finalizer);
 //! * [`common`] — conditions, the status draft [`common::Draft`], Events;
 //! * [`reasons`] — condition types and reasons, as they appear on the wire.
 
@@ -37,6 +37,7 @@ use crate::metrics::Metrics;
 mod caches;
 mod cancel;
 mod common;
+pub mod departed;
 mod ending;
 mod namespace;
 mod observe;

@@ -1,5 +1,5 @@
-//! The Run reconciler's entry point: the finalizer (delete the worker pod and purge the
-//! run's subjects when the Run is deleted), the step a reconcile takes ([`decide`]),
+//! The Run reconciler's entry point: the finalizer of earlier releases (delete the worker pod
+//! and purge the run's subjects when such a Run is deleted), the step a reconcile takes ([`decide`]),
 //! terminal phases and their TTLs ([`expiry`]), the run timeout.
 
 use std::sync::Arc;
@@ -8,7 +8,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::finalizer::{Event as Finalizer, finalizer};
@@ -21,7 +21,9 @@ use super::state::RunReconcile;
 use super::{Context, Error, RUN_FINALIZER};
 use crate::config::RunPolicy;
 
-/// Run reconciler entry: finalizer handling around [`apply_run`].
+/// Run reconciler entry. New Runs get no finalizer (`departed`: their events are purged once
+/// they are gone); a Run that still carries the finalizer of an earlier release is cleaned
+/// up by it when deleted.
 pub async fn reconcile_run(run: Arc<Run>, ctx: Arc<Context>) -> Result<Action, Error> {
     let started = std::time::Instant::now();
     ctx.metrics.reconcile_started("run");
@@ -34,66 +36,30 @@ pub async fn reconcile_run(run: Arc<Run>, ctx: Arc<Context>) -> Result<Action, E
     if ctx.superseded.is_stale(&run) {
         return Ok(Action::await_change());
     }
-    let api: Api<Run> = Api::namespaced(ctx.client.clone(), &ns);
-    let run = match needs_finalizer(&run) {
-        Some(patch) => Arc::new(add_finalizer(&api, &run, &patch, &ctx).await?),
-        None => run,
+    let result = if run.finalizers().iter().any(|f| f == RUN_FINALIZER) {
+        let api: Api<Run> = Api::namespaced(ctx.client.clone(), &ns);
+        finalizer(&api, RUN_FINALIZER, run, |event| async {
+            match event {
+                Finalizer::Apply(run) => apply_run(run, ctx.clone()).await,
+                Finalizer::Cleanup(run) => cleanup_run(run, ctx.clone()).await,
+            }
+        })
+        .await
+        .map_err(|e| match e {
+            // Keep the reconciler's own error (so a 409 stays recognisable as a conflict).
+            kube::runtime::finalizer::Error::ApplyFailed(e)
+            | kube::runtime::finalizer::Error::CleanupFailed(e) => e,
+            other => Error::Finalizer(other.to_string()),
+        })
+    } else if run.metadata.deletion_timestamp.is_some() {
+        // Being deleted (another controller's finalizer holds it): nothing to start or end.
+        Ok(Action::await_change())
+    } else {
+        apply_run(run, ctx.clone()).await
     };
-    let result = finalizer(&api, RUN_FINALIZER, run, |event| async {
-        match event {
-            Finalizer::Apply(run) => apply_run(run, ctx.clone()).await,
-            Finalizer::Cleanup(run) => cleanup_run(run, ctx.clone()).await,
-        }
-    })
-    .await
-    .map_err(|e| match e {
-        // Keep the reconciler's own error (so a 409 stays recognisable as a conflict).
-        kube::runtime::finalizer::Error::ApplyFailed(e)
-        | kube::runtime::finalizer::Error::CleanupFailed(e) => e,
-        other => Error::Finalizer(other.to_string()),
-    });
     ctx.metrics
         .observe_duration("run", started.elapsed().as_secs_f64());
     result
-}
-
-/// The merge patch that adds the finalizer to a Run that lacks it and is not being deleted
-/// (`None` otherwise). The resourceVersion precondition makes a concurrent change of the
-/// finalizers a 409 (retried) instead of a lost entry, as a JSON patch's `test` would.
-fn needs_finalizer(run: &Run) -> Option<serde_json::Value> {
-    if run.metadata.deletion_timestamp.is_some()
-        || run.finalizers().iter().any(|f| f == RUN_FINALIZER)
-    {
-        return None;
-    }
-    let mut finalizers = run.finalizers().to_vec();
-    finalizers.push(RUN_FINALIZER.to_owned());
-    Some(serde_json::json!({
-        "metadata": {"resourceVersion": run.resource_version(), "finalizers": finalizers}
-    }))
-}
-
-/// Adds the finalizer and returns the patched Run, which the same reconcile goes on with:
-/// kube's finalizer helper returns after adding it and waits for the patched copy's watch
-/// event, one more reconcile per run (at 200 Runs at once, a quarter of all reconciles). The
-/// patched copy is this reconciler's own write: it triggers no reconcile of its own.
-async fn add_finalizer(
-    api: &Api<Run>,
-    run: &Run,
-    patch: &serde_json::Value,
-    ctx: &Context,
-) -> Result<Run, Error> {
-    let patched = api
-        .patch(
-            &run.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(patch),
-        )
-        .await?;
-    if let Some(rv) = run.resource_version() {
-        ctx.superseded.record(run, &rv, patched.resource_version());
-    }
-    Ok(patched)
 }
 
 async fn cleanup_run(run: Arc<Run>, ctx: Arc<Context>) -> Result<Action, Error> {
@@ -107,9 +73,6 @@ async fn cleanup_run(run: Arc<Run>, ctx: Arc<Context>) -> Result<Action, Error> 
     Ok(Action::await_change())
 }
 
-/// Longest wait for NATS when purging a deleted Run's subjects.
-const PURGE_TIMEOUT: Duration = Duration::from_secs(5);
-
 /// Best effort: purges the deleted Run's subjects (events and reasoning) from the stream. A
 /// failure is a warning and a Warning Event, never a reason to hold the Run: the stream's
 /// retention (`events.retention`) removes the events later anyway.
@@ -121,32 +84,18 @@ async fn purge_events(run: &Run, ctx: &Context) {
     let Some(run_id) = run.uid() else {
         return;
     };
-    let stream = &ctx.config.worker.events_stream;
     let outcome = match slot.get() {
         None => Err("the operator is not connected to NATS".to_owned()),
-        Some(js) => match tokio::time::timeout(
-            PURGE_TIMEOUT,
-            openwop_nats::stream::purge_run(&js, stream, &ns, &run_id),
-        )
-        .await
-        {
-            Ok(Ok(n)) => Ok(n),
-            Ok(Err(e)) => Err(e.to_string()),
-            Err(_) => Err(format!("no answer within {}s", PURGE_TIMEOUT.as_secs())),
-        },
+        Some(js) => super::departed::purge(&ctx.config, &js, &ns, &run_id).await,
     };
-    match outcome {
-        Ok(purged) => {
-            tracing::debug!(namespace = %ns, run = %run.name_any(), run_id = %run_id, purged, "deleted Run's events purged")
-        }
-        Err(why) => {
-            let retention = &ctx.config.events.retention;
-            let note = format!(
-                "could not purge the run's events (runId {run_id}) from stream {stream}: {why}; they expire with the stream's retention ({retention})"
-            );
-            tracing::warn!(namespace = %ns, run = %run.name_any(), "{note}");
-            publish(ctx, run, EventType::Warning, Reason::EventsNotPurged, note).await;
-        }
+    if let Err(why) = outcome {
+        let stream = &ctx.config.worker.events_stream;
+        let retention = &ctx.config.events.retention;
+        let note = format!(
+            "could not purge the run's events (runId {run_id}) from stream {stream}: {why}; they expire with the stream's retention ({retention})"
+        );
+        tracing::warn!(namespace = %ns, run = %run.name_any(), "{note}");
+        publish(ctx, run, EventType::Warning, Reason::EventsNotPurged, note).await;
     }
 }
 

@@ -25,12 +25,11 @@ pub fn workflow(type_id: &str) -> Workflow {
     .unwrap()
 }
 
-/// Run `r1` (uid `ruid`, generation 1, finalized) of Workflow `triage`, with `status`.
+/// Run `r1` (uid `ruid`, generation 1) of Workflow `triage`, with `status`.
 pub fn run(status: Option<Value>) -> Run {
     let mut v = json!({
         "apiVersion": "openwop.dev/v1alpha1", "kind": "Run",
-        "metadata": {"name": "r1", "namespace": "team-a", "uid": "ruid", "generation": 1,
-                     "finalizers": ["openwop.dev/cleanup"]},
+        "metadata": {"name": "r1", "namespace": "team-a", "uid": "ruid", "generation": 1},
         "spec": {"workflowRef": {"name": "triage"}}
     });
     if let Some(s) = status {
