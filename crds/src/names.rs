@@ -52,7 +52,8 @@ pub const ANNOTATION_SUB_WORKFLOW_DEPTH: &str = "openwop.dev/sub-workflow-depth"
 /// Annotation on a Run cancelled for a reason other than its own `spec.cancel`
 /// (`parent-cancelled`): the `reason` its `run.cancelled` carries.
 pub const ANNOTATION_CANCEL_REASON: &str = "openwop.dev/cancel-reason";
-/// Finalizer on Runs: the worker pod and snapshot go promptly when a Run is deleted.
+/// Finalizer that Runs of earlier releases carry (new Runs get none): the operator still
+/// cleans up and releases such a Run when it is deleted.
 pub const RUN_FINALIZER: &str = "openwop.dev/cleanup";
 
 /// Longest object name we generate (DNS subdomain limit).

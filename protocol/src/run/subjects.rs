@@ -90,7 +90,7 @@ pub fn parse_events_subject(subject: &str) -> Result<RunSubject, SubjectError> {
 pub struct StreamSpec {
     pub name: String,
     /// How long a run's events are kept; `None` keeps them until purged (a deleted Run's
-    /// events are purged by the operator's finalizer either way).
+    /// events are purged by the operator either way).
     pub max_age: Option<Duration>,
     pub duplicate_window: Duration,
 }
