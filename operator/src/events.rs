@@ -307,6 +307,38 @@ pub struct KubeStatuses<'a> {
     pub stale: std::sync::Mutex<std::collections::HashSet<String>>,
     /// Records the Kubernetes Event of a run's ending the consumer writes.
     recorder: Recorder,
+    /// Runs no Run has (found in neither the cache nor a LIST): their later events are dropped
+    /// without another LIST (a deleted Run's unread events came in several batches, each a
+    /// LIST of its namespace). Exact: a uid is never reused.
+    gone: std::sync::Mutex<GoneRuns>,
+}
+
+/// The runIds last found without a Run, at most [`GoneRuns::CAPACITY`] (the oldest forgotten
+/// first).
+#[derive(Default)]
+pub struct GoneRuns {
+    order: std::collections::VecDeque<String>,
+    set: std::collections::HashSet<String>,
+}
+
+impl GoneRuns {
+    const CAPACITY: usize = 4096;
+
+    pub fn contains(&self, run_id: &str) -> bool {
+        self.set.contains(run_id)
+    }
+
+    pub fn insert(&mut self, run_id: &str) {
+        if !self.set.insert(run_id.to_owned()) {
+            return;
+        }
+        self.order.push_back(run_id.to_owned());
+        if self.order.len() > Self::CAPACITY
+            && let Some(old) = self.order.pop_front()
+        {
+            self.set.remove(&old);
+        }
+    }
 }
 
 impl<'a> KubeStatuses<'a> {
@@ -322,11 +354,16 @@ impl<'a> KubeStatuses<'a> {
             runs,
             stale: Default::default(),
             recorder: Recorder::new(client.clone(), reporter),
+            gone: Default::default(),
         }
     }
 
     fn stale(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<String>> {
         self.stale.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn gone(&self) -> std::sync::MutexGuard<'_, GoneRuns> {
+        self.gone.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The cached copy of the Run `run_id`, unless its last write from the cache conflicted.
@@ -352,6 +389,9 @@ impl RunStatuses for KubeStatuses<'_> {
                 status: run.status.clone().unwrap_or_default(),
             }));
         }
+        if self.gone().contains(run_id) {
+            return Ok(None);
+        }
         let Some(name) = find_run_name(self.client, self.cfg, self.runs, namespace, run_id).await?
         else {
             tracing::debug!(
@@ -359,16 +399,19 @@ impl RunStatuses for KubeStatuses<'_> {
                 run_id,
                 "events of a run that no Run has (deleted?); dropped"
             );
+            self.gone().insert(run_id);
             return Ok(None);
         };
         let api: Api<Run> = Api::namespaced(self.client.clone(), namespace);
         let Some(run) = api.get_opt(&name).await? else {
             tracing::debug!(namespace, run = %name, run_id, "the Run of these events is gone; dropped");
+            self.gone().insert(run_id);
             return Ok(None);
         };
         // Same name, another run (deleted and re-created meanwhile).
         if run.uid().as_deref() != Some(run_id) {
             tracing::debug!(namespace, run = %name, run_id, "the Run was re-created under the same name; events of the old run dropped");
+            self.gone().insert(run_id);
             return Ok(None);
         }
         // Another operator instance (`instanceId`) owns this Run's status.
@@ -620,6 +663,9 @@ async fn consume(
     let spec = cfg.stream_spec();
     let stream = openwop_nats::stream::ensure_stream(&js, &spec).await?;
     slot.set(js.clone());
+    // Before reading: events of Runs deleted while no leader read them are purged instead of
+    // each looked up and dropped.
+    crate::controller::departed::sweep(client, cfg, &js).await;
     let stream_name = &spec.name;
     // Each operator instance needs its own durable consumer: a shared one would split the
     // messages between instances, and one would drop (ack) the other's events.

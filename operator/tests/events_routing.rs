@@ -167,3 +167,37 @@ async fn events_are_routed_by_uid_across_delete_and_recreate() {
         .await;
     assert!(!applied.unwrap());
 }
+
+/// A deleted Run's unread events arrive in several batches: the first one finds no Run (a LIST
+/// of the namespace), the later ones are dropped without another request.
+#[tokio::test]
+async fn events_of_a_run_found_gone_are_dropped_without_another_list() {
+    use openwop_operator::events::{Applied, KubeStatuses, apply_events};
+    let (client, mut api) = ApiServerVerifier::pair();
+    let cfg = OperatorConfig::default();
+    let statuses = KubeStatuses::new(&client, &cfg, None, reporter());
+    let list = Expect::new(
+        Method::GET,
+        "/apis/openwop.dev/v1alpha1/namespaces/team-a/runs?&labelSelector=%21openwop.dev%2Finstance",
+    )
+    .reply(
+        200,
+        json!({"apiVersion": "openwop.dev/v1alpha1", "kind": "RunList", "metadata": {}, "items": []}),
+    );
+    let first = [event("uid-gone", 0, "run.started")];
+    let applied = api
+        .play(
+            Scenario::new().then(list),
+            apply_events(&statuses, &NoReadBack, "team-a", "uid-gone", &first),
+        )
+        .await;
+    assert_eq!(applied.unwrap(), Applied::Unchanged);
+    let later = [event("uid-gone", 1, "run.completed")];
+    let applied = api
+        .play(
+            Scenario::new(),
+            apply_events(&statuses, &NoReadBack, "team-a", "uid-gone", &later),
+        )
+        .await;
+    assert_eq!(applied.unwrap(), Applied::Unchanged);
+}

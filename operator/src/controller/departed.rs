@@ -7,9 +7,10 @@
 //! when
 //! * its Run watch sees the Run deleted ([`Departures::observe`]), or a re-list of the watch
 //!   no longer shows it (deleted while the watch was reconnecting);
-//! * it starts leading: every run with events in the stream that no Run has any more (deleted
-//!   while no leader watched, [`orphans`]) — the stream is listed before the Runs, so a run
-//!   created meanwhile is never among them; Runs of every operator instance count.
+//! * its event consumer connects, before it reads: every run with events in the stream that no
+//!   Run has any more (deleted while no leader watched, [`orphans`]) — the stream is listed
+//!   before the Runs, so a run created meanwhile is never among them; Runs of every operator
+//!   instance count.
 //!
 //! Best effort, as a purge always was: a purge that fails is logged, and the stream's
 //! retention (`events.retention`) removes the events later anyway. Runs that still carry the
@@ -90,36 +91,19 @@ pub fn orphans(in_stream: Vec<RunSubject>, uids: &HashSet<String>) -> Vec<RunSub
         .collect()
 }
 
-/// Purges the runs `departed` sends, after one sweep of the runs no Run has; returns when the
-/// sender is gone (the leader stops).
+/// Purges the runs `departed` sends; returns when the sender is gone (the leader stops).
 pub async fn purge_departed(ctx: Arc<Context>, mut departed: UnboundedReceiver<RunSubject>) {
     let Some(slot) = ctx.jetstream.clone() else {
         // No event stream configured: nothing to purge; drain so the watch never waits.
         while departed.recv().await.is_some() {}
         return;
     };
-    let mut swept = false;
     loop {
         let Some(js) = slot.get() else {
             // Not connected yet: deletions queue up (unbounded, one small entry each).
             tokio::time::sleep(Duration::from_millis(500)).await;
             continue;
         };
-        if !swept {
-            swept = true;
-            match sweep(&ctx.client, &ctx.config, &js).await {
-                Ok(0) => {}
-                Ok(n) => {
-                    tracing::info!(
-                        runs = n,
-                        "purged the events of Runs deleted while no leader watched"
-                    )
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "could not look for the events of Runs deleted while no leader watched; they expire with the stream's retention")
-                }
-            }
-        }
         let Some(run) = departed.recv().await else {
             return;
         };
@@ -150,8 +134,22 @@ pub(super) async fn purge(
 }
 
 /// Purges the runs with events in the stream that no Run in the operator's scope has (Runs of
-/// every instance count); how many.
-async fn sweep(
+/// every instance count), logging what it did; the event consumer calls it when it connects,
+/// before it reads.
+pub async fn sweep(client: &Client, cfg: &OperatorConfig, js: &async_nats::jetstream::Context) {
+    match orphans_purged(client, cfg, js).await {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(
+            runs = n,
+            "purged the events of Runs deleted while no leader watched"
+        ),
+        Err(e) => {
+            tracing::warn!(error = %e, "could not look for the events of Runs deleted while no leader watched; they expire with the stream's retention")
+        }
+    }
+}
+
+async fn orphans_purged(
     client: &Client,
     cfg: &OperatorConfig,
     js: &async_nats::jetstream::Context,
