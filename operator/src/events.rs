@@ -589,21 +589,6 @@ pub async fn apply_events<S: RunStatuses, L: RunLog>(
     )))
 }
 
-/// Applies a run's new events to its status on the apiserver; see [`apply_events`].
-pub async fn apply_to_run(
-    client: &Client,
-    cfg: &OperatorConfig,
-    runs: Option<&Store<Run>>,
-    log: &impl RunLog,
-    namespace: &str,
-    run_id: &str,
-    events: &[Value],
-    reporter: Reporter,
-) -> Result<bool, EventError> {
-    let statuses = KubeStatuses::new(client, cfg, runs, reporter);
-    Ok(apply_events(&statuses, log, namespace, run_id, events).await? == Applied::Changed)
-}
-
 /// Filter subject of the consumer: every namespace, or the one the operator watches.
 pub fn filter_subject(cfg: &OperatorConfig) -> String {
     events_filter((!cfg.watch_namespace.is_empty()).then_some(cfg.watch_namespace.as_str()))

@@ -7,7 +7,7 @@ use common::{ApiServerVerifier, Expect, Scenario};
 use http::Method;
 use openwop_crds::Run;
 use openwop_operator::config::OperatorConfig;
-use openwop_operator::events::{EventError, RunLog, apply_to_run};
+use openwop_operator::events::{Applied, EventError, KubeStatuses, RunLog, apply_events};
 use serde_json::{Value, json};
 
 fn run_with_uid(uid: &str, last_sequence: Option<u64>) -> Value {
@@ -69,19 +69,16 @@ async fn events_are_routed_by_uid_across_delete_and_recreate() {
     let applied = api
         .play(
             Scenario::new().then(list),
-            apply_to_run(
-                &client,
-                &cfg,
-                None,
+            apply_events(
+                &KubeStatuses::new(&client, &cfg, None, reporter()),
                 &NoReadBack,
                 "team-a",
                 "uid-old",
                 &old,
-                reporter(),
             ),
         )
         .await;
-    assert!(!applied.unwrap(), "dropped");
+    assert_eq!(applied.unwrap(), Applied::Unchanged, "dropped");
 
     // New uid: found in the cache (no LIST, no GET: the cached resourceVersion is the
     // write's precondition), patched.
@@ -119,19 +116,16 @@ async fn events_are_routed_by_uid_across_delete_and_recreate() {
     let applied = api
         .play(
             Scenario::new().then(write).then(ended),
-            apply_to_run(
-                &client,
-                &cfg,
-                Some(&store),
+            apply_events(
+                &KubeStatuses::new(&client, &cfg, Some(&store), reporter()),
                 &NoReadBack,
                 "team-a",
                 "uid-new",
                 &new,
-                reporter(),
             ),
         )
         .await;
-    assert!(applied.unwrap());
+    assert_eq!(applied.unwrap(), Applied::Changed);
 
     // A stale cache that still maps the old uid to r1 does not misroute either: the write
     // from the cached copy fails its precondition (the new r1 has another resourceVersion),
@@ -153,26 +147,22 @@ async fn events_are_routed_by_uid_across_delete_and_recreate() {
     let applied = api
         .play(
             Scenario::new().then(conflict).then(get_r1("uid-new", 1)),
-            apply_to_run(
-                &client,
-                &cfg,
-                Some(&stale),
+            apply_events(
+                &KubeStatuses::new(&client, &cfg, Some(&stale), reporter()),
                 &NoReadBack,
                 "team-a",
                 "uid-old",
                 &old,
-                reporter(),
             ),
         )
         .await;
-    assert!(!applied.unwrap());
+    assert_eq!(applied.unwrap(), Applied::Unchanged);
 }
 
 /// A deleted Run's unread events arrive in several batches: the first one finds no Run (a LIST
 /// of the namespace), the later ones are dropped without another request.
 #[tokio::test]
 async fn events_of_a_run_found_gone_are_dropped_without_another_list() {
-    use openwop_operator::events::{Applied, KubeStatuses, apply_events};
     let (client, mut api) = ApiServerVerifier::pair();
     let cfg = OperatorConfig::default();
     let statuses = KubeStatuses::new(&client, &cfg, None, reporter());
