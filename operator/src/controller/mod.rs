@@ -9,6 +9,8 @@
 //! * [`slots`] — the exact per-namespace concurrency limit: slots reserved in memory, pods
 //!   created outside the lock;
 //! * [`caches`] — the watch caches the reconciler reads instead of GETs, and the queue order;
+//! * [`feed`] — the process's one Run and one Workflow watch, read by the REST API and the
+//!   controllers alike;
 //! * [`triggers`] — which watch events start a reconcile, and what the caches keep;
 //! * [`observe`] — the running worker: exit codes, termination summary, crashes and backoff;
 //! * [`cancel`] — `spec.cancel` (and its cascade to child runs);
@@ -38,6 +40,7 @@ mod caches;
 mod cancel;
 mod common;
 mod ending;
+mod feed;
 mod namespace;
 mod observe;
 mod pause;
@@ -50,8 +53,9 @@ mod triggers;
 mod waits;
 mod workflow;
 
-pub use caches::{CacheWriters, Caches, Superseded, pod_triggers};
+pub use caches::{CacheWriters, Caches, Superseded, pod_triggers, slim_pod};
 pub use common::backoff_seconds;
+pub use feed::Feed;
 pub use run::reconcile_run;
 pub use slots::StartGate;
 pub use start::worker_selector;
