@@ -195,8 +195,12 @@ async fn main() -> anyhow::Result<()> {
         identity,
         elector.clone(),
         ctx,
-        cache_writers,
-        (run_feed, wf_feed, feeds_when_leading),
+        Inputs {
+            writers: cache_writers,
+            runs: run_feed,
+            workflows: wf_feed,
+            unstarted: feeds_when_leading,
+        },
         runs_listable,
     );
     // Boxed so it can be dropped before the lease is released.
@@ -385,12 +389,15 @@ async fn lead_then_run(
     identity: String,
     elector: Option<Arc<Elector>>,
     ctx: Arc<Context>,
-    writers: CacheWriters,
-    // The process's Run and Workflow watches, and their future when nothing runs it yet (the
-    // REST API off).
-    (run_feed, wf_feed, feeds): (Feed<Run>, Feed<Workflow>, Option<impl Future<Output = ()>>),
+    inputs: Inputs<impl Future<Output = ()>>,
     runs_listable: RunsHealth,
 ) -> anyhow::Result<()> {
+    let Inputs {
+        writers,
+        runs: run_feed,
+        workflows: wf_feed,
+        unstarted: feeds,
+    } = inputs;
     let renew = Duration::from_secs(u64::from(cfg.leader_election.renew_interval_seconds));
     // When the round that made us leader started: the fencing deadline counts from it.
     let mut renewed = tokio::time::Instant::now();
@@ -467,6 +474,16 @@ async fn lead_then_run(
             Err(anyhow::Error::new(lost).context("leader election"))
         }
     }
+}
+
+/// What the leader's controllers read and follow: the writers of the caches only they use,
+/// the process's Run and Workflow watches, and those watches' future when nothing runs it yet
+/// (the REST API off: they start when this replica leads).
+struct Inputs<F> {
+    writers: CacheWriters,
+    runs: Feed<Run>,
+    workflows: Feed<Workflow>,
+    unstarted: Option<F>,
 }
 
 /// `Api::all`, or the one namespace the operator is restricted to.
