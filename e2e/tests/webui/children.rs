@@ -74,8 +74,10 @@ async fn a_parent_shows_its_child_and_a_custom_interrupt_is_answered_through_its
     b.wait(card, 120).await;
     b.wait_text("#run-status", 30, |t| t == "waiting-external")
         .await;
-    let head = b.text(&format!("{card} h4")).await.unwrap();
-    assert!(head.contains("payment-check"), "{head}");
+    // The card's subtitle (the custom kind) comes from the run's events, which the page loads
+    // after its status: wait for it rather than reading the first render.
+    b.wait_text(&format!("{card} h4"), 30, |t| t.contains("payment-check"))
+        .await;
     let shown = b
         .wait_text(&format!("{card} .payload"), 30, |t| t.contains("onerror"))
         .await;
