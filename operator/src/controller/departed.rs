@@ -28,10 +28,8 @@ use openwop_protocol::run::subjects::{RunSubject, events_filter};
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::Context;
+use super::ending::within_timeout;
 use crate::config::OperatorConfig;
-
-/// Longest wait for NATS per purge, and for the stream listing of the sweep.
-const NATS_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The Runs a watch has shown (uid → namespace), to tell which are gone.
 #[derive(Default)]
@@ -122,13 +120,10 @@ pub(super) async fn purge(
     run_id: &str,
 ) -> Result<u64, String> {
     let stream = &cfg.worker.events_stream;
-    let purged = tokio::time::timeout(
-        NATS_TIMEOUT,
-        openwop_nats::stream::purge_run(js, stream, namespace, run_id),
-    )
-    .await
-    .map_err(|_| format!("no answer from NATS within {}s", NATS_TIMEOUT.as_secs()))?
-    .map_err(|e| e.to_string())?;
+    let purged = within_timeout(openwop_nats::stream::purge_run(
+        js, stream, namespace, run_id,
+    ))
+    .await?;
     tracing::debug!(namespace, run_id, purged, "deleted Run's events purged");
     Ok(purged)
 }
@@ -156,13 +151,12 @@ async fn orphans_purged(
 ) -> Result<usize, String> {
     let scope = (!cfg.watch_namespace.is_empty()).then_some(cfg.watch_namespace.as_str());
     // The stream first: a run created after this listing is not in it.
-    let in_stream = tokio::time::timeout(
-        NATS_TIMEOUT,
-        openwop_nats::stream::runs_in_stream(js, &cfg.worker.events_stream, &events_filter(scope)),
-    )
-    .await
-    .map_err(|_| format!("no answer from NATS within {}s", NATS_TIMEOUT.as_secs()))?
-    .map_err(|e| e.to_string())?;
+    let in_stream = within_timeout(openwop_nats::stream::runs_in_stream(
+        js,
+        &cfg.worker.events_stream,
+        &events_filter(scope),
+    ))
+    .await?;
     if in_stream.is_empty() {
         return Ok(0);
     }

@@ -162,7 +162,7 @@ async fn worker_may_append(rr: &RunReconcile<'_>) -> Result<bool, Error> {
 }
 
 /// A NATS call bounded by [`NATS_TIMEOUT`]; its error or the timeout as words.
-async fn within_timeout<T, E: std::fmt::Display>(
+pub(super) async fn within_timeout<T, E: std::fmt::Display>(
     call: impl std::future::Future<Output = Result<T, E>>,
 ) -> Result<T, String> {
     match tokio::time::timeout(NATS_TIMEOUT, call).await {
