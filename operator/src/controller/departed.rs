@@ -96,14 +96,13 @@ pub async fn purge_departed(ctx: Arc<Context>, mut departed: UnboundedReceiver<R
         while departed.recv().await.is_some() {}
         return;
     };
-    loop {
-        let Some(js) = slot.get() else {
-            // Not connected yet: deletions queue up (unbounded, one small entry each).
-            tokio::time::sleep(Duration::from_millis(500)).await;
-            continue;
-        };
-        let Some(run) = departed.recv().await else {
-            return;
+    while let Some(run) = departed.recv().await {
+        // Not connected yet: this and later deletions wait (unbounded, one small entry each).
+        let js = loop {
+            match slot.get() {
+                Some(js) => break js,
+                None => tokio::time::sleep(Duration::from_millis(500)).await,
+            }
         };
         if let Err(why) = purge(&ctx.config, &js, &run.namespace, &run.run_id).await {
             let retention = &ctx.config.events.retention;
