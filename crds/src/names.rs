@@ -52,6 +52,9 @@ pub const ANNOTATION_SUB_WORKFLOW_DEPTH: &str = "openwop.dev/sub-workflow-depth"
 /// Annotation on a Run cancelled for a reason other than its own `spec.cancel`
 /// (`parent-cancelled`): the `reason` its `run.cancelled` carries.
 pub const ANNOTATION_CANCEL_REASON: &str = "openwop.dev/cancel-reason";
+/// Annotation on a Run's snapshot ConfigMap: the Workflow the snapshot froze (the operator's
+/// snapshot cache holds metadata only; a retried reconcile reads the name from here).
+pub const ANNOTATION_SNAPSHOT_WORKFLOW: &str = "openwop.dev/snapshot-workflow";
 /// Finalizer that Runs of earlier releases carry (new Runs get none): the operator still
 /// cleans up and releases such a Run when it is deleted.
 pub const RUN_FINALIZER: &str = "openwop.dev/cleanup";

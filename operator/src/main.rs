@@ -13,18 +13,18 @@ use clap::Parser;
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, ServiceAccount};
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, PartialObjectMeta, Patch, PatchParams};
 use kube::runtime::controller::{self, Controller};
 use kube::runtime::events::Reporter;
-use kube::runtime::reflector::{self, ObjectRef, reflector};
+use kube::runtime::reflector::{ObjectRef, reflector};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use openwop_crds::{Run, RunPhase, Workflow};
 use openwop_operator::config::OperatorConfig;
 use openwop_operator::controller::departed::{Departures, purge_departed};
 use openwop_operator::controller::{
-    CacheWriters, Caches, Context, changes, error_policy, pod_key, pod_triggers, reconcile_run,
-    reconcile_workflow, run_key, slim, worker_selector,
+    CacheWriters, Caches, Context, Feed, changes, error_policy, pod_key, pod_triggers,
+    reconcile_run, reconcile_workflow, run_key, slim, slim_pod, worker_selector,
 };
 use openwop_operator::discovery::{self, DiscoveryContent, DiscoveryState};
 use openwop_operator::events::JetStreamSlot;
@@ -95,14 +95,37 @@ async fn main() -> anyhow::Result<()> {
     let ready = Arc::new(AtomicBool::new(false));
     let runs_listable = RunsHealth::default();
 
+    // This process's one watch of the Runs and one of the Workflows (`controller::Feed`): the
+    // REST API reads their stores on every replica, and the leader's controllers read the
+    // same stores and follow their events (one copy of every Run, not one per reader). They
+    // run from the start when the REST API is on, else once this replica leads.
+    let mine = watcher::Config::default().labels(&cfg.instance_selector());
+    let (run_feed, run_watch) = Feed::new(
+        scoped::<Run>(&client, &cfg),
+        mine.clone(),
+        runs_listable.on_watch_error(),
+    );
+    let (wf_feed, wf_watch) = Feed::new(
+        scoped::<Workflow>(&client, &cfg),
+        mine,
+        runs_listable.on_watch_error(),
+    );
+    let feeds = async move {
+        futures::join!(run_watch, wf_watch);
+    };
+
     // The REST API reads this replica's own caches: every replica serves it, leader or not.
-    let (api, api_caches) = if cfg.rest.enabled {
-        let (runs, workflows, caches) = rest::caches(&client, &cfg);
+    let (api, api_caches, feeds_when_leading) = if cfg.rest.enabled {
         // The conformance seams (off unless `conformance.seams.enabled`): their routes, the
         // run-creation hook and their background work; all empty when off.
-        let state = rest::RestState::new(client.clone(), cfg.clone(), runs, workflows)
-            .with_discovery(discovery_state.clone())
-            .with_run_hooks(conformance::run_hooks(&cfg));
+        let state = rest::RestState::new(
+            client.clone(),
+            cfg.clone(),
+            run_feed.store(),
+            wf_feed.store(),
+        )
+        .with_discovery(discovery_state.clone())
+        .with_run_hooks(conformance::run_hooks(&cfg));
         let seams = conformance::background(state.clone());
         // Every replica delivers webhooks (one durable consumer per subscription, shared).
         let webhooks = openwop_operator::webhooks::dispatch::run(state.clone());
@@ -112,13 +135,15 @@ async fn main() -> anyhow::Result<()> {
                 state,
             )),
             futures::future::Either::Left(async move {
-                futures::join!(caches, seams, webhooks);
+                futures::join!(feeds, seams, webhooks);
             }),
+            None,
         )
     } else {
         (
             None,
             futures::future::Either::Right(std::future::pending::<()>()),
+            Some(feeds),
         )
     };
     let draining = Arc::new(AtomicBool::new(false));
@@ -134,7 +159,7 @@ async fn main() -> anyhow::Result<()> {
     ));
     let watch_discovery =
         watch_discovery_configmap(client.clone(), cfg.clone(), discovery_state, ready.clone());
-    let (caches, cache_writers, run_writer) = Caches::new();
+    let (caches, cache_writers) = Caches::new(run_feed.store(), wf_feed.store());
     let ctx = Arc::new(Context {
         client: client.clone(),
         config: cfg.clone(),
@@ -171,7 +196,12 @@ async fn main() -> anyhow::Result<()> {
         identity,
         elector.clone(),
         ctx,
-        (cache_writers, run_writer),
+        Inputs {
+            writers: cache_writers,
+            runs: run_feed,
+            workflows: wf_feed,
+            unstarted: feeds_when_leading,
+        },
         runs_listable,
     );
     // Boxed so it can be dropped before the lease is released.
@@ -181,7 +211,7 @@ async fn main() -> anyhow::Result<()> {
             r.context("HTTP server task")?.context("HTTP server")?;
             return Ok(());
         }
-        _ = api_caches => anyhow::bail!("the REST API's watches ended"),
+        _ = api_caches => anyhow::bail!("the REST API's watches of Runs and Workflows ended"),
         r = watch_discovery => return r.context("discovery ConfigMap watch"),
         // The controllers end by themselves only on SIGTERM/SIGINT (`shutdown_on_signal`).
         r = &mut lead => {
@@ -360,9 +390,15 @@ async fn lead_then_run(
     identity: String,
     elector: Option<Arc<Elector>>,
     ctx: Arc<Context>,
-    (writers, run_writer): (CacheWriters, reflector::store::Writer<Run>),
+    inputs: Inputs<impl Future<Output = ()>>,
     runs_listable: RunsHealth,
 ) -> anyhow::Result<()> {
+    let Inputs {
+        writers,
+        runs: run_feed,
+        workflows: wf_feed,
+        unstarted: feeds,
+    } = inputs;
     let renew = Duration::from_secs(u64::from(cfg.leader_election.renew_interval_seconds));
     // When the round that made us leader started: the fencing deadline counts from it.
     let mut renewed = tokio::time::Instant::now();
@@ -380,8 +416,10 @@ async fn lead_then_run(
         }
     }
     tracing::info!(%identity, "leading: starting controllers");
-    // The Run controller's cache also routes run events (by uid) to their Run.
-    // Its store is also the reconciler's Run cache (the queue order).
+    runs_listable.leading();
+    // The Run controller follows the process's Run watch (`Feed`); its store (also the REST
+    // API's) routes run events (by uid) to their Run and is the reconciler's Run cache (the
+    // queue order).
     // Only the changes a reconcile acts on trigger one (`controller::run_key`); the cache
     // sees every change.
     // The Runs this watch shows gone have their events purged (`controller::departed`).
@@ -389,15 +427,7 @@ async fn lead_then_run(
     let mut departures = Departures::default();
     let run_controller = Controller::for_stream(
         changes(
-            reflector(
-                run_writer,
-                watcher(
-                    scoped::<Run>(&client, &cfg),
-                    watcher::Config::default().labels(&cfg.instance_selector()),
-                )
-                .modify(slim),
-            )
-            .inspect(move |ev| {
+            run_feed.subscribe().inspect(move |ev| {
                 if let Ok(ev) = ev {
                     for run in departures.observe(ev) {
                         // The receiver lives as long as the controllers.
@@ -412,7 +442,7 @@ async fn lead_then_run(
             },
             false,
         ),
-        ctx.caches.runs.clone().expect("the binary's Run cache"),
+        run_feed.store(),
     );
     let runs = run_controller.store();
     let slot = ctx.jetstream.clone().unwrap_or_default();
@@ -421,7 +451,13 @@ async fn lead_then_run(
     let controllers = async {
         publish_discovery(&client, &cfg, &ctx.registry).await?;
         tokio::join!(
-            run_controllers(client.clone(), ctx, writers, run_controller, runs_listable),
+            run_controllers(
+                client.clone(),
+                ctx,
+                (writers, wf_feed),
+                run_controller,
+                runs_listable
+            ),
             purges,
             openwop_operator::events::run_consumer(
                 client.clone(),
@@ -430,6 +466,11 @@ async fn lead_then_run(
                 slot,
                 reporter,
             ),
+            async {
+                if let Some(feeds) = feeds {
+                    feeds.await
+                }
+            },
         );
         anyhow::Ok(())
     };
@@ -453,6 +494,16 @@ async fn lead_then_run(
             Err(anyhow::Error::new(lost).context("leader election"))
         }
     }
+}
+
+/// What the leader's controllers read and follow: the writers of the caches only they use,
+/// the process's Run and Workflow watches, and those watches' future when nothing runs it yet
+/// (the REST API off: they start when this replica leads).
+struct Inputs<F> {
+    writers: CacheWriters,
+    runs: Feed<Run>,
+    workflows: Feed<Workflow>,
+    unstarted: Option<F>,
 }
 
 /// `Api::all`, or the one namespace the operator is restricted to.
@@ -483,20 +534,20 @@ const RUN_CONCURRENCY: u16 = 32;
 async fn run_controllers(
     client: Client,
     ctx: Arc<Context>,
-    writers: CacheWriters,
+    (writers, wf_feed): (CacheWriters, Feed<Workflow>),
     run_controller: Controller<Run>,
     runs_listable: RunsHealth,
 ) {
-    let workflows: Api<Workflow> = scoped(&client, &ctx.config);
     let CacheWriters {
         pods: pod_writer,
         snapshots: snapshot_writer,
-        workflows: workflow_writer,
         service_accounts: sa_writer,
     } = writers;
     // Only the objects of this operator instance (`instanceId`), so several can share a cluster.
     let mine = || watcher::Config::default().labels(&ctx.config.instance_selector());
-    let wf_ctrl = Controller::new(workflows.clone(), mine())
+    // The Workflow controller follows the process's Workflow watch (`Feed`), as does the Run
+    // controller below.
+    let wf_ctrl = Controller::for_stream(wf_feed.subscribe().applied_objects(), wf_feed.store())
         .shutdown_on_signal()
         .run(reconcile_workflow, error_policy, ctx.clone())
         .for_each(|r| async move {
@@ -515,16 +566,15 @@ async fn run_controllers(
                 scoped::<Pod>(&client, &ctx.config),
                 watcher::Config::default().labels(&worker_selector()),
             )
-            .modify(slim),
+            .modify(slim_pod),
         )
         .default_backoff(),
         pod_key,
         |_: &Pod| false,
         true,
     );
-    let workflow_changes = reflector(workflow_writer, watcher(workflows, mine()).modify(slim))
-        .default_backoff()
-        .touched_objects();
+    // The Workflow feed stores each change before it passes it on.
+    let workflow_changes = wf_feed.subscribe().touched_objects();
     let (queue_runs, queue_pods) = (
         store.clone(),
         ctx.caches.pods.clone().expect("the binary's pod cache"),
@@ -567,22 +617,19 @@ async fn run_controllers(
             async move {
                 match r {
                     Ok(_) => {}
-                    // The Run list/watch itself fails: nothing in scope is reconciled.
-                    Err(kube::runtime::controller::Error::QueueError(e)) => {
-                        let why = openwop_protocol::text::truncate(&e.to_string(), 300);
-                        tracing::warn!(error = %why, "cannot list or watch Runs; readiness is false until it recovers");
-                        health.failed(why);
-                    }
+                    // A trigger's list/watch fails (the worker pods'; the Runs' and
+                    // Workflows' report through their `Feed`).
+                    Err(kube::runtime::controller::Error::QueueError(e)) => health.failed(&e),
                     Err(e) => tracing::debug!(error = %e, "run reconcile"),
                 }
             }
         });
-    // Snapshot ConfigMaps (the worker pods' labels) and the worker ServiceAccounts: read by
-    // every worker start, so cached instead of fetched.
+    // Snapshot ConfigMaps (the worker pods' labels; metadata only, see `Caches::snapshots`)
+    // and the worker ServiceAccounts: read by every worker start, so cached instead of fetched.
     let snapshots = reflector(
         snapshot_writer,
         watcher(
-            scoped::<ConfigMap>(&client, &ctx.config),
+            scoped::<PartialObjectMeta<ConfigMap>>(&client, &ctx.config),
             watcher::Config::default().labels(&worker_selector()),
         )
         .modify(slim),
@@ -623,21 +670,47 @@ async fn run_controllers(
 /// watcher's retry backoff (at most 30 s), so a list failing at every retry keeps it 503.
 const RUNS_FAILURE_HOLD: Duration = Duration::from_secs(60);
 
-/// Whether the Run list/watch works: `/readyz` is 503 (naming the error) while it fails, so
-/// an operator that cannot see its Runs is not reported healthy.
+/// Whether the leader's Run list/watch works: `/readyz` is 503 (naming the error) while it
+/// fails, so an operator that cannot see its Runs is not reported healthy.
 #[derive(Clone, Default)]
-struct RunsHealth(Arc<std::sync::Mutex<Option<(std::time::Instant, String)>>>);
+struct RunsHealth {
+    last_failure: Arc<std::sync::Mutex<Option<(std::time::Instant, String)>>>,
+    /// Set once this replica leads: before, a failing watch only left the REST API's view
+    /// behind (as it did when the API had watches of its own).
+    leading: Arc<AtomicBool>,
+}
 
 impl RunsHealth {
-    fn failed(&self, why: String) {
-        if let Ok(mut s) = self.0.lock() {
+    fn leading(&self) {
+        self.leading.store(true, Ordering::Relaxed);
+    }
+
+    /// A failed list or watch of the Runs (or of the Workflows, which trigger Run
+    /// reconciles too): logged, and readiness is false until it recovers.
+    fn failed(&self, e: &dyn std::fmt::Display) {
+        let why = openwop_protocol::text::truncate(&e.to_string(), 300);
+        tracing::warn!(error = %why, "cannot list or watch Runs; readiness is false until it recovers");
+        if let Ok(mut s) = self.last_failure.lock() {
             *s = Some((std::time::Instant::now(), why));
+        }
+    }
+
+    /// What the process's Run and Workflow watches (`Feed`) do with an error: [`Self::failed`]
+    /// once this replica leads.
+    fn on_watch_error(&self) -> impl Fn(&watcher::Error) + Send + 'static {
+        let health = self.clone();
+        move |e| {
+            if health.leading.load(Ordering::Relaxed) {
+                health.failed(e);
+            } else {
+                tracing::debug!(error = %e, "REST API watch");
+            }
         }
     }
 
     /// The last error, while it is recent.
     fn failing(&self) -> Option<String> {
-        let s = self.0.lock().ok()?;
+        let s = self.last_failure.lock().ok()?;
         s.as_ref()
             .filter(|(at, _)| at.elapsed() < RUNS_FAILURE_HOLD)
             .map(|(_, why)| why.clone())

@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
+use openwop_crds::names::ANNOTATION_SNAPSHOT_WORKFLOW;
 use openwop_crds::{CredentialMount, PauseRequest, Run, Workflow};
 use openwop_protocol::retry::mock::ProviderMock;
 use openwop_protocol::run::host::HostProfile;
@@ -299,6 +300,10 @@ pub fn snapshot_configmap(run: &Run, snapshot: &RunSnapshot) -> ConfigMap {
             name: Some(snapshot_name(&run.name_any())),
             namespace: run.namespace(),
             labels: Some(run_labels(run)),
+            annotations: Some(BTreeMap::from([(
+                ANNOTATION_SNAPSHOT_WORKFLOW.to_string(),
+                snapshot.workflow_ref.name.clone(),
+            )])),
             owner_references: Some(vec![owner_ref(run)]),
             ..Default::default()
         },
@@ -417,6 +422,12 @@ mod tests {
         let cm = snapshot_configmap(&run(), &s);
         assert_eq!(cm.metadata.name.as_deref(), Some("r1-snapshot"));
         assert_eq!(read_snapshot(&cm).unwrap(), s);
+        // The operator's snapshot cache holds metadata only: the frozen Workflow is named there.
+        assert_eq!(
+            cm.metadata.annotations.unwrap()[ANNOTATION_SNAPSHOT_WORKFLOW],
+            s.workflow_ref.name
+        );
+        assert!(!s.workflow_ref.name.is_empty());
     }
 
     #[test]

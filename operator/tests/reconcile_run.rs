@@ -494,3 +494,62 @@ async fn an_answer_during_a_backoff_is_consumed_only_when_the_worker_starts() {
         .expect("reconcile");
     assert_eq!(action, Action::requeue(Duration::from_secs(30)));
 }
+
+/// Issue #27: the snapshot cache holds metadata only. A snapshotted run without a worker reads
+/// from it whether its snapshot exists, its owner and the Workflow it froze (the
+/// `openwop.dev/snapshot-workflow` annotation): the snapshot itself is not fetched, and a run
+/// that refers to its Workflow by id still names the frozen one.
+#[tokio::test]
+async fn a_start_reads_the_snapshot_metadata_from_the_cache_without_a_get() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::PartialObjectMeta;
+    use kube::runtime::{reflector, watcher};
+    let mut run = snapshotted_runs(1).remove(0);
+    run.spec.workflow_ref = serde_json::from_value(json!({"id": "triage-id"})).unwrap();
+    run.status.as_mut().unwrap().workflow = None;
+    let mut meta =
+        snapshot_of("/api/v1/namespaces/team-a/configmaps/r0-snapshot")["metadata"].clone();
+    meta["annotations"] = json!({openwop_crds::names::ANNOTATION_SNAPSHOT_WORKFLOW: "triage"});
+    let cached: PartialObjectMeta<ConfigMap> =
+        serde_json::from_value(json!({"metadata": meta})).unwrap();
+    let (snapshots, mut writer) = reflector::store();
+    writer.apply_watcher_event(&watcher::Event::Init);
+    writer.apply_watcher_event(&watcher::Event::InitApply(cached));
+    writer.apply_watcher_event(&watcher::Event::InitDone);
+    let (ctx, api) = Context::test_with(OperatorConfig::default(), |c| {
+        c.caches.pods = Some(empty_pod_cache());
+        c.caches.snapshots = Some(snapshots);
+    });
+    // (GETs of the snapshot ConfigMap, worker pods created, the Workflow the status names)
+    let server = api.answer_all((0, 0, None), |(gets, created, workflow), m, path, body| {
+        if *m == Method::GET && path.contains("/configmaps/") {
+            *gets += 1;
+            (200, snapshot_of(path))
+        } else if *m == Method::GET && path.contains("/serviceaccounts/") {
+            let sa = json!({"apiVersion": "v1", "kind": "ServiceAccount",
+                            "metadata": {"name": "openwop-worker"}});
+            (200, sa)
+        } else if *m == Method::GET {
+            (404, not_found())
+        } else if *m == Method::POST && path.ends_with("/pods") {
+            *created += 1;
+            (201, body)
+        } else if *m == Method::PATCH && path.ends_with("/status") {
+            *workflow = body["status"]["workflow"].as_str().map(str::to_owned);
+            (200, run_echo())
+        } else if *m == Method::POST && path.ends_with("/events") {
+            (201, body)
+        } else {
+            panic!("unexpected request {m} {path}");
+        }
+    });
+    reconcile_run(Arc::new(run), ctx.clone())
+        .await
+        .expect("reconcile");
+    drop(ctx);
+    assert_eq!(
+        server.await.unwrap(),
+        (0, 1, Some("triage".to_owned())),
+        "snapshot GETs, worker pods created, the Workflow named"
+    );
+}

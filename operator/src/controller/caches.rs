@@ -1,15 +1,18 @@
 //! The watch caches the Run reconciler reads instead of GETs: worker pods, snapshot
-//! ConfigMaps, Workflows, the worker ServiceAccounts and the Runs themselves. The binary feeds
-//! them ([`CacheWriters`]); the pod and Workflow caches are fed by the same streams that
-//! trigger Run reconciles, so a reconcile never sees a cache older than what triggered it.
-//! Without a cache (`None`, the reconcile tests) a read goes to the API server.
+//! ConfigMaps (their metadata only), Workflows, the worker ServiceAccounts and the Runs
+//! themselves. The binary feeds them ([`CacheWriters`]; the Runs and Workflows come from the
+//! process's one watch of each, [`super::Feed`], shared with the REST API); the pod and
+//! Workflow caches are fed by the same streams that trigger Run reconciles, so a reconcile
+//! never sees a cache older than what triggered it. Without a cache (`None`, the reconcile
+//! tests) a read goes to the API server.
 
 use std::cmp::Ordering;
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, ContainerStatus, Pod, PodStatus, ServiceAccount};
 use kube::ResourceExt;
+use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{self, ObjectRef, Store, store::Writer};
 use openwop_crds::{Run, RunPhase, Workflow};
 
@@ -19,10 +22,13 @@ use crate::pod::pod_name;
 /// Read sides of the caches; `None` reads from the API server.
 #[derive(Default, Clone)]
 pub struct Caches {
-    /// Worker pods (labels `component=worker`, `managed-by`).
+    /// Worker pods (labels `component=worker`, `managed-by`), as [`slim_pod`] keeps them.
     pub pods: Option<Store<Pod>>,
-    /// Snapshot ConfigMaps (the worker pods' labels).
-    pub snapshots: Option<Store<ConfigMap>>,
+    /// Snapshot ConfigMaps (the worker pods' labels), metadata only: a start reads whether
+    /// the snapshot exists, its owner and the Workflow it froze
+    /// (`openwop.dev/snapshot-workflow`); the snapshot itself (a whole workflow and the run's
+    /// inputs, the largest part of a run in memory) is read from the API server where needed.
+    pub snapshots: Option<Store<PartialObjectMeta<ConfigMap>>>,
     pub workflows: Option<Store<Workflow>>,
     /// The worker ServiceAccount (`worker.serviceAccountName`) of every namespace.
     pub service_accounts: Option<Store<ServiceAccount>>,
@@ -30,22 +36,20 @@ pub struct Caches {
     pub runs: Option<Store<Run>>,
 }
 
-/// Write sides of [`Caches`] but the Runs', for the binary's watches.
+/// Write sides of the caches the Run controller alone reads, for the binary's watches.
 pub struct CacheWriters {
     pub pods: Writer<Pod>,
-    pub snapshots: Writer<ConfigMap>,
-    pub workflows: Writer<Workflow>,
+    pub snapshots: Writer<PartialObjectMeta<ConfigMap>>,
     pub service_accounts: Writer<ServiceAccount>,
 }
 
 impl Caches {
-    /// Empty caches, their writers, and the Runs' writer (the Run controller's own store).
-    pub fn new() -> (Caches, CacheWriters, Writer<Run>) {
+    /// The process's Run and Workflow stores (also the REST API's), empty caches of the
+    /// rest, and their writers.
+    pub fn new(runs: Store<Run>, workflows: Store<Workflow>) -> (Caches, CacheWriters) {
         let (pods, pods_w) = reflector::store();
         let (snapshots, snapshots_w) = reflector::store();
-        let (workflows, workflows_w) = reflector::store();
         let (service_accounts, sas_w) = reflector::store();
-        let (runs, runs_w) = reflector::store();
         (
             Caches {
                 pods: Some(pods),
@@ -57,11 +61,36 @@ impl Caches {
             CacheWriters {
                 pods: pods_w,
                 snapshots: snapshots_w,
-                workflows: workflows_w,
                 service_accounts: sas_w,
             },
-            runs_w,
         )
+    }
+}
+
+/// What the pod cache keeps of a worker pod: what its readers use — the metadata (name,
+/// owner, deletion; [`super::slim`] already dropped managedFields), the phase and the worker
+/// container's termination ([`super::state::WorkerState`], [`holds_slot`],
+/// [`super::pod_key`], [`pod_triggers`]). The spec (the worker's whole environment, its
+/// volumes) and the rest of the status were most of a cached pod, held for every run whose
+/// pod has not been deleted yet.
+pub fn slim_pod(p: &mut Pod) {
+    super::slim(p);
+    p.spec = None;
+    if let Some(st) = p.status.take() {
+        p.status = Some(PodStatus {
+            phase: st.phase,
+            container_statuses: st.container_statuses.map(|cs| {
+                cs.into_iter()
+                    .filter(|c| c.name == "worker")
+                    .map(|c| ContainerStatus {
+                        name: c.name,
+                        state: c.state,
+                        ..Default::default()
+                    })
+                    .collect()
+            }),
+            ..Default::default()
+        });
     }
 }
 
@@ -292,6 +321,56 @@ mod tests {
         }
         w.apply_watcher_event(&watcher::Event::InitDone);
         s
+    }
+
+    #[test]
+    fn the_pod_cache_keeps_what_its_readers_read_and_drops_the_spec() {
+        let full: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "a-w1", "namespace": "ns", "uid": "p",
+                         "deletionTimestamp": "2025-06-15T15:00:00Z",
+                         "managedFields": [{"manager": "kubelet"}],
+                         "ownerReferences": [{"apiVersion": "openwop.dev/v1alpha1", "kind": "Run",
+                                              "name": "a", "uid": "a", "controller": true}]},
+            "spec": {"containers": [{"name": "worker", "image": "w",
+                                     "env": [{"name": "OPENWOP_RUN", "value": "x".repeat(4096)}]}]},
+            "status": {"phase": "Failed", "podIP": "10.0.0.1",
+                       "conditions": [{"type": "Ready", "status": "False"}],
+                       "containerStatuses": [
+                           {"name": "worker", "image": "w", "imageID": "", "ready": false,
+                            "restartCount": 0, "state": {"terminated": {
+                                "exitCode": 3, "message": "boom"}}},
+                           {"name": "sidecar", "image": "s", "imageID": "", "ready": false,
+                            "restartCount": 0}]}}))
+        .unwrap();
+        let mut slim = full.clone();
+        slim_pod(&mut slim);
+        assert_eq!(slim.spec, None);
+        assert_eq!(slim.metadata.managed_fields, None);
+        assert_eq!(
+            serde_json::to_value(&slim.status).unwrap(),
+            json!({"phase": "Failed", "containerStatuses": [
+                {"name": "worker", "image": "", "imageID": "", "ready": false,
+                 "restartCount": 0, "state": {"terminated": {"exitCode": 3, "message": "boom"}}}]})
+        );
+        // Every reader of the pod cache reads the same from the slim copy.
+        use super::super::state::WorkerState;
+        assert_eq!(WorkerState::of(Some(&slim)), WorkerState::of(Some(&full)));
+        assert_eq!(super::super::pod_key(&slim), super::super::pod_key(&full));
+        assert_eq!(holds_slot(&slim), holds_slot(&full));
+        assert_eq!(slim.owner_references(), full.owner_references());
+        assert_eq!(
+            slim.metadata.deletion_timestamp,
+            full.metadata.deletion_timestamp
+        );
+        let (runs, pods) = (
+            store(vec![run("a", "2025-06-15T15:00:00Z", json!(null))]),
+            store(vec![slim.clone()]),
+        );
+        let names = |v: Vec<ObjectRef<Run>>| v.into_iter().map(|r| r.name).collect::<Vec<_>>();
+        assert_eq!(
+            names(pod_triggers(&runs, &pods, 1, &slim)),
+            names(pod_triggers(&runs, &pods, 1, &full))
+        );
     }
 
     #[test]

@@ -8,6 +8,8 @@
 //! * [`slots`] — the exact per-namespace concurrency limit: slots reserved in memory, pods
 //!   created outside the lock;
 //! * [`caches`] — the watch caches the reconciler reads instead of GETs, and the queue order;
+//! * [`feed`] — the process's one Run and one Workflow watch, read by the REST API and the
+//!   controllers alike;
 //! * [`triggers`] — which watch events start a reconcile, and what the caches keep;
 //! * [`observe`] — the running worker: exit codes, termination summary, crashes and backoff;
 //! * [`cancel`] — `spec.cancel` (and its cascade to child runs);
@@ -39,6 +41,7 @@ mod cancel;
 mod common;
 pub mod departed;
 mod ending;
+mod feed;
 mod namespace;
 mod observe;
 mod pause;
@@ -51,8 +54,9 @@ mod triggers;
 mod waits;
 mod workflow;
 
-pub use caches::{CacheWriters, Caches, Superseded, pod_triggers};
+pub use caches::{CacheWriters, Caches, Superseded, pod_triggers, slim_pod};
 pub use common::{Note, backoff_seconds, end_by_stream, record};
+pub use feed::Feed;
 pub use run::reconcile_run;
 pub use slots::StartGate;
 pub use start::worker_selector;

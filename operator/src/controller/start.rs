@@ -4,11 +4,12 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
+use openwop_crds::names::ANNOTATION_SNAPSHOT_WORKFLOW;
 use openwop_crds::{Run, RunPhase, RunStatus, Workflow};
 use openwop_protocol::run::quorum;
 
@@ -24,7 +25,9 @@ use crate::pod::{
     LABEL_COMPONENT, LABEL_MANAGED_BY, MANAGER, WorkerInputs, needed_credentials, owned_by,
     pod_name, snapshot_name, worker_pod,
 };
-use crate::snapshot::{build_snapshot, read_snapshot, snapshot_configmap, with_current_answers};
+use crate::snapshot::{
+    SnapshotError, build_snapshot, read_snapshot, snapshot_configmap, with_current_answers,
+};
 
 /// How the Run's workflow reference resolved.
 enum Resolved {
@@ -96,6 +99,39 @@ fn newly_answered(run: &Run, status: &RunStatus) -> Vec<String> {
         .collect()
 }
 
+/// The Workflow a snapshot froze: its annotation, else (a snapshot written before the
+/// annotation existed) the snapshot itself, read from the API server when only its metadata
+/// is at hand.
+async fn snapshot_workflow(
+    rr: &RunReconcile<'_>,
+    meta: &ObjectMeta,
+    cm: Option<&ConfigMap>,
+) -> Result<Option<String>, Error> {
+    let annotated = meta
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(ANNOTATION_SNAPSHOT_WORKFLOW));
+    if let Some(n) = annotated {
+        return Ok(Some(n.clone()).filter(|n| !n.is_empty()));
+    }
+    let fetched = match cm {
+        Some(_) => None,
+        None => rr.snapshot_now().await?,
+    };
+    Ok(cm
+        .or(fetched.as_ref())
+        .and_then(|cm| read_snapshot(cm).ok())
+        .map(|s| s.workflow_ref.name)
+        .filter(|n| !n.is_empty()))
+}
+
+/// The snapshot of a dormant or waiting run: [`progress`] read it whole from the API server.
+fn recorded_snapshot(
+    cm: Option<&ConfigMap>,
+) -> Result<openwop_protocol::run::snapshot::RunSnapshot, Error> {
+    Ok(read_snapshot(cm.ok_or(SnapshotError::Missing)?)?)
+}
+
 /// A run without a terminal phase: snapshot, observe the worker, or start one.
 pub(super) async fn progress(rr: &mut RunReconcile<'_>) -> Result<Action, Error> {
     let ctx = rr.ctx;
@@ -120,26 +156,26 @@ pub(super) async fn progress(rr: &mut RunReconcile<'_>) -> Result<Action, Error>
     let recorded = !st.timers.is_empty()
         || !st.child_waits.is_empty()
         || st.phase.unwrap_or_default().is_waiting();
+    // Any other run needs only whether it exists, its owner and the Workflow it froze: the
+    // snapshot cache's metadata (`snapshot_cm` is then `None`).
     let found = if recorded {
-        rr.snapshot_now().await?
+        rr.snapshot_now()
+            .await?
+            .map(|cm| (cm.metadata.clone(), Some(cm)))
     } else {
-        rr.snapshot().await?
+        rr.snapshot_meta().await?
     };
     let (snapshot_cm, workflow) = match found {
         // A deleted Run of the same name left its snapshot (the garbage collector removes it
         // asynchronously): never run from it; remove it and snapshot this run afresh.
-        Some(cm) if !owned_by(&cm.metadata, run) => {
+        Some((meta, _)) if !owned_by(&meta, run) => {
             rr.delete_snapshot().await?;
             return Ok(Action::requeue(Duration::from_secs(1)));
         }
-        Some(cm) => {
+        Some((meta, cm)) => {
             // A retried reconcile (e.g. after a 409 on the status write) still names the
             // resolved Workflow, not the `id:` reference.
-            if let Some(n) = read_snapshot(&cm)
-                .ok()
-                .map(|s| s.workflow_ref.name)
-                .filter(|n| !n.is_empty())
-            {
+            if let Some(n) = snapshot_workflow(rr, &meta, cm.as_ref()).await? {
                 rr.draft.status.workflow = Some(n);
             }
             // ... and its Ready condition says so even if the first write was lost.
@@ -177,7 +213,7 @@ pub(super) async fn progress(rr: &mut RunReconcile<'_>) -> Result<Action, Error>
                     wf.metadata.generation.unwrap_or(0)
                 );
                 mark_snapshotted(&mut rr.draft, msg);
-                (cm, Some(wf))
+                (Some(cm), Some(wf))
             }
             Resolved::Missing(msg) => {
                 rr.draft.status.phase = Some(RunPhase::Pending);
@@ -214,7 +250,7 @@ pub(super) async fn progress(rr: &mut RunReconcile<'_>) -> Result<Action, Error>
     let mut stored = None;
     let mut woken = None;
     if dormant {
-        let snap = read_snapshot(&snapshot_cm)?;
+        let snap = recorded_snapshot(snapshot_cm.as_ref())?;
         let children = waits::tend_children(rr, &snap).await?;
         if !children.ended.is_empty() {
             let mut doc = snap.clone();
@@ -248,7 +284,7 @@ pub(super) async fn progress(rr: &mut RunReconcile<'_>) -> Result<Action, Error>
     if phase.is_waiting() || woken.is_some() {
         let stored = match stored {
             Some(s) => s,
-            None => read_snapshot(&snapshot_cm)?,
+            None => recorded_snapshot(snapshot_cm.as_ref())?,
         };
         let doc = with_current_answers(&stored, run);
         if let Err(refused) = crate::snapshot::fits(&doc) {

@@ -9,6 +9,7 @@
 //! snapshot apply, the pod create) are methods here too.
 
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, ServiceAccount};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -92,23 +93,44 @@ impl<'a> RunReconcile<'a> {
         Ok(self.pods.get_opt(name).await?)
     }
 
-    /// The Run's snapshot ConfigMap. A snapshot the cache does not show yet although the
+    /// The metadata of the Run's snapshot ConfigMap (whether it exists, its owner, the
+    /// Workflow it froze), from the metadata-only cache; with the ConfigMap whole when it was
+    /// read from the API server instead. A snapshot the cache does not show yet although the
     /// status says it was taken (a cache behind a fresh apply) is read from the API server:
     /// snapshotting again could take a newer Workflow than the one the run started from.
-    pub(super) async fn snapshot(&self) -> Result<Option<ConfigMap>, Error> {
-        let name = snapshot_name(&self.name);
-        if let Some(store) = ready(&self.ctx.caches.snapshots).await {
-            let cached = store.get(&ObjectRef::new(&name).within(&self.ns));
-            let taken = has_condition(
-                &self.original.conditions,
-                ConditionType::Ready,
-                Some(Reason::Snapshotted),
-            );
-            if cached.is_some() || !taken {
-                return Ok(cached.map(|c| (*c).clone()));
-            }
+    pub(super) async fn snapshot_meta(
+        &self,
+    ) -> Result<Option<(ObjectMeta, Option<ConfigMap>)>, Error> {
+        match self.cached_snapshot().await {
+            Some(cached) => Ok(cached.map(|meta| (meta, None))),
+            None => Ok(self
+                .snapshot_now()
+                .await?
+                .map(|cm| (cm.metadata.clone(), Some(cm)))),
         }
-        Ok(self.cms.get_opt(&name).await?)
+    }
+
+    /// The Run's snapshot ConfigMap, whole: from the API server (the cache holds metadata
+    /// only), unless the cache shows there is none.
+    pub(super) async fn snapshot(&self) -> Result<Option<ConfigMap>, Error> {
+        if let Some(None) = self.cached_snapshot().await {
+            return Ok(None);
+        }
+        self.snapshot_now().await
+    }
+
+    /// What the snapshot cache knows of the Run's snapshot: `Some(None)` none, `Some(meta)`
+    /// its metadata; `None` when it cannot tell (no cache, not listed yet, or the status says
+    /// the snapshot was taken and the cache does not show it yet).
+    async fn cached_snapshot(&self) -> Option<Option<ObjectMeta>> {
+        let store = ready(&self.ctx.caches.snapshots).await?;
+        let cached = store.get(&ObjectRef::new(&snapshot_name(&self.name)).within(&self.ns));
+        let taken = has_condition(
+            &self.original.conditions,
+            ConditionType::Ready,
+            Some(Reason::Snapshotted),
+        );
+        (cached.is_some() || !taken).then(|| cached.map(|c| c.metadata.clone()))
     }
 
     /// The Run's snapshot ConfigMap as the API server has it now: a dormant or resumed run

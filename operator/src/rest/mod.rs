@@ -1,8 +1,9 @@
 //! The OpenWOP v1 REST API (`spec/v1/rest-endpoints.md`), served by every operator replica
 //! beside discovery on the operator's HTTP server.
 //!
-//! Reads come from this replica's own informer caches of Runs and Workflows ([`caches`]) and
-//! from JetStream; writes are ordinary Kubernetes writes (create a `Run`, patch its spec), so
+//! Reads come from this replica's own caches of Runs and Workflows (the process's one watch
+//! of each, [`crate::controller::Feed`], which the leader's controllers share) and from
+//! JetStream; writes are ordinary Kubernetes writes (create a `Run`, patch its spec), so
 //! the leader's controllers do the rest and `kubectl` sees everything the API does.
 //!
 //! One file per resource — [`runs`] (create, read), [`cancel`] (one run, or many with
@@ -65,9 +66,8 @@ use axum::body::Body;
 use axum::extract::{DefaultBodyLimit, FromRef, Request, State};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use kube::runtime::reflector::{self, Store, reflector};
-use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client};
+use kube::Client;
+use kube::runtime::reflector::Store;
 use openwop_crds::{Run, Workflow};
 use serde_json::Value;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -226,49 +226,6 @@ fn is_dns_label(s: &str) -> bool {
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
         && edge(s.chars().next())
         && edge(s.chars().last())
-}
-
-/// The informer caches behind the API, and the future that keeps them current (run it for
-/// the life of the process, on every replica).
-pub fn caches(
-    client: &Client,
-    config: &OperatorConfig,
-) -> (
-    Store<Run>,
-    Store<Workflow>,
-    impl std::future::Future<Output = ()> + Send + 'static,
-) {
-    let (runs, run_writer) = reflector::store::<Run>();
-    let (workflows, wf_writer) = reflector::store::<Workflow>();
-    let mine = watcher::Config::default().labels(&config.instance_selector());
-    let (run_api, wf_api): (Api<Run>, Api<Workflow>) = if config.watch_namespace.is_empty() {
-        (Api::all(client.clone()), Api::all(client.clone()))
-    } else {
-        (
-            Api::namespaced(client.clone(), &config.watch_namespace),
-            Api::namespaced(client.clone(), &config.watch_namespace),
-        )
-    };
-    // Without managedFields: one copy of every Run is held here (`controller::slim`).
-    let run_watch = reflector(
-        run_writer,
-        watcher(run_api, mine.clone()).modify(crate::controller::slim),
-    )
-    .default_backoff()
-    .touched_objects()
-    .for_each(|_| async {});
-    let wf_watch = reflector(
-        wf_writer,
-        watcher(wf_api, mine).modify(crate::controller::slim),
-    )
-    .default_backoff()
-    .touched_objects()
-    .for_each(|_| async {});
-    use futures::StreamExt as _;
-    let fut = async move {
-        futures::join!(run_watch, wf_watch);
-    };
-    (runs, workflows, fut)
 }
 
 #[derive(OpenApi)]
