@@ -1,5 +1,6 @@
-//! cluster.sh up/down/up on a second cluster (own state directory and ports), so the shared
-//! test cluster used by the other tests is never disturbed.
+//! Second clusters (own state directory and ports), so the shared test cluster used by the
+//! other tests is never disturbed: cluster.sh up/down/up, and an operator started on a cluster
+//! that has no CRDs yet.
 
 mod common;
 
@@ -61,11 +62,13 @@ fn kubeconfig_from(stdout: &str) -> std::path::PathBuf {
     path.into()
 }
 
-#[tokio::test]
-async fn up_up_down_up_down_leaves_nothing_running() {
-    // Kept on failure (for its logs); the guard stops the cluster however the test ends.
+/// The tests of this file take turns: they use the same ports.
+static SECOND_CLUSTER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Options of a second mini-cluster in a new state directory (kept on failure, for its logs).
+fn second_cluster(prefix: &str) -> (std::path::PathBuf, ClusterOptions) {
     let state = tempfile::Builder::new()
-        .prefix("openwop-lifecycle-")
+        .prefix(prefix)
         .tempdir()
         .unwrap()
         .keep();
@@ -77,6 +80,14 @@ async fn up_up_down_up_down_leaves_nothing_running() {
         attach_kubeconfig: None,
         attach_nats_url: None,
     };
+    (state, opts)
+}
+
+#[tokio::test]
+async fn up_up_down_up_down_leaves_nothing_running() {
+    let _turn = SECOND_CLUSTER.lock().await;
+    // The guard stops the cluster however the test ends.
+    let (state, opts) = second_cluster("openwop-lifecycle-");
     let _guard = Down(opts.clone());
     let blocking = |sub: &'static str| {
         let opts = opts.clone();
@@ -131,6 +142,151 @@ async fn up_up_down_up_down_leaves_nothing_running() {
         assert!(!common::process_alive(*pid), "pid {pid} survived purge");
     }
     assert!(!state.as_path().exists());
+}
+
+/// `helm install` creates the CRDs and starts the operator at once: the operator's first
+/// lists fail until the API server serves the new resources. Its controllers must still act
+/// on the first Workflow and Run (they once waited forever: `controller::Feed`).
+#[tokio::test]
+async fn an_operator_started_before_its_crds_are_served_acts_once_they_are() {
+    let _turn = SECOND_CLUSTER.lock().await;
+    let (state, opts) = second_cluster("openwop-before-crds-");
+    let _guard = Down(opts.clone());
+    let up = {
+        let opts = opts.clone();
+        tokio::task::spawn_blocking(move || run(&opts, "up"))
+    };
+    let kubeconfig = kubeconfig_from(&up.await.unwrap().expect("up"));
+    let kubectl = |args: &[&str], stdin: Option<&str>| {
+        common::ok(
+            common::run_with_kubeconfig(&kubeconfig, std::path::Path::new("kubectl"), args, stdin),
+            &format!("kubectl {}", args.join(" ")),
+        )
+    };
+
+    let port = openwop_nats::testing::free_port();
+    let config = state.join("operator.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "watchNamespace: default\nlisten: 127.0.0.1:{port}\ndiscovery: {{namespace: default}}\n\
+             leaderElection: {{leaseNamespace: default}}\n\
+             worker: {{image: 'openwop.test/unmapped-worker:1'}}\n"
+        ),
+    )
+    .unwrap();
+    let log = state.join("operator.log");
+    let out = std::fs::File::create(&log).unwrap();
+    let operator = Child(
+        std::process::Command::new(common::target_bin("debug", "openwop-operator"))
+            .arg("--config")
+            .arg(&config)
+            .arg("--identity")
+            .arg("before-crds")
+            .env("KUBECONFIG", &kubeconfig)
+            .env("RUST_LOG", "info,kube=warn,openwop_operator=debug")
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .spawn()
+            .expect("start openwop-operator"),
+    );
+    let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
+    common::wait_for(
+        Duration::from_secs(30),
+        "the operator to lead without its CRDs",
+        || {
+            let text = log_text();
+            async move {
+                (text.contains("leading: starting controllers")
+                    && text.contains("cannot list or watch Runs"))
+                .then_some(())
+            }
+        },
+    )
+    .await;
+
+    let crds = common::repo().join("charts/openwop/crds/openwop.dev_crds.yaml");
+    kubectl(
+        &["apply", "--server-side", "-f", crds.to_str().unwrap()],
+        None,
+    );
+    kubectl(
+        &[
+            "wait",
+            "--for=condition=Established",
+            "--timeout=30s",
+            "crd/runs.openwop.dev",
+            "crd/workflows.openwop.dev",
+        ],
+        None,
+    );
+    kubectl(
+        &["apply", "-n", "default", "-f", "-"],
+        Some(
+            r#"{"apiVersion": "openwop.dev/v1alpha1", "kind": "Workflow", "metadata": {"name": "w"},
+                "spec": {"id": "w", "name": "w", "version": "1",
+                         "nodes": [{"id": "a", "typeId": "core.identity"}]}}"#,
+        ),
+    );
+    kubectl(
+        &["apply", "-n", "default", "-f", "-"],
+        Some(
+            r#"{"apiVersion": "openwop.dev/v1alpha1", "kind": "Run", "metadata": {"name": "r"},
+                "spec": {"workflowRef": {"name": "w"}}}"#,
+        ),
+    );
+    let jsonpath = |what: &str, path: &str| {
+        kubectl(
+            &[
+                "get",
+                "-n",
+                "default",
+                what,
+                "-o",
+                &format!("jsonpath={path}"),
+            ],
+            None,
+        )
+    };
+    let ready = r#"{.status.conditions[?(@.type=="Ready")].status}"#;
+    common::wait_for(
+        Duration::from_secs(60),
+        "the Workflow's Ready condition",
+        || {
+            let status = jsonpath("workflow.openwop.dev/w", ready);
+            async move { (!status.is_empty()).then_some(()) }
+        },
+    )
+    .await;
+    assert_eq!(
+        jsonpath("workflow.openwop.dev/w", ready),
+        "True",
+        "{}",
+        log_text()
+    );
+    // The Run is reconciled: its worker pod is created (the image is not one the node agent
+    // runs, so it stays there).
+    common::wait_for(Duration::from_secs(60), "the Run's worker pod", || {
+        let pod = jsonpath("run.openwop.dev/r", "{.status.workerPod}");
+        async move { (!pod.is_empty()).then_some(()) }
+    })
+    .await;
+    drop(operator);
+    // Passed: nothing to keep (the guard then finds no state directory).
+    tokio::task::spawn_blocking(move || run(&opts, "purge"))
+        .await
+        .unwrap()
+        .expect("purge");
+}
+
+/// A child process killed when dropped.
+struct Child(std::process::Child);
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 struct Down(ClusterOptions);

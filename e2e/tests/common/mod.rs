@@ -119,11 +119,27 @@ pub fn process_alive(pid: i32) -> bool {
 
 /// Runs `program` against the cluster (its kubeconfig and NATS URL in the environment).
 pub fn run_cmd(c: &Cluster, program: &Path, args: &[&str], stdin: Option<&str>) -> Output {
+    let mut cmd = Command::new(program);
+    cmd.env("OPENWOP_NATS_URL", &c.nats_url);
+    output_of(cmd, &c.kubeconfig, args, stdin)
+}
+
+/// [`run_cmd`] against a cluster known by its kubeconfig only (a second mini-cluster).
+pub fn run_with_kubeconfig(
+    kubeconfig: &Path,
+    program: &Path,
+    args: &[&str],
+    stdin: Option<&str>,
+) -> Output {
+    output_of(Command::new(program), kubeconfig, args, stdin)
+}
+
+fn output_of(mut cmd: Command, kubeconfig: &Path, args: &[&str], stdin: Option<&str>) -> Output {
     use std::io::Write;
-    let mut child = Command::new(program)
+    let program = cmd.get_program().to_owned();
+    let mut child = cmd
         .args(args)
-        .env("KUBECONFIG", &c.kubeconfig)
-        .env("OPENWOP_NATS_URL", &c.nats_url)
+        .env("KUBECONFIG", kubeconfig)
         .stdin(if stdin.is_some() {
             Stdio::piped()
         } else {

@@ -351,16 +351,26 @@ where
     K::DynamicType: Eq + std::hash::Hash + Clone + Default,
 {
     let store = cache.as_ref()?;
-    match tokio::time::timeout(CACHE_WAIT, store.wait_until_ready()).await {
-        Ok(Ok(())) => Some(store),
-        _ => {
-            tracing::warn!(
-                kind = %K::kind(&K::DynamicType::default()),
-                "the watch cache has not listed yet; reading from the API server"
-            );
-            None
+    // `Store::wait_until_ready` wakes only the last of several waiters (one waker inside):
+    // concurrent reconciles waiting for the same cache ask again every slice, so a lost
+    // wake-up costs a slice instead of the whole wait.
+    const SLICE: std::time::Duration = std::time::Duration::from_millis(50);
+    let deadline = tokio::time::Instant::now() + CACHE_WAIT;
+    let listed = loop {
+        match tokio::time::timeout(SLICE, store.wait_until_ready()).await {
+            Ok(r) => break r.is_ok(),
+            Err(_) if tokio::time::Instant::now() >= deadline => break false,
+            Err(_) => {}
         }
+    };
+    if !listed {
+        tracing::warn!(
+            kind = %K::kind(&K::DynamicType::default()),
+            "the watch cache has not listed yet; reading from the API server"
+        );
+        return None;
     }
+    Some(store)
 }
 
 /// Where the worker pods of a namespace are read for the concurrency limit.
@@ -425,5 +435,42 @@ impl WorkerState {
     /// Whether the pod can no longer publish (ended or gone).
     pub(super) fn ended(&self) -> bool {
         !matches!(self, WorkerState::Active { .. })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::runtime::reflector::{self, store::Writer};
+    use kube::runtime::watcher;
+
+    /// Reconciles started together at start-up all wait for the same cache's first list; each
+    /// reads it soon after it is listed, not when its wait runs out.
+    #[tokio::test(start_paused = true)]
+    async fn every_reconcile_waiting_for_a_cache_reads_it_soon_after_it_is_listed() {
+        let (store, mut writer): (Store<Pod>, Writer<Pod>) = reflector::store();
+        let cache = Some(store);
+        let waits: Vec<_> = (0..3)
+            .map(|_| {
+                let cache = cache.clone();
+                tokio::spawn(async move {
+                    let listed = ready(&cache).await.is_some();
+                    (listed, tokio::time::Instant::now())
+                })
+            })
+            .collect();
+        tokio::task::yield_now().await;
+        let at = tokio::time::Instant::now();
+        writer.apply_watcher_event(&watcher::Event::Init);
+        writer.apply_watcher_event(&watcher::Event::InitDone);
+        for w in waits {
+            let (listed, when) = w.await.unwrap();
+            assert!(listed, "a waiter fell back to the API server");
+            let late = when - at;
+            assert!(
+                late < CACHE_WAIT / 4,
+                "a waiter read the cache {late:?} after it was listed"
+            );
+        }
     }
 }
