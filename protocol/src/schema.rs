@@ -3,15 +3,16 @@
 //! Every document under `schemas/` is compiled into the binary with `include_str!`, parsed once,
 //! registered by its `$id` in one shared [`Registry`] (so `$ref`s between our documents resolve
 //! without network or filesystem), and compiled once into a cached validator per document, per
-//! envelope kind and per run-event type.
+//! envelope kind and per run-event type — each on its first use, so a process compiles only
+//! the schemas it validates with (a worker run uses a few of the fifty; compiling every one
+//! of them was 93 % of the instructions of a two-node run).
 //!
 //! Validation failures are reported as [`ValidationIssue`]s whose `message` is built from the
 //! failed keyword and the schema's own constants — never from jsonschema's `Display`, which
 //! echoes instance values (model text, possibly secrets).
 
-use std::collections::HashMap;
 use std::fmt::Write as _;
-use std::sync::LazyLock;
+use std::sync::{LazyLock, OnceLock};
 
 use jsonschema::error::{TypeKind, ValidationErrorKind};
 use jsonschema::{Draft, Registry, ValidationError, ValidationOptions, Validator};
@@ -161,7 +162,12 @@ pub fn compile(schema: &Value) -> Result<CompiledSchema, SchemaCompileError> {
 
 /// Validates a top-level document against its embedded schema.
 pub fn validate(doc: Document, value: &Value) -> Result<(), Vec<ValidationIssue>> {
-    run_validator(&DOCUMENT_VALIDATORS[&doc], value)
+    let i = Document::ALL
+        .iter()
+        .position(|d| *d == doc)
+        .expect("Document::ALL lists every document");
+    let validator = DOCUMENT_VALIDATORS.get(i, || doc.schema_path().to_owned());
+    run_validator(validator, value)
 }
 
 /// Kinds with an embedded payload schema: the four universal kinds and `media.image|audio|file`.
@@ -197,10 +203,10 @@ pub fn validate_kind_payload(
     payload: &Value,
 ) -> Option<Result<(), Vec<ValidationIssue>>> {
     // Seven names: a scan is cheaper than hashing the kind.
-    KINDS
-        .iter()
-        .position(|k| *k == kind)
-        .map(|i| run_validator(&KIND_VALIDATORS[i], payload))
+    KINDS.iter().position(|k| *k == kind).map(|i| {
+        let validator = KIND_VALIDATORS.get(i, || format!("envelopes/{kind}.schema.json"));
+        run_validator(validator, payload)
+    })
 }
 
 /// Run-event types this project emits; each has `events/<type>.schema.json`.
@@ -259,9 +265,9 @@ pub fn validate_event_payload(
     event_type: &str,
     payload: &Value,
 ) -> Option<Result<(), Vec<ValidationIssue>>> {
-    EVENT_VALIDATORS
-        .get(event_type)
-        .map(|validator| run_validator(validator, payload))
+    let i = EVENT_TYPES.iter().position(|t| *t == event_type)?;
+    let validator = EVENT_VALIDATORS.get(i, || format!("events/{event_type}.schema.json"));
+    Some(run_validator(validator, payload))
 }
 
 /// One embedded schema document.
@@ -382,27 +388,28 @@ static REGISTRY: LazyLock<Registry<'static>> = LazyLock::new(|| {
         .unwrap_or_else(|err| panic!("embedded schemas do not form a valid registry: {err}"))
 });
 
-static DOCUMENT_VALIDATORS: LazyLock<HashMap<Document, Validator>> = LazyLock::new(|| {
-    Document::ALL
-        .iter()
-        .map(|&doc| (doc, build_embedded(doc.schema_path())))
-        .collect()
-});
+/// One validator per entry of a list of embedded schemas, each compiled on its first use.
+struct Validators<const N: usize>([OnceLock<Validator>; N]);
+
+impl<const N: usize> Validators<N> {
+    const fn new() -> Self {
+        Validators([const { OnceLock::new() }; N])
+    }
+
+    /// The validator of entry `i`, whose schema is at `path()` under `schemas/`.
+    fn get(&self, i: usize, path: impl FnOnce() -> String) -> &Validator {
+        self.0[i].get_or_init(|| build_embedded(&path()))
+    }
+}
+
+/// One validator per entry of [`Document::ALL`], same order.
+static DOCUMENT_VALIDATORS: Validators<{ Document::ALL.len() }> = Validators::new();
 
 /// One validator per entry of [`KINDS`], same order.
-static KIND_VALIDATORS: LazyLock<Vec<Validator>> = LazyLock::new(|| {
-    KINDS
-        .iter()
-        .map(|kind| build_embedded(&format!("envelopes/{kind}.schema.json")))
-        .collect()
-});
+static KIND_VALIDATORS: Validators<{ KINDS.len() }> = Validators::new();
 
-static EVENT_VALIDATORS: LazyLock<HashMap<&'static str, Validator>> = LazyLock::new(|| {
-    EVENT_TYPES
-        .iter()
-        .map(|&ty| (ty, build_embedded(&format!("events/{ty}.schema.json"))))
-        .collect()
-});
+/// One validator per entry of [`EVENT_TYPES`], same order.
+static EVENT_VALIDATORS: Validators<{ EVENT_TYPES.len() }> = Validators::new();
 
 fn embedded_by_path(path: &str) -> &'static EmbeddedSchema {
     EMBEDDED
@@ -725,6 +732,23 @@ fn depth_exceeds(value: &Value, max: usize) -> bool {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// Validators compile on first use: every embedded schema still must compile (a broken
+    /// one would otherwise surface only when its document first comes by).
+    #[test]
+    fn every_validator_compiles_and_compiles_once() {
+        for (i, doc) in Document::ALL.iter().enumerate() {
+            let first: *const Validator = DOCUMENT_VALIDATORS.get(i, || doc.schema_path().into());
+            let again: *const Validator = DOCUMENT_VALIDATORS.get(i, || unreachable!());
+            assert_eq!(first, again, "{doc:?} compiled twice");
+        }
+        for (i, kind) in KINDS.iter().enumerate() {
+            KIND_VALIDATORS.get(i, || format!("envelopes/{kind}.schema.json"));
+        }
+        for (i, ty) in EVENT_TYPES.iter().enumerate() {
+            EVENT_VALIDATORS.get(i, || format!("events/{ty}.schema.json"));
+        }
+    }
 
     #[test]
     fn depth_guard_counts_containers_only() {
