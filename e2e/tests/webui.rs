@@ -356,6 +356,8 @@ async fn approve_cancel_read_only_and_model_output_is_text() {
     b.goto(&format!("/ui/runs/{refine_id}")).await;
     let card = ".interrupt-card[data-kind='approval'][data-node-id='gate']";
     b.wait(card, 60).await;
+    // The buttons come once the page knows this token may answer (the tenants list).
+    b.wait(&format!("{card} button[data-action]"), 30).await;
     let offered = b
         .js(&format!(
             "return [...document.querySelectorAll(\"{card} button[data-action]\")].map(b => b.dataset.action)"
@@ -438,6 +440,9 @@ async fn approve_cancel_read_only_and_model_output_is_text() {
     b.wait("#read-only", 30).await;
     b.goto(&format!("/ui/runs/{leave_id}")).await;
     b.wait(".interrupt-card[data-kind='approval']", 60).await;
+    // Read-only is said once the page knows it (the tenants list), not before.
+    b.wait(".interrupt-card[data-kind='approval'] p.hint", 30)
+        .await;
     b.wait("#download", 10).await;
     for css in [
         "#cancel",

@@ -81,7 +81,7 @@ function Card({ runId, it, canUpdate, onAnswered }) {
         onClick=${() => (a === 'refine' || a === 'edit-accept' ? setOpen(open === a ? null : a) : send({ action: a }))}>${ACTION_LABELS[a] || a}</button>`)}
       ${open && html`<${ActionForm} action=${open} extra=${extra} setExtra=${setExtra} busy=${busy} send=${send} />`}
     </div>`}
-    ${!canUpdate && html`<p class="hint">Read-only: this token may not answer.</p>`}
+    ${canUpdate === false && html`<p class="hint">Read-only: this token may not answer.</p>`}
     ${error && html`<p class="error" role="alert">${error}</p>`}
   </div>`;
 }
@@ -143,7 +143,7 @@ function CustomCard({ runId, it, events, canUpdate, onAnswered }) {
       ${parsed.error && html`<p class="error resume-error">${parsed.error}</p>`}
       ${canUpdate && html`<button type="submit" class="resume" disabled=${busy || !!parsed.error}>Resume</button>`}
     </form>
-    ${!canUpdate && html`<p class="hint">Read-only: this token may not answer.</p>`}
+    ${canUpdate === false && html`<p class="hint">Read-only: this token may not answer.</p>`}
     ${error && html`<p class="error" role="alert">${error}</p>`}
   </div>`;
 }

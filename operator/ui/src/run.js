@@ -24,7 +24,9 @@ export function RunPage({ runId, session }) {
   const [events, setEvents] = useState([]);
   const [live, setLive] = useState('connecting');
   const [def, setDef] = useState(null);
-  const [canUpdate, setCanUpdate] = useState(false);
+  // Whether this token may answer the run's interrupts: `null` until the tenants list says, so a
+  // card shows neither its buttons nor "read-only" before it is known.
+  const [canUpdate, setCanUpdate] = useState(null);
   const [node, setNode] = useState(urlParam('node'));
   const [eventSeq, setEventSeq] = useState(urlParam('event') === null ? null : Number(urlParam('event')));
   const [confirming, setConfirming] = useState(false);
