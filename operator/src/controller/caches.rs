@@ -67,6 +67,26 @@ impl Caches {
     }
 }
 
+/// Resolves once `store` holds its watch's first complete list; `false` if its writer is gone.
+///
+/// Every wait for a cache's first list goes through here, never a bare
+/// `Store::wait_until_ready`: that future wakes only the last of several tasks waiting at once
+/// (one waker inside kube's `DelayedInit`), and kube's controller runners wait on the same
+/// stores. An operator started before its CRDs were served once had its controllers' feed
+/// waiting forever that way. Asking again every slice bounds a lost wake-up to one slice.
+pub(super) async fn listed<K>(store: &Store<K>) -> bool
+where
+    K: kube::Resource + Clone + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    const SLICE: std::time::Duration = std::time::Duration::from_millis(50);
+    loop {
+        if let Ok(writer) = tokio::time::timeout(SLICE, store.wait_until_ready()).await {
+            return writer.is_ok();
+        }
+    }
+}
+
 /// What the pod cache keeps of a worker pod: what its readers use — the metadata (name,
 /// owner, deletion; [`super::slim`] already dropped managedFields), the phase and the worker
 /// container's termination ([`super::state::WorkerState`], [`holds_slot`],

@@ -7,12 +7,6 @@
 //! kube's own shared streams (`store_shared`) were not used: they pass object references
 //! only (no deletes, no watch errors, no relist markers) and a subscriber that joins late —
 //! a follower that becomes leader — misses every object applied before it joined.
-//!
-//! The feed tracks its first list itself ([`Feed::listed`]) instead of awaiting
-//! `Store::wait_until_ready`: that future keeps one waker for all its waiters (a oneshot
-//! receiver inside), so when a controller's runner and a subscriber both waited for a store
-//! that was not listed yet — the operator started while its CRDs were still being
-//! established — only the last to wait was woken, and the controllers never got an event.
 
 use std::fmt::Debug;
 use std::hash::Hash;
@@ -23,8 +17,9 @@ use kube::api::Api;
 use kube::runtime::reflector::{self, Store, reflector};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde::de::DeserializeOwned;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 
+use super::caches::listed;
 use super::triggers::slim;
 
 /// How many events a subscriber may fall behind before the watch waits for it (the
@@ -39,8 +34,6 @@ where
     K::DynamicType: Eq + Hash + Clone,
 {
     store: Store<K>,
-    /// `true` once the store holds the watch's first complete list.
-    listed: watch::Receiver<bool>,
     subscribers: Arc<Mutex<Vec<Subscriber<K>>>>,
 }
 
@@ -51,7 +44,6 @@ where
     fn clone(&self) -> Self {
         Feed {
             store: self.store.clone(),
-            listed: self.listed.clone(),
             subscribers: self.subscribers.clone(),
         }
     }
@@ -72,31 +64,18 @@ where
         on_error: impl Fn(&watcher::Error) + Send + 'static,
     ) -> (Self, impl Future<Output = ()> + Send + 'static) {
         let (store, writer) = reflector::store();
-        let (feed, listed) = Feed::with_store(store);
-        let events = reflector(writer, watcher(api, config).modify(slim)).default_backoff();
-        let run = feed.clone().forward(events, listed, on_error);
-        (feed, run)
-    }
-
-    fn with_store(store: Store<K>) -> (Self, watch::Sender<bool>) {
-        let (listed_tx, listed) = watch::channel(false);
         let feed = Feed {
             store,
-            listed,
             subscribers: Arc::default(),
         };
-        (feed, listed_tx)
+        let events = reflector(writer, watcher(api, config).modify(slim)).default_backoff();
+        let run = feed.clone().forward(events, on_error);
+        (feed, run)
     }
 
     /// The one store of the watch's objects.
     pub fn store(&self) -> Store<K> {
         self.store.clone()
-    }
-
-    /// Resolves once the store holds the watch's first complete list (any number of waiters
-    /// are woken); `false` if the watch ended before.
-    pub async fn listed(&self) -> bool {
-        self.listed.clone().wait_for(|l| *l).await.is_ok()
     }
 
     /// The watch's events from now on, after the store's objects (as `Apply`, once the store
@@ -106,12 +85,11 @@ where
     pub fn subscribe(
         &self,
     ) -> impl Stream<Item = watcher::Result<watcher::Event<K>>> + Send + 'static {
-        let (feed, subscribers) = (self.clone(), self.subscribers.clone());
+        let (store, subscribers) = (self.store.clone(), self.subscribers.clone());
         futures::stream::once(async move {
             // Before the store is listed its objects are in the initial list still: waiting
             // for it means the first events this subscriber gets follow that list.
-            let ready = feed.listed().await;
-            let store = feed.store;
+            let ready = listed(&store).await;
             let (tx, mut rx) = mpsc::channel(SUBSCRIBER_BUFFER);
             if ready {
                 lock(&subscribers).push(tx);
@@ -127,13 +105,11 @@ where
         .flatten()
     }
 
-    /// Drives `events` (the reflector already stored each), marks the store listed at the
-    /// end of the first list, and hands each event to the subscribers; a subscriber that is
-    /// gone is dropped.
+    /// Drives `events` (the reflector already stored each) and hands each to the
+    /// subscribers; a subscriber that is gone is dropped.
     async fn forward(
         self,
         events: impl Stream<Item = watcher::Result<watcher::Event<K>>> + Send,
-        listed: watch::Sender<bool>,
         on_error: impl Fn(&watcher::Error) + Send,
     ) {
         let mut events = std::pin::pin!(events);
@@ -145,9 +121,6 @@ where
                     continue;
                 }
             };
-            if matches!(ev, watcher::Event::InitDone) {
-                listed.send_replace(true);
-            }
             let subscribers = lock(&self.subscribers).clone();
             let mut gone = false;
             for tx in &subscribers {
@@ -188,13 +161,16 @@ mod tests {
         impl Future<Output = ()>,
     ) {
         let (store, writer): (Store<ConfigMap>, Writer<ConfigMap>) = reflector::store();
-        let (feed, listed) = Feed::with_store(store);
+        let feed = Feed {
+            store,
+            subscribers: Arc::default(),
+        };
         let (tx, mut rx) = mpsc::unbounded_channel();
         let events = reflector(
             writer,
             futures::stream::poll_fn(move |cx| rx.poll_recv(cx)).map(Ok),
         );
-        let run = feed.clone().forward(events, listed, |_| {});
+        let run = feed.clone().forward(events, |_| {});
         (feed, tx, run)
     }
 
@@ -219,7 +195,7 @@ mod tests {
         tx.send(watcher::Event::Init).unwrap();
         tx.send(watcher::Event::InitApply(cm("a", "1"))).unwrap();
         tx.send(watcher::Event::InitDone).unwrap();
-        assert!(feed.listed().await);
+        assert!(listed(&feed.store()).await);
         let mut sub = Box::pin(feed.subscribe());
         let first = sub.next().await.unwrap().unwrap();
         assert_eq!(
@@ -290,7 +266,7 @@ mod tests {
         let run = tokio::spawn(run);
         tx.send(watcher::Event::Init).unwrap();
         tx.send(watcher::Event::InitDone).unwrap();
-        assert!(feed.listed().await);
+        assert!(listed(&feed.store()).await);
         let mut sub = Box::pin(feed.subscribe());
         // Polled once: subscribed (the store is empty, so nothing comes yet).
         assert!(

@@ -17,7 +17,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use openwop_crds::{Run, RunStatus, Workflow};
 use serde_json::json;
 
-use super::caches::holds_slot;
+use super::caches::{holds_slot, listed};
 use super::common::{Draft, delete_ignoring_missing, has_condition, publish};
 use super::reasons::{ConditionType, Reason};
 use super::slots::Listed;
@@ -351,26 +351,16 @@ where
     K::DynamicType: Eq + std::hash::Hash + Clone + Default,
 {
     let store = cache.as_ref()?;
-    // `Store::wait_until_ready` wakes only the last of several waiters (one waker inside):
-    // concurrent reconciles waiting for the same cache ask again every slice, so a lost
-    // wake-up costs a slice instead of the whole wait.
-    const SLICE: std::time::Duration = std::time::Duration::from_millis(50);
-    let deadline = tokio::time::Instant::now() + CACHE_WAIT;
-    let listed = loop {
-        match tokio::time::timeout(SLICE, store.wait_until_ready()).await {
-            Ok(r) => break r.is_ok(),
-            Err(_) if tokio::time::Instant::now() >= deadline => break false,
-            Err(_) => {}
+    match tokio::time::timeout(CACHE_WAIT, listed(store)).await {
+        Ok(true) => Some(store),
+        _ => {
+            tracing::warn!(
+                kind = %K::kind(&K::DynamicType::default()),
+                "the watch cache has not listed yet; reading from the API server"
+            );
+            None
         }
-    };
-    if !listed {
-        tracing::warn!(
-            kind = %K::kind(&K::DynamicType::default()),
-            "the watch cache has not listed yet; reading from the API server"
-        );
-        return None;
     }
-    Some(store)
 }
 
 /// Where the worker pods of a namespace are read for the concurrency limit.
