@@ -166,8 +166,7 @@ pub fn validate(doc: Document, value: &Value) -> Result<(), Vec<ValidationIssue>
         .iter()
         .position(|d| *d == doc)
         .expect("Document::ALL lists every document");
-    let validator = DOCUMENT_VALIDATORS.get(i, || doc.schema_path().to_owned());
-    run_validator(validator, value)
+    run_validator(DOCUMENT_VALIDATORS.get(i), value)
 }
 
 /// Kinds with an embedded payload schema: the four universal kinds and `media.image|audio|file`.
@@ -194,7 +193,7 @@ pub fn kind_payload_schema(kind: &str) -> Option<&'static Value> {
     if !KINDS.contains(&kind) {
         return None;
     }
-    Some(&embedded_by_path(&format!("envelopes/{kind}.schema.json")).value)
+    Some(&embedded_by_path(&kind_schema_path(kind)).value)
 }
 
 /// Validates an envelope payload against its kind's schema; `None` when the kind has none.
@@ -203,10 +202,10 @@ pub fn validate_kind_payload(
     payload: &Value,
 ) -> Option<Result<(), Vec<ValidationIssue>>> {
     // Seven names: a scan is cheaper than hashing the kind.
-    KINDS.iter().position(|k| *k == kind).map(|i| {
-        let validator = KIND_VALIDATORS.get(i, || format!("envelopes/{kind}.schema.json"));
-        run_validator(validator, payload)
-    })
+    KINDS
+        .iter()
+        .position(|k| *k == kind)
+        .map(|i| run_validator(KIND_VALIDATORS.get(i), payload))
 }
 
 /// Run-event types this project emits; each has `events/<type>.schema.json`.
@@ -257,7 +256,7 @@ pub fn event_payload_schema(event_type: &str) -> Option<&'static Value> {
     if !EVENT_TYPES.contains(&event_type) {
         return None;
     }
-    Some(&embedded_by_path(&format!("events/{event_type}.schema.json")).value)
+    Some(&embedded_by_path(&event_schema_path(event_type)).value)
 }
 
 /// Validates a run-event payload against its type's schema; `None` for a type we do not emit.
@@ -266,8 +265,7 @@ pub fn validate_event_payload(
     payload: &Value,
 ) -> Option<Result<(), Vec<ValidationIssue>>> {
     let i = EVENT_TYPES.iter().position(|t| *t == event_type)?;
-    let validator = EVENT_VALIDATORS.get(i, || format!("events/{event_type}.schema.json"));
-    Some(run_validator(validator, payload))
+    Some(run_validator(EVENT_VALIDATORS.get(i), payload))
 }
 
 /// One embedded schema document.
@@ -388,28 +386,48 @@ static REGISTRY: LazyLock<Registry<'static>> = LazyLock::new(|| {
         .unwrap_or_else(|err| panic!("embedded schemas do not form a valid registry: {err}"))
 });
 
+/// Path under `schemas/` of an envelope kind's payload schema.
+fn kind_schema_path(kind: &str) -> String {
+    format!("envelopes/{kind}.schema.json")
+}
+
+/// Path under `schemas/` of a run-event type's payload schema.
+fn event_schema_path(event_type: &str) -> String {
+    format!("events/{event_type}.schema.json")
+}
+
 /// One validator per entry of a list of embedded schemas, each compiled on its first use.
-struct Validators<const N: usize>([OnceLock<Validator>; N]);
+struct Validators<const N: usize> {
+    /// Path under `schemas/` of entry `i`'s schema.
+    path: fn(usize) -> String,
+    slots: [OnceLock<Validator>; N],
+}
 
 impl<const N: usize> Validators<N> {
-    const fn new() -> Self {
-        Validators([const { OnceLock::new() }; N])
+    const fn new(path: fn(usize) -> String) -> Self {
+        Validators {
+            path,
+            slots: [const { OnceLock::new() }; N],
+        }
     }
 
-    /// The validator of entry `i`, whose schema is at `path()` under `schemas/`.
-    fn get(&self, i: usize, path: impl FnOnce() -> String) -> &Validator {
-        self.0[i].get_or_init(|| build_embedded(&path()))
+    /// The validator of entry `i`.
+    fn get(&self, i: usize) -> &Validator {
+        self.slots[i].get_or_init(|| build_embedded(&(self.path)(i)))
     }
 }
 
 /// One validator per entry of [`Document::ALL`], same order.
-static DOCUMENT_VALIDATORS: Validators<{ Document::ALL.len() }> = Validators::new();
+static DOCUMENT_VALIDATORS: Validators<{ Document::ALL.len() }> =
+    Validators::new(|i| Document::ALL[i].schema_path().to_owned());
 
 /// One validator per entry of [`KINDS`], same order.
-static KIND_VALIDATORS: Validators<{ KINDS.len() }> = Validators::new();
+static KIND_VALIDATORS: Validators<{ KINDS.len() }> =
+    Validators::new(|i| kind_schema_path(KINDS[i]));
 
 /// One validator per entry of [`EVENT_TYPES`], same order.
-static EVENT_VALIDATORS: Validators<{ EVENT_TYPES.len() }> = Validators::new();
+static EVENT_VALIDATORS: Validators<{ EVENT_TYPES.len() }> =
+    Validators::new(|i| event_schema_path(EVENT_TYPES[i]));
 
 fn embedded_by_path(path: &str) -> &'static EmbeddedSchema {
     EMBEDDED
@@ -737,17 +755,16 @@ mod tests {
     /// one would otherwise surface only when its document first comes by).
     #[test]
     fn every_validator_compiles_and_compiles_once() {
-        for (i, doc) in Document::ALL.iter().enumerate() {
-            let first: *const Validator = DOCUMENT_VALIDATORS.get(i, || doc.schema_path().into());
-            let again: *const Validator = DOCUMENT_VALIDATORS.get(i, || unreachable!());
-            assert_eq!(first, again, "{doc:?} compiled twice");
+        fn each<const N: usize>(validators: &Validators<N>, group: &str) {
+            for i in 0..N {
+                let first: *const Validator = validators.get(i);
+                let again: *const Validator = validators.get(i);
+                assert_eq!(first, again, "{group} {i} compiled twice");
+            }
         }
-        for (i, kind) in KINDS.iter().enumerate() {
-            KIND_VALIDATORS.get(i, || format!("envelopes/{kind}.schema.json"));
-        }
-        for (i, ty) in EVENT_TYPES.iter().enumerate() {
-            EVENT_VALIDATORS.get(i, || format!("events/{ty}.schema.json"));
-        }
+        each(&DOCUMENT_VALIDATORS, "document");
+        each(&KIND_VALIDATORS, "kind");
+        each(&EVENT_VALIDATORS, "event type");
     }
 
     #[test]
