@@ -89,10 +89,7 @@ async fn up_up_down_up_down_leaves_nothing_running() {
     // The guard stops the cluster however the test ends.
     let (state, opts) = second_cluster("openwop-lifecycle-");
     let _guard = Down(opts.clone());
-    let blocking = |sub: &'static str| {
-        let opts = opts.clone();
-        tokio::task::spawn_blocking(move || run(&opts, sub))
-    };
+    let blocking = |sub: &'static str| script(&opts, sub);
 
     let out = blocking("up").await.unwrap().expect("first up");
     let kubeconfig = kubeconfig_from(&out);
@@ -152,11 +149,7 @@ async fn an_operator_started_before_its_crds_are_served_acts_once_they_are() {
     let _turn = SECOND_CLUSTER.lock().await;
     let (state, opts) = second_cluster("openwop-before-crds-");
     let _guard = Down(opts.clone());
-    let up = {
-        let opts = opts.clone();
-        tokio::task::spawn_blocking(move || run(&opts, "up"))
-    };
-    let kubeconfig = kubeconfig_from(&up.await.unwrap().expect("up"));
+    let kubeconfig = kubeconfig_from(&script(&opts, "up").await.unwrap().expect("up"));
     let kubectl = |args: &[&str], stdin: Option<&str>| {
         common::ok(
             common::run_with_kubeconfig(&kubeconfig, std::path::Path::new("kubectl"), args, stdin),
@@ -249,21 +242,16 @@ async fn an_operator_started_before_its_crds_are_served_acts_once_they_are() {
         )
     };
     let ready = r#"{.status.conditions[?(@.type=="Ready")].status}"#;
-    common::wait_for(
+    let status = common::wait_for(
         Duration::from_secs(60),
         "the Workflow's Ready condition",
         || {
             let status = jsonpath("workflow.openwop.dev/w", ready);
-            async move { (!status.is_empty()).then_some(()) }
+            async move { (!status.is_empty()).then_some(status) }
         },
     )
     .await;
-    assert_eq!(
-        jsonpath("workflow.openwop.dev/w", ready),
-        "True",
-        "{}",
-        log_text()
-    );
+    assert_eq!(status, "True", "{}", log_text());
     // The Run is reconciled: its worker pod is created (the image is not one the node agent
     // runs, so it stays there).
     common::wait_for(Duration::from_secs(60), "the Run's worker pod", || {
@@ -273,10 +261,16 @@ async fn an_operator_started_before_its_crds_are_served_acts_once_they_are() {
     .await;
     drop(operator);
     // Passed: nothing to keep (the guard then finds no state directory).
-    tokio::task::spawn_blocking(move || run(&opts, "purge"))
-        .await
-        .unwrap()
-        .expect("purge");
+    script(&opts, "purge").await.unwrap().expect("purge");
+}
+
+/// `cluster.sh sub` for the cluster of `opts`, off the async runtime.
+fn script(
+    opts: &ClusterOptions,
+    sub: &'static str,
+) -> tokio::task::JoinHandle<Result<String, openwop_e2e::ClusterError>> {
+    let opts = opts.clone();
+    tokio::task::spawn_blocking(move || run(&opts, sub))
 }
 
 /// A child process killed when dropped.
