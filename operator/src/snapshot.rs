@@ -181,7 +181,10 @@ pub fn build_snapshot(
         return Err(refused);
     }
     let provider_mocks = provider_mocks(run, workflow, mocks_allowed)?;
-    let doc = snapshot_of(run, workflow, host, provider_mocks);
+    let mut doc = snapshot_of(run, workflow, host, provider_mocks);
+    // Checked here, with the validator this process compiled once, rather than compiled
+    // again by every worker (each is a new process).
+    doc.check_workflow();
     fits(&doc)?;
     Ok(doc)
 }
@@ -262,6 +265,7 @@ fn snapshot_of(
         parent: parent_of(run),
         children: Vec::new(),
         cancel_reason: None,
+        workflow_checked: None,
     }
 }
 
@@ -466,6 +470,12 @@ mod tests {
             &s.workflow,
         )
         .expect("the filled definition is a valid workflow definition");
+        // Recorded as checked, so the worker reads it without compiling the schema again.
+        assert!(s.workflow_checked.is_some());
+        let read = RunSnapshot::from_json(&s.to_json(), SNAPSHOT_KEY).unwrap();
+        assert_eq!(read.workflow_checked, s.workflow_checked);
+        read.workflow_definition()
+            .expect("the worker reads the definition");
     }
 
     #[test]

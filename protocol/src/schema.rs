@@ -291,6 +291,38 @@ pub fn embedded_schema_by_id(id: &str) -> Option<&'static EmbeddedSchema> {
     EMBEDDED.iter().find(|schema| schema.id == id)
 }
 
+/// Which schemas this build validates with: FNV-1a (64-bit) over every embedded schema's path
+/// and text, computed at compile time. Two builds with the same digest validate a document
+/// alike, so a document one of them checked need not be checked by the other: the operator
+/// records it on each snapshot it checked (`RunSnapshot::workflow_checked`), and a worker of
+/// the same schemas skips compiling the workflow-definition schema, most of a worker's
+/// start-up CPU. Not a security boundary: whoever can write the snapshot can run anything.
+pub const SCHEMAS_DIGEST: u64 = {
+    let mut h = FNV_OFFSET;
+    let mut i = 0;
+    while i < SOURCES.len() {
+        h = fnv1a(h, SOURCES[i].0.as_bytes());
+        h = fnv1a(h, SOURCES[i].1.as_bytes());
+        i += 1;
+    }
+    h
+};
+
+/// FNV-1a's 64-bit offset basis: the digest of nothing.
+pub(crate) const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+
+/// FNV-1a (64-bit) of `bytes`, continuing from `h`: `const`, so [`SCHEMAS_DIGEST`] costs no
+/// run time. A digest for telling versions apart, not against forgery.
+pub(crate) const fn fnv1a(mut h: u64, bytes: &[u8]) -> u64 {
+    let mut i = 0;
+    while i < bytes.len() {
+        h ^= bytes[i] as u64;
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        i += 1;
+    }
+    h
+}
+
 macro_rules! embed {
     ($($path:literal),* $(,)?) => {
         &[$(($path, include_str!(concat!("../../schemas/", $path)))),*]

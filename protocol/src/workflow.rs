@@ -575,6 +575,12 @@ impl WorkflowDefinition {
     pub fn from_value(value: Value) -> Result<Self, WorkflowError> {
         schema::validate(Document::WorkflowDefinition, &value)
             .map_err(|issues| WorkflowError::Schema { issues })?;
+        Self::from_checked_value(value)
+    }
+
+    /// [`Self::from_value`] of a document known to pass the workflow-definition schema of
+    /// these schemas ([`crate::schema::SCHEMAS_DIGEST`]): the types and the graph only.
+    pub(crate) fn from_checked_value(value: Value) -> Result<Self, WorkflowError> {
         // The schema is closed wherever the types are, so this only fails if the
         // two disagree; report it like a schema problem rather than panic.
         let def: WorkflowDefinition =

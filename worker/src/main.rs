@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use openwop_nats::NatsAuth;
-use openwop_protocol::graph::Graph;
+use openwop_protocol::graph::{Graph, GraphError};
 use openwop_protocol::redact::Redactor;
 use openwop_protocol::run::ending;
 use openwop_protocol::run::env::{self as run_env, WorkerEnv};
@@ -158,8 +158,11 @@ async fn run(stop: StopSignal, otel: &Otel, wenv: &WorkerEnv) -> anyhow::Result<
     let grace = wenv.tuning.stop_grace.unwrap_or(DEFAULT_STOP_GRACE);
 
     // An invalid definition is recorded as run.failed below (the operator validated it; a
-    // hand-edited snapshot can still be wrong).
-    let graph = Graph::parse(&snap.workflow);
+    // hand-edited snapshot can still be wrong, and then does not match `workflowChecked`).
+    let graph = snap
+        .workflow_definition()
+        .map_err(GraphError::from)
+        .and_then(|d| Graph::from_definition(&d));
     if let Err(e) = &graph {
         tracing::error!(error = %e, "workflow definition invalid");
     }

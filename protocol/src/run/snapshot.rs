@@ -13,6 +13,7 @@ use super::host::HostProfile;
 use super::status::{APPROVAL_ACTIONS, AnswerMismatch, PendingInterrupt};
 use super::waits::{ChildResult, ParentRef};
 use crate::retry::mock::{MockError, MockProgram, ProviderMock};
+use crate::workflow::{WorkflowDefinition, WorkflowError};
 
 /// Where the run lives and who it is.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -451,6 +452,21 @@ pub struct RunSnapshot {
     /// cancelled with its parent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cancel_reason: Option<String>,
+    /// Present when the operator found `workflow` valid against the workflow-definition
+    /// schema: the schemas' digest and the document's ([`RunSnapshot::check_workflow`]). A
+    /// worker whose schemas and reading of `workflow` give the same value does not check it
+    /// again; any other value (other schemas during an upgrade, a hand-edited `workflow`) or
+    /// none (an older operator) and it checks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workflow_checked: Option<String>,
+}
+
+/// The record that `workflow` passed these schemas: their digest, then the document's (its
+/// JSON as written and as read back: key order is kept, numbers round-trip).
+fn workflow_checked(workflow: &Value) -> String {
+    use crate::schema::{FNV_OFFSET, SCHEMAS_DIGEST, fnv1a};
+    let text = serde_json::to_vec(workflow).unwrap_or_default();
+    format!("{SCHEMAS_DIGEST:016x}-{:016x}", fnv1a(FNV_OFFSET, &text))
 }
 
 fn empty_object() -> Value {
@@ -553,6 +569,28 @@ pub fn clamp_recursion_limit(
 pub const DEFAULT_ESCALATION_THRESHOLD: f64 = 0.7;
 
 impl RunSnapshot {
+    /// Checks `workflow` against the workflow-definition schema and records on the snapshot
+    /// that it passed (`workflow_checked`); clears the record when it did not, so the worker
+    /// checks it and fails the run with the schema's issues.
+    pub fn check_workflow(&mut self) {
+        self.workflow_checked =
+            crate::schema::validate(crate::schema::Document::WorkflowDefinition, &self.workflow)
+                .is_ok()
+                .then(|| workflow_checked(&self.workflow));
+    }
+
+    /// The workflow definition to run: read as [`WorkflowDefinition::from_value`] does,
+    /// without the schema check when `workflow_checked` says these schemas passed this very
+    /// document (compiling the schema was most of a worker's start-up CPU).
+    pub fn workflow_definition(&self) -> Result<WorkflowDefinition, WorkflowError> {
+        let value = self.workflow.clone();
+        if self.workflow_checked.as_deref() == Some(workflow_checked(&self.workflow).as_str()) {
+            WorkflowDefinition::from_checked_value(value)
+        } else {
+            WorkflowDefinition::from_value(value)
+        }
+    }
+
     /// Parses a snapshot document; errors name the place and never a value.
     pub fn from_json(text: &str, path: &str) -> Result<RunSnapshot, SnapshotError> {
         serde_json::from_str(text).map_err(|e| {
@@ -666,6 +704,87 @@ mod tests {
                "answers": [{"interruptId": "i1", "approved": false}, {"interruptId": "i1", "approved": true}],
                "cancel": true,
                "host": {"limits": {"clarificationRounds": 1, "schemaRounds": 5, "envelopesPerTurn": 8}}})
+    }
+
+    /// A workflow that fits the types but not the schema (the id's pattern is lowercase).
+    fn off_schema() -> Value {
+        json!({"id": "Triage", "nodes": [{"id": "a", "typeId": "core.identity"}]})
+    }
+
+    fn with_workflow(workflow: Value) -> RunSnapshot {
+        let mut d = doc();
+        d["workflow"] = workflow;
+        RunSnapshot::from_json(&d.to_string(), "s.json").unwrap()
+    }
+
+    #[test]
+    fn a_workflow_checked_by_these_schemas_is_read_back_as_checked_through_the_configmap_text() {
+        // Key order, floats and non-ASCII text survive the operator's write and the worker's
+        // read, so the record still matches the document the worker reads.
+        let mut s = with_workflow(json!({
+            "version": "1.0.0", "name": "Tri\u{e4}ge \u{2014} \u{1f600}", "id": "w",
+            "nodes": [{"id": "a", "typeId": "core.identity",
+                       "config": {"z": 0.1, "a": 1e300, "m": -0.0, "q": "\"\\\u{7}"}}]}));
+        s.check_workflow();
+        let record = s
+            .workflow_checked
+            .clone()
+            .expect("a valid workflow is recorded");
+        assert!(record.starts_with(&format!("{:016x}-", crate::schema::SCHEMAS_DIGEST)));
+        let read = RunSnapshot::from_json(&s.to_json(), "s.json").unwrap();
+        assert_eq!(read.workflow_checked.as_deref(), Some(record.as_str()));
+        assert_eq!(
+            read.workflow_checked.as_deref(),
+            Some(workflow_checked(&read.workflow).as_str()),
+            "the record matches the document as the worker reads it"
+        );
+        assert_eq!(
+            read.workflow_definition().unwrap(),
+            WorkflowDefinition::from_value(read.workflow.clone()).unwrap()
+        );
+    }
+
+    #[test]
+    fn only_a_record_of_these_schemas_and_this_document_skips_the_schema() {
+        let schema_error = |s: &RunSnapshot| {
+            matches!(
+                s.workflow_definition(),
+                Err(WorkflowError::Schema { ref issues }) if issues.iter().any(|i| i.instance_path == "/id")
+            )
+        };
+        // The operator does not record a workflow the schema refuses: the worker checks it.
+        let mut s = with_workflow(off_schema());
+        s.check_workflow();
+        assert_eq!(s.workflow_checked, None);
+        assert!(schema_error(&s));
+
+        // A matching record is trusted: the schema is not run (this document would fail it).
+        let mut trusted = with_workflow(off_schema());
+        trusted.workflow_checked = Some(workflow_checked(&trusted.workflow));
+        assert_eq!(trusted.workflow_definition().unwrap().id, "Triage");
+
+        // Other schemas (an operator of another version): checked.
+        let mut other = trusted.clone();
+        let record = trusted.workflow_checked.clone().unwrap();
+        let (_, document) = record.split_once('-').unwrap();
+        other.workflow_checked = Some(format!(
+            "{:016x}-{document}",
+            !crate::schema::SCHEMAS_DIGEST
+        ));
+        assert!(schema_error(&other));
+
+        // The workflow edited after the check (a hand-edited ConfigMap): checked.
+        let mut edited =
+            with_workflow(json!({"id": "w", "nodes": [{"id": "a", "typeId": "core.identity"}]}));
+        edited.check_workflow();
+        assert!(edited.workflow_checked.is_some());
+        edited.workflow = off_schema();
+        assert!(schema_error(&edited));
+
+        // An older operator's snapshot has no record: checked.
+        let mut old = trusted;
+        old.workflow_checked = None;
+        assert!(schema_error(&old));
     }
 
     #[test]
