@@ -100,7 +100,7 @@ fn run_cmd(c: &Cluster, program: &Path, args: &[&str]) -> Output {
 fn install(c: &Cluster, limit: usize) {
     let chart = repo().join("charts/openwop");
     let values = repo().join("e2e/helm/mini-cluster-values.yaml");
-    let sets = [
+    let mut sets = vec![
         format!("nats.external.url={}", c.nats_url),
         "providers[0].name=mock,providers[0].vendor=mock".into(),
         format!("runs.maxConcurrentPerNamespace={limit}"),
@@ -120,6 +120,11 @@ fn install(c: &Cluster, limit: usize) {
             env_or("OPENWOP_SCALE_OPERATOR_LOG", "info,kube=warn").replace(',', "\\,")
         ),
     ];
+    // `OPENWOP_SCALE_RECONCILE_CONCURRENCY` measures another `runs.reconcileConcurrency` than
+    // the chart's.
+    if let Ok(n) = std::env::var("OPENWOP_SCALE_RECONCILE_CONCURRENCY") {
+        sets.push(format!("runs.reconcileConcurrency={n}"));
+    }
     let mut args = vec![
         "upgrade".to_string(),
         "--install".into(),

@@ -398,12 +398,20 @@ pub struct NodeTypeConfig {
     pub config_schema: Option<Value>,
 }
 
+/// Accepted `runs.reconcileConcurrency`: at least one; a bound well above what one process
+/// holds connections for (each reconcile in flight may hold its own API connection).
+pub const RECONCILE_CONCURRENCY_RANGE: std::ops::RangeInclusive<u16> = 1..=512;
+
 /// Run lifecycle policy.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 pub struct RunPolicy {
     /// Runs holding a worker pod at once per namespace; others wait as `pending` (`Queued`).
     pub max_concurrent_per_namespace: u32,
+    /// Run reconciles the leader runs at once. More start a batch's worker pods sooner, at
+    /// the cost of one API connection and its buffers per reconcile in flight (the
+    /// operator's memory) and more load on the API server at once.
+    pub reconcile_concurrency: u16,
     /// Nodes of one run executing at once when its workflow sets no `maxConcurrency`
     /// (frozen in the snapshot's host profile).
     pub node_concurrency: u32,
@@ -427,6 +435,7 @@ impl Default for RunPolicy {
     fn default() -> Self {
         Self {
             max_concurrent_per_namespace: 10,
+            reconcile_concurrency: 32,
             node_concurrency: openwop_protocol::schedule::DEFAULT_NODE_CONCURRENCY,
             durable_wait_threshold_ms:
                 openwop_protocol::run::host::DEFAULT_DURABLE_WAIT_THRESHOLD_MS,
@@ -550,6 +559,17 @@ impl OperatorConfig {
             return invalid(
                 "runs.maxConcurrentPerNamespace",
                 "must be at least 1".into(),
+            );
+        }
+        if !RECONCILE_CONCURRENCY_RANGE.contains(&self.runs.reconcile_concurrency) {
+            return invalid(
+                "runs.reconcileConcurrency",
+                format!(
+                    "must be {}..{}, got {}",
+                    RECONCILE_CONCURRENCY_RANGE.start(),
+                    RECONCILE_CONCURRENCY_RANGE.end(),
+                    self.runs.reconcile_concurrency
+                ),
             );
         }
         if self.limits.max_provider_response_bytes < 1024 {

@@ -526,11 +526,6 @@ where
 /// delays each reconcile by this much.
 const RUN_DEBOUNCE: Duration = Duration::from_millis(250);
 
-/// Run reconciles at once. Worker starts no longer wait for each other, so without a bound a
-/// batch of Runs sent one API request per Run at the same moment, and the leader lease's
-/// renewal (same client, same API server flow) queued behind them.
-const RUN_CONCURRENCY: u16 = 32;
-
 async fn run_controllers(
     client: Client,
     ctx: Arc<Context>,
@@ -608,7 +603,7 @@ async fn run_controllers(
         .with_config(
             controller::Config::default()
                 .debounce(RUN_DEBOUNCE)
-                .concurrency(RUN_CONCURRENCY),
+                .concurrency(ctx.config.runs.reconcile_concurrency),
         )
         .shutdown_on_signal()
         .run(reconcile_run, error_policy, ctx.clone())

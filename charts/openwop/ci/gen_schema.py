@@ -138,6 +138,7 @@ schema = {
         "fixtures": {"type": "array", "items": STR},
         "runs": obj({
             "maxConcurrentPerNamespace": int_range(1),
+            "reconcileConcurrency": int_range(1, 512),
             "nodeConcurrency": int_range(1, 64),
             "durableWaitThresholdMs": int_range(),
             "maxSubWorkflowDepth": int_range(1),

@@ -17,6 +17,7 @@ fn partial_file_overrides_only_given_fields() {
     .unwrap();
     assert_eq!(cfg.runs.max_concurrent_per_namespace, 2);
     assert_eq!(cfg.runs.max_worker_retries, 3);
+    assert_eq!(cfg.runs.reconcile_concurrency, 32);
     assert!(cfg.conformance.mock_agent_allowed_in("e2e"));
     assert!(!cfg.conformance.mock_agent_allowed_in("default"));
     // The opt-in the Workflow controller checks is the one a run's snapshot carries.
@@ -102,6 +103,14 @@ fn bad_values_name_the_field() {
         (
             "rest:\n  maxBodyBytes: 1023\n",
             "config field rest.maxBodyBytes: must be at least 1024 bytes, got 1023",
+        ),
+        (
+            "runs:\n  reconcileConcurrency: 0\n",
+            "config field runs.reconcileConcurrency: must be 1..512, got 0",
+        ),
+        (
+            "runs:\n  reconcileConcurrency: 513\n",
+            "config field runs.reconcileConcurrency: must be 1..512, got 513",
         ),
         (
             "rest:\n  maxInFlight: 0\n",
