@@ -391,3 +391,60 @@ fn the_mock_agent_runs_where_the_snapshot_says_the_host_opted_in() {
         "a refused mock agent emits nothing"
     );
 }
+
+/// The operator's record that it checked the workflow (`workflowChecked`) spares the worker
+/// the schema only for that very document: a workflow edited in the snapshot afterwards is
+/// checked, and its run fails with the schema's issue.
+#[test]
+fn a_workflow_edited_after_the_operators_check_is_checked_by_the_worker() {
+    let nats = NatsServer::start();
+    let checked = json!({"id": "hello", "nodes": [{"id": "greet", "typeId": "core.identity"}]});
+    let files = RunFiles::new(
+        "checked",
+        "uid-checked",
+        checked,
+        json!({"greeting": "hi"}),
+        json!({}),
+    );
+    let path = files.path("snapshot.json");
+    let mut snap = openwop_protocol::run::snapshot::RunSnapshot::from_json(
+        &std::fs::read_to_string(&path).unwrap(),
+        "snapshot.json",
+    )
+    .unwrap();
+    snap.check_workflow();
+    let record = snap
+        .workflow_checked
+        .clone()
+        .expect("the operator's record");
+    std::fs::write(&path, snap.to_json()).unwrap();
+    let (code, stderr) = files.run(&nats.url());
+    assert_eq!(code, 0, "{stderr}");
+    let events = read_raw(&nats.url(), &files.subject());
+    assert!(
+        types(&events).contains(&"run.completed".to_string()),
+        "{events:?}"
+    );
+
+    // The same record on an edited workflow (an id the schema refuses).
+    let edited = RunFiles::new(
+        "edited",
+        "uid-edited",
+        json!({"id": "Hello", "nodes": [{"id": "greet", "typeId": "core.identity"}]}),
+        json!({"greeting": "hi"}),
+        json!({}),
+    );
+    edited.set_snapshot_field("workflowChecked", json!(record));
+    let (_, stderr) = edited.run(&nats.url());
+    assert!(stderr.contains("workflow definition invalid"), "{stderr}");
+    let events = read_raw(&nats.url(), &edited.subject());
+    let failed = events
+        .iter()
+        .find(|e| e["type"] == "run.failed")
+        .unwrap_or_else(|| panic!("run.failed expected: {events:?}"));
+    assert!(failed.to_string().contains("/id"), "{failed}");
+    assert!(
+        !types(&events).contains(&"node.started".to_string()),
+        "{events:?}"
+    );
+}
