@@ -463,7 +463,7 @@ pub struct RunSnapshot {
 
 /// The record that `workflow` passed these schemas: their digest, then the document's (its
 /// JSON as written and as read back: key order is kept, numbers round-trip).
-fn workflow_checked(workflow: &Value) -> String {
+fn check_record(workflow: &Value) -> String {
     use crate::schema::{FNV_OFFSET, SCHEMAS_DIGEST, fnv1a};
     let text = serde_json::to_vec(workflow).unwrap_or_default();
     format!("{SCHEMAS_DIGEST:016x}-{:016x}", fnv1a(FNV_OFFSET, &text))
@@ -576,15 +576,20 @@ impl RunSnapshot {
         self.workflow_checked =
             crate::schema::validate(crate::schema::Document::WorkflowDefinition, &self.workflow)
                 .is_ok()
-                .then(|| workflow_checked(&self.workflow));
+                .then(|| check_record(&self.workflow));
     }
 
     /// The workflow definition to run: read as [`WorkflowDefinition::from_value`] does,
     /// without the schema check when `workflow_checked` says these schemas passed this very
     /// document (compiling the schema was most of a worker's start-up CPU).
     pub fn workflow_definition(&self) -> Result<WorkflowDefinition, WorkflowError> {
+        // No record (an older operator, a workflow the schema refused): nothing to compare.
+        let checked = self
+            .workflow_checked
+            .as_deref()
+            .is_some_and(|record| record == check_record(&self.workflow));
         let value = self.workflow.clone();
-        if self.workflow_checked.as_deref() == Some(workflow_checked(&self.workflow).as_str()) {
+        if checked {
             WorkflowDefinition::from_checked_value(value)
         } else {
             WorkflowDefinition::from_value(value)
@@ -735,7 +740,7 @@ mod tests {
         assert_eq!(read.workflow_checked.as_deref(), Some(record.as_str()));
         assert_eq!(
             read.workflow_checked.as_deref(),
-            Some(workflow_checked(&read.workflow).as_str()),
+            Some(check_record(&read.workflow).as_str()),
             "the record matches the document as the worker reads it"
         );
         assert_eq!(
@@ -760,7 +765,7 @@ mod tests {
 
         // A matching record is trusted: the schema is not run (this document would fail it).
         let mut trusted = with_workflow(off_schema());
-        trusted.workflow_checked = Some(workflow_checked(&trusted.workflow));
+        trusted.workflow_checked = Some(check_record(&trusted.workflow));
         assert_eq!(trusted.workflow_definition().unwrap().id, "Triage");
 
         // Other schemas (an operator of another version): checked.
