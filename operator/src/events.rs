@@ -31,7 +31,7 @@ use async_nats::jetstream::{self, AckKind, consumer::pull};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, ListParams};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::Store;
 use kube::{Client, Resource, ResourceExt};
@@ -42,11 +42,10 @@ use openwop_protocol::run::subjects::{
     RunSubject, SubjectError, events_filter, events_subject, parse_events_subject,
 };
 use openwop_protocol::text::truncate;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::config::OperatorConfig;
-use crate::controller::{Note, end_by_stream};
-use crate::pod::MANAGER;
+use crate::controller::{Note, end_by_stream, write_run_status};
 
 /// Largest event accepted (a RunEventDoc is small; anything bigger is not one).
 pub const MAX_EVENT_BYTES: usize = 1024 * 1024;
@@ -434,22 +433,10 @@ impl RunStatuses for KubeStatuses<'_> {
         next: &RunStatus,
     ) -> Result<Stored, EventError> {
         let api: Api<Run> = Api::namespaced(self.client.clone(), namespace);
-        let patch = json!({
-            "apiVersion": "openwop.dev/v1alpha1", "kind": "Run",
-            // Precondition: a concurrent write by the reconciler makes this a 409, and we fold
-            // again from the fresh status instead of overwriting it (a Run re-created between
-            // the GET and the PATCH has another resourceVersion too).
-            "metadata": {"resourceVersion": current.resource_version},
-            "status": next,
-        });
-        match api
-            .patch_status(
-                &current.name,
-                &PatchParams::apply(MANAGER).force(),
-                &Patch::Apply(&patch),
-            )
-            .await
-        {
+        // Precondition: a concurrent write by the reconciler makes this a 409, and we fold
+        // again from the fresh status instead of overwriting it (a Run re-created between the
+        // read and the write has another resourceVersion too).
+        match write_run_status(&api, &current.name, current.resource_version.clone(), next).await {
             Ok(_) => {
                 self.stale().remove(run_id);
                 Ok(Stored::Written)

@@ -48,7 +48,7 @@ fn failed_by_the_operator() -> Run {
     serde_json::from_value(json!({
         "apiVersion": "openwop.dev/v1alpha1", "kind": "Run",
         "metadata": {"name": "r1", "namespace": "team-a", "uid": "ruid", "generation": 1,
-                     "finalizers": ["openwop.dev/cleanup"]},
+                     "resourceVersion": "41", "finalizers": ["openwop.dev/cleanup"]},
         "spec": {"workflowRef": {"name": "triage"}},
         "status": {"phase": "failed", "attempts": 4, "failedAttempts": 4, "runId": "ruid",
                    "workflow": "triage", "observedGeneration": 1, "events": 3, "lastSequence": 2,
@@ -144,16 +144,16 @@ async fn the_operator_ends_a_run_it_failed_with_run_failed_exactly_once() {
     assert_eq!(next_st.phase, st.phase);
     assert_eq!(next_st.error, st.error);
 
-    // The status write was lost: the next reconcile finds the log ended and only records it.
+    // The status write was lost: the next reconcile (of a newer copy: the copy the lost write
+    // was computed from counts as superseded) finds the log ended and only records it.
     let again = Scenario::new()
         .then(get_pod("r1-w4").not_found())
         .then(records_terminal_event(failed_id));
-    api.play(
-        again,
-        reconcile_run(Arc::new(failed_by_the_operator()), ctx),
-    )
-    .await
-    .unwrap();
+    let mut newer = failed_by_the_operator();
+    newer.metadata.resource_version = Some("42".into());
+    api.play(again, reconcile_run(Arc::new(newer), ctx))
+        .await
+        .unwrap();
     assert_eq!(log(&js).await.len(), 4, "appended exactly once");
 }
 

@@ -86,28 +86,25 @@ async fn events_are_routed_by_uid_across_delete_and_recreate() {
     let new_run: Run = serde_json::from_value(run_with_uid("uid-new", Some(0))).unwrap();
     writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(new_run));
     let new = [event("uid-new", 1, "run.completed")];
-    let write = Expect::new(
-        Method::PATCH,
-        "/apis/openwop.dev/v1alpha1/namespaces/team-a/runs/r1/status?&force=true&fieldManager=openwop-operator",
-    )
-    .body(|body| {
-        let st = &body["status"];
-        assert_eq!(st["phase"], "completed");
-        assert_eq!(st["lastSequence"], 1);
-        assert_eq!(body["metadata"]["resourceVersion"], "7");
-        // The whole ending in the same write: the reconcile it triggers writes nothing.
-        assert_eq!(st["terminalEvent"], "uid-new-1", "{st:#}");
-        assert!(st["completionTime"].is_string(), "{st:#}");
-        let succeeded = st["conditions"]
-            .as_array()
-            .and_then(|cs| cs.iter().find(|c| c["type"] == "Succeeded"))
-            .unwrap_or_else(|| panic!("no Succeeded condition: {st:#}"));
-        assert_eq!(
-            (&succeeded["status"], &succeeded["reason"]),
-            (&json!("True"), &json!("Completed"))
-        );
-    })
-    .reply(200, run_with_uid("uid-new", Some(1)));
+    let write = Expect::new(Method::PUT, common::fixtures::RUN_STATUS)
+        .body(|body| {
+            let st = &body["status"];
+            assert_eq!(st["phase"], "completed");
+            assert_eq!(st["lastSequence"], 1);
+            assert_eq!(body["metadata"]["resourceVersion"], "7");
+            // The whole ending in the same write: the reconcile it triggers writes nothing.
+            assert_eq!(st["terminalEvent"], "uid-new-1", "{st:#}");
+            assert!(st["completionTime"].is_string(), "{st:#}");
+            let succeeded = st["conditions"]
+                .as_array()
+                .and_then(|cs| cs.iter().find(|c| c["type"] == "Succeeded"))
+                .unwrap_or_else(|| panic!("no Succeeded condition: {st:#}"));
+            assert_eq!(
+                (&succeeded["status"], &succeeded["reason"]),
+                (&json!("True"), &json!("Completed"))
+            );
+        })
+        .reply(200, run_with_uid("uid-new", Some(1)));
     // ... and its Event, once the write succeeded.
     let ended = common::fixtures::event_of("Run", "Normal", "Completed").body(|b| {
         assert_eq!(b["regarding"]["name"], "r1", "{b:#}");
@@ -134,16 +131,13 @@ async fn events_are_routed_by_uid_across_delete_and_recreate() {
     let mut old_run: Run = serde_json::from_value(run_with_uid("uid-old", Some(4))).unwrap();
     old_run.metadata.resource_version = Some("3".into());
     w.apply_watcher_event(&kube::runtime::watcher::Event::Apply(old_run));
-    let conflict = Expect::new(
-        Method::PATCH,
-        "/apis/openwop.dev/v1alpha1/namespaces/team-a/runs/r1/status?&force=true&fieldManager=openwop-operator",
-    )
-    .body(|body| assert_eq!(body["metadata"]["resourceVersion"], "3"))
-    .reply(
-        409,
-        json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Conflict",
+    let conflict = Expect::new(Method::PUT, common::fixtures::RUN_STATUS)
+        .body(|body| assert_eq!(body["metadata"]["resourceVersion"], "3"))
+        .reply(
+            409,
+            json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Conflict",
                "message": "the object has been modified", "code": 409}),
-    );
+        );
     let applied = api
         .play(
             Scenario::new().then(conflict).then(get_r1("uid-new", 1)),

@@ -284,7 +284,7 @@ async fn a_run_too_deep_to_decode_is_failed_at_once_naming_the_limit() {
     let text = format!(
         r#"{{"apiVersion": "openwop.dev/v1alpha1", "kind": "Run",
         "metadata": {{"name": "r1", "namespace": "team-a", "uid": "ruid", "generation": 1,
-                     "finalizers": ["openwop.dev/cleanup"]}},
+                     "resourceVersion": "41", "finalizers": ["openwop.dev/cleanup"]}},
         "spec": {{"workflowRef": {{"name": "triage"}}, "inputs": {{"x": {}}}}}}}"#,
         too_deep()
     );
@@ -391,7 +391,7 @@ async fn concurrent_starts_never_exceed_the_namespace_limit() {
         } else if *m == Method::POST && path.ends_with("/pods") {
             *created += 1;
             (201, body)
-        } else if *m == Method::PATCH && path.ends_with("/status") {
+        } else if *m == Method::PUT && path.ends_with("/status") {
             let c = body["status"]["conditions"]
                 .as_array()
                 .cloned()
@@ -443,7 +443,7 @@ async fn concurrent_first_starts_in_a_namespace_apply_the_worker_account_once() 
         } else if *m == Method::POST && path.ends_with("/pods") {
             *created += 1;
             (201, body)
-        } else if *m == Method::PATCH && path.ends_with("/status") {
+        } else if *m == Method::PUT && path.ends_with("/status") {
             (200, run_echo())
         } else if *m == Method::POST && path.ends_with("/events") {
             (201, body)
@@ -534,7 +534,7 @@ async fn a_start_reads_the_snapshot_metadata_from_the_cache_without_a_get() {
         } else if *m == Method::POST && path.ends_with("/pods") {
             *created += 1;
             (201, body)
-        } else if *m == Method::PATCH && path.ends_with("/status") {
+        } else if *m == Method::PUT && path.ends_with("/status") {
             *workflow = body["status"]["workflow"].as_str().map(str::to_owned);
             (200, run_echo())
         } else if *m == Method::POST && path.ends_with("/events") {

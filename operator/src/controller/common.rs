@@ -7,14 +7,15 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::Resource;
-use kube::api::{Api, DeleteParams};
+use kube::api::{Api, DeleteParams, PostParams};
 use kube::runtime::events::{Event, EventType, Recorder};
-use openwop_crds::{RunError, RunPhase, RunStatus};
+use openwop_crds::{Run, RunError, RunPhase, RunStatus};
 use openwop_protocol::run::status::{RecordedBy, Severity, ending_report};
 
 use super::reasons::{ConditionType, Reason};
 use super::{Context, Error};
 use crate::config::OperatorConfig;
+use crate::pod::MANAGER;
 
 /// Condition `type_`, keeping the transition time of `old`'s condition of that type when its
 /// status is unchanged. `reason` is a [`Reason`] or, for a Workflow, its check's error code.
@@ -102,6 +103,39 @@ pub async fn record(recorder: &Recorder, regarding: &ObjectReference, n: Note) {
     if let Err(e) = recorder.publish(&ev, regarding).await {
         tracing::warn!(error = %e, reason, "could not publish Kubernetes Event");
     }
+}
+
+/// Writes a Run's whole status, as computed from the version `resource_version` names: a 409
+/// when the Run changed since (the caller folds again from the fresh copy), a 404 when it is
+/// gone. Both writers of a Run's status (the reconciler and the event consumer) write through
+/// here.
+///
+/// Why a replace of the status subresource and not a server-side apply: the status has one
+/// writer identity ([`MANAGER`]) and each write carries all of it under the precondition, which
+/// is what a replace means; the API server spends less CPU on it (no managed-fields merge):
+/// 0.5-1.3 ms less per write on the mini-cluster (README, "Concurrency and performance").
+pub async fn write_run_status(
+    runs: &Api<Run>,
+    name: &str,
+    resource_version: Option<String>,
+    status: &RunStatus,
+) -> kube::Result<Run> {
+    let body = serde_json::json!({
+        "apiVersion": "openwop.dev/v1alpha1", "kind": "Run",
+        "metadata": {"name": name, "resourceVersion": resource_version},
+        "status": status,
+    });
+    let body = serde_json::to_vec(&body).map_err(kube::Error::SerdeError)?;
+    let params = PostParams {
+        dry_run: false,
+        field_manager: Some(MANAGER.to_owned()),
+    };
+    // `Api::replace_status` wants a whole Run; the status subresource takes only the status
+    // from the body (the API server keeps the stored spec and metadata), so send just that.
+    let request = kube::core::Request::new(runs.resource_url())
+        .replace_subresource("status", name, &params, body)
+        .map_err(kube::Error::BuildRequest)?;
+    runs.clone().into_client().request::<Run>(request).await
 }
 
 pub(super) async fn delete_ignoring_missing<K>(api: &Api<K>, name: &str) -> Result<(), Error>

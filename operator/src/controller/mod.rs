@@ -55,7 +55,7 @@ mod waits;
 mod workflow;
 
 pub use caches::{CacheWriters, Caches, Superseded, pod_triggers, slim_pod};
-pub use common::{Note, backoff_seconds, end_by_stream, record};
+pub use common::{Note, backoff_seconds, end_by_stream, record, write_run_status};
 pub use feed::Feed;
 pub use run::reconcile_run;
 pub use slots::StartGate;

@@ -18,7 +18,7 @@ use openwop_crds::{Run, RunStatus, Workflow};
 use serde_json::json;
 
 use super::caches::{holds_slot, listed};
-use super::common::{Draft, delete_ignoring_missing, has_condition, publish};
+use super::common::{Draft, delete_ignoring_missing, has_condition, publish, write_run_status};
 use super::reasons::{ConditionType, Reason};
 use super::slots::Listed;
 use super::{Context, Error};
@@ -293,18 +293,8 @@ impl<'a> RunReconcile<'a> {
             // The resourceVersion precondition: the event consumer writes status too; a
             // status computed from a stale cache must not overwrite its newer one (409 →
             // re-reconcile).
-            let patch = json!({
-                "apiVersion": "openwop.dev/v1alpha1", "kind": "Run",
-                "metadata": {"resourceVersion": run.resource_version()},
-                "status": draft.status,
-            });
-            let written = runs
-                .patch_status(
-                    &name,
-                    &PatchParams::apply(MANAGER).force(),
-                    &Patch::Apply(&patch),
-                )
-                .await?;
+            let written =
+                write_run_status(&runs, &name, run.resource_version(), &draft.status).await?;
             // A phase this write set that the next reconcile acts on (a suspended or paused
             // run gets its wait, a cancelling one its cancel worker, a run the operator ended
             // its terminal event) makes its copy trigger one. Any other write's copy (the

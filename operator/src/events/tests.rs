@@ -1,5 +1,6 @@
 use super::*;
 use openwop_crds::RunPhase;
+use serde_json::json;
 
 fn ev(seq: u64, ty: &str, payload: Value) -> Value {
     json!({"eventId": format!("e{seq}"), "runId": "r", "type": ty, "sequence": seq,

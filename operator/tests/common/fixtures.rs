@@ -9,6 +9,9 @@ use super::Expect;
 
 /// The field manager the operator writes as.
 const APPLY: &str = "?&force=true&fieldManager=openwop-operator";
+/// Where `r1`'s status is written (a replace of the status subresource).
+pub const RUN_STATUS: &str =
+    "/apis/openwop.dev/v1alpha1/namespaces/team-a/runs/r1/status?&fieldManager=openwop-operator";
 
 pub fn not_found() -> Value {
     json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404, "message": "not found"})
@@ -25,11 +28,12 @@ pub fn workflow(type_id: &str) -> Workflow {
     .unwrap()
 }
 
-/// Run `r1` (uid `ruid`, generation 1) of Workflow `triage`, with `status`.
+/// Run `r1` (uid `ruid`, generation 1, resourceVersion 41) of Workflow `triage`, with `status`.
 pub fn run(status: Option<Value>) -> Run {
     let mut v = json!({
         "apiVersion": "openwop.dev/v1alpha1", "kind": "Run",
-        "metadata": {"name": "r1", "namespace": "team-a", "uid": "ruid", "generation": 1},
+        "metadata": {"name": "r1", "namespace": "team-a", "uid": "ruid", "generation": 1,
+                     "resourceVersion": "41"},
         "spec": {"workflowRef": {"name": "triage"}}
     });
     if let Some(s) = status {
@@ -165,14 +169,18 @@ pub fn get_worker_service_account() -> Expect {
     )
 }
 
-/// Server-side apply of `r1`'s status; `check` reads the written status.
+/// The replace of `r1`'s status, under the read copy's resourceVersion; `check` reads the
+/// written status.
 pub fn run_status(check: impl FnOnce(&Value) + 'static) -> Expect {
-    Expect::new(
-        Method::PATCH,
-        format!("/apis/openwop.dev/v1alpha1/namespaces/team-a/runs/r1/status{APPLY}"),
-    )
-    .body(move |b| check(&b["status"]))
-    .reply(200, run_echo())
+    Expect::new(Method::PUT, RUN_STATUS)
+        .body(move |b| {
+            assert!(
+                b["metadata"]["resourceVersion"].is_string(),
+                "a status write without its precondition: {b:#}"
+            );
+            check(&b["status"])
+        })
+        .reply(200, run_echo())
 }
 
 /// A Kubernetes Event with `reason` (recorded: answered with itself).
