@@ -121,7 +121,7 @@ pub async fn write_run_status(
     status: &RunStatus,
 ) -> kube::Result<Run> {
     let body = serde_json::json!({
-        "apiVersion": "openwop.dev/v1alpha1", "kind": "Run",
+        "apiVersion": Run::api_version(&()), "kind": Run::kind(&()),
         "metadata": {"name": name, "resourceVersion": resource_version},
         "status": status,
     });
