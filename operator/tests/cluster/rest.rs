@@ -335,11 +335,17 @@ async fn rest_review_cache_expires_and_a_removed_role_binding_is_refused() {
     else {
         return;
     };
+    const TTL: Duration = Duration::from_secs(3);
     let run_id = f.run("live").await;
     let path = format!("/v1/runs/{run_id}");
+    // `f.run` polled this same path, so a review is already cached from some moment during
+    // that poll. Let every such entry expire, so that the next GET reviews afresh and its
+    // entry's clock starts no earlier than `cached_at`: both checks below are then measured
+    // from the real insertion moment, not from a later one (which made the lower bound flaky).
+    tokio::time::sleep(TTL + Duration::from_millis(200)).await;
+    let cached_at = Instant::now();
     let r = f.get(&path).send().await.unwrap();
     assert_eq!(r.status(), StatusCode::OK);
-    let cached_at = Instant::now();
     let (ok, out) = kubectl(
         &f.c.kubeconfig,
         &["delete", "rolebinding", "team", "-n", &f.ns.name],
@@ -361,7 +367,11 @@ async fn rest_review_cache_expires_and_a_removed_role_binding_is_refused() {
         (r.status() == StatusCode::NOT_FOUND).then_some(r)
     })
     .await;
-    assert!(cached_at.elapsed() >= Duration::from_secs(3));
+    assert!(
+        cached_at.elapsed() >= TTL,
+        "refused {:?} after the review was cached, before its {TTL:?} expiry",
+        cached_at.elapsed()
+    );
     assert_eq!(spec_error(refused).await.0, "not_found");
     f.cleanup().await;
 }
