@@ -13,6 +13,9 @@
 #   OPENWOP_PORT_OFFSET      added to every port (default 0), for a second cluster beside the first
 #   OPENWOP_NODE_AGENT_BIN   node agent binary to run (default: built with cargo)
 #   OPENWOP_NODE_AGENT_CONFIG  image -> binary config (default e2e/node-agent.yaml)
+#   OPENWOP_KCM_ARGS         extra kube-controller-manager flags, space-separated (read when it
+#                            starts), e.g. the bench's Jobs leg unthrottled:
+#                            "--kube-api-qps=1000 --kube-api-burst=2000 --concurrent-job-syncs=32"
 #   CARGO_TARGET_DIR         where cargo builds (default ~/.cache/openwop/target)
 set -euo pipefail
 
@@ -219,14 +222,15 @@ up() {
   wait_for kube-apiserver 90 kc get --raw /readyz || die "kube-apiserver did not become ready; see $logs/kube-apiserver.log"
 
   # kube-controller-manager
-  local kcm_kc="$state/controller-manager.kubeconfig"
+  local kcm_kc="$state/controller-manager.kubeconfig" kcm_extra=()
+  read -ra kcm_extra <<<"${OPENWOP_KCM_ARGS:-}"
   start kube-controller-manager "$bin/kube-controller-manager" "$bin/kube-controller-manager" \
     --kubeconfig="$kcm_kc" --authentication-kubeconfig="$kcm_kc" --authorization-kubeconfig="$kcm_kc" \
     --bind-address=127.0.0.1 --secure-port="$P_KCM" --cert-dir="$state/controller-manager" \
     --leader-elect=false --use-service-account-credentials=true \
     --service-account-private-key-file="$pki/sa.key" --root-ca-file="$pki/ca.crt" \
     --cluster-signing-cert-file="$pki/ca.crt" --cluster-signing-key-file="$pki/ca.key" \
-    --controllers='*' --profiling=false --v=1
+    --controllers='*' --profiling=false --v=1 "${kcm_extra[@]}"
   wait_for kube-controller-manager 60 curl -skf "https://127.0.0.1:$P_KCM/healthz" \
     || die "kube-controller-manager did not become healthy; see $logs/kube-controller-manager.log"
 

@@ -7,6 +7,8 @@
 //! pods' per pod, the operator's CPU seconds and peak RSS, and a profile: when each stage of a
 //! run was reached (worker pod created, bound, started, first event, pod done, Run completed)
 //! and CPU seconds per component (the workers' from the node agent's reaped children).
+//! `OPENWOP_SCALE_JOBS=1` adds N `batch/v1` Jobs per size (same pod, same run): the built-in
+//! Job controller's ratio to the bare pods on the same host, printed beside the Runs'.
 //! The limit leg ([`limit`]): 1,000 Runs under `runs.maxConcurrentPerNamespace` 50
 //! (`OPENWOP_SCALE_LIMIT_RUNS`): the sampled pods holding a slot never exceed 50, and the
 //! queue drains in creation order.
@@ -36,6 +38,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use common::*;
 use futures::StreamExt;
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams};
@@ -54,6 +57,12 @@ fn sizes() -> Vec<usize> {
                 .unwrap_or_else(|_| panic!("OPENWOP_SCALE_RUNS: {n:?} is not a number"))
         })
         .collect()
+}
+/// `OPENWOP_SCALE_JOBS=1`: a third leg per size, N `batch/v1` Jobs, to compare the Runs with
+/// the built-in Job controller on the same host (its pace depends on kube-controller-manager's
+/// client QPS, which the leg prints).
+fn jobs_leg() -> bool {
+    std::env::var("OPENWOP_SCALE_JOBS").is_ok_and(|v| v == "1")
 }
 /// Not the journeys' `openwop` / `openwop-system`: both may be installed at once.
 const RELEASE: &str = "openwop-scale";
@@ -731,85 +740,189 @@ async fn runs_at_once(c: &Cluster, n: usize) -> Measured {
     }
 }
 
-async fn bare_pods_baseline(c: &Cluster, n: usize) -> Measured {
-    let ns = namespace(&c.client, "scale-pods").await;
+/// What a baseline leg creates: bare pods, or one `batch/v1` Job per pod (the built-in Job
+/// controller in kube-controller-manager doing the work a Run's reconciler does for its pod).
+#[derive(Clone, Copy, PartialEq)]
+enum Baseline {
+    Pods,
+    Jobs,
+}
+
+impl Baseline {
+    fn label(self) -> &'static str {
+        match self {
+            Baseline::Pods => "bare pods",
+            Baseline::Jobs => "Jobs",
+        }
+    }
+}
+
+/// The pod every baseline item runs: `sh true` from the node agent's local image.
+fn baseline_pod_spec() -> Value {
+    json!({"restartPolicy": "Never", "containers": [
+        {"name": "c", "image": "local/sh", "command": ["true"]}]})
+}
+
+/// The flags of the running kube-controller-manager that bound the Job controller's pace
+/// (its client's QPS and burst, its sync workers), as given; defaults where not given.
+fn job_controller_flags() -> String {
+    let wanted = [
+        "--kube-api-qps",
+        "--kube-api-burst",
+        "--concurrent-job-syncs",
+    ];
+    let given: Vec<String> = std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .map(|raw| {
+            raw.split(|b| *b == 0)
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect::<Vec<_>>()
+        })
+        .find(|args| {
+            args.first()
+                .is_some_and(|a| a.ends_with("kube-controller-manager"))
+        })
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|a| wanted.iter().any(|w| a.starts_with(w)))
+        .collect();
+    if given.is_empty() {
+        "kube-controller-manager defaults: --kube-api-qps=20 --kube-api-burst=30 --concurrent-job-syncs=5".into()
+    } else {
+        format!("kube-controller-manager {}", given.join(" "))
+    }
+}
+
+/// N bare pods (or N Jobs) created at once through the API: the time until all succeeded.
+async fn baseline(c: &Cluster, n: usize, kind: Baseline) -> Measured {
+    let ns = namespace(
+        &c.client,
+        match kind {
+            Baseline::Pods => "scale-pods",
+            Baseline::Jobs => "scale-jobs",
+        },
+    )
+    .await;
     let pods: Api<Pod> = Api::namespaced(c.client.clone(), &ns);
-    // Watch from before the creates: the first time each pod is seen past Pending.
-    let seen: Arc<Mutex<std::collections::BTreeMap<String, f64>>> = Arc::default();
+    let jobs: Api<Job> = Api::namespaced(c.client.clone(), &ns);
+    // Watch from before the creates: the first time each pod is seen at all (a Job's pod:
+    // when its controller created it) and past Pending.
+    type Seen = Arc<Mutex<std::collections::BTreeMap<String, f64>>>;
+    let (appeared, seen): (Seen, Seen) = Default::default();
     let t0 = SystemTime::now();
     let watch = {
-        let (pods, seen) = (pods.clone(), seen.clone());
+        let (pods, appeared, seen) = (pods.clone(), appeared.clone(), seen.clone());
         tokio::spawn(async move {
             let mut w = watcher(pods, watcher::Config::default()).boxed();
             while let Some(ev) = w.next().await {
-                let list = match ev {
-                    Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) => vec![p],
+                let p = match ev {
+                    Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) => p,
                     _ => continue,
                 };
-                for p in list {
-                    if matches!(
-                        phase(&p).as_deref(),
-                        Some("Running" | "Succeeded" | "Failed")
-                    ) {
-                        let name = p.metadata.name.unwrap_or_default();
-                        seen.lock()
-                            .unwrap()
-                            .entry(name)
-                            .or_insert_with(|| since(t0));
-                    }
+                let at = since(t0);
+                let name = p.metadata.name.clone().unwrap_or_default();
+                appeared.lock().unwrap().entry(name.clone()).or_insert(at);
+                if matches!(
+                    phase(&p).as_deref(),
+                    Some("Running" | "Succeeded" | "Failed")
+                ) {
+                    seen.lock().unwrap().entry(name).or_insert(at);
                 }
             }
         })
     };
-    let docs: Vec<Pod> = (0..n)
-        .map(|i| {
-            serde_json::from_value(json!({
-                "metadata": {"name": format!("p{i:04}")},
-                "spec": {"restartPolicy": "Never", "containers": [
-                    {"name": "c", "image": "local/sh", "command": ["true"]}]},
-            }))
-            .unwrap()
+    let docs: Vec<Value> = (0..n)
+        .map(|i| match kind {
+            Baseline::Pods => {
+                json!({"metadata": {"name": format!("p{i:04}")}, "spec": baseline_pod_spec()})
+            }
+            Baseline::Jobs => json!({"metadata": {"name": format!("j{i:04}")},
+                "spec": {"backoffLimit": 0, "template": {"spec": baseline_pod_spec()}}}),
         })
         .collect();
     let usage = Usage::start(&c.client, None).await;
     let pp = PostParams::default();
     let start = Instant::now();
-    let created = futures::future::join_all(docs.iter().map(|d| pods.create(&pp, d))).await;
-    for r in created {
-        r.expect("create pod");
-    }
-    let applied = start.elapsed();
-    let all_done = wait_for(Duration::from_secs(1800), "all pods Succeeded", || {
-        let pods = pods.clone();
+    futures::future::join_all(docs.iter().map(|d| {
+        let (pods, jobs, pp) = (&pods, &jobs, &pp);
         async move {
-            let items = pods.list(&ListParams::default()).await.ok()?.items;
-            let failed = items
-                .iter()
-                .filter(|p| phase(p).as_deref() == Some("Failed"))
-                .count();
-            assert_eq!(failed, 0, "bare pods failed");
-            let done = items
-                .iter()
-                .filter(|p| phase(p).as_deref() == Some("Succeeded"))
-                .count();
+            match kind {
+                Baseline::Pods => {
+                    let d: Pod = serde_json::from_value(d.clone()).unwrap();
+                    pods.create(pp, &d).await.map(drop)
+                }
+                Baseline::Jobs => {
+                    let d: Job = serde_json::from_value(d.clone()).unwrap();
+                    jobs.create(pp, &d).await.map(drop)
+                }
+            }
+        }
+    }))
+    .await
+    .into_iter()
+    .for_each(|r| r.expect("create"));
+    let applied = start.elapsed();
+    let all_done = wait_for(Duration::from_secs(1800), "all Succeeded", || {
+        let (pods, jobs) = (pods.clone(), jobs.clone());
+        async move {
+            let (done, failed) = match kind {
+                Baseline::Pods => {
+                    let items = pods.list(&ListParams::default()).await.ok()?.items;
+                    let count = |want: &str| {
+                        items
+                            .iter()
+                            .filter(|p| phase(p).as_deref() == Some(want))
+                            .count()
+                    };
+                    (count("Succeeded"), count("Failed"))
+                }
+                Baseline::Jobs => {
+                    let items = jobs.list(&ListParams::default()).await.ok()?.items;
+                    let count = |f: fn(&k8s_openapi::api::batch::v1::JobStatus) -> Option<i32>| {
+                        items
+                            .iter()
+                            .filter(|j| j.status.as_ref().and_then(f).unwrap_or(0) > 0)
+                            .count()
+                    };
+                    (count(|s| s.succeeded), count(|s| s.failed))
+                }
+            };
+            assert_eq!(failed, 0, "baseline {} failed", kind.label());
             (done == n).then(|| start.elapsed())
         }
     })
     .await;
     let (requests, _) = usage
-        .report(&c.client, "bare pods", n, all_done.as_secs_f64())
+        .report(&c.client, kind.label(), n, all_done.as_secs_f64())
         .await;
     // The watch may trail the list by a moment.
     wait_for(Duration::from_secs(30), "every pod observed", || {
         let seen = seen.clone();
-        async move { (seen.lock().unwrap().len() == n).then_some(()) }
+        async move { (seen.lock().unwrap().len() >= n).then_some(()) }
     })
     .await;
     watch.abort();
     let lat: Vec<f64> = seen.lock().unwrap().values().copied().collect();
     let (p50, p95) = summary("pods", n, lat);
+    let (how, pod_created) = match kind {
+        Baseline::Pods => ("local/sh true".to_string(), String::new()),
+        Baseline::Jobs => (
+            format!(
+                "batch/v1, one local/sh true pod each; {}",
+                job_controller_flags()
+            ),
+            format!(
+                "; create→Job's pod seen {}",
+                p50_p95(appeared.lock().unwrap().values().copied())
+            ),
+        ),
+    };
     println!(
-        "scale: {n} bare pods (local/sh true): created in {:.2} s; all Succeeded after {:.2} s; create→first phase past Pending p50 {:.2} s, p95 {:.2} s",
+        "scale: {n} {} ({how}): created in {:.2} s; all Succeeded after {:.2} s{pod_created}; create→first pod phase past Pending p50 {:.2} s, p95 {:.2} s",
+        kind.label(),
         applied.as_secs_f64(),
         all_done.as_secs_f64(),
         p50,
@@ -862,8 +975,24 @@ async fn runs_at_once_beside_bare_pods() {
     let sizes = sizes();
     install(&c, sizes.iter().copied().max().unwrap_or(1));
     for n in sizes {
-        let pods = bare_pods_baseline(&c, n).await;
+        let pods = baseline(&c, n, Baseline::Pods).await;
+        let jobs = if jobs_leg() {
+            Some(baseline(&c, n, Baseline::Jobs).await)
+        } else {
+            None
+        };
         let runs = runs_at_once(&c, n).await;
+        if let Some(jobs) = jobs {
+            println!(
+                "FIGURES scale {n}: Jobs all succeeded after {:.2} s vs bare pods {:.2} s: {:.2}x (Runs: {:.2}x); API requests per Job {:.1}: {:.2}x a bare pod's",
+                jobs.done,
+                pods.done,
+                jobs.done / pods.done,
+                runs.done / pods.done,
+                jobs.requests / n as f64,
+                jobs.requests / pods.requests,
+            );
+        }
         println!(
             "FIGURES scale {n}: Runs all completed after {:.2} s vs bare pods {:.2} s: {:.2}x; API requests per run {:.1} vs per bare pod {:.1}: {:.2}x ({} builds{})",
             runs.done,
@@ -887,7 +1016,9 @@ async fn runs_at_once_beside_bare_pods() {
         );
     }
     uninstall(&c);
-    delete_namespace(&c.client, RELEASE_NS).await;
+    // Gone before returning: a measurement started right after installs into the same
+    // namespace, and helm cannot while it terminates.
+    delete_namespace_and_wait(&c.client, RELEASE_NS).await;
 }
 
 #[tokio::test]
@@ -897,7 +1028,7 @@ async fn runs_under_the_limit_start_in_order_and_never_exceed_it() {
     install(&c, limit::LIMIT);
     limit::limit_leg(&c).await;
     uninstall(&c);
-    delete_namespace(&c.client, RELEASE_NS).await;
+    delete_namespace_and_wait(&c.client, RELEASE_NS).await;
 }
 
 #[tokio::test]
@@ -907,5 +1038,5 @@ async fn delay_wake_lateness() {
     install(&c, 200);
     delay::delay_wake_lateness(&c).await;
     uninstall(&c);
-    delete_namespace(&c.client, RELEASE_NS).await;
+    delete_namespace_and_wait(&c.client, RELEASE_NS).await;
 }
