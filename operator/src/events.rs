@@ -32,7 +32,6 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ListParams};
-use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::Store;
 use kube::{Client, Resource, ResourceExt};
 use openwop_crds::{Run, RunStatus};
@@ -305,7 +304,7 @@ pub struct KubeStatuses<'a> {
     /// per delivered batch was two requests per run at 200 Runs at once.
     pub stale: std::sync::Mutex<std::collections::HashSet<String>>,
     /// Records the Kubernetes Event of a run's ending the consumer writes.
-    recorder: Recorder,
+    events: crate::controller::EventSink,
     /// Runs no Run has (found in neither the cache nor a LIST): their later events are dropped
     /// without another LIST (a deleted Run's unread events came in several batches, each a
     /// LIST of its namespace). Exact: a uid is never reused.
@@ -345,14 +344,14 @@ impl<'a> KubeStatuses<'a> {
         client: &'a Client,
         cfg: &'a OperatorConfig,
         runs: Option<&'a Store<Run>>,
-        reporter: Reporter,
+        events: crate::controller::EventSink,
     ) -> Self {
         Self {
             client,
             cfg,
             runs,
             stale: Default::default(),
-            recorder: Recorder::new(client.clone(), reporter),
+            events,
             gone: Default::default(),
         }
     }
@@ -462,7 +461,7 @@ impl RunStatuses for KubeStatuses<'_> {
             uid: Some(run_id.to_owned()),
             ..Default::default()
         };
-        crate::controller::record(&self.recorder, &regarding, note).await;
+        self.events.record(regarding, note).await;
     }
 }
 
@@ -589,7 +588,7 @@ pub async fn run_consumer(
     cfg: Arc<OperatorConfig>,
     runs: Option<Store<Run>>,
     slot: JetStreamSlot,
-    reporter: Reporter,
+    events: crate::controller::EventSink,
 ) {
     let Some(url) = cfg.events.nats_url.clone() else {
         tracing::info!("events.natsUrl not set: Run status follows pod state only");
@@ -597,7 +596,7 @@ pub async fn run_consumer(
     };
     let mut backoff = Duration::from_millis(500);
     loop {
-        match consume(&client, &cfg, &url, runs.as_ref(), &slot, &reporter).await {
+        match consume(&client, &cfg, &url, runs.as_ref(), &slot, &events).await {
             Ok(()) => backoff = Duration::from_millis(500),
             Err(e) => {
                 tracing::warn!(error = %e, retry_in_ms = backoff.as_millis() as u64, "run event consumer failed");
@@ -614,7 +613,7 @@ async fn consume(
     url: &str,
     runs: Option<&Store<Run>>,
     slot: &JetStreamSlot,
-    reporter: &Reporter,
+    events: &crate::controller::EventSink,
 ) -> Result<(), EventError> {
     // Read at each (re)connect, so rotated credentials are picked up.
     let auth = cfg.nats_credentials.load()?;
@@ -653,7 +652,7 @@ async fn consume(
     let consumer = events_consumer(&stream, &durable, filter_subject(cfg)).await?;
     tracing::info!(stream = %stream_name, consumer = %durable, max_age_seconds = spec.max_age.map_or(0, |a| a.as_secs()), "reading run events");
     let flush = Duration::from_millis(cfg.events.flush_interval_ms);
-    let statuses = KubeStatuses::new(client, cfg, runs, reporter.clone());
+    let statuses = KubeStatuses::new(client, cfg, runs, events.clone());
     consume_loop(&consumer, &statuses, &StreamLog(&stream), flush, NAK_DELAY).await
 }
 

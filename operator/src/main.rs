@@ -23,7 +23,7 @@ use openwop_crds::{Run, RunPhase, Workflow};
 use openwop_operator::config::OperatorConfig;
 use openwop_operator::controller::departed::{Departures, purge_departed};
 use openwop_operator::controller::{
-    CacheWriters, Caches, Context, Feed, changes, error_policy, pod_key, pod_triggers,
+    CacheWriters, Caches, Context, EventSink, Feed, changes, error_policy, pod_key, pod_triggers,
     reconcile_run, reconcile_workflow, run_key, slim, slim_pod, worker_selector,
 };
 use openwop_operator::discovery::{self, DiscoveryContent, DiscoveryState};
@@ -165,10 +165,13 @@ async fn main() -> anyhow::Result<()> {
         config: cfg.clone(),
         registry: registry.clone(),
         metrics: metrics.clone(),
-        reporter: Reporter {
-            controller: MANAGER.into(),
-            instance: Some(identity.clone()),
-        },
+        events: EventSink::start(
+            client.clone(),
+            Reporter {
+                controller: MANAGER.into(),
+                instance: Some(identity.clone()),
+            },
+        ),
         now: k8s_openapi::jiff::Timestamp::now,
         caches,
         nats_copies: Default::default(),
@@ -190,6 +193,7 @@ async fn main() -> anyhow::Result<()> {
         ))
     });
     let drain = Duration::from_secs(cfg.shutdown_drain_seconds);
+    let events = ctx.events.clone();
     let lead = lead_then_run(
         (client, kube_config),
         cfg,
@@ -224,6 +228,14 @@ async fn main() -> anyhow::Result<()> {
     // Stops the controllers and the event consumer (at their next await: every reconcile and
     // event write is idempotent, as after a crash) before another replica may lead.
     drop(lead);
+    // The Kubernetes Events the controllers queued are published off their path; give them
+    // a moment (they are best effort, and the API server may be what is failing).
+    if tokio::time::timeout(Duration::from_secs(5), events.flush())
+        .await
+        .is_err()
+    {
+        tracing::warn!("shutting down with Kubernetes Events not yet published");
+    }
     tracing::info!(
         signal,
         drain_seconds = drain.as_secs(),
@@ -446,7 +458,7 @@ async fn lead_then_run(
     );
     let runs = run_controller.store();
     let slot = ctx.jetstream.clone().unwrap_or_default();
-    let reporter = ctx.reporter.clone();
+    let events = ctx.events.clone();
     let purges = purge_departed(ctx.clone(), departed_rx);
     let controllers = async {
         publish_discovery(&client, &cfg, &ctx.registry).await?;
@@ -464,7 +476,7 @@ async fn lead_then_run(
                 cfg.clone(),
                 Some(runs),
                 slot,
-                reporter,
+                events,
             ),
             async {
                 if let Some(feeds) = feeds {

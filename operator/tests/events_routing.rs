@@ -25,13 +25,6 @@ fn event(run_id: &str, seq: u64, ty: &str) -> Value {
            "timestamp": "2026-01-01T00:00:00Z", "payload": {}})
 }
 
-fn reporter() -> kube::runtime::events::Reporter {
-    kube::runtime::events::Reporter {
-        controller: "openwop-operator".into(),
-        instance: None,
-    }
-}
-
 /// Every event here continues its run's status: nothing is read back.
 struct NoReadBack;
 
@@ -70,7 +63,7 @@ async fn events_are_routed_by_uid_across_delete_and_recreate() {
         .play(
             Scenario::new().then(list),
             apply_events(
-                &KubeStatuses::new(&client, &cfg, None, reporter()),
+                &KubeStatuses::new(&client, &cfg, None, api.events()),
                 &NoReadBack,
                 "team-a",
                 "uid-old",
@@ -114,7 +107,7 @@ async fn events_are_routed_by_uid_across_delete_and_recreate() {
         .play(
             Scenario::new().then(write).then(ended),
             apply_events(
-                &KubeStatuses::new(&client, &cfg, Some(&store), reporter()),
+                &KubeStatuses::new(&client, &cfg, Some(&store), api.events()),
                 &NoReadBack,
                 "team-a",
                 "uid-new",
@@ -142,7 +135,7 @@ async fn events_are_routed_by_uid_across_delete_and_recreate() {
         .play(
             Scenario::new().then(conflict).then(get_r1("uid-new", 1)),
             apply_events(
-                &KubeStatuses::new(&client, &cfg, Some(&stale), reporter()),
+                &KubeStatuses::new(&client, &cfg, Some(&stale), api.events()),
                 &NoReadBack,
                 "team-a",
                 "uid-old",
@@ -159,7 +152,7 @@ async fn events_are_routed_by_uid_across_delete_and_recreate() {
 async fn events_of_a_run_found_gone_are_dropped_without_another_list() {
     let (client, mut api) = ApiServerVerifier::pair();
     let cfg = OperatorConfig::default();
-    let statuses = KubeStatuses::new(&client, &cfg, None, reporter());
+    let statuses = KubeStatuses::new(&client, &cfg, None, api.events());
     let list = Expect::new(
         Method::GET,
         "/apis/openwop.dev/v1alpha1/namespaces/team-a/runs?&labelSelector=%21openwop.dev%2Finstance",
@@ -184,4 +177,66 @@ async fn events_of_a_run_found_gone_are_dropped_without_another_list() {
         )
         .await;
     assert_eq!(applied.unwrap(), Applied::Unchanged);
+}
+
+/// The Event sink (Kubernetes Events published off the reconcile's path): every Event recorded
+/// is published, each object's in the order recorded, and `flush` returns only after all of
+/// them were, although several lanes publish at once.
+#[tokio::test]
+async fn the_event_sink_publishes_every_event_in_each_objects_order_before_flush_returns() {
+    use k8s_openapi::api::core::v1::ObjectReference;
+    use kube::runtime::events::EventType;
+    use openwop_operator::controller::Note;
+    use openwop_operator::controller::reasons::Reason;
+    let (client, api) = ApiServerVerifier::pair();
+    let sink = api.events();
+    type Seen = std::sync::Arc<std::sync::Mutex<Vec<(String, String)>>>;
+    let seen = Seen::default();
+    let server = api.answer_all(seen.clone(), |seen: &mut Seen, m, path, body| {
+        assert_eq!(
+            (m.as_str(), path),
+            ("POST", "/apis/events.k8s.io/v1/namespaces/team-a/events")
+        );
+        let name = body["regarding"]["name"].as_str().unwrap().to_owned();
+        seen.lock()
+            .unwrap()
+            .push((name, body["note"].as_str().unwrap().to_owned()));
+        (201, body)
+    });
+    let runs = ["r1", "r2", "r3", "r4", "r5", "r6", "r7", "r8"];
+    for i in 0..30 {
+        for run in runs {
+            let regarding = ObjectReference {
+                api_version: Some("openwop.dev/v1alpha1".into()),
+                kind: Some("Run".into()),
+                namespace: Some("team-a".into()),
+                name: Some(run.into()),
+                ..Default::default()
+            };
+            let note = Note {
+                type_: EventType::Normal,
+                reason: Reason::WorkerStarted,
+                note: format!("attempt {i}"),
+            };
+            sink.record(regarding, note).await;
+        }
+    }
+    sink.flush().await;
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(
+        seen.len(),
+        30 * runs.len(),
+        "every Event published before flush returned"
+    );
+    for run in runs {
+        let notes: Vec<&str> = seen
+            .iter()
+            .filter(|(name, _)| name == run)
+            .map(|(_, note)| note.as_str())
+            .collect();
+        let recorded: Vec<String> = (0..30).map(|i| format!("attempt {i}")).collect();
+        assert_eq!(notes, recorded, "{run}'s Events in the order recorded");
+    }
+    drop((sink, client));
+    server.await.unwrap();
 }

@@ -30,7 +30,6 @@ use std::time::{Duration, Instant};
 use k8s_openapi::jiff::Timestamp;
 use kube::Client;
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Recorder, Reporter};
 use openwop_protocol::workflow_check::NodeRegistry;
 
 use crate::config::OperatorConfig;
@@ -55,7 +54,7 @@ mod waits;
 mod workflow;
 
 pub use caches::{CacheWriters, Caches, Superseded, pod_triggers, slim_pod};
-pub use common::{Note, backoff_seconds, end_by_stream, record, write_run_status};
+pub use common::{EventSink, Note, backoff_seconds, end_by_stream, write_run_status};
 pub use feed::Feed;
 pub use run::reconcile_run;
 pub use slots::StartGate;
@@ -111,7 +110,8 @@ pub struct Context {
     pub config: Arc<OperatorConfig>,
     pub registry: Arc<NodeRegistry>,
     pub metrics: Metrics,
-    pub reporter: Reporter,
+    /// Where Kubernetes Events go (published off the reconcile's path).
+    pub events: EventSink,
     /// Injected clock, so tests are deterministic.
     pub now: fn() -> Timestamp,
     /// The watch caches the Run reconciler reads (worker pods, snapshots, Workflows, worker
@@ -141,12 +141,6 @@ pub type WorkerAccounts =
 /// Per namespace: the NATS credentials of the copy last applied, and when.
 pub type NatsCopies =
     std::sync::Mutex<std::collections::HashMap<String, (openwop_nats::NatsAuth, Instant)>>;
-
-impl Context {
-    pub(super) fn recorder(&self) -> Recorder {
-        Recorder::new(self.client.clone(), self.reporter.clone())
-    }
-}
 
 /// Requeue policy after an error: log, count, retry later. Never crash-loops.
 pub fn error_policy<K>(_obj: Arc<K>, err: &Error, ctx: Arc<Context>) -> Action {

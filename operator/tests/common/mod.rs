@@ -1,14 +1,17 @@
 //! The reconcilers against a mocked API server (tower-test): a test [`Context`]
 //! ([`TestContext::test`]) and an [`ApiServerVerifier`] that plays a [`Scenario`] — the
 //! requests a reconcile must make, in order, each checked and answered — and fails on any
-//! request beyond it or any it left out.
+//! request beyond it or any it left out. Kubernetes Events are published off the reconcile's
+//! path ([`EventSink`]): they keep their order among themselves, not among the other requests,
+//! and a scenario ends once the Events the reconcile queued are published.
 
 // Each test binary uses a part of this module.
 #![allow(dead_code)]
 
 pub mod fixtures;
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
 use std::future::Future;
 use std::sync::Arc;
 
@@ -18,7 +21,7 @@ use kube::Client;
 use kube::client::Body;
 use kube::runtime::events::Reporter;
 use openwop_operator::config::OperatorConfig;
-use openwop_operator::controller::Context;
+use openwop_operator::controller::{Context, EventSink};
 use openwop_operator::metrics::Metrics;
 use openwop_protocol::workflow_check::NodeRegistry;
 use serde_json::Value;
@@ -53,14 +56,11 @@ impl TestContext for Context {
     ) -> (Arc<Context>, ApiServerVerifier) {
         let (client, verifier) = ApiServerVerifier::pair();
         let mut ctx = Context {
+            events: verifier.events(),
             client,
             config: Arc::new(config),
             registry: Arc::new(NodeRegistry::builtin()),
             metrics: Metrics::default(),
-            reporter: Reporter {
-                controller: "openwop-operator".into(),
-                instance: None,
-            },
             now: fixed_now,
             caches: Default::default(),
             nats_copies: Default::default(),
@@ -74,14 +74,29 @@ impl TestContext for Context {
     }
 }
 
-/// The mocked API server's side: receives the client's requests.
-pub struct ApiServerVerifier(MockHandle);
+/// The mocked API server's side: receives the client's requests, and the Events of the
+/// [`EventSink`] publishing through that client.
+pub struct ApiServerVerifier(MockHandle, EventSink);
 
 impl ApiServerVerifier {
     /// A client whose requests this verifier receives.
     pub fn pair() -> (Client, ApiServerVerifier) {
         let (svc, handle) = mock::pair::<Request<Body>, Response<Body>>();
-        (Client::new(svc, "default"), ApiServerVerifier(handle))
+        let client = Client::new(svc, "default");
+        let events = EventSink::start(
+            client.clone(),
+            Reporter {
+                controller: "openwop-operator".into(),
+                instance: None,
+            },
+        );
+        (client, ApiServerVerifier(handle, events))
+    }
+
+    /// The Event sink publishing through the client: the one to give the code under test, so
+    /// that a scenario waits for the Events it queued.
+    pub fn events(&self) -> EventSink {
+        self.1.clone()
     }
 
     /// Runs `reconcile` while serving `scenario`: each request must be the scenario's next
@@ -89,19 +104,24 @@ impl ApiServerVerifier {
     /// and when the reconcile ends before making all of them.
     pub async fn play<T>(&mut self, scenario: Scenario, reconcile: impl Future<Output = T>) -> T {
         let total = scenario.0.len();
-        let expected: Vec<String> = scenario.0.iter().map(Expect::describe).collect();
+        let left = RefCell::new(scenario.0.iter().map(Expect::describe).collect::<Vec<_>>());
         let served = Cell::new(0usize);
+        let ApiServerVerifier(handle, events) = self;
         let out = tokio::select! {
             biased;
-            _ = serve(&mut self.0, scenario, &served) => unreachable!("serving never ends"),
-            out = reconcile => out,
+            _ = serve(handle, scenario, &served, &left) => unreachable!("serving never ends"),
+            out = async {
+                let out = reconcile.await;
+                events.flush().await;
+                out
+            } => out,
         };
         let n = served.get();
         assert_eq!(
             n,
             total,
             "the reconcile ended after {n} of the scenario's {total} requests; missing: {:?}",
-            &expected[n..]
+            left.borrow()
         );
         out
     }
@@ -126,15 +146,48 @@ impl ApiServerVerifier {
     }
 }
 
-async fn serve(handle: &mut MockHandle, scenario: Scenario, served: &Cell<usize>) {
-    for expect in scenario.0 {
-        let want = expect.describe();
+/// Whether `uri` records a Kubernetes Event (published off the reconcile's path).
+fn is_event(uri: &str) -> bool {
+    uri.starts_with("/apis/events.k8s.io/")
+}
+
+async fn serve(
+    handle: &mut MockHandle,
+    scenario: Scenario,
+    served: &Cell<usize>,
+    left: &RefCell<Vec<String>>,
+) {
+    let (mut events, mut others): (VecDeque<Expect>, VecDeque<Expect>) =
+        scenario.0.into_iter().partition(|e| is_event(&e.uri));
+    while !events.is_empty() || !others.is_empty() {
         let (req, send) = handle
             .next_request()
             .await
-            .unwrap_or_else(|| panic!("the client is gone; expected {want}"));
+            .unwrap_or_else(|| panic!("the client is gone; expected {:?}", left.borrow()));
         let (method, uri) = (req.method().clone(), req.uri().to_string());
-        assert_eq!(format!("{method} {uri}"), want, "request {}", served.get());
+        let got = format!("{method} {uri}");
+        let queue = if is_event(req.uri().path()) {
+            &mut events
+        } else {
+            &mut others
+        };
+        let expect = queue.pop_front().unwrap_or_else(|| {
+            panic!(
+                "request {}: {got} beyond the scenario; expected {:?}",
+                served.get(),
+                left.borrow()
+            )
+        });
+        let want = expect.describe();
+        assert_eq!(got, want, "request {}", served.get());
+        left.borrow_mut().retain({
+            let mut removed = false;
+            move |d| {
+                let keep = removed || *d != want;
+                removed |= !keep;
+                keep
+            }
+        });
         let body = body_of(req).await;
         for check in expect.checks {
             check(&body);
