@@ -44,7 +44,7 @@ use openwop_protocol::text::truncate;
 use serde_json::Value;
 
 use crate::config::OperatorConfig;
-use crate::controller::{Note, end_by_stream, write_run_status};
+use crate::controller::{EventSink, Note, end_by_stream, write_run_status};
 
 /// Largest event accepted (a RunEventDoc is small; anything bigger is not one).
 pub const MAX_EVENT_BYTES: usize = 1024 * 1024;
@@ -304,7 +304,7 @@ pub struct KubeStatuses<'a> {
     /// per delivered batch was two requests per run at 200 Runs at once.
     pub stale: std::sync::Mutex<std::collections::HashSet<String>>,
     /// Records the Kubernetes Event of a run's ending the consumer writes.
-    events: crate::controller::EventSink,
+    events: EventSink,
     /// Runs no Run has (found in neither the cache nor a LIST): their later events are dropped
     /// without another LIST (a deleted Run's unread events came in several batches, each a
     /// LIST of its namespace). Exact: a uid is never reused.
@@ -344,7 +344,7 @@ impl<'a> KubeStatuses<'a> {
         client: &'a Client,
         cfg: &'a OperatorConfig,
         runs: Option<&'a Store<Run>>,
-        events: crate::controller::EventSink,
+        events: EventSink,
     ) -> Self {
         Self {
             client,
@@ -588,7 +588,7 @@ pub async fn run_consumer(
     cfg: Arc<OperatorConfig>,
     runs: Option<Store<Run>>,
     slot: JetStreamSlot,
-    events: crate::controller::EventSink,
+    events: EventSink,
 ) {
     let Some(url) = cfg.events.nats_url.clone() else {
         tracing::info!("events.natsUrl not set: Run status follows pod state only");
@@ -613,7 +613,7 @@ async fn consume(
     url: &str,
     runs: Option<&Store<Run>>,
     slot: &JetStreamSlot,
-    events: &crate::controller::EventSink,
+    events: &EventSink,
 ) -> Result<(), EventError> {
     // Read at each (re)connect, so rotated credentials are picked up.
     let auth = cfg.nats_credentials.load()?;

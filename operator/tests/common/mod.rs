@@ -180,14 +180,12 @@ async fn serve(
         });
         let want = expect.describe();
         assert_eq!(got, want, "request {}", served.get());
-        left.borrow_mut().retain({
-            let mut removed = false;
-            move |d| {
-                let keep = removed || *d != want;
-                removed |= !keep;
-                keep
+        {
+            let mut left = left.borrow_mut();
+            if let Some(i) = left.iter().position(|d| *d == want) {
+                left.remove(i);
             }
-        });
+        }
         let body = body_of(req).await;
         for check in expect.checks {
             check(&body);
