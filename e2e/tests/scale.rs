@@ -299,13 +299,25 @@ fn cpu_snapshot(operator: Option<i32>) -> BTreeMap<String, f64> {
     out
 }
 
-/// `apiserver_request_total` summed by verb and resource[/subresource].
-async fn apiserver_requests(client: &Client) -> BTreeMap<String, f64> {
+/// The API server's requests by verb and resource[/subresource]: how many
+/// (`apiserver_request_total`) and the seconds it spent serving them
+/// (`apiserver_request_duration_seconds_sum`, which leaves out watches).
+#[derive(Default)]
+struct ApiCounters {
+    requests: BTreeMap<String, f64>,
+    seconds: BTreeMap<String, f64>,
+}
+
+async fn apiserver_requests(client: &Client) -> ApiCounters {
     let req = http::Request::get("/metrics").body(vec![]).unwrap();
     let text = client.request_text(req).await.expect("apiserver /metrics");
-    let mut out = BTreeMap::new();
+    let mut out = ApiCounters::default();
     for line in text.lines() {
-        let Some(rest) = line.strip_prefix("apiserver_request_total{") else {
+        let (map, rest) = if let Some(r) = line.strip_prefix("apiserver_request_total{") {
+            (&mut out.requests, r)
+        } else if let Some(r) = line.strip_prefix("apiserver_request_duration_seconds_sum{") {
+            (&mut out.seconds, r)
+        } else {
             continue;
         };
         let Some((labels, value)) = rest.rsplit_once("} ") else {
@@ -323,7 +335,7 @@ async fn apiserver_requests(client: &Client) -> BTreeMap<String, f64> {
         if !sub.is_empty() {
             key = format!("{key}/{sub}");
         }
-        *out.entry(key).or_default() += value.trim().parse::<f64>().unwrap_or(0.0);
+        *map.entry(key).or_default() += value.trim().parse::<f64>().unwrap_or(0.0);
     }
     out
 }
@@ -365,7 +377,7 @@ struct Usage {
     cpu: BTreeMap<String, f64>,
     /// The measured operator's own CPU seconds.
     operator_cpu: f64,
-    api: BTreeMap<String, f64>,
+    api: ApiCounters,
     operator: BTreeMap<String, f64>,
     operator_pid: Option<i32>,
 }
@@ -398,7 +410,8 @@ impl Usage {
             100.0 * total / (2.0 * wall),
             cpu.join(", ")
         );
-        let api = delta(&self.api, &apiserver_requests(client).await);
+        let now = apiserver_requests(client).await;
+        let api = delta(&self.api.requests, &now.requests);
         let requests: f64 = api.iter().map(|(_, v)| v).sum();
         let top: Vec<String> = api
             .iter()
@@ -409,6 +422,22 @@ impl Usage {
             "profile {what}: API requests {requests:.0} ({:.1}/item; all clients): {}",
             per(requests),
             top.join(", ")
+        );
+        // Where the API server's time went, and how long each kind of request took on average
+        // (server side: a write's latency under the load, not the client's queueing).
+        let seconds = delta(&self.api.seconds, &now.seconds);
+        let latency: Vec<String> = seconds
+            .iter()
+            .filter(|(k, _)| !k.starts_with("WATCH "))
+            .take(12)
+            .filter_map(|(k, s)| {
+                let count = api.iter().find(|(key, _)| key == k)?.1;
+                Some(format!("{k} {s:.1}s, {:.0} ms each", 1000.0 * s / count))
+            })
+            .collect();
+        println!(
+            "profile {what}: API server time serving requests (no watches): {}",
+            latency.join(", ")
         );
         let mut reconciles = 0.0;
         if self.operator_pid.is_some() {
