@@ -40,7 +40,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use common::*;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
 use openwop_e2e::{Cluster, rest_role};
 use serde_json::{Value, json};
@@ -470,6 +470,77 @@ async fn recreated_run_is_a_new_run_and_the_deleted_runs_events_are_purged() {
     // The status counts this run's events only (the operator routes events by runId).
     assert_eq!(second["events"], 6, "{second:#}");
     assert_eq!(second["lastSequence"], 5, "{second:#}");
+    delete_namespace(&c.client, &ns).await;
+}
+
+/// A Run deleted with its snapshot and worker pod left behind (`--cascade=orphan`: nothing
+/// owns them any more, so the garbage collector never removes them) and re-created under the
+/// same name: the operator removes the leftovers — a snapshot the new run must not run from, a
+/// finished pod holding its worker's name — and the new run runs its own inputs.
+#[tokio::test]
+async fn a_run_recreated_over_its_predecessors_leftovers_runs_its_own_inputs() {
+    let (c, _g) = setup().await;
+    let ns = namespace(&c.client, "j-leftover").await;
+    apply_file(&c, &ns, "examples/01-hello-workflow.yaml");
+    wait_workflow(&c, &ns, "hello", "True").await;
+    ok(
+        apply(&c, &ns, &hello_run_with("hello-run", "FIRST-run")),
+        "apply the first run",
+    );
+    wait_run(&c, &ns, "hello-run", "completed", 120).await;
+    ok(
+        kubectl(
+            &c,
+            &[
+                "delete",
+                "run",
+                "hello-run",
+                "-n",
+                &ns,
+                "--cascade=orphan",
+                "--wait=true",
+                "--timeout=90s",
+            ],
+            None,
+        ),
+        "kubectl delete run --cascade=orphan",
+    );
+    let cms: Api<ConfigMap> = Api::namespaced(c.client.clone(), &ns);
+    let pods: Api<Pod> = Api::namespaced(c.client.clone(), &ns);
+    // Orphaning removes the owner references (the garbage collector does it just after).
+    wait_for(
+        Duration::from_secs(30),
+        "the first run's snapshot and worker pod orphaned",
+        || async {
+            let cm = cms.get("hello-run-snapshot").await.ok()?;
+            let pod = pods.get("hello-run-w1").await.ok()?;
+            (cm.metadata.owner_references.unwrap_or_default().is_empty()
+                && pod.metadata.owner_references.unwrap_or_default().is_empty())
+            .then_some(())
+        },
+    )
+    .await;
+
+    ok(
+        apply(&c, &ns, &hello_run_with("hello-run", "SECOND-run")),
+        "apply the second run under the same name",
+    );
+    let second = wait_run(&c, &ns, "hello-run", "completed", 120).await;
+    let second_id = second["runId"].as_str().expect("status.runId").to_owned();
+    let evs = events(&c, &ns, "hello-run");
+    assert_eq!(types(&evs), HELLO_TYPES);
+    assert_eq!(evs[0]["payload"]["inputs"], json!({"greeting": "SECOND-run"}));
+    let cm = cms.get("hello-run-snapshot").await.unwrap();
+    let owners = cm.metadata.owner_references.unwrap_or_default();
+    assert_eq!(
+        owners.iter().map(|o| o.uid.as_str()).collect::<Vec<_>>(),
+        [second_id.as_str()],
+        "the snapshot is the second run's"
+    );
+    assert!(
+        cm.data.unwrap_or_default()["snapshot.json"].contains("SECOND-run"),
+        "the second run's inputs in its snapshot"
+    );
     delete_namespace(&c.client, &ns).await;
 }
 
