@@ -145,6 +145,19 @@ pub fn owned_by(meta: &ObjectMeta, run: &Run) -> bool {
         .any(|o| Some(&o.uid) == uid.as_ref())
 }
 
+/// Whether `meta` carries the labels of the objects this operator creates for runs (worker
+/// pods, snapshot ConfigMaps): the ones [`worker_selector`] selects.
+pub fn is_worker_object(meta: &ObjectMeta) -> bool {
+    let labels = meta.labels.as_ref();
+    let has = |k: &str, v: &str| labels.and_then(|l| l.get(k)).is_some_and(|x| x == v);
+    has(LABEL_COMPONENT, COMPONENT_WORKER) && has(LABEL_MANAGED_BY, MANAGER)
+}
+
+/// Label selector of the worker pods and snapshot ConfigMaps this operator creates.
+pub fn worker_selector() -> String {
+    format!("{LABEL_COMPONENT}={COMPONENT_WORKER},{LABEL_MANAGED_BY}={MANAGER}")
+}
+
 /// Labels shared by every object created for `run`.
 pub fn run_labels(run: &Run) -> BTreeMap<String, String> {
     BTreeMap::from([

@@ -8,10 +8,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::fixtures::{
-    delete_pod, ended_worker, event, event_of, fixed_now_time, get_pod, get_snapshot, get_workflow,
-    not_found, pod, run, run_echo, run_status, running_run, snapshot_cm, too_deep,
+    create_pod, create_snapshot, delete_pod, ended_worker, event, event_of, fixed_now_time,
+    get_pod, get_snapshot, get_worker_service_account, get_workflow, list_worker_pods, not_found,
+    pod, ready_workflow, run, run_echo, run_status, running_run, snapshot_cm, too_deep,
 };
-use common::{Scenario, TestContext};
+use common::{Expect, Scenario, TestContext};
 use http::Method;
 use kube::runtime::controller::Action;
 use openwop_crds::Run;
@@ -552,4 +553,261 @@ async fn a_start_reads_the_snapshot_metadata_from_the_cache_without_a_get() {
         (0, 1, Some("triage".to_owned())),
         "snapshot GETs, worker pods created, the Workflow named"
     );
+}
+
+/// What a new Run's first start reads before it writes: no snapshot yet, its Workflow (valid),
+/// the namespace's worker pods (none), the worker ServiceAccount.
+fn first_start() -> Scenario {
+    Scenario::new()
+        .then(get_snapshot().not_found())
+        .then(get_workflow("triage").reply(200, ready_workflow("core.identity")))
+        .then(list_worker_pods())
+        .then(get_worker_service_account())
+}
+
+/// A `Status` failure answer.
+fn failure(code: u16, reason: &str) -> Value {
+    json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": reason,
+           "code": code, "message": format!("{reason} (test)")})
+}
+
+/// The conditions of a written status, as (type, status, reason).
+fn conditions(st: &Value) -> Vec<(String, String, String)> {
+    st["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            let f = |k: &str| c[k].as_str().unwrap().to_owned();
+            (f("type"), f("status"), f("reason"))
+        })
+        .collect()
+}
+
+fn condition(type_: &str, status: &str, reason: &str) -> (String, String, String) {
+    (type_.into(), status.into(), reason.into())
+}
+
+/// Issue #27: a run's first start creates its snapshot and its worker pod together — one
+/// round trip, not two, while the start holds its reconcile slot — and then writes the status
+/// and one Event naming both.
+#[tokio::test]
+async fn a_first_start_creates_its_snapshot_and_its_worker_pod_together() {
+    let (ctx, mut api) = Context::test();
+    let scenario = first_start()
+        .together(
+            create_snapshot().body(|cm| {
+                let meta = &cm["metadata"];
+                assert_eq!(meta["name"], "r1-snapshot", "{cm}");
+                assert_eq!(meta["ownerReferences"][0]["uid"], "ruid", "{cm}");
+                assert_eq!(
+                    meta["annotations"][openwop_crds::names::ANNOTATION_SNAPSHOT_WORKFLOW],
+                    "triage"
+                );
+                assert!(cm["data"]["snapshot.json"].is_string(), "{cm}");
+            }),
+            create_pod().body(|p| {
+                assert_eq!(p["metadata"]["name"], "r1-w1");
+                let volumes = p["spec"]["volumes"].as_array().unwrap();
+                assert!(
+                    volumes
+                        .iter()
+                        .any(|v| v["configMap"]["name"] == "r1-snapshot"),
+                    "the pod mounts its snapshot: {p}"
+                );
+            }),
+        )
+        .then(run_status(|st| {
+            assert_eq!(
+                (&st["phase"], &st["workerPod"], &st["attempts"]),
+                (&json!("running"), &json!("r1-w1"), &json!(1))
+            );
+            let c = conditions(st);
+            assert!(c.contains(&condition("Ready", "True", "Snapshotted")), "{c:?}");
+            assert!(c.contains(&condition("Scheduled", "True", "WorkerStarted")), "{c:?}");
+        }))
+        .then(event("WorkerStarted").body(|b| {
+            assert_eq!(
+                b["note"],
+                "workflow triage (generation 2) snapshotted in ConfigMap r1-snapshot; started worker pod r1-w1 (attempt 1)"
+            );
+        }));
+    api.play(scenario, reconcile_run(Arc::new(run(None)), ctx))
+        .await
+        .expect("reconcile");
+}
+
+/// A first start whose snapshot cannot be written deletes the pod created with it (it would
+/// hold a worker slot and never start) and writes nothing: the error retries the start.
+#[tokio::test]
+async fn a_first_start_whose_snapshot_fails_deletes_its_pod_and_writes_nothing() {
+    let (ctx, mut api) = Context::test();
+    let scenario = first_start()
+        .together(
+            create_snapshot().reply(500, failure(500, "InternalError")),
+            create_pod(),
+        )
+        .then(delete_pod("r1-w1"));
+    let err = api
+        .play(scenario, reconcile_run(Arc::new(run(None)), ctx))
+        .await
+        .expect_err("the snapshot's error");
+    assert!(!err.is_conflict(), "{err}");
+    assert!(err.to_string().contains("InternalError"), "{err}");
+}
+
+/// The snapshot cache may not show yet the snapshot a deleted Run of the same name left: its
+/// create answers 409. That ConfigMap is deleted, and so is the pod created with the
+/// snapshot (it could mount the old one); the 409 retries the start shortly, nothing written.
+#[tokio::test]
+async fn a_deleted_runs_snapshot_met_at_a_first_start_is_removed_with_the_new_pod() {
+    let (ctx, mut api) = Context::test();
+    let mut old = snapshot_cm(false);
+    old["metadata"]["ownerReferences"][0]["uid"] = json!("old-uid");
+    old["metadata"]["labels"] = json!({"app.kubernetes.io/component": "worker",
+                                       "app.kubernetes.io/managed-by": "openwop-operator"});
+    let scenario = first_start()
+        .together(
+            create_snapshot().reply(409, failure(409, "AlreadyExists")),
+            create_pod(),
+        )
+        .then(get_snapshot().reply(200, old))
+        .then(
+            Expect::new(
+                Method::DELETE,
+                "/api/v1/namespaces/team-a/configmaps/r1-snapshot?",
+            )
+            .reply(200, snapshot_cm(false)),
+        )
+        .then(delete_pod("r1-w1"));
+    let err = api
+        .play(scenario, reconcile_run(Arc::new(run(None)), ctx))
+        .await
+        .expect_err("the create's 409");
+    assert!(err.is_conflict(), "retried shortly as a conflict: {err}");
+}
+
+/// A snapshot this run already has (an earlier start whose status write was lost, not yet in
+/// the cache) is the run's: the start goes on with it.
+#[tokio::test]
+async fn a_first_start_adopts_its_own_snapshot_from_a_lost_attempt() {
+    let (ctx, mut api) = Context::test();
+    let scenario = first_start()
+        .together(
+            create_snapshot().reply(409, failure(409, "AlreadyExists")),
+            create_pod(),
+        )
+        .then(get_snapshot().reply(200, snapshot_cm(false)))
+        .then(run_status(|st| {
+            assert_eq!(
+                (&st["phase"], &st["workerPod"]),
+                (&json!("running"), &json!("r1-w1"))
+            );
+        }))
+        .then(event("WorkerStarted"));
+    api.play(scenario, reconcile_run(Arc::new(run(None)), ctx))
+        .await
+        .expect("reconcile");
+}
+
+/// A first start that finds the namespace's worker slots taken writes its snapshot alone and
+/// queues: the run is snapshotted while it waits (the Workflow it runs is fixed at apply).
+#[tokio::test]
+async fn a_queued_first_start_writes_its_snapshot_alone() {
+    let mut cfg = OperatorConfig::default();
+    cfg.runs.max_concurrent_per_namespace = 1;
+    let (ctx, mut api) = Context::test_with(cfg, |_| {});
+    let mut busy = pod("other-w1", "Running");
+    busy["metadata"]["labels"] = json!({"app.kubernetes.io/component": "worker",
+                                        "app.kubernetes.io/managed-by": "openwop-operator"});
+    let scenario = Scenario::new()
+        .then(get_snapshot().not_found())
+        .then(get_workflow("triage").reply(200, ready_workflow("core.identity")))
+        .then(list_worker_pods().reply(
+            200,
+            json!({"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": [busy]}),
+        ))
+        .then(create_snapshot())
+        .then(run_status(|st| {
+            assert_eq!(st["phase"], "pending");
+            assert!(st["workerPod"].is_null(), "{st}");
+            let c = conditions(st);
+            assert!(
+                c.contains(&condition("Ready", "True", "Snapshotted")),
+                "{c:?}"
+            );
+            assert!(
+                c.contains(&condition("Scheduled", "False", "Queued")),
+                "{c:?}"
+            );
+        }))
+        .then(event("Snapshotted"));
+    let action = api
+        .play(scenario, reconcile_run(Arc::new(run(None)), ctx))
+        .await
+        .expect("reconcile");
+    assert_eq!(action, Action::requeue(Duration::from_secs(15)));
+}
+
+/// The run's own worker pod of the same attempt still being deleted (discarded with a failed
+/// snapshot write) is not adopted as its worker: the start waits until it is gone.
+#[tokio::test]
+async fn a_start_does_not_adopt_its_own_pod_being_deleted() {
+    let (ctx, mut api) = Context::test();
+    let mut leaving = pod("r1-w1", "Pending");
+    leaving["metadata"]["ownerReferences"] = json!([{"apiVersion": "openwop.dev/v1alpha1",
+        "kind": "Run", "name": "r1", "uid": "ruid", "controller": true}]);
+    leaving["metadata"]["deletionTimestamp"] = json!("2025-06-15T15:06:30Z");
+    let scenario = first_start()
+        .together(
+            create_snapshot(),
+            create_pod().reply(409, failure(409, "AlreadyExists")),
+        )
+        .then(get_pod("r1-w1").reply(200, leaving))
+        .then(run_status(|st| {
+            assert_eq!(st["phase"], "pending");
+            assert!(st["workerPod"].is_null(), "{st}");
+            let c = conditions(st);
+            assert!(
+                c.contains(&condition("Scheduled", "False", "PreviousRunTerminating")),
+                "{c:?}"
+            );
+        }))
+        .then(event("Snapshotted"));
+    let action = api
+        .play(scenario, reconcile_run(Arc::new(run(None)), ctx))
+        .await
+        .expect("reconcile");
+    assert_eq!(action, Action::requeue(Duration::from_secs(2)));
+}
+
+/// A run whose first status write was lost while the event consumer folded its worker's
+/// events (here: waiting for an approval) has no snapshot in the cache and never had a worker
+/// recorded, yet it is not a first start: its snapshot is applied alone and it keeps waiting
+/// (a start would overwrite `waiting-approval` with `running`).
+#[tokio::test]
+async fn a_waiting_run_without_a_recorded_snapshot_is_not_started_again() {
+    let (ctx, mut api) = Context::test();
+    let waiting = run(Some(json!({
+        "phase": "waiting-approval", "runId": "ruid", "observedGeneration": 1,
+        "currentNode": "gate",
+        "pendingInterrupts": [{"interruptId": "i1", "kind": "approval", "nodeId": "gate"}]
+    })));
+    let scenario = Scenario::new()
+        .then(get_snapshot().not_found())
+        .then(get_workflow("triage").reply(200, ready_workflow("core.identity")))
+        .then(common::fixtures::apply_snapshot().echo(200))
+        .then(run_status(|st| {
+            assert_eq!(st["phase"], "waiting-approval");
+            assert!(st["workerPod"].is_null(), "{st}");
+            let c = conditions(st);
+            assert!(
+                c.contains(&condition("Ready", "True", "Snapshotted")),
+                "{c:?}"
+            );
+        }))
+        .then(event("Snapshotted"));
+    api.play(scenario, reconcile_run(Arc::new(waiting), ctx))
+        .await
+        .expect("reconcile");
 }

@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use common::fixtures::{
     apply_snapshot, create_pod, delete_pod, ended_pod, event, get_pod, get_snapshot,
-    get_worker_service_account, get_workflow, run, run_status, running_run, snapshot_cm, workflow,
+    get_worker_service_account, get_workflow, list_worker_pods, run, run_status, running_run,
+    snapshot_cm, workflow,
 };
 use common::{Expect, Scenario, TestContext};
 use http::Method;
@@ -41,14 +42,6 @@ fn dormant(extra: Value) -> openwop_crds::Run {
 
 fn timer(ms: i64) -> Value {
     json!({"timers": [{"nodeId": "wait", "wakeAt": at(ms)}], "wakeAt": at(ms)})
-}
-
-fn list_worker_pods() -> Expect {
-    Expect::new(
-        Method::GET,
-        "/api/v1/namespaces/team-a/pods?&labelSelector=app.kubernetes.io%2Fcomponent%3Dworker%2Capp.kubernetes.io%2Fmanaged-by%3Dopenwop-operator",
-    )
-    .reply(200, json!({"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": []}))
 }
 
 #[tokio::test]

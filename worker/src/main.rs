@@ -132,6 +132,17 @@ async fn run(stop: StopSignal, otel: &Otel, wenv: &WorkerEnv) -> anyhow::Result<
         .run_id
         .clone()
         .unwrap_or_else(|| snap.run.run_id.clone());
+    // The operator creates a run's first snapshot and its pod at the same time; should the
+    // pod mount a deleted Run's snapshot of the same name in that moment, this pod is being
+    // deleted and must record nothing from it.
+    if !snap.run.run_id.is_empty() && snap.run.run_id != run_id {
+        tracing::error!(
+            mounted = %snap.run.run_id,
+            run_id = %run_id,
+            "the mounted snapshot is another run's (a deleted Run of the same name); not running it"
+        );
+        return Ok(BAD_INPUT);
+    }
     // Run identity is the runId: a re-created Run of the same name has its own subject.
     let subject = wenv.events_subject_or(&namespace, &run_id);
     let stream = wenv.stream_spec();

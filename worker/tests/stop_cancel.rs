@@ -248,3 +248,22 @@ fn provider_mocks_replace_the_configured_provider_and_delay_holds_the_call() {
         "{stderr}"
     );
 }
+
+/// A pod that mounted a deleted Run's snapshot of the same name (the operator creates a
+/// run's first snapshot and pod at the same time): the worker refuses it before it publishes
+/// anything or calls a provider, on its own run's subject or the other's.
+#[test]
+fn a_snapshot_of_another_run_is_refused_before_anything_is_published() {
+    let nats = NatsServer::start();
+    let (files, llm) = setup("other-run");
+    let own = format!("{RUN_ID}-re-created");
+    let (code, stderr) = files.run_with(&nats.url(), |c| {
+        c.env(openwop_protocol::run::env::RUN_ID, &own);
+    });
+    assert_eq!(code, openwop_worker::exit::BAD_INPUT, "{stderr}");
+    assert!(stderr.contains("another run's"), "{stderr}");
+    let own_subject = openwop_protocol::run::subjects::events_subject(&files.namespace, &own);
+    assert!(read_raw(&nats.url(), &own_subject).is_empty());
+    assert!(read_raw(&nats.url(), &files.subject()).is_empty());
+    assert_eq!(llm.request_count(), 0);
+}

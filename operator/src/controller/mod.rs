@@ -53,12 +53,12 @@ mod triggers;
 mod waits;
 mod workflow;
 
+pub use crate::pod::worker_selector;
 pub use caches::{CacheWriters, Caches, Superseded, pod_triggers, slim_pod};
 pub use common::{EventSink, Note, backoff_seconds, end_by_stream, write_run_status};
 pub use feed::Feed;
 pub use run::reconcile_run;
 pub use slots::StartGate;
-pub use start::worker_selector;
 pub use triggers::{changes, pod_key, run_key, slim};
 pub use workflow::reconcile_workflow;
 

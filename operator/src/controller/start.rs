@@ -21,10 +21,7 @@ use super::reasons::{ConditionType, Reason};
 use super::slots::Full;
 use super::state::{RunReconcile, WorkerState};
 use super::waits;
-use crate::pod::{
-    LABEL_COMPONENT, LABEL_MANAGED_BY, MANAGER, WorkerInputs, needed_credentials, owned_by,
-    pod_name, snapshot_name, worker_pod,
-};
+use crate::pod::{WorkerInputs, needed_credentials, owned_by, pod_name, snapshot_name, worker_pod};
 use crate::snapshot::{
     SnapshotError, build_snapshot, read_snapshot, snapshot_configmap, with_current_answers,
 };
@@ -205,7 +202,7 @@ pub(super) async fn progress(rr: &mut RunReconcile<'_>) -> Result<Action, Error>
                         return Ok(Action::await_change());
                     }
                 };
-                let cm = rr.apply_snapshot(&snapshot_configmap(run, &doc)).await?;
+                let cm = snapshot_configmap(run, &doc);
                 rr.draft.status.workflow = Some(wf.name_any());
                 let msg = format!(
                     "workflow {} (generation {}) snapshotted in ConfigMap {snap}",
@@ -213,6 +210,10 @@ pub(super) async fn progress(rr: &mut RunReconcile<'_>) -> Result<Action, Error>
                     wf.metadata.generation.unwrap_or(0)
                 );
                 mark_snapshotted(&mut rr.draft, msg);
+                if is_first_start(run, rr.status()) {
+                    return start_worker(rr, Some(wf), Some(cm), Why::First).await;
+                }
+                rr.apply_snapshot(&cm).await?;
                 (Some(cm), Some(wf))
             }
             Resolved::Missing(msg) => {
@@ -303,6 +304,56 @@ pub(super) async fn progress(rr: &mut RunReconcile<'_>) -> Result<Action, Error>
     if let Some(p) = &paused {
         super::pause::prepare_snapshot(rr, p.pause.clone()).await?;
     }
+    let why = match (paused, woken) {
+        (Some(p), _) => Why::Pause(p.note),
+        (None, Some(why)) => Why::Woken(why),
+        (None, None) if resume => Why::Answered,
+        (None, None) => Why::First,
+    };
+    start_worker(rr, workflow, None, why).await
+}
+
+/// Whether a run that has no snapshot yet goes straight to its first worker: it never had one
+/// and nothing recorded it as anything but pending. A run whose first status write was lost
+/// while its events were folded (waiting for an answer, say) has no snapshot in the cache
+/// either, and must take the steps that wait, resume or pause instead.
+fn is_first_start(run: &Run, status: &RunStatus) -> bool {
+    status.attempts.unwrap_or(0) == 0
+        && status.worker_pod.is_none()
+        && status.phase.unwrap_or_default() == RunPhase::Pending
+        && status.timers.is_empty()
+        && status.child_waits.is_empty()
+        && run.spec.pause.is_none()
+}
+
+/// Why a worker starts, for its Event.
+enum Why {
+    /// The run's first worker, or a retry after a crash.
+    First,
+    /// A pause requested, or a paused run resumed (`PauseStart::note`).
+    Pause(&'static str),
+    /// A durable wait ended: a timer is due or a child run ended.
+    Woken(&'static str),
+    /// An answer to a pending interrupt.
+    Answered,
+}
+
+/// Reserves a worker slot (or queues the run) and creates the worker pod.
+///
+/// `first_snapshot`: the snapshot of a run's first start, not written yet. It is created
+/// together with the pod (one round trip instead of two while the start holds its reconcile
+/// slot): the pod mounts it, and the kubelet starts no container before every volume it
+/// mounts exists. A queued run writes it alone, so it is snapshotted while it waits.
+async fn start_worker(
+    rr: &mut RunReconcile<'_>,
+    workflow: Option<Box<Workflow>>,
+    first_snapshot: Option<ConfigMap>,
+    why: Why,
+) -> Result<Action, Error> {
+    let ctx = rr.ctx;
+    let cfg = &ctx.config;
+    let ns = rr.ns.clone();
+    let now = rr.now;
     // The slot is reserved in memory (no API call under the lock); the pod is built and
     // created outside it, and a failed create releases the slot (module `slots`).
     let attempt = rr.status().attempts.unwrap_or(0) + 1;
@@ -316,6 +367,9 @@ pub(super) async fn progress(rr: &mut RunReconcile<'_>) -> Result<Action, Error>
     {
         Ok(slot) => slot,
         Err(Full { active, ahead }) => {
+            if let Some(cm) = &first_snapshot {
+                rr.create_snapshot(cm).await?;
+            }
             rr.draft.status.phase = Some(RunPhase::Pending);
             // No count in the message: a queued run's status is written once, not at every
             // look at the queue.
@@ -330,12 +384,28 @@ pub(super) async fn progress(rr: &mut RunReconcile<'_>) -> Result<Action, Error>
         }
     };
     let pod = build_worker_pod(rr, workflow.map(|w| w.spec), attempt).await?;
-    match rr.create_pod(&pod).await {
+    let created = match &first_snapshot {
+        None => rr.create_pod(&pod).await,
+        Some(cm) => {
+            let (snapshot, created) = tokio::join!(rr.create_snapshot(cm), rr.create_pod(&pod));
+            if let Err(e) = snapshot {
+                // Never leave a pod without its snapshot: it would hold a slot and never
+                // start (or, in a race with a deleted Run's snapshot of the same name, start
+                // from that one). The next reconcile creates both again.
+                if matches!(created, Ok(true)) {
+                    rr.discard_pod(&pod_name).await;
+                }
+                return Err(e);
+            }
+            created
+        }
+    };
+    match created {
         Ok(true) => slot.keep(),
         Ok(false) => {
             rr.draft.status.phase = Some(RunPhase::Pending);
             let msg = format!(
-                "worker pod name {} is still held by a deleted Run of the same name; retrying",
+                "worker pod name {} is still held by a pod being deleted (a deleted Run's of the same name, or one this run discarded); retrying",
                 pod.metadata.name.as_deref().unwrap_or_default()
             );
             let reason = Reason::PreviousRunTerminating;
@@ -376,26 +446,23 @@ pub(super) async fn progress(rr: &mut RunReconcile<'_>) -> Result<Action, Error>
         Reason::WorkerStarted,
         format!("worker pod {pod_name}"),
     );
-    let (reason, note) = if let Some(p) = paused {
-        (
+    let (reason, note) = match why {
+        Why::Pause(note) => (
             Reason::Resumed,
-            format!("{}; started worker pod {pod_name}", p.note),
-        )
-    } else if let Some(why) = woken {
-        (
+            format!("{note}; started worker pod {pod_name}"),
+        ),
+        Why::Woken(why) => (
             Reason::Woken,
             format!("{why}; started worker pod {pod_name}"),
-        )
-    } else if resume {
-        (
+        ),
+        Why::Answered => (
             Reason::Resumed,
             format!("answer received; started worker pod {pod_name}"),
-        )
-    } else {
-        (
+        ),
+        Why::First => (
             Reason::WorkerStarted,
             format!("started worker pod {pod_name} (attempt {attempt})"),
-        )
+        ),
     };
     // Snapshotted and started in one reconcile: one change, one Event (at 200 Runs at once the
     // two Events were a fifth of the operator's API requests).
@@ -410,11 +477,6 @@ pub(super) async fn progress(rr: &mut RunReconcile<'_>) -> Result<Action, Error>
 /// How often a queued run looks at the queue again on its own; a worker pod that ends wakes
 /// the oldest queued runs of its namespace at once (the pod watch's mapper in the binary).
 const QUEUED_REQUEUE: Duration = Duration::from_secs(15);
-
-/// Label selector of the worker pods this operator creates.
-pub fn worker_selector() -> String {
-    format!("{LABEL_COMPONENT}=worker,{LABEL_MANAGED_BY}={MANAGER}")
-}
 
 /// Attempt `attempt` of the run's worker pod (workflow spec from the snapshot's Workflow);
 /// creates the default worker service account when the pod uses it.

@@ -28,6 +28,15 @@ pub fn workflow(type_id: &str) -> Workflow {
     .unwrap()
 }
 
+/// [`workflow`] validated: `Ready`, for the generation it has (a run may start from it).
+pub fn ready_workflow(type_id: &str) -> Value {
+    let mut wf = serde_json::to_value(workflow(type_id)).unwrap();
+    wf["status"] = json!({"observedGeneration": 2, "conditions": [{"type": "Ready", "status": "True",
+        "reason": "Valid", "message": "definition is valid (1 nodes)",
+        "lastTransitionTime": "2025-06-15T15:00:00Z"}]});
+    wf
+}
+
 /// Run `r1` (uid `ruid`, generation 1, resourceVersion 41) of Workflow `triage`, with `status`.
 pub fn run(status: Option<Value>) -> Run {
     let mut v = json!({
@@ -113,6 +122,25 @@ pub fn apply_snapshot() -> Expect {
         Method::PATCH,
         format!("/api/v1/namespaces/team-a/configmaps/r1-snapshot{APPLY}"),
     )
+}
+
+/// Creation of `r1`'s first snapshot ConfigMap (answered with itself).
+pub fn create_snapshot() -> Expect {
+    Expect::new(
+        Method::POST,
+        "/api/v1/namespaces/team-a/configmaps?&fieldManager=openwop-operator",
+    )
+    .echo(201)
+}
+
+/// LIST the worker pods of team-a (the concurrency limit's count without a pod cache);
+/// answers none.
+pub fn list_worker_pods() -> Expect {
+    Expect::new(
+        Method::GET,
+        "/api/v1/namespaces/team-a/pods?&labelSelector=app.kubernetes.io%2Fcomponent%3Dworker%2Capp.kubernetes.io%2Fmanaged-by%3Dopenwop-operator",
+    )
+    .reply(200, json!({"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": []}))
 }
 
 /// GET Workflow `name`.

@@ -159,25 +159,64 @@ async fn serve(
 ) {
     let (mut events, mut others): (VecDeque<Expect>, VecDeque<Expect>) =
         scenario.0.into_iter().partition(|e| is_event(&e.uri));
-    while !events.is_empty() || !others.is_empty() {
-        let (req, send) = handle
-            .next_request()
-            .await
-            .unwrap_or_else(|| panic!("the client is gone; expected {:?}", left.borrow()));
+    // Requests received and checked, not answered yet: (the expectation they met, the reply
+    // channel, the body).
+    let mut held: Vec<(Expect, SendResponse<Response<Body>>, Value)> = vec![];
+    // Expectations of the requests that must be in flight together with a held one.
+    let mut together: Vec<Expect> = vec![];
+    while !events.is_empty() || !others.is_empty() || !together.is_empty() {
+        let next = handle.next_request();
+        let (req, send) = if together.is_empty() {
+            next.await
+        } else {
+            // A request of a pair must come while the other one waits for its answer.
+            let waiting: Vec<String> = held.iter().map(|(e, ..)| e.describe()).collect();
+            let expected: Vec<String> = together.iter().map(Expect::describe).collect();
+            tokio::time::timeout(TOGETHER, next)
+                .await
+                .unwrap_or_else(|_| {
+                    panic!("{expected:?} did not come while {waiting:?} waited for its answer: not in flight together")
+                })
+        }
+        .unwrap_or_else(|| panic!("the client is gone; expected {:?}", left.borrow()));
         let (method, uri) = (req.method().clone(), req.uri().to_string());
         let got = format!("{method} {uri}");
-        let queue = if is_event(req.uri().path()) {
-            &mut events
-        } else {
-            &mut others
-        };
-        let expect = queue.pop_front().unwrap_or_else(|| {
+        let expect = if let Some(i) = together.iter().position(|e| e.describe() == got) {
+            together.remove(i)
+        } else if !together.is_empty() {
+            let expected: Vec<String> = together.iter().map(Expect::describe).collect();
             panic!(
-                "request {}: {got} beyond the scenario; expected {:?}",
+                "request {}: {got} while {expected:?} was expected together with {:?}",
                 served.get(),
-                left.borrow()
-            )
-        });
+                held.iter().map(|(e, ..)| e.describe()).collect::<Vec<_>>()
+            );
+        } else {
+            let queue = if is_event(req.uri().path()) {
+                &mut events
+            } else {
+                &mut others
+            };
+            let expect = queue.pop_front().unwrap_or_else(|| {
+                panic!(
+                    "request {}: {got} beyond the scenario; expected {:?}",
+                    served.get(),
+                    left.borrow()
+                )
+            });
+            // The first of a pair: its partner may come first.
+            if expect.with_next {
+                let partner = others.pop_front().expect("`Scenario::together` adds two");
+                if partner.describe() == got {
+                    together.push(expect);
+                    partner
+                } else {
+                    together.push(partner);
+                    expect
+                }
+            } else {
+                expect
+            }
+        };
         let want = expect.describe();
         assert_eq!(got, want, "request {}", served.get());
         {
@@ -187,15 +226,20 @@ async fn serve(
             }
         }
         let body = body_of(req).await;
-        for check in expect.checks {
-            check(&body);
-        }
-        let reply = match expect.reply {
-            Reply::Json(v) => v,
-            Reply::Echo => body,
-        };
-        respond(send, expect.status, reply);
         served.set(served.get() + 1);
+        held.push((expect, send, body));
+        if together.is_empty() {
+            for (mut expect, send, body) in held.drain(..) {
+                for check in std::mem::take(&mut expect.checks) {
+                    check(&body);
+                }
+                let reply = match expect.reply {
+                    Reply::Json(v) => v,
+                    Reply::Echo => body,
+                };
+                respond(send, expect.status, reply);
+            }
+        }
     }
     if let Some((req, _)) = handle.next_request().await {
         panic!(
@@ -207,6 +251,9 @@ async fn serve(
     // The client is gone: nothing more can come.
     std::future::pending::<()>().await;
 }
+
+/// How long the second request of a [`Scenario::together`] pair may take to come.
+const TOGETHER: std::time::Duration = std::time::Duration::from_secs(5);
 
 async fn body_of(req: Request<Body>) -> Value {
     let bytes = req.into_body().collect().await.unwrap().to_bytes();
@@ -237,6 +284,19 @@ impl Scenario {
         self
     }
 
+    /// Then `a` and `b` in flight together, in either order: neither is answered before both
+    /// came (a scenario fails when one waits for its answer and the other does not come).
+    pub fn together(mut self, mut a: Expect, b: Expect) -> Self {
+        assert!(
+            !is_event(&a.uri) && !is_event(&b.uri),
+            "Events keep their own order"
+        );
+        a.with_next = true;
+        self.0.push(a);
+        self.0.push(b);
+        self
+    }
+
     /// Then every request of `other`.
     pub fn and(mut self, other: Scenario) -> Self {
         self.0.extend(other.0);
@@ -260,6 +320,8 @@ pub struct Expect {
     checks: Vec<Check>,
     status: u16,
     reply: Reply,
+    /// Comes together with the next expectation ([`Scenario::together`]).
+    with_next: bool,
 }
 
 impl Expect {
@@ -270,6 +332,7 @@ impl Expect {
             checks: vec![],
             status: 200,
             reply: Reply::Echo,
+            with_next: false,
         }
     }
 
