@@ -529,7 +529,10 @@ async fn a_run_recreated_over_its_predecessors_leftovers_runs_its_own_inputs() {
     let second_id = second["runId"].as_str().expect("status.runId").to_owned();
     let evs = events(&c, &ns, "hello-run");
     assert_eq!(types(&evs), HELLO_TYPES);
-    assert_eq!(evs[0]["payload"]["inputs"], json!({"greeting": "SECOND-run"}));
+    assert_eq!(
+        evs[0]["payload"]["inputs"],
+        json!({"greeting": "SECOND-run"})
+    );
     let cm = cms.get("hello-run-snapshot").await.unwrap();
     let owners = cm.metadata.owner_references.unwrap_or_default();
     assert_eq!(
