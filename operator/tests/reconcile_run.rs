@@ -571,21 +571,16 @@ fn failure(code: u16, reason: &str) -> Value {
            "code": code, "message": format!("{reason} (test)")})
 }
 
-/// The conditions of a written status, as (type, status, reason).
-fn conditions(st: &Value) -> Vec<(String, String, String)> {
-    st["conditions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| {
-            let f = |k: &str| c[k].as_str().unwrap().to_owned();
-            (f("type"), f("status"), f("reason"))
-        })
-        .collect()
-}
-
-fn condition(type_: &str, status: &str, reason: &str) -> (String, String, String) {
-    (type_.into(), status.into(), reason.into())
+/// Asserts that written status `st` has condition `type_` with `status` and `reason`.
+fn assert_condition(st: &Value, type_: &str, status: &str, reason: &str) {
+    let found = st["conditions"].as_array().unwrap().iter().any(|c| {
+        (&c["type"], &c["status"], &c["reason"]) == (&json!(type_), &json!(status), &json!(reason))
+    });
+    assert!(
+        found,
+        "no {type_}={status} ({reason}) in {:#}",
+        st["conditions"]
+    );
 }
 
 /// Issue #27: a run's first start creates its snapshot and its worker pod together — one
@@ -622,9 +617,8 @@ async fn a_first_start_creates_its_snapshot_and_its_worker_pod_together() {
                 (&st["phase"], &st["workerPod"], &st["attempts"]),
                 (&json!("running"), &json!("r1-w1"), &json!(1))
             );
-            let c = conditions(st);
-            assert!(c.contains(&condition("Ready", "True", "Snapshotted")), "{c:?}");
-            assert!(c.contains(&condition("Scheduled", "True", "WorkerStarted")), "{c:?}");
+            assert_condition(st, "Ready", "True", "Snapshotted");
+            assert_condition(st, "Scheduled", "True", "WorkerStarted");
         }))
         .then(event("WorkerStarted").body(|b| {
             assert_eq!(
@@ -731,15 +725,8 @@ async fn a_queued_first_start_writes_its_snapshot_alone() {
         .then(run_status(|st| {
             assert_eq!(st["phase"], "pending");
             assert!(st["workerPod"].is_null(), "{st}");
-            let c = conditions(st);
-            assert!(
-                c.contains(&condition("Ready", "True", "Snapshotted")),
-                "{c:?}"
-            );
-            assert!(
-                c.contains(&condition("Scheduled", "False", "Queued")),
-                "{c:?}"
-            );
+            assert_condition(st, "Ready", "True", "Snapshotted");
+            assert_condition(st, "Scheduled", "False", "Queued");
         }))
         .then(event("Snapshotted"));
     let action = api
@@ -767,11 +754,7 @@ async fn a_start_does_not_adopt_its_own_pod_being_deleted() {
         .then(run_status(|st| {
             assert_eq!(st["phase"], "pending");
             assert!(st["workerPod"].is_null(), "{st}");
-            let c = conditions(st);
-            assert!(
-                c.contains(&condition("Scheduled", "False", "PreviousRunTerminating")),
-                "{c:?}"
-            );
+            assert_condition(st, "Scheduled", "False", "PreviousRunTerminating");
         }))
         .then(event("Snapshotted"));
     let action = api
@@ -800,11 +783,7 @@ async fn a_waiting_run_without_a_recorded_snapshot_is_not_started_again() {
         .then(run_status(|st| {
             assert_eq!(st["phase"], "waiting-approval");
             assert!(st["workerPod"].is_null(), "{st}");
-            let c = conditions(st);
-            assert!(
-                c.contains(&condition("Ready", "True", "Snapshotted")),
-                "{c:?}"
-            );
+            assert_condition(st, "Ready", "True", "Snapshotted");
         }))
         .then(event("Snapshotted"));
     api.play(scenario, reconcile_run(Arc::new(waiting), ctx))
