@@ -57,6 +57,10 @@ schema = {
             "image": IMAGE,
             "replicas": int_range(1),
             "shutdownDrainSeconds": int_range(0, 25),
+            "updateStrategy": obj({
+                "type": {"type": "string", "enum": ["RollingUpdate", "Recreate"]},
+                "rollingUpdate": ANY_OBJ,
+            }),
             "resources": RESOURCES,
             "logLevel": STR,
             "extraEnv": {"type": "array", "items": {"type": "object", "required": ["name"]}},
