@@ -16,6 +16,8 @@
 #   OPENWOP_KCM_ARGS         extra kube-controller-manager flags, space-separated (read when it
 #                            starts), e.g. the bench's Jobs leg unthrottled:
 #                            "--kube-api-qps=1000 --kube-api-burst=2000 --concurrent-job-syncs=32"
+#   OPENWOP_APISERVER_ARGS   extra kube-apiserver flags, space-separated, e.g. "--profiling=true"
+#                            to take a CPU profile (kubectl get --raw /debug/pprof/profile)
 #   CARGO_TARGET_DIR         where cargo builds (default ~/.cache/openwop/target)
 set -euo pipefail
 
@@ -204,6 +206,8 @@ up() {
   wait_for etcd 30 curl -sf "http://127.0.0.1:$P_ETCD/health" || die "etcd did not become healthy; see $logs/etcd.log"
 
   # kube-apiserver
+  local api_extra=()
+  read -ra api_extra <<<"${OPENWOP_APISERVER_ARGS:-}"
   start kube-apiserver "$bin/kube-apiserver" "$bin/kube-apiserver" \
     --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$P_API" \
     --etcd-servers="http://127.0.0.1:$P_ETCD" \
@@ -218,7 +222,7 @@ up() {
     --kubelet-certificate-authority="$pki/ca.crt" \
     --kubelet-preferred-address-types=InternalIP,Hostname \
     --endpoint-reconciler-type=none --allow-privileged=true \
-    --cert-dir="$state/apiserver" --profiling=false --v=1
+    --cert-dir="$state/apiserver" --profiling=false --v=1 "${api_extra[@]}"
   wait_for kube-apiserver 90 kc get --raw /readyz || die "kube-apiserver did not become ready; see $logs/kube-apiserver.log"
 
   # kube-controller-manager

@@ -435,7 +435,7 @@ impl Default for RunPolicy {
     fn default() -> Self {
         Self {
             max_concurrent_per_namespace: 10,
-            reconcile_concurrency: 32,
+            reconcile_concurrency: 64,
             node_concurrency: openwop_protocol::schedule::DEFAULT_NODE_CONCURRENCY,
             durable_wait_threshold_ms:
                 openwop_protocol::run::host::DEFAULT_DURABLE_WAIT_THRESHOLD_MS,

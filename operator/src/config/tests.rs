@@ -17,7 +17,7 @@ fn partial_file_overrides_only_given_fields() {
     .unwrap();
     assert_eq!(cfg.runs.max_concurrent_per_namespace, 2);
     assert_eq!(cfg.runs.max_worker_retries, 3);
-    assert_eq!(cfg.runs.reconcile_concurrency, 32);
+    assert_eq!(cfg.runs.reconcile_concurrency, 64);
     assert!(cfg.conformance.mock_agent_allowed_in("e2e"));
     assert!(!cfg.conformance.mock_agent_allowed_in("default"));
     // The opt-in the Workflow controller checks is the one a run's snapshot carries.
