@@ -466,6 +466,57 @@ async fn concurrent_first_starts_in_a_namespace_apply_the_worker_account_once() 
     );
 }
 
+/// The same for the copy of the operator's NATS credentials (`natsCredentials`): the
+/// concurrent first starts in a namespace make one apply of the Secret, not one each.
+#[tokio::test]
+async fn concurrent_first_starts_in_a_namespace_apply_the_nats_credentials_once() {
+    let creds = tempfile::tempdir().unwrap();
+    std::fs::write(creds.path().join("token"), "tok-123").unwrap();
+    let mut cfg = OperatorConfig::default();
+    cfg.nats_credentials.dir = creds.path().display().to_string();
+    let store = empty_pod_cache();
+    let (ctx, api) = Context::test_with(cfg, |c| c.caches.pods = Some(store));
+    let n = 6;
+    let runs = snapshotted_runs(n);
+    // (worker pods created, Secret applies)
+    let server = api.answer_all((0, 0), |(created, applied), m, path, body| {
+        if *m == Method::GET && path.ends_with("-snapshot") {
+            (200, snapshot_of(path))
+        } else if *m == Method::GET && path.contains("/serviceaccounts/") {
+            let sa = json!({"apiVersion": "v1", "kind": "ServiceAccount",
+                            "metadata": {"name": "openwop-worker"}});
+            (200, sa)
+        } else if *m == Method::GET {
+            (404, not_found())
+        } else if *m == Method::PATCH && path.contains("/secrets/openwop-nats-credentials") {
+            assert_eq!(body["data"]["token"], "dG9rLTEyMw==", "{body}");
+            *applied += 1;
+            (200, body)
+        } else if *m == Method::POST && path.ends_with("/pods") {
+            *created += 1;
+            (201, body)
+        } else if *m == Method::PUT && path.ends_with("/status") {
+            (200, run_echo())
+        } else if *m == Method::POST && path.ends_with("/events") {
+            (201, body)
+        } else {
+            panic!("unexpected request {m} {path}");
+        }
+    });
+    let all = runs
+        .into_iter()
+        .map(|r| reconcile_run(Arc::new(r), ctx.clone()));
+    for r in futures::future::join_all(all).await {
+        r.expect("reconcile");
+    }
+    drop(ctx);
+    assert_eq!(
+        server.await.unwrap(),
+        (n, 1),
+        "worker pods created, Secret applies"
+    );
+}
+
 /// A waiting run answered while its worker start backs off (a crash set `retryAfter`): the
 /// answer is left unconsumed until the backoff ends. Consuming it first (recording it as
 /// answered, dropping the pending interrupt) and then waiting left the run `waiting-input`

@@ -138,9 +138,14 @@ pub struct Context {
 pub type WorkerAccounts =
     std::sync::Mutex<std::collections::HashMap<String, Arc<tokio::sync::OnceCell<Instant>>>>;
 
-/// Per namespace: the NATS credentials of the copy last applied, and when.
-pub type NatsCopies =
-    std::sync::Mutex<std::collections::HashMap<String, (openwop_nats::NatsAuth, Instant)>>;
+/// Per namespace: the NATS credentials of the copy last applied, and when, behind a lock the
+/// concurrent starts in the namespace take in turn (one apply for all of them).
+pub type NatsCopies = std::sync::Mutex<
+    std::collections::HashMap<
+        String,
+        Arc<tokio::sync::Mutex<Option<(openwop_nats::NatsAuth, Instant)>>>,
+    >,
+>;
 
 /// Requeue policy after an error: log, count, retry later. Never crash-loops.
 pub fn error_policy<K>(_obj: Arc<K>, err: &Error, ctx: Arc<Context>) -> Action {

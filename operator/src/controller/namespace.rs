@@ -54,17 +54,26 @@ pub(super) async fn ensure_worker_service_account(rr: &RunReconcile<'_>) -> Resu
 /// With `natsCredentials` configured: the copy of the operator's NATS credentials in `ns`
 /// that worker pods mount, applied when its content changed (a rotation) or went unchecked for
 /// `NATS_COPY_REFRESH`. Credentials are read from the mounted Secret each time.
+///
+/// The first starts in a namespace run at once (up to the reconciler's concurrency): they take
+/// the namespace's lock in turn, so the first applies the copy and the others find it fresh,
+/// instead of one apply each.
 pub(super) async fn ensure_nats_credentials(ctx: &Context, ns: &str) -> Result<(), Error> {
     let cfg = &ctx.config.nats_credentials;
     if cfg.dir.is_empty() {
         return Ok(());
     }
     let auth = cfg.load()?;
-    let fresh = ctx
+    let cell = ctx
         .nats_copies
         .lock()
         .unwrap_or_else(|e| e.into_inner())
-        .get(ns)
+        .entry(ns.to_owned())
+        .or_default()
+        .clone();
+    let mut copy = cell.lock().await;
+    let fresh = copy
+        .as_ref()
         .is_some_and(|(applied, at)| *applied == auth && at.elapsed() < NATS_COPY_REFRESH);
     if fresh {
         return Ok(());
@@ -77,10 +86,7 @@ pub(super) async fn ensure_nats_credentials(ctx: &Context, ns: &str) -> Result<(
         &Patch::Apply(&secret),
     )
     .await?;
-    ctx.nats_copies
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .insert(ns.to_owned(), (auth, Instant::now()));
+    *copy = Some((auth, Instant::now()));
     tracing::debug!(namespace = ns, secret = %cfg.worker_secret, "NATS credentials copy applied");
     Ok(())
 }
