@@ -1,10 +1,11 @@
 //! Issues 7 and 27, measured on the mini-cluster: N Runs applied at once (N = 200 and 1,000;
 //! `OPENWOP_SCALE_RUNS=200` for one size), each beside a baseline of N bare pods created
 //! directly through the API in the same run, before the Runs and again after them. Prints the
-//! time until all are done and its ratio to the bare pods' (their mean, and each leg's), p50/p95 from apply to the worker pod created and to the first event
-//! (Runs: the first NATS event's `timestamp`; pods: the first watch observation of a phase past
-//! Pending), reconciles and API server requests per run (by verb and resource) beside the bare
-//! pods' per pod, the operator's CPU seconds and peak RSS, and a profile: when each stage of a
+//! time until all are done and its ratio to the bare pods' (their mean, and each leg's),
+//! p50/p95 from apply to the worker pod created and to the first event (Runs: the first NATS
+//! event's `timestamp`; pods: the first watch observation of a phase past Pending), reconciles
+//! and API server requests per run (by verb and resource) beside the bare pods' per pod, the
+//! operator's CPU seconds and peak RSS, and a profile: when each stage of a
 //! run was reached (worker pod created, bound, started, first event, pod done, Run completed)
 //! and CPU seconds per component (the workers' from the node agent's reaped children).
 //! `OPENWOP_SCALE_JOBS=1` adds N `batch/v1` Jobs per size (same pod, same run): the built-in
@@ -1018,7 +1019,7 @@ async fn runs_at_once_beside_bare_pods() {
         };
         let runs = runs_at_once(&c, n).await;
         // The same bare pods again: this machine's speed drifts within minutes (the same 1,000
-        // bare pods took 29 s and 54 s an hour apart, their CPU seconds 1.8x), so the Runs are
+        // bare pods took 29 s and 54 s 12 minutes apart, their CPU seconds 1.8x), so the Runs are
         // compared with bare pods measured on both sides of them, not one.
         let pods_after = baseline(&c, n, Baseline::Pods).await;
         let bare = (pods.done + pods_after.done) / 2.0;
