@@ -367,79 +367,38 @@ fn empty_pod_cache() -> kube::runtime::reflector::Store<k8s_openapi::api::core::
     store
 }
 
-/// Issue #14 item 8b: reconciles run concurrently, and the pod cache lags behind the pods
-/// just created; the per-namespace limit must still be exact. Six snapshotted Runs reconciled
-/// at once with a limit of 2 and an empty (ready) pod cache: exactly two worker pods are
-/// created, the others are queued.
-#[tokio::test]
-async fn concurrent_starts_never_exceed_the_namespace_limit() {
+/// Reconciles `n` snapshotted Runs at once with `cfg` and an empty (ready) pod cache, against
+/// a fake API server that answers what their starts send and panics at anything else. The
+/// worker ServiceAccount exists unless `account_missing` (then its apply is answered); the
+/// NATS credentials copy is answered only when `cfg` configures credentials. Returns the
+/// worker pods created and the requests `counted` picked out (it sees every request first and
+/// may check its body).
+async fn starts_at_once(
+    cfg: OperatorConfig,
+    n: usize,
+    account_missing: bool,
+    counted: impl Fn(&Method, &str, &Value) -> bool + Send + 'static,
+) -> (usize, usize) {
     let store = empty_pod_cache();
-    let mut cfg = OperatorConfig::default();
-    cfg.runs.max_concurrent_per_namespace = 2;
+    let credentials = !cfg.nats_credentials.dir.is_empty();
     let (ctx, api) = Context::test_with(cfg, |c| c.caches.pods = Some(store));
-    let n = 6;
-    let runs = snapshotted_runs(n);
-    // (worker pods created, runs queued)
-    let server = api.answer_all((0, 0), |(created, queued), m, path, body| {
+    let server = api.answer_all((0, 0), move |(created, picked), m, path, body| {
+        if counted(m, path, &body) {
+            *picked += 1;
+        }
         if *m == Method::GET && path.ends_with("-snapshot") {
             (200, snapshot_of(path))
-        } else if *m == Method::GET && path.contains("/serviceaccounts/") {
+        } else if *m == Method::GET && path.contains("/serviceaccounts/") && !account_missing {
             let sa = json!({"apiVersion": "v1", "kind": "ServiceAccount",
                             "metadata": {"name": "openwop-worker"}});
             (200, sa)
         } else if *m == Method::GET {
+            // Nothing else is there (with `account_missing`, not the account either).
             (404, not_found())
-        } else if *m == Method::POST && path.ends_with("/pods") {
-            *created += 1;
-            (201, body)
-        } else if *m == Method::PUT && path.ends_with("/status") {
-            let c = body["status"]["conditions"]
-                .as_array()
-                .cloned()
-                .unwrap_or_default();
-            if c.iter().any(|c| c["reason"] == "Queued") {
-                *queued += 1;
-            }
-            (200, run_echo())
-        } else if *m == Method::POST && path.ends_with("/events") {
-            (201, body)
-        } else {
-            panic!("unexpected request {m} {path}");
-        }
-    });
-    let all = runs
-        .into_iter()
-        .map(|r| reconcile_run(Arc::new(r), ctx.clone()));
-    for r in futures::future::join_all(all).await {
-        r.expect("reconcile");
-    }
-    drop(ctx);
-    let (created, queued) = server.await.unwrap();
-    assert_eq!(
-        (created, queued),
-        (2, n - 2),
-        "worker pods created, runs queued"
-    );
-}
-
-/// The first starts in a new namespace run at once and all find the worker ServiceAccount
-/// missing (the cache shows it a moment after the apply): they share one apply, not one each
-/// (the 1,000-Runs bench saw up to 32).
-#[tokio::test]
-async fn concurrent_first_starts_in_a_namespace_apply_the_worker_account_once() {
-    let store = empty_pod_cache();
-    let (ctx, api) = Context::test_with(OperatorConfig::default(), |c| c.caches.pods = Some(store));
-    let n = 6;
-    let runs = snapshotted_runs(n);
-    // (worker pods created, ServiceAccount applies)
-    let server = api.answer_all((0, 0), |(created, applied), m, path, body| {
-        if *m == Method::GET && path.ends_with("-snapshot") {
-            (200, snapshot_of(path))
-        } else if *m == Method::GET {
-            // The account (and anything else) is not there yet.
-            (404, not_found())
-        } else if *m == Method::PATCH && path.contains("/serviceaccounts/openwop-worker") {
-            *applied += 1;
+        } else if *m == Method::PATCH
+            && ((account_missing && path.contains("/serviceaccounts/openwop-worker"))
+                || (credentials && path.contains("/secrets/openwop-nats-credentials")))
+        {
             (200, body)
         } else if *m == Method::POST && path.ends_with("/pods") {
             *created += 1;
@@ -452,15 +411,50 @@ async fn concurrent_first_starts_in_a_namespace_apply_the_worker_account_once() 
             panic!("unexpected request {m} {path}");
         }
     });
-    let all = runs
+    let all = snapshotted_runs(n)
         .into_iter()
         .map(|r| reconcile_run(Arc::new(r), ctx.clone()));
     for r in futures::future::join_all(all).await {
         r.expect("reconcile");
     }
     drop(ctx);
+    server.await.unwrap()
+}
+
+/// Issue #14 item 8b: reconciles run concurrently, and the pod cache lags behind the pods
+/// just created; the per-namespace limit must still be exact. Six snapshotted Runs reconciled
+/// at once with a limit of 2 and an empty (ready) pod cache: exactly two worker pods are
+/// created, the others are queued.
+#[tokio::test]
+async fn concurrent_starts_never_exceed_the_namespace_limit() {
+    let mut cfg = OperatorConfig::default();
+    cfg.runs.max_concurrent_per_namespace = 2;
+    let n = 6;
+    let queued = |m: &Method, path: &str, body: &Value| {
+        *m == Method::PUT
+            && path.ends_with("/status")
+            && body["status"]["conditions"]
+                .as_array()
+                .is_some_and(|c| c.iter().any(|c| c["reason"] == "Queued"))
+    };
     assert_eq!(
-        server.await.unwrap(),
+        starts_at_once(cfg, n, false, queued).await,
+        (2, n - 2),
+        "worker pods created, runs queued"
+    );
+}
+
+/// The first starts in a new namespace run at once and all find the worker ServiceAccount
+/// missing (the cache shows it a moment after the apply): they share one apply, not one each
+/// (the 1,000-Runs bench saw up to 32).
+#[tokio::test]
+async fn concurrent_first_starts_in_a_namespace_apply_the_worker_account_once() {
+    let n = 6;
+    let applied = |m: &Method, path: &str, _: &Value| {
+        *m == Method::PATCH && path.contains("/serviceaccounts/openwop-worker")
+    };
+    assert_eq!(
+        starts_at_once(OperatorConfig::default(), n, true, applied).await,
         (n, 1),
         "worker pods created, ServiceAccount applies"
     );
@@ -474,44 +468,16 @@ async fn concurrent_first_starts_in_a_namespace_apply_the_nats_credentials_once(
     std::fs::write(creds.path().join("token"), "tok-123").unwrap();
     let mut cfg = OperatorConfig::default();
     cfg.nats_credentials.dir = creds.path().display().to_string();
-    let store = empty_pod_cache();
-    let (ctx, api) = Context::test_with(cfg, |c| c.caches.pods = Some(store));
     let n = 6;
-    let runs = snapshotted_runs(n);
-    // (worker pods created, Secret applies)
-    let server = api.answer_all((0, 0), |(created, applied), m, path, body| {
-        if *m == Method::GET && path.ends_with("-snapshot") {
-            (200, snapshot_of(path))
-        } else if *m == Method::GET && path.contains("/serviceaccounts/") {
-            let sa = json!({"apiVersion": "v1", "kind": "ServiceAccount",
-                            "metadata": {"name": "openwop-worker"}});
-            (200, sa)
-        } else if *m == Method::GET {
-            (404, not_found())
-        } else if *m == Method::PATCH && path.contains("/secrets/openwop-nats-credentials") {
+    let applied = |m: &Method, path: &str, body: &Value| {
+        let secret = *m == Method::PATCH && path.contains("/secrets/openwop-nats-credentials");
+        if secret {
             assert_eq!(body["data"]["token"], "dG9rLTEyMw==", "{body}");
-            *applied += 1;
-            (200, body)
-        } else if *m == Method::POST && path.ends_with("/pods") {
-            *created += 1;
-            (201, body)
-        } else if *m == Method::PUT && path.ends_with("/status") {
-            (200, run_echo())
-        } else if *m == Method::POST && path.ends_with("/events") {
-            (201, body)
-        } else {
-            panic!("unexpected request {m} {path}");
         }
-    });
-    let all = runs
-        .into_iter()
-        .map(|r| reconcile_run(Arc::new(r), ctx.clone()));
-    for r in futures::future::join_all(all).await {
-        r.expect("reconcile");
-    }
-    drop(ctx);
+        secret
+    };
     assert_eq!(
-        server.await.unwrap(),
+        starts_at_once(cfg, n, false, applied).await,
         (n, 1),
         "worker pods created, Secret applies"
     );
