@@ -312,6 +312,28 @@ fn hello_run_with(name: &str, greeting: &str) -> String {
     )
 }
 
+/// `kubectl delete run <name>` and wait until it is gone; `extra` adds flags (a cascade).
+fn delete_run(c: &Cluster, ns: &str, name: &str, extra: &[&str]) {
+    let mut args = vec!["delete", "run", name, "-n", ns];
+    args.extend_from_slice(extra);
+    args.extend(["--wait=true", "--timeout=90s"]);
+    ok(kubectl(c, &args, None), "kubectl delete run");
+}
+
+/// Applies the hello Run `name` greeting `greeting` again under a name a deleted Run had;
+/// returns its status once completed and its events (the hello run's, with these inputs).
+async fn hello_run_again(c: &Cluster, ns: &str, name: &str, greeting: &str) -> (Value, Vec<Value>) {
+    ok(
+        apply(c, ns, &hello_run_with(name, greeting)),
+        "apply the second run under the same name",
+    );
+    let status = wait_run(c, ns, name, "completed", 120).await;
+    let evs = events(c, ns, name);
+    assert_eq!(types(&evs), HELLO_TYPES, "only the second run's events");
+    assert_eq!(evs[0]["payload"]["inputs"], json!({"greeting": greeting}));
+    (status, evs)
+}
+
 const HELLO_TYPES: [&str; 6] = [
     "run.started",
     "node.started",
@@ -413,22 +435,7 @@ async fn recreated_run_is_a_new_run_and_the_deleted_runs_events_are_purged() {
         "{stored:#?}"
     );
 
-    ok(
-        kubectl(
-            &c,
-            &[
-                "delete",
-                "run",
-                "hello-run",
-                "-n",
-                &ns,
-                "--wait=true",
-                "--timeout=90s",
-            ],
-            None,
-        ),
-        "kubectl delete run",
-    );
+    delete_run(&c, &ns, "hello-run", &[]);
     // The Run is gone at once (no finalizer); the operator purges its events right after
     // (`controller::departed`).
     wait_for(
@@ -442,23 +449,13 @@ async fn recreated_run_is_a_new_run_and_the_deleted_runs_events_are_purged() {
     )
     .await;
 
-    ok(
-        apply(&c, &ns, &hello_run_with("hello-run", "BYE-second-run")),
-        "apply the second run under the same name",
-    );
-    let second = wait_run(&c, &ns, "hello-run", "completed", 120).await;
+    let (second, evs) = hello_run_again(&c, &ns, "hello-run", "BYE-second-run").await;
     let second_id = second["runId"].as_str().expect("status.runId").to_owned();
     assert_ne!(second_id, first_id, "a re-created Run gets a new runId");
-    let evs = events(&c, &ns, "hello-run");
-    assert_eq!(types(&evs), HELLO_TYPES, "only the second run's events");
     assert_gapless(&evs);
     assert!(
         evs.iter().all(|e| e["runId"] == second_id.as_str()),
         "another run's events in the log: {evs:#?}"
-    );
-    assert_eq!(
-        evs[0]["payload"]["inputs"],
-        json!({"greeting": "BYE-second-run"})
     );
     let done = evs.last().unwrap();
     assert!(
@@ -488,23 +485,7 @@ async fn a_run_recreated_over_its_predecessors_leftovers_runs_its_own_inputs() {
         "apply the first run",
     );
     wait_run(&c, &ns, "hello-run", "completed", 120).await;
-    ok(
-        kubectl(
-            &c,
-            &[
-                "delete",
-                "run",
-                "hello-run",
-                "-n",
-                &ns,
-                "--cascade=orphan",
-                "--wait=true",
-                "--timeout=90s",
-            ],
-            None,
-        ),
-        "kubectl delete run --cascade=orphan",
-    );
+    delete_run(&c, &ns, "hello-run", &["--cascade=orphan"]);
     let cms: Api<ConfigMap> = Api::namespaced(c.client.clone(), &ns);
     let pods: Api<Pod> = Api::namespaced(c.client.clone(), &ns);
     // Orphaning removes the owner references (the garbage collector does it just after).
@@ -521,18 +502,8 @@ async fn a_run_recreated_over_its_predecessors_leftovers_runs_its_own_inputs() {
     )
     .await;
 
-    ok(
-        apply(&c, &ns, &hello_run_with("hello-run", "SECOND-run")),
-        "apply the second run under the same name",
-    );
-    let second = wait_run(&c, &ns, "hello-run", "completed", 120).await;
+    let (second, _) = hello_run_again(&c, &ns, "hello-run", "SECOND-run").await;
     let second_id = second["runId"].as_str().expect("status.runId").to_owned();
-    let evs = events(&c, &ns, "hello-run");
-    assert_eq!(types(&evs), HELLO_TYPES);
-    assert_eq!(
-        evs[0]["payload"]["inputs"],
-        json!({"greeting": "SECOND-run"})
-    );
     let cm = cms.get("hello-run-snapshot").await.unwrap();
     let owners = cm.metadata.owner_references.unwrap_or_default();
     assert_eq!(
