@@ -108,15 +108,27 @@ pub async fn ensure_stream(
 }
 
 /// Reads every message stored on `subject`, in stream order, with the run-log reader
-/// ([`crate::reader::RunLog`]; one attempt: each message must arrive within `timeout`). Used
-/// to read a run's log back, e.g. to fill a hole in the events a durable consumer delivered.
+/// ([`crate::reader::RunLog`]; one attempt: each message must arrive within `timeout`); an
+/// empty subject without opening one. Used to read a run's log back: by a worker before it
+/// records anything, and to fill a hole in the events a durable consumer delivered.
 pub async fn read_subject(
     stream: &stream::Stream,
     subject: &str,
     timeout: Duration,
 ) -> Result<Vec<LogMessage>, StreamError> {
+    use async_nats::jetstream::stream::LastRawMessageErrorKind;
     use futures::StreamExt as _;
     let name = stream.cached_info().config.name.clone();
+    // An empty subject (every run's first start reads its log) is answered by one look-up of
+    // its last message; the ordered consumer costs the server a create, an info and a pull,
+    // and lingers until its inactivity threshold.
+    match stream.get_last_raw_message_by_subject(subject).await {
+        Err(e) if matches!(e.kind(), LastRawMessageErrorKind::NoMessageFound) => {
+            return Ok(Vec::new());
+        }
+        Err(e) => return Err(server(&name, "read a subject's last message", e)),
+        Ok(_) => {}
+    }
     let failed = |e: ReadError| server(&name, "read a subject", e);
     let log = RunLog::open_on(stream, vec![subject.to_owned()], From::Start)
         .await

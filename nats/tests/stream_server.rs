@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use async_nats::jetstream;
-use openwop_nats::stream::{ensure_stream, purge_run, runs_in_stream};
+use openwop_nats::stream::{ensure_stream, purge_run, read_subject, runs_in_stream};
 use openwop_nats::testing::NatsServer;
 use openwop_protocol::run::subjects::{
     RunSubject, StreamSpec, events_filter, events_subject, reasoning_subject,
@@ -214,4 +214,33 @@ async fn append_after_never_lands_behind_a_concurrent_append_and_is_deduplicated
             .0,
         seq3
     );
+}
+
+/// A run's first start reads its (empty) log: answered without a consumer on the server. A
+/// subject with messages is read whole, in order.
+#[tokio::test]
+async fn an_empty_subject_is_read_without_a_consumer() {
+    let nats = NatsServer::start();
+    let js = jetstream::new(async_nats::connect(nats.url()).await.unwrap());
+    let mut s = ensure_stream(&js, &StreamSpec::new("EV", None))
+        .await
+        .unwrap();
+    let full = events_subject("ns", "uid-1");
+    for body in ["a", "b"] {
+        js.publish(full.clone(), body.into())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    }
+    let wait = Duration::from_secs(5);
+    let empty = read_subject(&s, &events_subject("ns", "uid-2"), wait)
+        .await
+        .unwrap();
+    assert!(empty.is_empty());
+    assert_eq!(s.info().await.unwrap().state.consumer_count, 0);
+    let read = read_subject(&s, &full, wait).await.unwrap();
+    let bodies: Vec<&[u8]> = read.iter().map(|m| &m.payload[..]).collect();
+    assert_eq!(bodies, [&b"a"[..], &b"b"[..]]);
+    assert_eq!(read[1].stream_sequence, 2);
 }

@@ -1,7 +1,8 @@
 //! Events/s the worker's run log publishes with acks (eventId dedup check, sequence, redaction,
 //! JetStream ack per event) beside a raw JetStream publish-and-ack baseline of the same payload
-//! size, both against one nats-server started here; and the worker's peak RSS for a 20-node run
-//! beside a 1-node baseline.
+//! size, both against one nats-server started here; a first start's read of its empty run log
+//! beside an ordered consumer's; and the worker's peak RSS for a 20-node run beside a 1-node
+//! baseline.
 
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -95,7 +96,42 @@ fn bench(c: &mut Criterion) {
         });
     }
     g.finish();
+    read_empty_log(c, &rt, &js, &policy);
     peak_rss(&url);
+}
+
+/// A worker's first start reads its run's (empty) log back before it records anything: the
+/// worker's read (one look-up of the subject's last message), beside an ordered consumer on
+/// the subject (how every start read it before, and how a log with messages is still read).
+fn read_empty_log(
+    c: &mut Criterion,
+    rt: &tokio::runtime::Runtime,
+    js: &async_nats::jetstream::Context,
+    policy: &RetryPolicy,
+) {
+    use openwop_nats::reader::{From, RunLog as StreamLog};
+    use openwop_protocol::run::subjects::events_subject;
+    let stream = rt.block_on(js.get_stream("BENCH")).unwrap();
+    let mut g = c.benchmark_group("read_empty_run_log");
+    let mut i = 0u64;
+    g.bench_function("worker_first_start", |b| {
+        b.iter(|| {
+            i += 1;
+            let subject = events_subject("bench", &format!("fresh-{i}"));
+            let events = rt.block_on(nats::read_run_events(&stream, &subject, "r", policy));
+            assert!(events.unwrap().is_empty());
+        })
+    });
+    let mut i = 0u64;
+    g.bench_function("ordered_consumer", |b| {
+        b.iter(|| {
+            i += 1;
+            let subject = events_subject("bench", &format!("consumer-{i}"));
+            let log = rt.block_on(StreamLog::open_on(&stream, vec![subject], From::Start));
+            assert_eq!(log.unwrap().pending_at_start, 0);
+        })
+    });
+    g.finish();
 }
 
 /// Peak RSS of the worker binary for a 20-node run (identity chain with one mock agent), beside
