@@ -116,18 +116,13 @@ pub async fn read_subject(
     subject: &str,
     timeout: Duration,
 ) -> Result<Vec<LogMessage>, StreamError> {
-    use async_nats::jetstream::stream::LastRawMessageErrorKind;
     use futures::StreamExt as _;
     let name = stream.cached_info().config.name.clone();
     // An empty subject (every run's first start reads its log) is answered by one look-up of
     // its last message; the ordered consumer costs the server a create, an info and a pull,
     // and lingers until its inactivity threshold.
-    match stream.get_last_raw_message_by_subject(subject).await {
-        Err(e) if matches!(e.kind(), LastRawMessageErrorKind::NoMessageFound) => {
-            return Ok(Vec::new());
-        }
-        Err(e) => return Err(server(&name, "read a subject's last message", e)),
-        Ok(_) => {}
+    if last_message(stream, &name, subject).await?.is_none() {
+        return Ok(Vec::new());
     }
     let failed = |e: ReadError| server(&name, "read a subject", e);
     let log = RunLog::open_on(stream, vec![subject.to_owned()], From::Start)
@@ -219,11 +214,20 @@ pub async fn last_on_subject(
     stream_name: &str,
     subject: &str,
 ) -> Result<Option<(u64, bytes::Bytes)>, StreamError> {
-    use async_nats::jetstream::stream::LastRawMessageErrorKind;
     let stream = js
         .get_stream_no_info(stream_name)
         .await
         .map_err(|e| server(stream_name, "read it", e))?;
+    last_message(&stream, stream_name, subject).await
+}
+
+/// [`last_on_subject`] on a stream already looked up (`stream_name` names it in errors).
+async fn last_message<I>(
+    stream: &stream::Stream<I>,
+    stream_name: &str,
+    subject: &str,
+) -> Result<Option<(u64, bytes::Bytes)>, StreamError> {
+    use async_nats::jetstream::stream::LastRawMessageErrorKind;
     match stream.get_last_raw_message_by_subject(subject).await {
         Ok(m) => Ok(Some((m.sequence, m.payload))),
         Err(e) if matches!(e.kind(), LastRawMessageErrorKind::NoMessageFound) => Ok(None),
