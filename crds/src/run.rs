@@ -218,6 +218,12 @@ pub struct RunStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 16))]
     pub pending_interrupts: Vec<PendingInterrupt>,
+    /// Interrupts whose request events are still being recorded (a gate's suspension is
+    /// recorded before its approval or questions): not answerable yet, and the run does not
+    /// wait on them until they move to `pendingInterrupts`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub recording_interrupts: Vec<PendingInterrupt>,
     /// Nodes executing now (concurrent branches).
     #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
     #[schemars(length(max = 64))]
@@ -300,6 +306,7 @@ impl RunStatus {
             last_sequence: self.last_sequence,
             running_nodes: self.running_nodes.iter().cloned().collect(),
             pending_interrupts: self.pending_interrupts.clone(),
+            recording_interrupts: self.recording_interrupts.clone(),
             error: self.error.clone(),
             timers: self.timers.clone(),
             children: self.child_waits.clone(),
@@ -319,6 +326,7 @@ impl RunStatus {
         self.last_sequence = p.last_sequence;
         self.running_nodes = p.running_nodes;
         self.pending_interrupts = p.pending_interrupts;
+        self.recording_interrupts = p.recording_interrupts;
         self.error = p.error;
         self.timers = p.timers;
         self.child_waits = p.children;

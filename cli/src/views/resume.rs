@@ -12,7 +12,7 @@ use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use openwop_crds::{InterruptAnswer, Run};
 use openwop_protocol::run::snapshot::{AnswerError, Reply};
-use openwop_protocol::run::status::AnswerMismatch;
+use openwop_protocol::run::status::{AnswerMismatch, PendingInterrupt};
 use serde_json::{Map, Value, json};
 
 use super::{NamespaceArg, client_and_namespace};
@@ -98,6 +98,25 @@ pub fn build_answer(run: &Run, args: &ResumeArgs) -> Result<InterruptAnswer> {
             .collect::<Vec<_>>()
             .join(", ")
     };
+    let recording = |p: &PendingInterrupt| {
+        args.interrupt
+            .as_ref()
+            .map_or(args.node.as_ref().is_none_or(|n| &p.node_id == n), |id| {
+                &p.interrupt_id == id
+            })
+    };
+    let targeted = args.interrupt.is_some() || args.node.is_some();
+    if (targeted || all.is_empty())
+        && let Some(p) = run
+            .status
+            .as_ref()
+            .and_then(|s| s.recording_interrupts.iter().find(|p| recording(p)))
+    {
+        bail!(
+            "the interrupt at node {} of Run {name} is still being recorded (its approval or questions are not in the Run's status yet); retry in a moment",
+            p.node_id
+        )
+    }
     let pending = match (&args.interrupt, &args.node) {
         (Some(id), _) => all.iter().find(|p| &p.interrupt_id == id),
         (None, Some(node)) => match all.iter().find(|p| &p.node_id == node) {
@@ -382,6 +401,31 @@ mod tests {
             ..Default::default()
         });
         run
+    }
+
+    /// An interrupt still being recorded (its approval not in the status yet) is not
+    /// answered: the user is told to retry, whichever way they name it.
+    #[test]
+    fn an_interrupt_still_being_recorded_is_not_answered() {
+        let mut run = waiting("approval", &[]);
+        let st = run.status.as_mut().unwrap();
+        st.phase = Some(RunPhase::Running);
+        st.recording_interrupts = std::mem::take(&mut st.pending_interrupts);
+        for argv in [
+            &["r1", "--approve"][..],
+            &["r1", "--approve", "--node", "n"],
+            &["r1", "--approve", "--interrupt", "i1"],
+        ] {
+            let e = build_answer(&run, &args(argv)).unwrap_err();
+            assert_eq!(
+                e.to_string(),
+                "the interrupt at node n of Run r1 is still being recorded (its approval or questions are not in the Run's status yet); retry in a moment",
+                "{argv:?}"
+            );
+        }
+        // Another node named: not this one's business.
+        let e = build_answer(&run, &args(&["r1", "--approve", "--node", "m"])).unwrap_err();
+        assert!(!e.to_string().contains("being recorded"), "{e}");
     }
 
     #[test]

@@ -61,6 +61,7 @@ pub(super) async fn cancel(rr: &mut RunReconcile<'_>) -> Result<Action, Error> {
             rr.draft.stop_worker();
             rr.draft.status.phase = Some(RunPhase::Cancelling);
             rr.draft.status.pending_interrupts.clear();
+            rr.draft.status.recording_interrupts.clear();
             rr.draft.event(
                 EventType::Normal,
                 Reason::Cancelling,
@@ -143,6 +144,7 @@ async fn start_cancel_worker(rr: &mut RunReconcile<'_>) -> Result<Action, Error>
     draft.status.worker_pod = Some(p.clone());
     draft.status.phase = Some(RunPhase::Cancelling);
     draft.status.pending_interrupts.clear();
+    draft.status.recording_interrupts.clear();
     draft.status.retry_after = None;
     draft.set_condition(
         ConditionType::Scheduled,

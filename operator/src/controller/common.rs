@@ -410,6 +410,7 @@ impl Draft {
         self.status.completion_time = Some(Time(self.now));
         self.status.retry_after = None;
         self.status.pending_interrupts.clear();
+        self.status.recording_interrupts.clear();
         self.status.running_nodes.clear();
         let ok = phase == RunPhase::Completed;
         if ok {

@@ -513,3 +513,69 @@ pub(super) async fn build_worker_pod(
     ensure_nats_credentials(rr.ctx, &rr.ns).await?;
     Ok(pod)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use openwop_protocol::run::gate::Gate;
+    use openwop_protocol::run::nodes::APPROVAL_GATE_TYPE_ID;
+    use openwop_protocol::run::projection::Projection;
+    use serde_json::{Value, json};
+
+    /// The controller starts no worker for a quorum gate before its votes decide it, at every
+    /// moment of the gate's recording (a status may be written after each of its events) and
+    /// with any number of votes already in `spec.answers`.
+    #[test]
+    fn no_worker_for_a_quorum_gate_before_its_quorum_at_any_moment_of_its_recording() {
+        let g = Gate::of(
+            "gate",
+            APPROVAL_GATE_TYPE_ID,
+            &json!({"title": "Ship?", "requiredApprovals": 3}),
+        )
+        .unwrap();
+        let w = g.wait("gate", "i1", "2026-12-07T10:00:00Z");
+        let events = [
+            ("node.started", json!({"nodeId": "gate"})),
+            (
+                "node.suspended",
+                serde_json::to_value(&w.suspended).unwrap(),
+            ),
+            (
+                "interrupt.requested",
+                serde_json::to_value(&w.requested).unwrap(),
+            ),
+            (
+                "approval.requested",
+                serde_json::to_value(w.approval.as_ref().unwrap()).unwrap(),
+            ),
+        ];
+        for k in 0..=events.len() {
+            let mut p = Projection::default();
+            for (seq, (ty, payload)) in events[..k].iter().enumerate() {
+                p.apply(
+                    &json!({"type": ty, "sequence": seq, "nodeId": "gate", "payload": payload}),
+                );
+            }
+            for votes in 0..=3 {
+                let answers: Vec<Value> = (0..votes)
+                    .map(|v| json!({"interruptId": "i1", "nodeId": "gate", "action": "accept", "value": {"voter": format!("v{v}")}}))
+                    .collect();
+                let mut run: Run = serde_json::from_value(json!({
+                    "apiVersion": "openwop.dev/v1alpha1", "kind": "Run",
+                    "metadata": {"name": "r", "namespace": "ns"},
+                    "spec": {"workflowRef": {"name": "w"}, "answers": answers},
+                }))
+                .unwrap();
+                let mut status = RunStatus::default();
+                status.set_projection(p.clone());
+                run.status = Some(status.clone());
+                let started = newly_answered(&run, &status);
+                assert_eq!(
+                    !started.is_empty(),
+                    votes == 3 && k == events.len(),
+                    "after event {k} with {votes} vote(s): {started:?}"
+                );
+            }
+        }
+    }
+}

@@ -301,10 +301,7 @@ async fn answer(
         let interrupt_id = answer.interrupt_id.clone();
         let mut answers = run.spec.answers.clone();
         answers.push(answer);
-        // A vote that leaves a quorum undecided resumes nothing, nor does any answer to a paused
-        // run: no resolution to wait for.
-        let decides = run.spec.pause.is_none()
-            && pending_at(&run, node_id).is_some_and(|p| quorum::decided(p, &answers));
+        let decides = resumes(&run, node_id, &answers);
         match api
             .patch(
                 &run.name_any(),
@@ -353,6 +350,23 @@ async fn answer(
 }
 
 /// The interrupt the Run's status shows waiting at `node_id`.
+/// Whether `answers` (the Run's with a new one appended) decide the interrupt pending at
+/// `node_id`, so the run resumes: a vote that leaves a quorum undecided resumes nothing, nor
+/// does any answer to a paused run.
+fn resumes(run: &Run, node_id: &str, answers: &[InterruptAnswer]) -> bool {
+    run.spec.pause.is_none()
+        && pending_at(run, node_id).is_some_and(|p| quorum::decided(p, answers))
+}
+
+/// Whether the interrupt at `node_id` is still being recorded (not answerable yet).
+fn recording_at(run: &Run, node_id: &str) -> bool {
+    !phase(run).is_terminal()
+        && run
+            .status
+            .as_ref()
+            .is_some_and(|s| s.recording_interrupts.iter().any(|p| p.node_id == node_id))
+}
+
 fn pending_at<'a>(run: &'a Run, node_id: &str) -> Option<&'a PendingInterrupt> {
     run.status
         .as_ref()?
@@ -612,9 +626,18 @@ fn answer_for(
         .cloned();
     let Some(pending) = pending else {
         // The event that answered it, again: nothing to append. Answered before (the worker
-        // may have resolved it since): 409; never waited: 404.
+        // may have resolved it since): 409; still being recorded: 503; never waited: 404.
         if redelivered(run, node_id, expect, &req.resume_value) {
             return Ok(None);
+        }
+        if recording_at(run, node_id) {
+            return Err(ApiError::unavailable(
+                format!(
+                    "the interrupt at node {node_id:?} of run {run_id} is still being recorded \
+                     (its approval or questions are not in the run's status yet); retry shortly"
+                ),
+                Duration::from_secs(1),
+            ));
         }
         if run
             .spec
@@ -935,5 +958,103 @@ mod tests {
         .unwrap_err();
         assert_eq!(bad.status.as_u16(), 400);
         assert!(bad.body.message.contains("voter"), "{}", bad.body.message);
+    }
+
+    /// The quorum gate's recording, vote by vote: a status may be written after any of its
+    /// events, and each of three voters may send their vote at any of those moments (a vote
+    /// refused with 503 while the gate is being recorded is sent again at the next one, as
+    /// a client honouring Retry-After does). Whatever the moments, the run resumes only on
+    /// the third accept: never decided by fewer votes than the gate requires.
+    #[test]
+    fn votes_at_every_moment_of_a_quorum_gates_recording_decide_only_at_the_quorum() {
+        use openwop_protocol::run::nodes::APPROVAL_GATE_TYPE_ID;
+        use openwop_protocol::run::projection::Projection;
+        let g = gate::Gate::of(
+            "gate",
+            APPROVAL_GATE_TYPE_ID,
+            &json!({"title": "Ship?", "requiredApprovals": 3}),
+        )
+        .unwrap();
+        let w = g.wait("gate", "i1", "2026-12-07T10:00:00Z");
+        let mut events = vec![
+            ("node.started", json!({"nodeId": "gate"})),
+            (
+                "node.suspended",
+                serde_json::to_value(&w.suspended).unwrap(),
+            ),
+            (
+                "interrupt.requested",
+                serde_json::to_value(&w.requested).unwrap(),
+            ),
+        ];
+        events.push((
+            "approval.requested",
+            serde_json::to_value(w.approval.as_ref().unwrap()).unwrap(),
+        ));
+        let prefixes = events.len() + 1;
+        let status_after = |k: usize| {
+            let mut p = Projection::default();
+            for (seq, (ty, payload)) in events[..k].iter().enumerate() {
+                p.apply(
+                    &json!({"type": ty, "sequence": seq, "nodeId": "gate", "payload": payload}),
+                );
+            }
+            p
+        };
+        let mut tried = 0;
+        // The moment (prefix) at which each of the three voters first sends their vote.
+        for a in 0..prefixes {
+            for b in a..prefixes {
+                for c in b..prefixes {
+                    let mut want = [a, b, c];
+                    let mut answers: Vec<InterruptAnswer> = Vec::new();
+                    for k in 0..prefixes {
+                        let mut r = run("running", json!([]), json!([]));
+                        r.status.as_mut().unwrap().set_projection(status_after(k));
+                        r.spec.answers = answers.clone();
+                        for (voter, at) in want.iter_mut().enumerate() {
+                            if *at != k {
+                                continue;
+                            }
+                            tried += 1;
+                            let v = req(
+                                json!({"action": "accept", "voter": format!("v{voter}")}),
+                                None,
+                            );
+                            match answer_for(&r, "run-1", "gate", None, v) {
+                                Ok(Some(answer)) => {
+                                    answers.push(answer.answered("sa", "2026-12-07T10:01:00Z"));
+                                    r.spec.answers = answers.clone();
+                                    assert_eq!(
+                                        resumes(&r, "gate", &answers),
+                                        answers.len() >= 3,
+                                        "votes first sent at {:?}: {} vote(s) in after event {k}",
+                                        [a, b, c],
+                                        answers.len()
+                                    );
+                                }
+                                // Not suspended yet (404), or still being recorded (503): sent
+                                // again at the next moment.
+                                Err(e) if matches!(e.status.as_u16(), 404 | 503) => {
+                                    assert_eq!(
+                                        e.status == StatusCode::SERVICE_UNAVAILABLE,
+                                        k == 2 || k == 3,
+                                        "after event {k}: {e}"
+                                    );
+                                    *at = k + 1;
+                                }
+                                other => panic!("after event {k}: {other:?}"),
+                            }
+                        }
+                    }
+                    assert_eq!(
+                        answers.len(),
+                        3,
+                        "every voter got their vote in once the gate was recorded"
+                    );
+                }
+            }
+        }
+        assert!(tried >= 35, "{tried}");
     }
 }

@@ -42,6 +42,15 @@ pub struct Projection {
     /// [`MAX_PENDING_INTERRUPTS`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pending_interrupts: Vec<PendingInterrupt>,
+    /// Interrupts whose request events are still being recorded: a gate records
+    /// `node.suspended` first, then `interrupt.requested` and `approval.requested` /
+    /// `clarification.requested`, and a status may be written between any two of them. Such
+    /// an interrupt is neither waited on nor answerable until the last of its request events
+    /// moves it to `pending_interrupts`, so no reader ever sees an approval without its
+    /// quorum, actions and title, or a clarification without its questions (a quorum judged
+    /// without its `requiredApprovals` would be decided by one vote).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub recording_interrupts: Vec<PendingInterrupt>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<RunError>,
     /// Delay nodes waiting for their wake time (durable waits, `run::waits`): the run stays
@@ -115,6 +124,7 @@ pub fn open_when_ended<'a>(events: impl IntoIterator<Item = &'a Value>) -> Vec<P
             p.apply(e);
         }
     }
+    p.pending_interrupts.extend(p.recording_interrupts);
     p.pending_interrupts
 }
 
@@ -202,8 +212,12 @@ impl Projection {
                 let node_id = node.unwrap_or_default();
                 self.running_nodes.remove(node_id);
                 // What a companion event already said (a pipeline's clarification comes first).
-                let earlier = self.take_pending(interrupt_id, node_id).unwrap_or_default();
-                self.push_pending(PendingInterrupt {
+                let earlier = self.take_any(interrupt_id, node_id);
+                // A gate's request events follow its suspension; a low-confidence escalation
+                // has none, and a pipeline's clarification recorded them before it.
+                let recording = earlier.is_none() && s(payload, "reason") != Some("low-confidence");
+                let earlier = earlier.map(|(p, _)| p).unwrap_or_default();
+                let p = PendingInterrupt {
                     interrupt_id: interrupt_id.to_owned(),
                     node_id: node_id.to_owned(),
                     kind: kind.to_owned(),
@@ -218,32 +232,35 @@ impl Projection {
                     key: earlier.key,
                     required_approvals: earlier.required_approvals,
                     rejection_policy: earlier.rejection_policy,
-                });
+                };
+                self.put(p, recording);
                 self.current_node = node.map(str::to_owned);
                 self.settle();
             }
             "clarification.requested" => {
+                // A clarification's last request event.
                 let interrupt_id = s(payload, "interruptId").unwrap_or_default();
                 let node_id = node.unwrap_or_default();
-                let mut p =
-                    self.take_pending(interrupt_id, node_id)
-                        .unwrap_or_else(|| PendingInterrupt {
-                            interrupt_id: interrupt_id.to_owned(),
-                            node_id: node_id.to_owned(),
-                            kind: "clarification".into(),
-                            ..PendingInterrupt::default()
-                        });
+                let mut p = self
+                    .take_any(interrupt_id, node_id)
+                    .map(|(p, _)| p)
+                    .unwrap_or_else(|| PendingInterrupt {
+                        interrupt_id: interrupt_id.to_owned(),
+                        node_id: node_id.to_owned(),
+                        kind: "clarification".into(),
+                        ..PendingInterrupt::default()
+                    });
                 p.questions = questions_of(payload);
-                self.push_pending(p);
+                self.put(p, false);
                 self.settle();
             }
             "interrupt.requested" => {
                 // The key, and the correlation an external event must carry (its
-                // node.suspended came first); other kinds' data is told by their companion
-                // events.
+                // node.suspended came first). The last request event of an external-event or
+                // custom interrupt; an approval's or a clarification's companion follows.
                 let interrupt_id = s(payload, "interruptId").unwrap_or_default();
                 let node_id = node.unwrap_or_default();
-                if let Some(mut p) = self.take_pending(interrupt_id, node_id) {
+                if let Some((mut p, recording)) = self.take_any(interrupt_id, node_id) {
                     p.key = s(payload, "key").map(|k| truncate(k, MAX_KEY_CHARS));
                     if s(payload, "kind") == Some("external-event") {
                         p.correlation = payload
@@ -251,14 +268,17 @@ impl Projection {
                             .and_then(Value::as_object)
                             .cloned();
                     }
-                    self.push_pending(p);
+                    let companion_follows = matches!(p.kind.as_str(), "approval" | "clarification");
+                    self.put(p, recording && companion_follows);
                 }
+                self.settle();
             }
             "approval.requested" => {
-                // The actions and title of a gate's approval (its node.suspended came first).
+                // The actions, title and quorum of a gate's approval: its last request event
+                // (its node.suspended came first).
                 let interrupt_id = s(payload, "interruptId").unwrap_or_default();
                 let node_id = node.unwrap_or_default();
-                if let Some(mut p) = self.take_pending(interrupt_id, node_id) {
+                if let Some((mut p, _)) = self.take_any(interrupt_id, node_id) {
                     p.actions = payload
                         .get("actions")
                         .and_then(Value::as_array)
@@ -279,7 +299,7 @@ impl Projection {
                             Some(q.required.min(super::quorum::MAX_REQUIRED_APPROVALS));
                         p.rejection_policy = Some(q.policy.as_str().to_owned());
                     }
-                    self.push_pending(p);
+                    self.put(p, false);
                 }
                 self.settle()
             }
@@ -309,14 +329,21 @@ impl Projection {
 
     /// The phase once nothing else can run: the waiting phase of the pending interrupts.
     /// The worker stamps it on its summary when it exits suspended.
+    /// Everything the worker records for its waits is in its log by then: an interrupt still
+    /// being recorded (a log written by a worker that recorded no request events) is pending.
     pub fn suspend(&mut self) {
         self.running_nodes.clear();
+        let recorded = std::mem::take(&mut self.recording_interrupts);
+        for p in recorded {
+            self.push_pending(p);
+        }
         self.settle();
     }
 
     fn end(&mut self, phase: RunPhase) {
         self.phase = Some(phase);
         self.pending_interrupts.clear();
+        self.recording_interrupts.clear();
         self.running_nodes.clear();
         self.timers.clear();
         self.children.clear();
@@ -350,20 +377,36 @@ impl Projection {
     /// Removes the pending interrupt `id` (or, without an id, the one of `node`; with
     /// neither, all: an older log's resolution names nothing).
     fn resolve(&mut self, id: Option<&str>, node: Option<&str>) {
-        match (id, node) {
-            (Some(id), _) => self.pending_interrupts.retain(|p| p.interrupt_id != id),
-            (None, Some(n)) => self.pending_interrupts.retain(|p| p.node_id != n),
-            (None, None) => self.pending_interrupts.clear(),
+        for list in [&mut self.pending_interrupts, &mut self.recording_interrupts] {
+            match (id, node) {
+                (Some(id), _) => list.retain(|p| p.interrupt_id != id),
+                (None, Some(n)) => list.retain(|p| p.node_id != n),
+                (None, None) => list.clear(),
+            }
         }
     }
 
-    /// Takes the entry of interrupt `id`, or an entry of `node` without an id yet.
-    fn take_pending(&mut self, id: &str, node: &str) -> Option<PendingInterrupt> {
-        let i = self.pending_interrupts.iter().position(|p| {
+    /// Takes the entry of interrupt `id`, or an entry of `node` without an id yet, from the
+    /// pending or the recording interrupts; `true` when it was still being recorded.
+    fn take_any(&mut self, id: &str, node: &str) -> Option<(PendingInterrupt, bool)> {
+        let matches = |p: &PendingInterrupt| {
             (!id.is_empty() && p.interrupt_id == id)
                 || (p.interrupt_id.is_empty() && p.node_id == node)
-        })?;
-        Some(self.pending_interrupts.remove(i))
+        };
+        if let Some(i) = self.recording_interrupts.iter().position(matches) {
+            return Some((self.recording_interrupts.remove(i), true));
+        }
+        let i = self.pending_interrupts.iter().position(matches)?;
+        Some((self.pending_interrupts.remove(i), false))
+    }
+
+    /// Files `p` as still being recorded or as pending.
+    fn put(&mut self, p: PendingInterrupt, recording: bool) {
+        if !recording {
+            self.push_pending(p);
+        } else if self.recording_interrupts.len() < MAX_PENDING_INTERRUPTS {
+            self.recording_interrupts.push(p);
+        }
     }
 
     fn push_pending(&mut self, p: PendingInterrupt) {
@@ -411,6 +454,12 @@ impl Projection {
             .into_iter()
             .map(PendingInterrupt::bounded)
             .collect();
+        p.recording_interrupts.truncate(MAX_PENDING_INTERRUPTS);
+        p.recording_interrupts = p
+            .recording_interrupts
+            .into_iter()
+            .map(PendingInterrupt::bounded)
+            .collect();
         p.error = p.error.map(|e| RunError::new(e.code, &e.message));
         p.timers.truncate(MAX_WAITS);
         p.timers
@@ -431,7 +480,7 @@ impl Projection {
 ///   stays so, whatever late events say); `cancelling` holds until `newer` is terminal (late
 ///   events of the stopped worker must not make it look running again); otherwise `newer`'s,
 ///   else the stored one;
-/// * **pending interrupts, running nodes, timers, child waits, error** — they belong to the phase: the stored ones
+/// * **pending and recording interrupts, running nodes, timers, child waits, error** — they belong to the phase: the stored ones
 ///   while the phase is held, else `newer`'s (the error: `newer`'s, else the stored one);
 /// * **current node** — `newer`'s, else the stored one (informational: the last node named);
 /// * **events, lastSequence** — the larger: counters never go backwards (the consumer may
@@ -455,6 +504,7 @@ pub fn merge(stored: &Projection, newer: &Projection) -> Projection {
         last_sequence: stored.last_sequence.max(newer.last_sequence),
         running_nodes: from.running_nodes.clone(),
         pending_interrupts: from.pending_interrupts.clone(),
+        recording_interrupts: from.recording_interrupts.clone(),
         timers: from.timers.clone(),
         children: from.children.clone(),
         error: if held {
@@ -663,6 +713,12 @@ mod tests {
             "node.suspended",
             json!({"nodeId": "m", "interruptId": "i2", "kind": "approval"}),
         ));
+        // Its approval's last request event (the gate records it after the suspension).
+        p.apply(&ev(
+            2,
+            "approval.requested",
+            json!({"nodeId": "m", "interruptId": "i2", "actions": ["accept", "reject"]}),
+        ));
         // Two interrupts of two nodes: each keeps its own questions.
         assert_eq!(p.pending_interrupts.len(), 2);
         assert_eq!(p.pending_interrupts[0].questions.len(), 1);
@@ -711,8 +767,11 @@ mod tests {
         assert_eq!(p.phase, Some(RunPhase::Running));
         assert_eq!(p.pending_interrupts.len(), 1);
         p.apply(&ev(6, "node.suspended", suspended("q2", "i2")));
+        // A gate records its questions after its suspension: not waited on before them.
+        assert_eq!(p.recording_interrupts.len(), 1);
+        p.apply(&ev(7, "clarification.requested", json!({"nodeId": "q2", "interruptId": "i2", "questions": [{"id": "b", "question": "B?"}]})));
         assert_eq!(p.phase, Some(RunPhase::Running));
-        p.apply(&ev(7, "node.completed", node("free")));
+        p.apply(&ev(8, "node.completed", node("free")));
         // Nothing else can run: waiting for input, both interrupts listed in order.
         assert_eq!(p.phase, Some(RunPhase::WaitingInput));
         let ids: Vec<&str> = p
@@ -723,31 +782,34 @@ mod tests {
         assert_eq!(ids, ["i1", "i2"]);
         assert_eq!(p.pending_interrupts[0].questions[0].id, "a");
         // q2 answered (a new worker): q2 runs again, then finishes; q1 still waits.
-        p.apply(&ev(8, "run.resumed", json!({"interruptId": "i2"})));
+        p.apply(&ev(9, "run.resumed", json!({"interruptId": "i2"})));
         p.apply(&ev(
-            9,
+            10,
             "clarification.resolved",
             json!({"nodeId": "q2", "interruptId": "i2"}),
         ));
         p.apply(&ev(
-            10,
+            11,
             "node.resumed",
             json!({"nodeId": "q2", "interruptId": "i2"}),
         ));
         assert_eq!(p.phase, Some(RunPhase::Running));
-        p.apply(&ev(11, "node.completed", node("q2")));
+        p.apply(&ev(12, "node.completed", node("q2")));
         assert_eq!(p.phase, Some(RunPhase::WaitingInput));
         assert_eq!(p.pending_interrupts.len(), 1);
         assert_eq!(p.pending_interrupts[0].node_id, "q1");
         // The list is bounded.
         for i in 0..(MAX_PENDING_INTERRUPTS as u64 + 5) {
+            let (n, x) = (format!("n{i}"), format!("x{i}"));
+            p.apply(&ev(13 + 2 * i, "node.suspended", suspended(&n, &x)));
             p.apply(&ev(
-                12 + i,
-                "node.suspended",
-                suspended(&format!("n{i}"), &format!("x{i}")),
+                14 + 2 * i,
+                "clarification.requested",
+                json!({"nodeId": n, "interruptId": x, "questions": [{"id": "q", "question": "Q?"}]}),
             ));
         }
         assert_eq!(p.pending_interrupts.len(), MAX_PENDING_INTERRUPTS);
+        assert!(p.recording_interrupts.is_empty());
         assert!(p.to_termination_message().len() <= TERMINATION_MESSAGE_BYTES);
     }
 
@@ -947,13 +1009,23 @@ mod tests {
             "node.suspended",
             json!({"nodeId": "gate", "interruptId": "i1", "kind": "approval"}),
         ));
+        assert_eq!(
+            p.phase,
+            Some(RunPhase::Running),
+            "its approval is still being recorded"
+        );
+        p.apply(&ev(
+            6,
+            "approval.requested",
+            json!({"nodeId": "gate", "interruptId": "i1", "actions": ["accept", "reject"]}),
+        ));
         assert_eq!(p.phase, Some(RunPhase::WaitingApproval));
-        p.apply(&ev(6, "node.completed", json!({"nodeId": "wait"})));
-        p.apply(&ev(7, "node.failed", json!({"nodeId": "sub"})));
+        p.apply(&ev(7, "node.completed", json!({"nodeId": "wait"})));
+        p.apply(&ev(8, "node.failed", json!({"nodeId": "sub"})));
         assert!(!p.dormant() && p.wake_at().is_none());
         let merged = merge(&Projection::default(), &summary);
         assert_eq!((merged.timers.len(), merged.children.len()), (1, 1));
-        p.apply(&ev(8, "run.cancelled", json!({})));
+        p.apply(&ev(9, "run.cancelled", json!({})));
         assert!(p.timers.is_empty());
     }
 }
