@@ -7,14 +7,17 @@
 //! retried call, answer a clarification and an approval, cancel a run; a read-only token sees
 //! no buttons and its forged writes are refused; model output carrying markup runs nothing;
 //! a deep link opens the right node and event; a parent's page shows its sub-workflow child
-//! and a custom interrupt is answered through its card (`webui/children.rs`). Tests run one at
-//! a time (one release).
+//! and a custom interrupt is answered through its card (`webui/children.rs`); long node ids
+//! and type ids stay inside their graph boxes and read whole on hover (`webui/graph.rs`).
+//! Tests run one at a time (one release).
 
 #[path = "webui/browser.rs"]
 mod browser;
 #[path = "webui/children.rs"]
 mod children;
 mod common;
+#[path = "webui/graph.rs"]
+mod graph;
 #[path = "webui/kit.rs"]
 mod kit;
 

@@ -6,7 +6,10 @@ export const TERMINAL_PHASES = new Set(['completed', 'failed', 'cancelled']);
 
 export const nodeOf = (e) => e.nodeId || (e.payload && e.payload.nodeId) || null;
 
-// pending / running / waiting / completed / failed / skipped, per node id.
+// Every state a node can show, and so every state `nodeStates` gives.
+export const NODE_STATES = ['pending', 'running', 'waiting', 'completed', 'failed', 'skipped'];
+
+// One of NODE_STATES per node id (a node not named is pending).
 export function nodeStates(events) {
   const st = new Map();
   for (const e of events) {
