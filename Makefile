@@ -51,7 +51,7 @@ ui:
 ui-check:
 	cd operator/ui && npm ci --no-audit --no-fund --loglevel=error && node build.mjs --check
 
-## screenshots: regenerate docs/webui/*.png (the README's "Web UI" pictures) in headless Chromium on the mini-cluster.
+## screenshots: regenerate docs/webui/*.png (the pictures of docs/web-ui.md) in headless Chromium on the mini-cluster.
 screenshots: build
 	bash e2e/cluster/cluster.sh up
 	$(CARGO) test -p openwop-e2e --test webui -- --ignored --nocapture --test-threads=1 screenshots

@@ -8,7 +8,7 @@ pub mod webhook_receiver;
 pub use cluster::{Cluster, ClusterError, ClusterOptions, cluster, cluster_with};
 
 /// A Role and RoleBinding (both named `name`) giving ServiceAccount `name` of the namespace
-/// they are applied in what a team needs of the REST API (the README's example): create,
+/// they are applied in what a team needs of the REST API (the Role of docs/rest-api.md): create,
 /// follow, answer and cancel runs; read workflows.
 pub fn rest_role(name: &str) -> String {
     format!(

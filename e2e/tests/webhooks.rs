@@ -1,4 +1,4 @@
-//! Webhooks end to end (README "Webhooks"): the chart installed with a receiver this test
+//! Webhooks end to end (docs/webhooks.md): the chart installed with a receiver this test
 //! runs allowed through `webhooks.allowHosts` (it listens on 127.0.0.1) and its CA in
 //! `webhooks.caBundle`; a subscription registered over REST with a ServiceAccount token; a
 //! run whose provider call is held while the operator pod is deleted. The receiver must get

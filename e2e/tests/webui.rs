@@ -1,4 +1,4 @@
-//! The web run viewer (`/ui/`, README "Web UI") in a real browser: headless Chromium from
+//! The web run viewer (`/ui/`, docs/web-ui.md) in a real browser: headless Chromium from
 //! Debian driven over WebDriver, against the operator installed on the mini-cluster by the
 //! chart, with runs whose provider calls are scripted (`spec.providerMocks`).
 //!
@@ -485,7 +485,7 @@ async fn approve_cancel_read_only_and_model_output_is_text() {
     delete_namespace(&c.client, &ns).await;
 }
 
-/// `make screenshots`: the README's pictures (docs/webui/*.png) from a real run of each kind,
+/// `make screenshots`: the pictures of docs/web-ui.md (docs/webui/*.png) from a real run of each kind,
 /// in light and dark.
 #[tokio::test]
 #[ignore = "regenerates docs/webui/*.png: make screenshots"]

@@ -201,7 +201,7 @@ async fn publish_now(recorder: &Recorder, regarding: &ObjectReference, n: Note) 
 /// Why a replace of the status subresource and not a server-side apply: the status has one
 /// writer identity ([`MANAGER`]) and each write carries all of it under the precondition, which
 /// is what a replace means; the API server spends less CPU on it (no managed-fields merge):
-/// 0.5-1.3 ms less per write on the mini-cluster (README, "Concurrency and performance").
+/// 0.5-1.3 ms less per write on the mini-cluster (docs/bench-log.md, "The API server's cost per request").
 pub async fn write_run_status(
     runs: &Api<Run>,
     name: &str,

@@ -314,7 +314,7 @@ pub fn forbidden(caller: &Caller, verb: Verb, resource: Resource, namespace: &st
     let (v, r) = (verb.as_str(), resource.as_str());
     ApiError::forbidden(format!(
         "{} may not {v} {r}.{GROUP} in namespace {namespace}; grant it with a Role \
-         (README \"Using the REST API\")",
+         (docs/rest-api.md, \"Who may call\")",
         caller.username
     ))
     .with_details(serde_json::json!({

@@ -1,5 +1,5 @@
 //! The web run viewer, served by every operator replica at `/ui/` beside the REST API
-//! (README "Web UI").
+//! (docs/web-ui.md).
 //!
 //! The page is a static single-page app ([`assets`], built from `operator/ui/` and embedded in
 //! the binary) that reads and writes runs only through the REST API (`/v1/...`). This module

@@ -18,7 +18,7 @@ use super::*;
 
 /// One namespace with its own operator (REST config `rest`), a held Run `live` (its worker
 /// never starts, so only the test writes its events) and a ServiceAccount `team` with the
-/// README's Role.
+/// Role of docs/rest-api.md.
 struct RestFixture {
     c: openwop_e2e::Cluster,
     ns: Namespace,
