@@ -10,7 +10,9 @@
 //! * [`reasoning`] — the MEUP reasoning-transparency subject;
 //! * [`stop`] — SIGTERM: stop at a safe point (and cancel);
 //! * [`pause`] — the operator's pause: stop at a safe point, record `run.paused`;
-//! * [`telemetry`] — OTLP spans for run, node, provider call and envelope (off by default).
+//! * [`telemetry`] — OTLP spans for run, node, provider call and envelope (off by default);
+//! * [`mod@run`] — one process's run, from its parsed environment to its exit code (the
+//!   binary only parses [`openwop_protocol::run::env::WorkerEnv`] and calls [`run()`]).
 
 pub mod eventlog;
 pub mod executor;
@@ -18,7 +20,9 @@ pub mod nats;
 pub mod pause;
 pub mod providers;
 pub mod reasoning;
+pub mod run;
 pub mod stop;
 pub mod telemetry;
 
 pub use openwop_protocol::run::exit;
+pub use run::{RunError, run};

@@ -20,7 +20,7 @@ use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
 use openwop_protocol::redact::Redactor;
 use openwop_protocol::run::env::WorkerEnv;
-use openwop_protocol::run::telemetry::{AttrValue, ERROR_CODE};
+use openwop_protocol::run::telemetry::{AttrValue, ERROR_CODE, NAMESPACE, RUN_ID};
 
 /// Why the exporter could not be set up (the worker then runs without spans and says so).
 #[derive(Debug, thiserror::Error)]
@@ -110,6 +110,28 @@ impl Otel {
         }
         Ok(Otel {
             provider: Some(provider.build()),
+        })
+    }
+
+    /// The worker's exporter as the pod's environment configures it ([`endpoints_from_env`]):
+    /// off when no endpoint is set, and off with a warning when none can be set up (spans are
+    /// never a reason not to run).
+    pub fn for_worker(wenv: &WorkerEnv, get: impl Fn(&str) -> Option<String>) -> Self {
+        let endpoints = endpoints_from_env(wenv, get);
+        if endpoints.is_empty() {
+            return Otel::off();
+        }
+        // The resource names the run, so a span store can file every batch under it.
+        let run: Vec<(&'static str, String)> = [
+            (RUN_ID, wenv.run_id.clone()),
+            (NAMESPACE, wenv.run_namespace.clone()),
+        ]
+        .into_iter()
+        .filter_map(|(k, v)| Some((k, v?)))
+        .collect();
+        Otel::to_endpoints(&endpoints, &run).unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "running without OTLP spans");
+            Otel::off()
         })
     }
 

@@ -7,7 +7,7 @@ use clap::Args;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams};
-use openwop_crds::{PendingInterrupt, Run, RunPhase};
+use openwop_crds::{PendingInterrupt, Run, RunPhase, RunStatus};
 
 use super::{NamespaceArg, client_and_namespace, format_age, one_line};
 
@@ -162,9 +162,22 @@ pub fn resume_hint(run: &Run, pending: &PendingInterrupt) -> Option<String> {
 }
 
 /// `describe` output: identity, status, conditions, pending interrupt, error, worker pod.
+/// Each section is written by its own function, in this order.
 pub fn describe_text(run: &Run, now: Timestamp) -> String {
     let status = run.status.clone().unwrap_or_default();
     let mut o = String::new();
+    describe_summary(&mut o, run, &status, now);
+    describe_conditions(&mut o, &status);
+    describe_waits(&mut o, &status);
+    for p in &status.pending_interrupts {
+        describe_interrupt(&mut o, run, &status, p);
+    }
+    describe_answers(&mut o, run, &status);
+    o
+}
+
+/// The Run's identity and status fields, one per line (`-` when unset), and its error.
+fn describe_summary(o: &mut String, run: &Run, status: &RunStatus, now: Timestamp) {
     let opt = |v: Option<String>| v.unwrap_or_else(|| "-".into());
     let _ = writeln!(o, "Name:          {}", run.name_any());
     let _ = writeln!(o, "Namespace:     {}", run.namespace().unwrap_or_default());
@@ -214,6 +227,10 @@ pub fn describe_text(run: &Run, now: Timestamp) -> String {
             one_line(&e.message, 300)
         );
     }
+}
+
+/// The Run's conditions as a small table (nothing when there are none).
+fn describe_conditions(o: &mut String, status: &RunStatus) {
     if !status.conditions.is_empty() {
         let _ = writeln!(o, "Conditions:");
         for c in &status.conditions {
@@ -227,6 +244,12 @@ pub fn describe_text(run: &Run, now: Timestamp) -> String {
             );
         }
     }
+}
+
+/// What the run waits on besides a person: "none" when no interrupt is pending, the running
+/// nodes, durable waits (a delay's wake time, a child run) and child runs, with where a
+/// child's question is answered.
+fn describe_waits(o: &mut String, status: &RunStatus) {
     if status.pending_interrupts.is_empty() {
         let _ = writeln!(o, "Pending interrupt: none");
     }
@@ -269,57 +292,69 @@ pub fn describe_text(run: &Run, now: Timestamp) -> String {
             );
         }
     }
-    for p in &status.pending_interrupts {
-        let _ = writeln!(o, "Pending interrupt:");
-        let _ = writeln!(o, "  ID:        {}", p.interrupt_id);
-        let _ = writeln!(o, "  Kind:      {}", p.kind);
-        let _ = writeln!(o, "  Node:      {}", p.node_id);
-        if let Some(t) = &p.title {
-            let _ = writeln!(o, "  Title:     {}", one_line(t, 300));
-        }
-        if p.is_approval() {
-            let _ = writeln!(o, "  Actions:   {}", p.offered_actions().join(", "));
-        }
-        if let Some(r) = &p.reason {
-            let _ = writeln!(o, "  Reason:    {r}");
-        }
-        if let Some(a) = &p.agent_id {
-            let _ = writeln!(o, "  Agent:     {a}");
-        }
-        if let (Some(t), Some(obs)) = (p.threshold, p.observed) {
-            let _ = writeln!(o, "  Confidence: {obs} (threshold {t})");
-        }
-        if !p.questions.is_empty() {
-            let _ = writeln!(o, "  Questions:");
-            for q in &p.questions {
-                let _ = writeln!(o, "    {}: {}", q.id, one_line(&q.question, 300));
-            }
-        }
-        if let Some(hint) = resume_hint(run, p) {
-            let _ = writeln!(o, "  Answer with: {hint}");
-            let body = if p.is_approval() {
-                r#"{"resumeValue": {"action": "accept"}}"#.to_owned()
-            } else if p.questions.is_empty() {
-                r#"{"resumeValue": {...}}"#.to_owned()
-            } else {
-                let ids: Vec<String> = p
-                    .questions
-                    .iter()
-                    .map(|q| format!("\"{}\": ...", q.id))
-                    .collect();
-                format!(
-                    r#"{{"resumeValue": {{"answers": {{{}}}}}}}"#,
-                    ids.join(", ")
-                )
-            };
-            let _ = writeln!(
-                o,
-                "  or REST:   POST /v1/runs/{}/interrupts/{} {body}",
-                status.run_id.as_deref().unwrap_or("RUN_ID"),
-                p.node_id
-            );
+}
+
+/// One pending interrupt: what it asks, and how to answer it with kubectl and over REST.
+fn describe_interrupt(o: &mut String, run: &Run, status: &RunStatus, p: &PendingInterrupt) {
+    let _ = writeln!(o, "Pending interrupt:");
+    let _ = writeln!(o, "  ID:        {}", p.interrupt_id);
+    let _ = writeln!(o, "  Kind:      {}", p.kind);
+    let _ = writeln!(o, "  Node:      {}", p.node_id);
+    if let Some(t) = &p.title {
+        let _ = writeln!(o, "  Title:     {}", one_line(t, 300));
+    }
+    if p.is_approval() {
+        let _ = writeln!(o, "  Actions:   {}", p.offered_actions().join(", "));
+    }
+    if let Some(r) = &p.reason {
+        let _ = writeln!(o, "  Reason:    {r}");
+    }
+    if let Some(a) = &p.agent_id {
+        let _ = writeln!(o, "  Agent:     {a}");
+    }
+    if let (Some(t), Some(obs)) = (p.threshold, p.observed) {
+        let _ = writeln!(o, "  Confidence: {obs} (threshold {t})");
+    }
+    if !p.questions.is_empty() {
+        let _ = writeln!(o, "  Questions:");
+        for q in &p.questions {
+            let _ = writeln!(o, "    {}: {}", q.id, one_line(&q.question, 300));
         }
     }
+    if let Some(hint) = resume_hint(run, p) {
+        let _ = writeln!(o, "  Answer with: {hint}");
+        let _ = writeln!(
+            o,
+            "  or REST:   POST /v1/runs/{}/interrupts/{} {}",
+            status.run_id.as_deref().unwrap_or("RUN_ID"),
+            p.node_id,
+            rest_resume_body(p)
+        );
+    }
+}
+
+/// The body of the REST request that answers `p` (placeholders where a person fills in).
+fn rest_resume_body(p: &PendingInterrupt) -> String {
+    if p.is_approval() {
+        r#"{"resumeValue": {"action": "accept"}}"#.to_owned()
+    } else if p.questions.is_empty() {
+        r#"{"resumeValue": {...}}"#.to_owned()
+    } else {
+        let ids: Vec<String> = p
+            .questions
+            .iter()
+            .map(|q| format!("\"{}\": ...", q.id))
+            .collect();
+        format!(
+            r#"{{"resumeValue": {{"answers": {{{}}}}}}}"#,
+            ids.join(", ")
+        )
+    }
+}
+
+/// The answers in the Run's spec: what was answered, where, by whom, and whether a worker
+/// has consumed it yet.
+fn describe_answers(o: &mut String, run: &Run, status: &RunStatus) {
     if !run.spec.answers.is_empty() {
         let _ = writeln!(o, "Answers:");
         for a in &run.spec.answers {
@@ -356,7 +391,6 @@ pub fn describe_text(run: &Run, now: Timestamp) -> String {
             );
         }
     }
-    o
 }
 
 #[cfg(test)]

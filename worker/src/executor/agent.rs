@@ -34,106 +34,10 @@ impl<P: Publisher> Executor<'_, P> {
             title: format!("agent {agent_id} reasoning"),
             ..Block::default()
         };
-        let mut reasoned = false;
-        match c.get("mockReasoning") {
-            Some(Value::Bool(true)) => {
-                let text = format!("mock reasoning for node {id}");
-                block.thoughts = vec![text.clone()];
-                self.emit_agent(
-                    id,
-                    "reasoned",
-                    &AgentReasoned {
-                        agent_id: agent_id.clone(),
-                        reasoning: text,
-                        verbosity: None,
-                    },
-                )
-                .await?;
-                reasoned = true;
-            }
-            Some(r @ Value::Object(_)) => {
-                let summary = r
-                    .get("summary")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-                    .to_owned();
-                let trace = r.get("trace");
-                block.thoughts = match trace {
-                    Some(Value::String(t)) => thoughts_of(t),
-                    Some(Value::Array(a)) => a
-                        .iter()
-                        .filter_map(Value::as_str)
-                        .map(str::to_owned)
-                        .collect(),
-                    _ => thoughts_of(&summary),
-                };
-                let verbosity = trace.map(|_| "trace".to_owned());
-                self.emit_agent(
-                    id,
-                    "reasoned",
-                    &AgentReasoned {
-                        agent_id: agent_id.clone(),
-                        reasoning: summary,
-                        verbosity,
-                    },
-                )
-                .await?;
-                reasoned = true;
-            }
-            _ => {}
-        }
+        let reasoned = self.agent_reasoned(id, &agent_id, c, &mut block).await?;
         block.correlation_id =
             openwop_protocol::events::event_id_for(self.run_id(), &format!("{id}/agent/reasoned"));
-        for (i, call) in c
-            .get("mockToolCalls")
-            .and_then(Value::as_array)
-            .cloned()
-            .unwrap_or_default()
-            .iter()
-            .enumerate()
-        {
-            let tool = call
-                .get("toolId")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_owned();
-            let call_id = format!("{id}-call-{i}");
-            let called = self
-                .build(
-                    &format!("{id}/agent/tool/{i}/called"),
-                    Some(id),
-                    &AgentToolCalled {
-                        agent_id: agent_id.clone(),
-                        tool_name: tool.clone(),
-                        call_id: call_id.clone(),
-                        inputs: call.get("arguments").cloned(),
-                    },
-                )
-                .await;
-            let called_id = called.event_id.clone();
-            self.append(vec![called]).await?;
-            let err = call.get("error").cloned();
-            let returned = self
-                .build(
-                    &format!("{id}/agent/tool/{i}/returned"),
-                    Some(id),
-                    &AgentToolReturned {
-                        agent_id: agent_id.clone(),
-                        tool_name: tool.clone(),
-                        call_id: call_id.clone(),
-                        outcome: call.get("result").cloned(),
-                        status: Some(if err.is_some() { "error" } else { "ok" }.into()),
-                        error: err,
-                        duration_ms: call.get("durationMs").and_then(Value::as_u64),
-                    },
-                )
-                .await
-                .caused_by(called_id);
-            self.append(vec![returned]).await?;
-            block
-                .nested
-                .push((call_id, vec![format!("called tool {tool}")]));
-        }
+        self.agent_tool_calls(id, &agent_id, c, &mut block).await?;
         if let Some(h) = c.get("mockHandoff") {
             let to = h
                 .get("toAgentId")
@@ -184,6 +88,126 @@ impl<P: Publisher> Executor<'_, P> {
             }
             _ => Ok(NodeOutcome::Completed(output)),
         }
+    }
+
+    /// The agent's `agent.reasoned` from `mockReasoning` (`true`, or a summary with an
+    /// optional trace), its thoughts kept for the reasoning lane; `true` when it reasoned.
+    async fn agent_reasoned(
+        &self,
+        id: &str,
+        agent_id: &str,
+        c: &Value,
+        block: &mut Block,
+    ) -> Result<bool, LogError> {
+        match c.get("mockReasoning") {
+            Some(Value::Bool(true)) => {
+                let text = format!("mock reasoning for node {id}");
+                block.thoughts = vec![text.clone()];
+                self.emit_agent(
+                    id,
+                    "reasoned",
+                    &AgentReasoned {
+                        agent_id: agent_id.to_owned(),
+                        reasoning: text,
+                        verbosity: None,
+                    },
+                )
+                .await?;
+                Ok(true)
+            }
+            Some(r @ Value::Object(_)) => {
+                let summary = r
+                    .get("summary")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned();
+                let trace = r.get("trace");
+                block.thoughts = match trace {
+                    Some(Value::String(t)) => thoughts_of(t),
+                    Some(Value::Array(a)) => a
+                        .iter()
+                        .filter_map(Value::as_str)
+                        .map(str::to_owned)
+                        .collect(),
+                    _ => thoughts_of(&summary),
+                };
+                let verbosity = trace.map(|_| "trace".to_owned());
+                self.emit_agent(
+                    id,
+                    "reasoned",
+                    &AgentReasoned {
+                        agent_id: agent_id.to_owned(),
+                        reasoning: summary,
+                        verbosity,
+                    },
+                )
+                .await?;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    /// One `agent.tool.called` / `agent.tool.returned` pair per `mockToolCalls` entry, the
+    /// returned caused by its call; each is a nested step of the reasoning block.
+    async fn agent_tool_calls(
+        &self,
+        id: &str,
+        agent_id: &str,
+        c: &Value,
+        block: &mut Block,
+    ) -> Result<(), LogError> {
+        for (i, call) in c
+            .get("mockToolCalls")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default()
+            .iter()
+            .enumerate()
+        {
+            let tool = call
+                .get("toolId")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned();
+            let call_id = format!("{id}-call-{i}");
+            let called = self
+                .build(
+                    &format!("{id}/agent/tool/{i}/called"),
+                    Some(id),
+                    &AgentToolCalled {
+                        agent_id: agent_id.to_owned(),
+                        tool_name: tool.clone(),
+                        call_id: call_id.clone(),
+                        inputs: call.get("arguments").cloned(),
+                    },
+                )
+                .await;
+            let called_id = called.event_id.clone();
+            self.append(vec![called]).await?;
+            let err = call.get("error").cloned();
+            let returned = self
+                .build(
+                    &format!("{id}/agent/tool/{i}/returned"),
+                    Some(id),
+                    &AgentToolReturned {
+                        agent_id: agent_id.to_owned(),
+                        tool_name: tool.clone(),
+                        call_id: call_id.clone(),
+                        outcome: call.get("result").cloned(),
+                        status: Some(if err.is_some() { "error" } else { "ok" }.into()),
+                        error: err,
+                        duration_ms: call.get("durationMs").and_then(Value::as_u64),
+                    },
+                )
+                .await
+                .caused_by(called_id);
+            self.append(vec![returned]).await?;
+            block
+                .nested
+                .push((call_id, vec![format!("called tool {tool}")]));
+        }
+        Ok(())
     }
 
     async fn emit_agent<T: openwop_protocol::events::EventPayload>(

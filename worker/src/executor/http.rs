@@ -9,6 +9,7 @@
 //! only the call that was in flight at the kill — with the same `Idempotency-Key`.
 
 use std::net::{IpAddr, SocketAddr};
+use std::ops::ControlFlow;
 
 use openwop_protocol::egress::{EgressPolicy, EgressRefusal};
 use openwop_protocol::http::record::{self as journal, CallRecord, Next, Outcome};
@@ -170,7 +171,23 @@ async fn attempt_once(a: Attempt<'_>) -> Outcome {
         .unwrap_or(Outcome::Timeout { timeout_ms })
 }
 
+/// The node's request, filled and checked once for all its attempts.
+struct Request {
+    cfg: HttpConfig,
+    policy: EgressPolicy,
+    /// The URL with the node's variables filled in (the guard checks it on every attempt).
+    url: String,
+    /// The headers with their secrets filled in.
+    headers: Vec<(String, String)>,
+    body: Option<(Vec<u8>, &'static str)>,
+    /// Sent on every attempt of a method that is not idempotent by definition.
+    idempotency_key: Option<String>,
+}
+
 impl<P: Publisher> Executor<'_, P> {
+    /// Runs an HTTP node attempt: each call the retry fold asks for is answered from the
+    /// log's record when one exists, else made (after its backoff) and recorded, until the
+    /// fold completes or fails the node.
     pub(super) async fn http(
         &self,
         node: &Node,
@@ -180,6 +197,48 @@ impl<P: Publisher> Executor<'_, P> {
         node_span: &SpanHandle,
     ) -> Result<NodeOutcome, LogError> {
         let id = node.id.as_str();
+        let req = match self.http_request(node, inputs) {
+            ControlFlow::Continue(r) => r,
+            ControlFlow::Break(end) => return Ok(end),
+        };
+        let step = journal::step_key(id, attempt);
+        let mut restored = journal::restore(self.writer.lock().await.log.events(), id, &step);
+        let mut done: Vec<CallRecord> = Vec::new();
+        loop {
+            let (n, delay_ms) = match journal::next(&req.cfg, req.idempotency_key.as_deref(), &done)
+            {
+                Next::Complete(outputs) => return Ok(NodeOutcome::Completed(outputs)),
+                Next::Fail(e) => return Ok(NodeOutcome::Failed(e)),
+                Next::Call { attempt, delay_ms } => (attempt, delay_ms),
+            };
+            // A recorded attempt is never made again (nor waited for).
+            if let Some(r) = restored.remove(&n) {
+                tracing::info!(node = %id, attempt = n, "HTTP call restored from the run's log; no request");
+                done.push(r);
+                continue;
+            }
+            if delay_ms > 0 {
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_millis(delay_ms)) => {}
+                    _ = crate::stop::wait(self.stop.clone()) => return Err(LogError::Stopped),
+                    why = self.abandoned() => return why.map(NodeOutcome::Failed),
+                }
+            }
+            match self
+                .http_attempt(id, &req, n, &step, deadline, node_span)
+                .await?
+            {
+                ControlFlow::Continue(recorded) => done.push(recorded),
+                ControlFlow::Break(end) => return Ok(end),
+            }
+        }
+    }
+
+    /// Fills the request from the node's config, its variables and the Workflow's secrets;
+    /// an unusable egress allow list, a template that cannot be filled, or a secret too
+    /// short to redact fails the node before any call.
+    fn http_request(&self, node: &Node, inputs: &Value) -> ControlFlow<NodeOutcome, Request> {
+        let id = node.id.as_str();
         let dialect = if node.type_id == http::REQUEST_TYPE_ID {
             Dialect::Request
         } else {
@@ -187,12 +246,14 @@ impl<P: Publisher> Executor<'_, P> {
         };
         let cfg = match HttpConfig::parse(dialect, &node.config) {
             Ok(c) => c,
-            Err(issues) => return Ok(NodeOutcome::Failed(config_error(id, &issues))),
+            Err(issues) => {
+                return ControlFlow::Break(NodeOutcome::Failed(config_error(id, &issues)));
+            }
         };
         let policy = match self.snap.host.http.egress_policy() {
             Ok(p) => p,
             Err(e) => {
-                return Ok(failure(
+                return ControlFlow::Break(failure(
                     http::URL_REJECTED,
                     format!("the host's egress allow list is unusable: {e}"),
                     None,
@@ -207,12 +268,19 @@ impl<P: Publisher> Executor<'_, P> {
             .unwrap_or_default();
         let url = match http::config::fill_url(&cfg.url, &variables) {
             Ok(u) => u,
-            Err(e) => return Ok(failure(http::REQUEST_INVALID, e.to_string(), None, false)),
+            Err(e) => {
+                return ControlFlow::Break(failure(
+                    http::REQUEST_INVALID,
+                    e.to_string(),
+                    None,
+                    false,
+                ));
+            }
         };
         for name in cfg.secret_names() {
             let rid = http::secret_redaction_id(name);
             if self.redactor.unredactable_secret_ids().contains(&rid) {
-                return Ok(failure(
+                return ControlFlow::Break(failure(
                     http::REQUEST_INVALID,
                     format!(
                         "secret {name} is shorter than {} characters, too short to redact from events and logs; store a longer value",
@@ -232,7 +300,14 @@ impl<P: Publisher> Executor<'_, P> {
                 .map(|(_, v)| v.as_str())
         }) {
             Ok(h) => h,
-            Err(e) => return Ok(failure(http::REQUEST_INVALID, e.to_string(), None, false)),
+            Err(e) => {
+                return ControlFlow::Break(failure(
+                    http::REQUEST_INVALID,
+                    e.to_string(),
+                    None,
+                    false,
+                ));
+            }
         };
         let body = http::request_body(&cfg, inputs.get("body"));
         let idempotency_key = journal::sends_idempotency_key(&cfg, cfg.method).then(|| {
@@ -242,109 +317,108 @@ impl<P: Publisher> Executor<'_, P> {
                 body.as_ref().map_or(&[][..], |(b, _)| b.as_slice()),
             )
         });
-        let max_bytes = self.snap.host.http.max_response_bytes;
-        let step = journal::step_key(id, attempt);
-        let mut restored = journal::restore(self.writer.lock().await.log.events(), id, &step);
-        let mut done: Vec<CallRecord> = Vec::new();
-        loop {
-            let (n, delay_ms) = match journal::next(&cfg, idempotency_key.as_deref(), &done) {
-                Next::Complete(outputs) => return Ok(NodeOutcome::Completed(outputs)),
-                Next::Fail(e) => return Ok(NodeOutcome::Failed(e)),
-                Next::Call { attempt, delay_ms } => (attempt, delay_ms),
-            };
-            // A recorded attempt is never made again (nor waited for).
-            if let Some(r) = restored.remove(&n) {
-                tracing::info!(node = %id, attempt = n, "HTTP call restored from the run's log; no request");
-                done.push(r);
-                continue;
+        ControlFlow::Continue(Request {
+            cfg,
+            policy,
+            url,
+            headers,
+            body,
+            idempotency_key,
+        })
+    }
+
+    /// Makes attempt `n`: checks the URL and its addresses with the egress guard (DNS may
+    /// answer differently between attempts), calls inside an `openwop.http.call` span, and
+    /// records the outcome before it counts; returns the recorded (redacted) form, which the
+    /// retry fold decides on, as a replay would. A stop abandons the call unrecorded (a later
+    /// worker makes it again, with the same `Idempotency-Key`); a timeout that the node's own
+    /// deadline caused fails the node.
+    async fn http_attempt(
+        &self,
+        id: &str,
+        req: &Request,
+        n: u32,
+        step: &str,
+        deadline: Option<Instant>,
+        node_span: &SpanHandle,
+    ) -> Result<ControlFlow<NodeOutcome, CallRecord>, LogError> {
+        let cfg = &req.cfg;
+        let (target, pinned) = match pin(&req.policy, &req.url).await {
+            Ok(t) => t,
+            Err(why) => {
+                let shown = self.redactor.redact_str(&req.url).0.into_owned();
+                return Ok(ControlFlow::Break(refused(&shown, &why)));
             }
-            if delay_ms > 0 {
-                tokio::select! {
-                    _ = tokio::time::sleep(Duration::from_millis(delay_ms)) => {}
-                    _ = crate::stop::wait(self.stop.clone()) => return Err(LogError::Stopped),
-                    why = self.abandoned() => return why.map(NodeOutcome::Failed),
-                }
-            }
-            // The guard runs on every attempt: DNS may answer differently between attempts.
-            let (target, pinned) = match pin(&policy, &url).await {
-                Ok(t) => t,
-                Err(why) => {
-                    let shown = self.redactor.redact_str(&url).0.into_owned();
-                    return Ok(refused(&shown, &why));
-                }
-            };
-            let host = target.host_str().unwrap_or_default().to_owned();
-            let mut per_attempt = Duration::from_millis(cfg.timeout_ms);
-            let node_deadline_binds =
-                deadline.is_some_and(|d| d.saturating_duration_since(Instant::now()) < per_attempt);
-            if let Some(d) = deadline {
-                per_attempt = per_attempt.min(d.saturating_duration_since(Instant::now()));
-            }
-            let span = node_span.child("openwop.http.call");
-            span.set_str("openwop.run_id", self.run_id());
-            span.set_str("openwop.node_id", id);
-            span.set_str("http.request.method", cfg.method.as_str());
-            span.set_str("server.address", &host);
-            span.set_i64("openwop.call_attempt", i64::from(n));
-            // What a test reads from the worker's log (a replay never republishes records).
-            tracing::info!(node = %id, attempt = n, method = cfg.method.as_str(), "http call");
-            let started = Instant::now();
-            let call = attempt_once(Attempt {
-                url: target,
-                pinned,
-                method: cfg.method,
-                headers: &headers,
-                body: body.as_ref(),
-                idempotency_key: idempotency_key.as_deref(),
-                max_bytes,
-                timeout: per_attempt,
-                timeout_ms: cfg.timeout_ms,
-            });
-            // A stop abandons the call unrecorded: a later worker makes it again, with the
-            // same Idempotency-Key.
-            let outcome = tokio::select! {
-                o = call => o,
-                _ = crate::stop::wait(self.stop.clone()) => return Err(LogError::Stopped),
-                why = self.abandoned() => {
-                    span.fail("cancelled", "the run stopped its in-flight branches");
-                    return why.map(NodeOutcome::Failed);
-                }
-            };
-            match &outcome {
-                Outcome::Response { status, .. } => {
-                    span.set_i64("http.response.status_code", i64::from(*status));
-                }
-                Outcome::NetworkError { message } => span.fail(http::NETWORK_ERROR, message),
-                Outcome::Timeout { .. } => span.fail(http::TIMEOUT, "no response in time"),
-                Outcome::TooLarge { .. } => {
-                    span.fail(http::RESPONSE_TOO_LARGE, "response body over the bound")
-                }
-            }
-            drop(span);
-            let record = CallRecord {
-                step_key: step.clone(),
-                attempt: n,
-                method: cfg.method.as_str().to_owned(),
-                url: url.clone(),
-                idempotency_key: idempotency_key.clone(),
-                duration_ms: started.elapsed().as_millis() as u64,
-                outcome,
-            };
-            self.emit(&record.event_step(), Some(id), &record.to_payload(id))
-                .await?;
-            // Decide on the recorded (redacted) form, as a replay would.
-            let recorded = journal::restore(self.writer.lock().await.log.events(), id, &step)
-                .remove(&n)
-                .unwrap_or(record);
-            if matches!(recorded.outcome, Outcome::Timeout { .. }) && node_deadline_binds {
-                return Ok(failure(
-                    "node_timeout",
-                    format!("node {id} exceeded settings.timeout waiting for its HTTP call"),
-                    None,
-                    true,
-                ));
-            }
-            done.push(recorded);
+        };
+        let host = target.host_str().unwrap_or_default().to_owned();
+        let mut per_attempt = Duration::from_millis(cfg.timeout_ms);
+        let node_deadline_binds =
+            deadline.is_some_and(|d| d.saturating_duration_since(Instant::now()) < per_attempt);
+        if let Some(d) = deadline {
+            per_attempt = per_attempt.min(d.saturating_duration_since(Instant::now()));
         }
+        let span = node_span.child("openwop.http.call");
+        span.set_str("openwop.run_id", self.run_id());
+        span.set_str("openwop.node_id", id);
+        span.set_str("http.request.method", cfg.method.as_str());
+        span.set_str("server.address", &host);
+        span.set_i64("openwop.call_attempt", i64::from(n));
+        // What a test reads from the worker's log (a replay never republishes records).
+        tracing::info!(node = %id, attempt = n, method = cfg.method.as_str(), "http call");
+        let started = Instant::now();
+        let call = attempt_once(Attempt {
+            url: target,
+            pinned,
+            method: cfg.method,
+            headers: &req.headers,
+            body: req.body.as_ref(),
+            idempotency_key: req.idempotency_key.as_deref(),
+            max_bytes: self.snap.host.http.max_response_bytes,
+            timeout: per_attempt,
+            timeout_ms: cfg.timeout_ms,
+        });
+        let outcome = tokio::select! {
+            o = call => o,
+            _ = crate::stop::wait(self.stop.clone()) => return Err(LogError::Stopped),
+            why = self.abandoned() => {
+                span.fail("cancelled", "the run stopped its in-flight branches");
+                return why.map(|e| ControlFlow::Break(NodeOutcome::Failed(e)));
+            }
+        };
+        match &outcome {
+            Outcome::Response { status, .. } => {
+                span.set_i64("http.response.status_code", i64::from(*status));
+            }
+            Outcome::NetworkError { message } => span.fail(http::NETWORK_ERROR, message),
+            Outcome::Timeout { .. } => span.fail(http::TIMEOUT, "no response in time"),
+            Outcome::TooLarge { .. } => {
+                span.fail(http::RESPONSE_TOO_LARGE, "response body over the bound")
+            }
+        }
+        drop(span);
+        let record = CallRecord {
+            step_key: step.to_owned(),
+            attempt: n,
+            method: cfg.method.as_str().to_owned(),
+            url: req.url.clone(),
+            idempotency_key: req.idempotency_key.clone(),
+            duration_ms: started.elapsed().as_millis() as u64,
+            outcome,
+        };
+        self.emit(&record.event_step(), Some(id), &record.to_payload(id))
+            .await?;
+        // Decide on the recorded (redacted) form, as a replay would.
+        let recorded = journal::restore(self.writer.lock().await.log.events(), id, step)
+            .remove(&n)
+            .unwrap_or(record);
+        if matches!(recorded.outcome, Outcome::Timeout { .. }) && node_deadline_binds {
+            return Ok(ControlFlow::Break(failure(
+                "node_timeout",
+                format!("node {id} exceeded settings.timeout waiting for its HTTP call"),
+                None,
+                true,
+            )));
+        }
+        Ok(ControlFlow::Continue(recorded))
     }
 }

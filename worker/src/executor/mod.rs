@@ -25,6 +25,7 @@
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
+use std::ops::ControlFlow;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -159,6 +160,26 @@ struct Writer<P: Publisher> {
 
 /// A started branch: its node and how it left it.
 type Branch<'f> = Pin<Box<dyn Future<Output = (&'f Node, Result<Visited, LogError>)> + 'f>>;
+
+/// What the scheduling loop leaves once no branch runs any more.
+struct Drained<'g> {
+    sched: Scheduler<'g>,
+    /// Failed nodes' errors, by node id.
+    errors: BTreeMap<String, ErrorInfo>,
+    /// Nodes waiting for an answer.
+    waiting: Vec<Suspension>,
+    /// A node waits without a pod (a long delay, a child run).
+    dormant: bool,
+    /// A branch could not make its events durable.
+    failure: Option<LogError>,
+    /// A drain kept a node from starting.
+    held: bool,
+    /// The node that would have passed the execution ceiling.
+    breach: Option<Breach>,
+    /// The run's duration limit, and when the run started.
+    run_limit: Option<u64>,
+    started: Instant,
+}
 
 pub struct Executor<'a, P: Publisher> {
     snap: &'a RunSnapshot,
@@ -355,27 +376,12 @@ impl<'a, P: Publisher> Executor<'a, P> {
     /// concurrency limit, as concurrent branches of this task, and settles them as they
     /// finish. It never awaits the writer itself while branches run (a branch holding it is
     /// only driven by being polled here); it emits only once every branch has returned.
+    /// Its loop stays one piece: the scheduler, the budget, the branches in flight and their
+    /// counts change together on every turn of it.
     async fn drive(&self) -> Result<RunEnd, LogError> {
-        let inputs = self.snap.inputs.clone();
-        self.emit_value(
-            "run.started",
-            None,
-            EventType::RunStarted,
-            json!({"workflowId": self.graph.id, "inputs": inputs}),
-        )
-        .await?;
-        let variables = Variables::new(self.graph, &self.snap.inputs);
-        if let Err(missing) = variables.check_required(self.graph) {
-            let e = error("workflow_input_invalid", missing.to_string(), false);
-            return self.finish_failed(e).await;
-        }
-        let mut budget = match self.snap.node_execution_limit() {
-            Ok(limit) => ExecutionBudget::new(limit),
-            Err(e) => {
-                let mut e = error("validation_error", e.to_string(), false);
-                e.details = Some(json!({"field": "/configurable/recursionLimit"}));
-                return self.finish_failed(e).await;
-            }
+        let (variables, mut budget) = match self.begin_run().await? {
+            ControlFlow::Continue(checked) => checked,
+            ControlFlow::Break(end) => return Ok(end),
         };
         // The node that would have passed the execution ceiling: nothing starts after it.
         let mut breach: Option<Breach> = None;
@@ -501,6 +507,65 @@ impl<'a, P: Publisher> Executor<'a, P> {
                 }
             }
         }
+        self.end_run(Drained {
+            sched,
+            errors,
+            waiting,
+            dormant,
+            failure,
+            held,
+            breach,
+            run_limit,
+            started,
+        })
+        .await
+    }
+
+    /// Records `run.started` and checks what the run needs before any node starts: its
+    /// required inputs and its node execution limit (either one unusable fails the run).
+    async fn begin_run(
+        &self,
+    ) -> Result<ControlFlow<RunEnd, (Variables, ExecutionBudget)>, LogError> {
+        let inputs = self.snap.inputs.clone();
+        self.emit_value(
+            "run.started",
+            None,
+            EventType::RunStarted,
+            json!({"workflowId": self.graph.id, "inputs": inputs}),
+        )
+        .await?;
+        let variables = Variables::new(self.graph, &self.snap.inputs);
+        if let Err(missing) = variables.check_required(self.graph) {
+            let e = error("workflow_input_invalid", missing.to_string(), false);
+            return self.finish_failed(e).await.map(ControlFlow::Break);
+        }
+        let budget = match self.snap.node_execution_limit() {
+            Ok(limit) => ExecutionBudget::new(limit),
+            Err(e) => {
+                let mut e = error("validation_error", e.to_string(), false);
+                e.details = Some(json!({"field": "/configurable/recursionLimit"}));
+                return self.finish_failed(e).await.map(ControlFlow::Break);
+            }
+        };
+        Ok(ControlFlow::Continue((variables, budget)))
+    }
+
+    /// How the run ends once no branch runs: a branch's undurable events end the worker; a
+    /// drain leaves the run paused; else, in this order, a passed execution ceiling, the run
+    /// timeout, branches waiting (the run suspends), a failure no edge handles, and otherwise
+    /// completion with the outputs of the nodes nothing follows.
+    async fn end_run(&self, d: Drained<'_>) -> Result<RunEnd, LogError> {
+        let Drained {
+            sched,
+            errors,
+            mut waiting,
+            dormant,
+            failure,
+            held,
+            breach,
+            run_limit,
+            started,
+        } = d;
         if let Some(e) = failure {
             return Err(e);
         }
