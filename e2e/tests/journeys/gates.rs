@@ -5,7 +5,12 @@
 //! (`approval.received {action: timeout}`, the run fails `approval_rejected`), after which an
 //! answer is refused; a `refine` (RFC 0183) is refused without its `refineFeedback`, and with
 //! it the resolution — the action and the feedback — is in the run's events as soon as the
-//! resolve answers 200.
+//! resolve answers 200. Every status version of twenty quorum-gate Runs, watched from the API
+//! server, shows the gate's interrupt complete (issue #39: a status written between the gate's
+//! events once showed a bare interrupt, judged as decided by one vote).
+
+use futures::StreamExt;
+use kube::api::{WatchEvent, WatchParams};
 
 use super::*;
 
@@ -22,6 +27,102 @@ fn phase_of(st: &Value) -> &str {
     st["phase"].as_str().unwrap_or_default()
 }
 
+const QUORUM_CONFIG: &str = r#"{"title": "three of us", "actions": ["accept", "reject"],
+    "requiredApprovals": 3, "rejectionPolicy": "majority"}"#;
+
+/// Twenty three-voter gate Runs started at once, every version of their statuses watched from
+/// the API server until all wait: a waiting run always shows its interrupt with the quorum,
+/// actions and title, and a pending interrupt never lacks them (while its events are being
+/// recorded it is listed in `recordingInterrupts`, not answerable).
+#[tokio::test]
+async fn every_status_version_of_twenty_quorum_gates_shows_a_complete_interrupt() {
+    let (c, _g) = setup().await;
+    let ns = namespace(&c.client, "j-gates-watch").await;
+    let config: Value = serde_json::from_str(QUORUM_CONFIG).unwrap();
+    ok(
+        apply(&c, &ns, &gate_workflow("quorum", config)),
+        "apply workflow",
+    );
+    wait_workflow(&c, &ns, "quorum", "True").await;
+    let runs = api(&c, &ns, "Run");
+    let rv = runs
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap_or_default();
+    let stream = runs
+        .watch(&WatchParams::default().timeout(290), &rv)
+        .await
+        .unwrap();
+    let seen = tokio::spawn(async move {
+        let mut stream = std::pin::pin!(stream);
+        let mut statuses: Vec<(String, Value)> = Vec::new();
+        let mut waiting = std::collections::BTreeSet::new();
+        while let Some(ev) = stream.next().await {
+            if let Ok(WatchEvent::Added(o) | WatchEvent::Modified(o)) = ev {
+                let st = status(&o);
+                if phase_of(&st) == "waiting-approval" {
+                    waiting.insert(o.metadata.name.clone().unwrap_or_default());
+                }
+                statuses.push((o.metadata.name.clone().unwrap_or_default(), st));
+                if waiting.len() == 20 {
+                    break;
+                }
+            }
+        }
+        statuses
+    });
+    for i in 0..20 {
+        ok(
+            apply(&c, &ns, &fixture_run(&format!("w-{i}"), "quorum")),
+            "run",
+        );
+    }
+    let statuses = tokio::time::timeout(Duration::from_secs(280), seen)
+        .await
+        .expect("all twenty runs wait for approval within 280 s")
+        .unwrap();
+    let mut recording = 0;
+    for (name, st) in &statuses {
+        if phase_of(st) == "waiting-approval" {
+            assert!(
+                st["pendingInterrupts"]
+                    .as_array()
+                    .is_some_and(|p| !p.is_empty()),
+                "{name} waits on nothing: {st:#}"
+            );
+        }
+        for p in st["pendingInterrupts"].as_array().into_iter().flatten() {
+            assert_eq!(
+                (
+                    &p["requiredApprovals"],
+                    &p["actions"],
+                    &p["title"],
+                    &p["rejectionPolicy"]
+                ),
+                (
+                    &json!(3),
+                    &json!(["accept", "reject"]),
+                    &json!("three of us"),
+                    &json!("majority")
+                ),
+                "{name}: a pending interrupt without its quorum, actions or title: {st:#}"
+            );
+        }
+        recording += usize::from(
+            st["recordingInterrupts"]
+                .as_array()
+                .is_some_and(|r| !r.is_empty()),
+        );
+    }
+    eprintln!(
+        "watched {} status versions of 20 quorum gates; {recording} showed the interrupt still being recorded",
+        statuses.len()
+    );
+}
+
 #[tokio::test]
 async fn a_quorum_gate_waits_for_three_voters_and_a_timed_out_gate_fails_without_a_pod() {
     let (c, _g) = setup().await;
@@ -30,11 +131,7 @@ async fn a_quorum_gate_waits_for_three_voters_and_a_timed_out_gate_fails_without
         apply(
             &c,
             &ns,
-            &gate_workflow(
-                "quorum",
-                json!({"title": "three of us", "actions": ["accept", "reject"],
-                       "requiredApprovals": 3, "rejectionPolicy": "majority"}),
-            ),
+            &gate_workflow("quorum", serde_json::from_str(QUORUM_CONFIG).unwrap()),
         ),
         "apply workflow",
     );
