@@ -1,0 +1,5 @@
+//! OpenWOP v2 beside v1, from one engine (issue #41): the pure rules the REST API and the
+//! worker need to answer a run in either major.
+
+pub mod errors;
+pub mod version;
