@@ -2,4 +2,5 @@
 //! worker need to answer a run in either major.
 
 pub mod errors;
+pub mod negotiate;
 pub mod version;
