@@ -2,5 +2,6 @@
 //! worker need to answer a run in either major.
 
 pub mod errors;
+pub mod ids;
 pub mod negotiate;
 pub mod version;
