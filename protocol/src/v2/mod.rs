@@ -2,6 +2,7 @@
 //! worker need to answer a run in either major.
 
 pub mod errors;
+pub mod idempotency;
 pub mod ids;
 pub mod negotiate;
 pub mod version;
