@@ -29,6 +29,7 @@ pub mod structural;
 pub mod text;
 pub mod tier1;
 pub mod trust;
+pub mod v2;
 pub mod vendor;
 pub mod webhook;
 pub mod workflow;
