@@ -8,8 +8,9 @@
 //! macro's tokens or in an attribute string such as `deserialize_with = "crate::x::f"`) that
 //! names a module of B's file: `crate::`, `super::`, `self::`, a child module, or a name a `use`
 //! brought in. The longest module path that exists wins, so `crate::run::snapshot::Answer` points
-//! at `run/snapshot.rs`. A parent's `mod x;` is no edge; its `pub use x::..` is (a down arrow), so
-//! a child that imports its parent's items closes a cycle. Any strongly connected component of
+//! at `run/snapshot.rs`. A parent's `mod x;` and its `pub use x::..` re-exports are no edge (the
+//! parent only names its child's items); a parent calling into its child is, and so is a child
+//! importing its parent's items, so the two together close a cycle. Any strongly connected component of
 //! more than one file fails its crate's test, naming each pair of files and what each side imports.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -95,6 +96,9 @@ struct Paths {
     module: ModPath,
     /// (module written in, segments)
     found: Vec<(ModPath, Vec<String>)>,
+    /// the same, of `pub use` items: a parent re-exporting its child's items is no edge
+    reexports: Vec<(ModPath, Vec<String>)>,
+    in_pub_use: bool,
     /// local name -> the segments a `use` gave it
     aliases: BTreeMap<String, (ModPath, Vec<String>)>,
 }
@@ -128,7 +132,11 @@ impl Paths {
             self.aliases
                 .insert(local, (self.module.clone(), segments.clone()));
         }
-        self.found.push((self.module.clone(), segments));
+        let list = match self.in_pub_use {
+            true => &mut self.reexports,
+            false => &mut self.found,
+        };
+        list.push((self.module.clone(), segments));
     }
 
     /// Paths inside macro or attribute tokens: `a::b::c` runs, and strings such as
@@ -213,7 +221,9 @@ impl<'ast> Visit<'ast> for Paths {
         visit::visit_impl_item(self, item);
     }
     fn visit_item_use(&mut self, u: &'ast syn::ItemUse) {
+        self.in_pub_use = !matches!(u.vis, syn::Visibility::Inherited);
         self.use_tree(&mut Vec::new(), &u.tree);
+        self.in_pub_use = false;
     }
     fn visit_path(&mut self, p: &'ast syn::Path) {
         if p.segments.len() >= 2 {
@@ -320,11 +330,17 @@ fn graph(crate_dir: &Path) -> Graph {
             };
             paths.visit_file(&source.ast);
             let edges = graph.entry(source.file.clone()).or_default();
-            for (module, segments) in &paths.found {
+            let reexports = paths.reexports.iter().map(|found| (found, true));
+            for ((module, segments), reexport) in
+                paths.found.iter().map(|f| (f, false)).chain(reexports)
+            {
                 let tree = &target.tree;
                 let Some(path) = absolute(tree, &paths.aliases, module, segments, 0) else {
                     continue;
                 };
+                if reexport && path.len() > module.len() && path.starts_with(module) {
+                    continue;
+                }
                 let (to, name) = target_of(tree, &path);
                 if to != source.file {
                     edges.entry(to).or_default().insert(name);
