@@ -43,10 +43,10 @@ pub struct SimulateArgs {
     #[arg(long, default_value_t = 1024, value_name = "N")]
     max_tokens: u32,
     /// limits.schemaRounds: total provider calls allowed for the emission (1..16).
-    #[arg(long, default_value_t = openwop_protocol::capabilities::DEFAULT_SCHEMA_ROUNDS, value_name = "N")]
+    #[arg(long, default_value_t = openwop_protocol::limits::DEFAULT_SCHEMA_ROUNDS, value_name = "N")]
     schema_rounds: u32,
     /// Truncation budget multiplier (1..8).
-    #[arg(long, default_value_t = openwop_protocol::run::host::DEFAULT_TRUNCATION_BUDGET_MULTIPLIER, value_name = "M")]
+    #[arg(long, default_value_t = openwop_protocol::limits::DEFAULT_TRUNCATION_BUDGET_MULTIPLIER, value_name = "M")]
     multiplier: f64,
     /// Provider/model per-call output ceiling.
     #[arg(long, default_value_t = 16_384, value_name = "N")]

@@ -176,7 +176,8 @@ pub use openwop_protocol::run::status::RunPhase;
 
 /// `spec.pause`: protocol's pause request (one type for the CRD, the REST API, the CLI, the
 /// snapshot and the operator's message to the worker).
-pub use openwop_protocol::run::pause::{DrainPolicy, PauseRequest};
+pub use openwop_protocol::events::DrainPolicy;
+pub use openwop_protocol::run::pause::PauseRequest;
 
 /// Observed state of a Run. Small by design: details live in the run's event stream.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]

@@ -6,16 +6,16 @@ use std::path::Path;
 
 use k8s_openapi::api::core::v1::ResourceRequirements;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use openwop_protocol::capabilities::{
-    MAX_RETRY_ATTEMPTS_RANGE, ReasoningConfig, ReliabilityConfig, TRUNCATION_MULTIPLIER_RANGE,
-};
+use openwop_protocol::capabilities::{ReasoningConfig, ReliabilityConfig};
+use openwop_protocol::limits::{MAX_RETRY_ATTEMPTS_RANGE, TRUNCATION_MULTIPLIER_RANGE};
 use openwop_protocol::pipeline::Strictness;
 use openwop_protocol::retry::reasoning::ReasoningPosture;
 use openwop_protocol::run::host::HostProfile;
 use openwop_protocol::run::nodes::{BUILTIN_NODES, ConfigCheck};
 use openwop_protocol::run::subjects::StreamSpec;
+use openwop_protocol::tier1::Tier1Posture;
 use openwop_protocol::vendor::{LlmVendor, MOCK_VENDOR};
-use openwop_protocol::workflow_check::{NodeRegistry, Tier1Posture};
+use openwop_protocol::workflow_check::NodeRegistry;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -296,8 +296,8 @@ impl Default for Limits {
 
 impl Limits {
     /// The advertised part (`limits` of the capabilities document and the host profile).
-    pub fn advertised(&self) -> openwop_protocol::capabilities::Limits {
-        openwop_protocol::capabilities::Limits {
+    pub fn advertised(&self) -> openwop_protocol::limits::Limits {
+        openwop_protocol::limits::Limits {
             clarification_rounds: self.clarification_rounds,
             schema_rounds: self.schema_rounds,
             envelopes_per_turn: self.envelopes_per_turn,

@@ -18,8 +18,9 @@ use openwop_protocol::capabilities::{
     ReasoningConfig, ReliabilityConfig, SecretScope, TestSeams, Transport,
 };
 use openwop_protocol::http;
+use openwop_protocol::run::nodes::MOCK_AGENT_TYPE_ID;
 use openwop_protocol::schema;
-use openwop_protocol::workflow_check::{MOCK_AGENT_TYPE_ID, NodeRegistry};
+use openwop_protocol::workflow_check::NodeRegistry;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
@@ -389,7 +390,7 @@ mod tests {
     use super::*;
     use openwop_protocol::pipeline::Strictness;
     use openwop_protocol::retry::reasoning::ReasoningPosture;
-    use openwop_protocol::workflow_check::Tier1Posture;
+    use openwop_protocol::tier1::Tier1Posture;
 
     #[test]
     fn document_is_valid_and_truthful() {

@@ -35,7 +35,7 @@ use kube::api::{Api, ListParams};
 use kube::runtime::reflector::Store;
 use kube::{Client, Resource, ResourceExt};
 use openwop_crds::{Run, RunStatus};
-use openwop_protocol::run::ending::is_terminal;
+use openwop_protocol::run::projection::is_terminal;
 use openwop_protocol::run::sequence;
 use openwop_protocol::run::subjects::{
     RunSubject, SubjectError, events_filter, events_subject, parse_events_subject,

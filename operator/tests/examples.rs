@@ -5,9 +5,8 @@ use std::collections::BTreeSet;
 
 use kube::core::cel::validate_cel;
 use openwop_crds::{Run, Workflow};
-use openwop_protocol::workflow_check::{
-    CheckOptions, NodeRegistry, ProblemCode, Tier1Posture, check_workflow,
-};
+use openwop_protocol::tier1::Tier1Posture;
+use openwop_protocol::workflow_check::{CheckOptions, NodeRegistry, ProblemCode, check_workflow};
 use serde::Deserialize;
 use serde_json::Value;
 

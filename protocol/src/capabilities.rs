@@ -20,6 +20,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::envelope::UNIVERSAL_KINDS;
+use crate::limits::{
+    DEFAULT_MAX_RETRY_ATTEMPTS, DEFAULT_TRUNCATION_BUDGET_MULTIPLIER, Limits,
+    MAX_RETRY_ATTEMPTS_RANGE, TRUNCATION_MULTIPLIER_RANGE,
+};
 use crate::pipeline::Strictness;
 use crate::retry::reasoning::ReasoningPosture;
 use crate::{schema, tier1};
@@ -50,11 +54,6 @@ pub const RELIABILITY_EVENTS: [&str; 6] = [
     "envelope.recovery.applied",
     "envelope.nlToFormat.engaged",
 ];
-
-/// Bounds of `envelopes.reliability.maxRetryAttempts`.
-pub const MAX_RETRY_ATTEMPTS_RANGE: std::ops::RangeInclusive<u32> = 1..=16;
-/// Bounds of `envelopes.reliability.completion.truncationBudgetMultiplier`.
-pub const TRUNCATION_MULTIPLIER_RANGE: std::ops::RangeInclusive<f64> = 1.0..=8.0;
 
 // ---------------------------------------------------------------------------
 // The document (wire types)
@@ -179,42 +178,6 @@ pub struct EventStream {
     pub subject: String,
 }
 
-/// Engine-enforced limits; a breach emits `cap.breached`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Limits {
-    pub clarification_rounds: u32,
-    pub schema_rounds: u32,
-    pub envelopes_per_turn: u32,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_node_executions: Option<u32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_run_duration_ms: Option<u64>,
-}
-
-/// Default `limits.clarificationRounds`.
-pub const DEFAULT_CLARIFICATION_ROUNDS: u32 = 3;
-/// Default `limits.schemaRounds`: provider calls per emission.
-pub const DEFAULT_SCHEMA_ROUNDS: u32 = 3;
-/// Default `limits.envelopesPerTurn`.
-pub const DEFAULT_ENVELOPES_PER_TURN: u32 = 32;
-/// Default `limits.maxNodeExecutions`.
-pub const DEFAULT_MAX_NODE_EXECUTIONS: u32 = 1000;
-
-impl Default for Limits {
-    /// This host's defaults (the host profile's, which the operator's config starts from):
-    /// 3 / 3 / 32, 1000 node executions.
-    fn default() -> Self {
-        Limits {
-            clarification_rounds: DEFAULT_CLARIFICATION_ROUNDS,
-            schema_rounds: DEFAULT_SCHEMA_ROUNDS,
-            envelopes_per_turn: DEFAULT_ENVELOPES_PER_TURN,
-            max_node_executions: Some(DEFAULT_MAX_NODE_EXECUTIONS),
-            max_run_duration_ms: None,
-        }
-    }
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EnvelopeContracts {
     pub advertised: bool,
@@ -238,7 +201,7 @@ pub struct EnvelopeReasoning {
 
 /// `envelopes.tierOneSubsetCompliance`; in the config, the posture asked for. One type with
 /// the Workflow check's posture: the same setting decides both.
-pub type TierOneSubsetCompliance = crate::workflow_check::Tier1Posture;
+pub type TierOneSubsetCompliance = crate::tier1::Tier1Posture;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -349,7 +312,7 @@ pub struct Runs {
 #[serde(rename_all = "camelCase")]
 pub struct PauseResume {
     pub supported: bool,
-    pub drain_policies: Vec<crate::run::pause::DrainPolicy>,
+    pub drain_policies: Vec<crate::events::DrainPolicy>,
 }
 
 impl Runs {
@@ -358,7 +321,7 @@ impl Runs {
         Runs {
             pause_resume: Some(PauseResume {
                 supported: true,
-                drain_policies: crate::run::pause::DrainPolicy::ALL.to_vec(),
+                drain_policies: crate::events::DrainPolicy::ALL.to_vec(),
             }),
         }
     }
@@ -481,9 +444,9 @@ impl Default for ReliabilityConfig {
     fn default() -> Self {
         ReliabilityConfig {
             supported: true,
-            max_retry_attempts: crate::run::host::DEFAULT_MAX_RETRY_ATTEMPTS,
+            max_retry_attempts: DEFAULT_MAX_RETRY_ATTEMPTS,
             distinguishes_truncation: true,
-            truncation_budget_multiplier: crate::run::host::DEFAULT_TRUNCATION_BUDGET_MULTIPLIER,
+            truncation_budget_multiplier: DEFAULT_TRUNCATION_BUDGET_MULTIPLIER,
         }
     }
 }

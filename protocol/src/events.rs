@@ -603,11 +603,38 @@ payload_type!(NodeResumed => NodeResumed);
 pub struct RunPaused {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
-    pub drain_policy: crate::run::pause::DrainPolicy,
+    pub drain_policy: DrainPolicy,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub paused_at: Option<String>,
 }
 payload_type!(RunPaused => RunPaused);
+
+/// How a pause treats the nodes executing when it lands.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum DrainPolicy {
+    /// Stop now: in-flight nodes (an LLM call, a delay) are abandoned unrecorded and run
+    /// again from the start, as a fresh attempt, after the resume.
+    Immediate,
+    /// The spec's default: in-flight nodes finish and are recorded; no node starts after them.
+    #[default]
+    DrainCurrentNode,
+}
+
+impl DrainPolicy {
+    /// Every policy this host implements (advertised as `runs.pauseResume.drainPolicies`).
+    pub const ALL: [DrainPolicy; 2] = [DrainPolicy::Immediate, DrainPolicy::DrainCurrentNode];
+
+    /// The wire spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DrainPolicy::Immediate => "immediate",
+            DrainPolicy::DrainCurrentNode => "drain-current-node",
+        }
+    }
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

@@ -72,7 +72,7 @@ pub fn option_object<'de, D: Deserializer<'de>>(
         None => Ok(None),
         Some(Lenient(Value::Object(m))) => Ok(Some(m)),
         Some(Lenient(other)) => Err(serde::de::Error::invalid_type(
-            serde::de::Unexpected::Other(crate::pipeline::json_type(&other)),
+            serde::de::Unexpected::Other(crate::text::json_type(&other)),
             &"a JSON object",
         )),
     }

@@ -12,6 +12,7 @@ pub mod graph;
 pub mod hmac;
 pub mod http;
 pub mod lenient;
+pub mod limits;
 pub mod outcome;
 pub mod pipeline;
 pub mod recovery;

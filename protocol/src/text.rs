@@ -1,5 +1,7 @@
-//! Two small text rules used across the crate and by the binaries: JSON Pointer escaping
-//! (RFC 6901) and character-bounded truncation.
+//! Small text rules used across the crate and by the binaries: JSON Pointer escaping
+//! (RFC 6901), character-bounded truncation, and a JSON value's type named in a message.
+
+use serde_json::Value;
 
 /// RFC 6901 escaping of one reference token: `~` → `~0`, `/` → `~1`.
 pub fn escape_pointer(token: &str) -> String {
@@ -14,6 +16,18 @@ pub fn truncate(text: &str, max: usize) -> String {
     match text.char_indices().nth(max) {
         Some((i, _)) => format!("{}…", &text[..i]),
         None => text.to_owned(),
+    }
+}
+
+/// A JSON value's type as a message names it (`found an object`).
+pub fn json_type(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
     }
 }
 

@@ -1,8 +1,6 @@
 //! The LLM vendors this host's providers speak, named once: the operator validates its
 //! configured providers against this list, the providers crate builds a client per vendor,
-//! and the Tier-1 schema lowering picks its dialect from it.
-
-use crate::tier1::Vendor as Dialect;
+//! and the Tier-1 schema lowering picks its dialect from it (`tier1::Vendor::from`).
 
 /// An LLM vendor (`providers[].vendor` in the operator config, a provider name in a node).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -45,16 +43,6 @@ impl LlmVendor {
     pub fn names() -> String {
         Self::ALL.map(LlmVendor::as_str).join(", ")
     }
-
-    /// The structured-output schema dialect the vendor's API takes (an OpenAI-compatible
-    /// server takes OpenAI's).
-    pub fn dialect(self) -> Dialect {
-        match self {
-            LlmVendor::OpenAi | LlmVendor::OpenAiCompatible => Dialect::OpenAi,
-            LlmVendor::Anthropic => Dialect::Anthropic,
-            LlmVendor::Gemini => Dialect::Gemini,
-        }
-    }
 }
 
 impl std::fmt::Display for LlmVendor {
@@ -66,6 +54,7 @@ impl std::fmt::Display for LlmVendor {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tier1::Vendor as Dialect;
 
     #[test]
     fn names_parse_back_and_dialects_are_named_like_their_vendor() {
@@ -80,7 +69,7 @@ mod tests {
         );
         for d in [Dialect::OpenAi, Dialect::Anthropic, Dialect::Gemini] {
             let v = LlmVendor::parse(d.as_str()).unwrap();
-            assert_eq!(v.dialect(), d);
+            assert_eq!(Dialect::from(v), d);
         }
     }
 }

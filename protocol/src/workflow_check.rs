@@ -14,29 +14,13 @@ use std::fmt;
 use serde::Deserialize as _;
 use serde_json::Value;
 
+use crate::http;
 use crate::schema::{self, CompiledSchema, Document, ValidationIssue};
-use crate::tier1;
+use crate::tier1::{self, Tier1Posture};
 use crate::workflow::{WorkflowDefinition, WorkflowError};
 
-pub use crate::run::nodes::MOCK_AGENT_TYPE_ID;
-/// Workflow ids with this prefix may use the mock agent without a host opt-in.
-pub const CONFORMANCE_ID_PREFIX: &str = "conformance-";
+use crate::run::nodes::{MOCK_AGENT_TYPE_ID, mock_agent_allowed, mock_agent_refusal};
 
-/// Whether a workflow may run `core.conformance.mock-agent` (RFC 0023): its id starts with
-/// [`CONFORMANCE_ID_PREFIX`], or the host opted in for the workflow's tenant. The Workflow
-/// controller asks this with the namespace's opt-in, and the worker with the opt-in the
-/// operator froze in the run snapshot's host profile ([`crate::run::host::HostProfile::mock_agent`]),
-/// so a Workflow the operator accepts is one its worker runs.
-pub fn mock_agent_allowed(workflow_id: &str, host_opt_in: bool) -> bool {
-    host_opt_in || workflow_id.starts_with(CONFORMANCE_ID_PREFIX)
-}
-
-/// Why a mock-agent node was refused, and what to do about it.
-pub fn mock_agent_refusal() -> String {
-    format!(
-        "{MOCK_AGENT_TYPE_ID} is conformance-only (RFC 0023): give the workflow an id starting with {CONFORMANCE_ID_PREFIX:?}, or have the operator admin allow the mock agent for this namespace (conformance.mockAgentNamespaces)"
-    )
-}
 /// Most problems reported for one workflow; the rest are summarised by a count.
 pub const MAX_PROBLEMS: usize = 50;
 
@@ -49,8 +33,8 @@ pub enum ConfigRule {
     MockAgent,
     /// A node-type-specific JSON Schema.
     Schema(CompiledSchema),
-    /// The HTTP node's config ([`crate::http::HttpConfig::parse`]).
-    Http(crate::http::Dialect),
+    /// The HTTP node's config ([`http::HttpConfig::parse`]).
+    Http(http::Dialect),
 }
 
 /// One registered node type.
@@ -137,40 +121,6 @@ pub fn schema_def(
         o.insert("$ref".into(), Value::String(format!("#/$defs/{def}")));
     }
     schema::compile(&root)
-}
-
-/// The host's `tierOneSubsetCompliance` posture for vendor envelope schemas.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Tier1Posture {
-    /// A violation makes the workflow invalid.
-    Strict,
-    /// A violation is reported as a warning.
-    #[default]
-    Warn,
-    /// Not checked.
-    Off,
-}
-
-impl Tier1Posture {
-    /// The wire value (`strict|warn|off`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Tier1Posture::Strict => "strict",
-            Tier1Posture::Warn => "warn",
-            Tier1Posture::Off => "off",
-        }
-    }
-
-    /// Parses the wire value.
-    pub fn parse(s: &str) -> Option<Self> {
-        match s {
-            "strict" => Some(Tier1Posture::Strict),
-            "warn" => Some(Tier1Posture::Warn),
-            "off" => Some(Tier1Posture::Off),
-            _ => None,
-        }
-    }
 }
 
 /// What the host offers, against which a definition is checked.
@@ -386,7 +336,7 @@ fn check_node(
                 report.error(WorkflowProblem {
                     code: ProblemCode::UnknownNodeReference,
                     node_id: node_id.clone(),
-                    pointer: format!("{base}/inputs/{}/nodeId", tier1::escape_token(port)),
+                    pointer: format!("{base}/inputs/{}/nodeId", crate::text::escape_pointer(port)),
                     message: format!(
                         "input {port:?} is connected to node {from:?}, which does not exist"
                     ),
@@ -423,7 +373,7 @@ fn check_node(
                 }]),
                 ConfigRule::MockAgent => schema::validate(Document::MockAgentConfig, config),
                 ConfigRule::Schema(s) => s.validate(config),
-                ConfigRule::Http(d) => crate::http::HttpConfig::parse(*d, config).map(|_| ()),
+                ConfigRule::Http(d) => http::HttpConfig::parse(*d, config).map(|_| ()),
             };
             if let Err(issues) = result {
                 let at = format!("{base}/config");
@@ -522,7 +472,7 @@ fn check_flow(definition: &Value, nodes: &[Value], report: &mut CheckReport) {
                 report.error(problem(
                     ProblemCode::ExpressionUnsupported,
                     id,
-                    format!("{base}/inputs/{}/type", tier1::escape_token(port)),
+                    format!("{base}/inputs/{}/type", crate::text::escape_pointer(port)),
                     format!("input {port:?} is an expression; this host has no expression engine: use a static, connection or variable input"),
                 ));
             }
@@ -646,7 +596,7 @@ fn check_contract(
         for (kind, s) in schemas {
             let at = format!(
                 "{base}/envelopeContract/schemas/{}",
-                tier1::escape_token(kind)
+                crate::text::escape_pointer(kind)
             );
             check_vendor_schema(&at, node_id, kind, s, opts.tier1, report);
         }
@@ -740,6 +690,62 @@ fn from_issue(
         pointer: format!("{prefix}{}", issue.instance_path),
         message: issue.message.clone(),
     }
+}
+
+/// Problems of the Workflow's `spec.secrets` (`declared` names, in order) with `definition`'s
+/// HTTP nodes, as registration problems: a name declared twice (both would mount at one
+/// path), and a header secret (`{{secrets.NAME}}`) that is not declared, so a run never starts
+/// that would fail for want of a secret. Configs that do not parse are left to the config
+/// check.
+pub fn secret_problems(definition: &Value, declared: &[&str]) -> Vec<WorkflowProblem> {
+    let mut out = Vec::new();
+    for (i, name) in declared.iter().enumerate() {
+        if declared[..i].contains(name) {
+            out.push(WorkflowProblem {
+                code: ProblemCode::DefinitionInvalid,
+                node_id: None,
+                pointer: format!("/secrets/{i}/name"),
+                message: format!("secret {name} is declared twice; give each entry its own name"),
+            });
+        }
+    }
+    let nodes = definition.get("nodes").and_then(Value::as_array);
+    for (i, node) in nodes.into_iter().flatten().enumerate() {
+        let dialect = match node.get("typeId").and_then(Value::as_str) {
+            Some(http::FETCH_TYPE_ID) => http::Dialect::Fetch,
+            Some(http::REQUEST_TYPE_ID) => http::Dialect::Request,
+            _ => continue,
+        };
+        let Some(Ok(cfg)) = node
+            .get("config")
+            .map(|c| http::HttpConfig::parse(dialect, c))
+        else {
+            continue;
+        };
+        for (header, template) in &cfg.headers {
+            let names = http::config::placeholders(template).unwrap_or_default();
+            for name in names
+                .iter()
+                .filter_map(|p| p.strip_prefix(http::config::SECRET_PLACEHOLDER_PREFIX))
+            {
+                if declared.contains(&name) {
+                    continue;
+                }
+                out.push(WorkflowProblem {
+                    code: ProblemCode::NodeConfigInvalid,
+                    node_id: node.get("id").and_then(Value::as_str).map(str::to_owned),
+                    pointer: format!(
+                        "/nodes/{i}/config/headers/{}",
+                        crate::text::escape_pointer(header)
+                    ),
+                    message: format!(
+                        "header {header} uses {{{{secrets.{name}}}}}, which spec.secrets does not declare: add {{name: {name}, secretRef: {{name: <Secret>, key: <key>}}}} to spec.secrets"
+                    ),
+                });
+            }
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -1141,5 +1147,28 @@ mod tests {
             assert!(p.message.contains(says), "{config}: {}", p.message);
             assert!(!p.message.starts_with("node "), "said once: {p}");
         }
+    }
+
+    #[test]
+    fn header_secrets_must_be_declared_by_the_workflow() {
+        let def = json!({"nodes": [
+            {"id": "a", "typeId": "core.noop", "config": {"headers": {"X": "{{secrets.nope}}"}}},
+            {"id": "b", "typeId": http::FETCH_TYPE_ID, "config": {"url": "https://x.example/",
+                "headers": {"Authorization": "Bearer {{secrets.tok}}", "X-Other": "{{secrets.other}}"}}},
+            {"id": "c", "typeId": http::REQUEST_TYPE_ID, "config": {"url": 1, "headers": {"X": "{{secrets.bad}}"}}}
+        ]});
+        let problems = secret_problems(&def, &["tok"]);
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert_eq!(problems[0].pointer, "/nodes/1/config/headers/X-Other");
+        assert_eq!(problems[0].node_id.as_deref(), Some("b"));
+        assert!(
+            problems[0].message.contains("{{secrets.other}}"),
+            "{}",
+            problems[0].message
+        );
+        assert!(secret_problems(&def, &["tok", "other"]).is_empty());
+        let twice = secret_problems(&def, &["tok", "other", "tok"]);
+        assert_eq!(twice.len(), 1, "{twice:?}");
+        assert_eq!(twice[0].pointer, "/secrets/2/name");
     }
 }

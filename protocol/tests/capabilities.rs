@@ -4,10 +4,11 @@
 use std::collections::BTreeMap;
 
 use openwop_protocol::capabilities::{
-    CapabilitiesConfig, CapabilitiesError, EventStream, Implementation, Limits, PROTOCOL_VERSION,
+    CapabilitiesConfig, CapabilitiesError, EventStream, Implementation, PROTOCOL_VERSION,
     RELIABILITY_EVENTS, ReasoningVerbosity, SecretScope, ServedKindSchema, TierOneSubsetCompliance,
     Transport, build,
 };
+use openwop_protocol::limits::Limits;
 use openwop_protocol::pipeline::Strictness;
 use openwop_protocol::retry::reasoning::ReasoningPosture;
 use openwop_protocol::schema::{self, Document};

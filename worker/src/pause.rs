@@ -10,8 +10,9 @@
 use std::sync::{Arc, Mutex};
 
 use futures::StreamExt as _;
+use openwop_protocol::events::DrainPolicy;
 use openwop_protocol::events::EventType;
-use openwop_protocol::run::pause::{CONTROL_ACK, DrainPolicy, FROM_PAUSED, PauseLog, PauseRequest};
+use openwop_protocol::run::pause::{CONTROL_ACK, FROM_PAUSED, PauseLog, PauseRequest};
 use serde_json::json;
 
 use crate::eventlog::{LogError, Publisher, RunLog, now_rfc3339};

@@ -12,13 +12,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use openwop_nats::NatsAuth;
+use openwop_protocol::events::DrainPolicy;
 use openwop_protocol::events::{ErrorInfo, EventType, RunEventDoc};
 use openwop_protocol::graph::{Graph, GraphError};
 use openwop_protocol::redact::Redactor;
 use openwop_protocol::run::ending;
 use openwop_protocol::run::env::WorkerEnv;
 use openwop_protocol::run::exit::{BAD_INPUT, STOPPED, SUSPENDED, TERMINAL};
-use openwop_protocol::run::pause::{DrainPolicy, PauseLog};
+use openwop_protocol::run::pause::PauseLog;
 use openwop_protocol::run::projection::Projection;
 use openwop_protocol::run::snapshot::{KeyMount, RunSnapshot, SnapshotError};
 use openwop_protocol::run::subjects;

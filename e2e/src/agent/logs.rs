@@ -19,7 +19,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
 use tokio_util::sync::CancellationToken;
 
-use super::Ctx;
+use super::ctx::Ctx;
 
 type Body = BoxBody<Bytes, std::io::Error>;
 

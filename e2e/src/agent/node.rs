@@ -13,7 +13,7 @@ use kube::{Api, ResourceExt};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use super::Ctx;
+use super::ctx::Ctx;
 
 const LEASE_SECONDS: i32 = 40;
 const LEASE_RENEW: Duration = Duration::from_secs(10);

@@ -21,8 +21,8 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::Ctx;
 use super::config::AgentConfig;
+use super::ctx::Ctx;
 use super::process;
 use super::status::{self, ContainerView, State, StatusInput, Terminated};
 use super::volumes::{self, VolumeSet};

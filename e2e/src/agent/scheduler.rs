@@ -12,7 +12,7 @@ use kube::runtime::watcher;
 use kube::{Api, Resource, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
-use super::Ctx;
+use super::ctx::Ctx;
 
 const RESYNC: Duration = Duration::from_secs(5);
 /// Bindings in flight at once. One at a time (three API round trips each) was the bottleneck

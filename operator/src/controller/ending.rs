@@ -17,7 +17,8 @@ use std::time::Duration;
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
 use openwop_nats::stream::{Appended, append_after, last_on_subject};
-use openwop_protocol::run::ending::{host_ending, is_terminal};
+use openwop_protocol::run::ending::host_ending;
+use openwop_protocol::run::projection::is_terminal;
 use openwop_protocol::run::subjects::events_subject;
 use serde_json::Value;
 

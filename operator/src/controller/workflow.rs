@@ -101,7 +101,7 @@ fn validity(
     let declared: Vec<&str> = wf.spec.secrets.iter().map(|s| s.name.as_str()).collect();
     report
         .errors
-        .extend(openwop_protocol::http::secret_problems(
+        .extend(openwop_protocol::workflow_check::secret_problems(
             &definition,
             &declared,
         ));

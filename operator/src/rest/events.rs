@@ -37,7 +37,7 @@ fn run_subject(run: &Run) -> String {
 }
 
 /// Whether a run event ends the run (the projection says its phase is terminal).
-pub use openwop_protocol::run::ending::is_terminal as is_terminal_event;
+pub use openwop_protocol::run::projection::is_terminal as is_terminal_event;
 
 /// A run event read from the log, with its run sequence.
 struct Decoded {

@@ -12,29 +12,17 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use crate::egress::{BadAllowEntry, EgressPolicy};
-use crate::workflow_check::{ProblemCode, WorkflowProblem};
 
 pub use config::{Dialect, HttpConfig, Method, RetryPolicy, TemplateError};
-pub use record::{CallRecord, Next, Outcome};
+pub use record::{
+    CallRecord, NETWORK_ERROR, Next, Outcome, REQUEST_INVALID, RESPONSE_TOO_LARGE, TIMEOUT,
+    UNEXPECTED_STATUS, URL_REJECTED, is_recorded_header,
+};
 
 /// The published pack's node type.
 pub const FETCH_TYPE_ID: &str = "core.openwop.http.fetch";
 /// The reference Postgres host's node type (its config names).
 pub const REQUEST_TYPE_ID: &str = "core.http.request";
-
-/// The egress guard refused the target (`details.url`); never retried.
-pub const URL_REJECTED: &str = "http_url_rejected";
-/// No complete response within `timeoutMs`, after every attempt.
-pub const TIMEOUT: &str = "http_timeout";
-/// No response at all, after every attempt.
-pub const NETWORK_ERROR: &str = "http_network_error";
-/// An answer outside `expectStatus` (`core.http.request`).
-pub const UNEXPECTED_STATUS: &str = "http_unexpected_status";
-/// The body passed the host's bound (`details.maxBytes`).
-pub const RESPONSE_TOO_LARGE: &str = "http_response_too_large";
-/// The call cannot be built: a URL variable or a header's secret is missing, or a secret
-/// cannot be redacted.
-pub const REQUEST_INVALID: &str = "validation_error";
 
 /// Default bound of one HTTP node response body (256 KiB): the body is recorded in the run's
 /// log and reported in `node.completed`, so it must fit a NATS message with room to spare.
@@ -45,20 +33,6 @@ pub const MAX_RESPONSE_BYTES_CEILING: u64 =
     crate::retry::journal::MAX_RECORDED_RESPONSE_BYTES as u64;
 /// Methods the node sends (advertised in `httpClient.methods`).
 pub const METHODS: [Method; 7] = Method::ALL;
-
-/// Response headers never recorded or reported: they carry credentials or session state.
-const UNRECORDED_HEADERS: &[&str] = &[
-    "authorization",
-    "proxy-authorization",
-    "cookie",
-    "set-cookie",
-    "set-cookie2",
-];
-
-/// Whether a response header (lower-case name) is recorded and reported.
-pub fn is_recorded_header(name: &str) -> bool {
-    !UNRECORDED_HEADERS.contains(&name)
-}
 
 /// What the host enforces on every HTTP node call. Part of the host profile (frozen in each
 /// run's snapshot), so the worker enforces exactly what the operator was configured with.
@@ -121,59 +95,6 @@ pub fn request_body(cfg: &HttpConfig, input: Option<&Value>) -> Option<(Vec<u8>,
             "application/json",
         )),
     }
-}
-
-/// Problems of the Workflow's `spec.secrets` (`declared` names, in order) with `definition`'s
-/// HTTP nodes, as registration problems: a name declared twice (both would mount at one
-/// path), and a header secret (`{{secrets.NAME}}`) that is not declared, so a run never starts
-/// that would fail for want of a secret. Configs that do not parse are left to the config
-/// check.
-pub fn secret_problems(definition: &Value, declared: &[&str]) -> Vec<WorkflowProblem> {
-    let mut out = Vec::new();
-    for (i, name) in declared.iter().enumerate() {
-        if declared[..i].contains(name) {
-            out.push(WorkflowProblem {
-                code: ProblemCode::DefinitionInvalid,
-                node_id: None,
-                pointer: format!("/secrets/{i}/name"),
-                message: format!("secret {name} is declared twice; give each entry its own name"),
-            });
-        }
-    }
-    let nodes = definition.get("nodes").and_then(Value::as_array);
-    for (i, node) in nodes.into_iter().flatten().enumerate() {
-        let dialect = match node.get("typeId").and_then(Value::as_str) {
-            Some(FETCH_TYPE_ID) => Dialect::Fetch,
-            Some(REQUEST_TYPE_ID) => Dialect::Request,
-            _ => continue,
-        };
-        let Some(Ok(cfg)) = node.get("config").map(|c| HttpConfig::parse(dialect, c)) else {
-            continue;
-        };
-        for (header, template) in &cfg.headers {
-            let names = config::placeholders(template).unwrap_or_default();
-            for name in names
-                .iter()
-                .filter_map(|p| p.strip_prefix(config::SECRET_PLACEHOLDER_PREFIX))
-            {
-                if declared.contains(&name) {
-                    continue;
-                }
-                out.push(WorkflowProblem {
-                    code: ProblemCode::NodeConfigInvalid,
-                    node_id: node.get("id").and_then(Value::as_str).map(str::to_owned),
-                    pointer: format!(
-                        "/nodes/{i}/config/headers/{}",
-                        crate::text::escape_pointer(header)
-                    ),
-                    message: format!(
-                        "header {header} uses {{{{secrets.{name}}}}}, which spec.secrets does not declare: add {{name: {name}, secretRef: {{name: <Secret>, key: <key>}}}} to spec.secrets"
-                    ),
-                });
-            }
-        }
-    }
-    out
 }
 
 /// The redaction id of a Workflow secret (`[REDACTED:secrets.NAME]` in events and logs).
@@ -257,29 +178,6 @@ mod tests {
             ..HttpClientProfile::default()
         };
         assert!(bad.egress_policy().is_err());
-    }
-
-    #[test]
-    fn header_secrets_must_be_declared_by_the_workflow() {
-        let def = json!({"nodes": [
-            {"id": "a", "typeId": "core.noop", "config": {"headers": {"X": "{{secrets.nope}}"}}},
-            {"id": "b", "typeId": FETCH_TYPE_ID, "config": {"url": "https://x.example/",
-                "headers": {"Authorization": "Bearer {{secrets.tok}}", "X-Other": "{{secrets.other}}"}}},
-            {"id": "c", "typeId": REQUEST_TYPE_ID, "config": {"url": 1, "headers": {"X": "{{secrets.bad}}"}}}
-        ]});
-        let problems = secret_problems(&def, &["tok"]);
-        assert_eq!(problems.len(), 1, "{problems:?}");
-        assert_eq!(problems[0].pointer, "/nodes/1/config/headers/X-Other");
-        assert_eq!(problems[0].node_id.as_deref(), Some("b"));
-        assert!(
-            problems[0].message.contains("{{secrets.other}}"),
-            "{}",
-            problems[0].message
-        );
-        assert!(secret_problems(&def, &["tok", "other"]).is_empty());
-        let twice = secret_problems(&def, &["tok", "other", "tok"]);
-        assert_eq!(twice.len(), 1, "{twice:?}");
-        assert_eq!(twice[0].pointer, "/secrets/2/name");
     }
 
     #[test]

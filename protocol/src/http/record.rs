@@ -15,11 +15,38 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use super::config::{HttpConfig, Method};
-use super::{NETWORK_ERROR, RESPONSE_TOO_LARGE, TIMEOUT, UNEXPECTED_STATUS, is_recorded_header};
 use crate::events::{ErrorInfo, EventType, LogAppended, LogLevel, RunEventDoc};
 
 /// The key under `log.appended.fields` that marks an HTTP call record.
 pub const HTTP_CALL_FIELD: &str = "httpCall";
+
+/// The egress guard refused the target (`details.url`); never retried.
+pub const URL_REJECTED: &str = "http_url_rejected";
+/// No complete response within `timeoutMs`, after every attempt.
+pub const TIMEOUT: &str = "http_timeout";
+/// No response at all, after every attempt.
+pub const NETWORK_ERROR: &str = "http_network_error";
+/// An answer outside `expectStatus` (`core.http.request`).
+pub const UNEXPECTED_STATUS: &str = "http_unexpected_status";
+/// The body passed the host's bound (`details.maxBytes`).
+pub const RESPONSE_TOO_LARGE: &str = "http_response_too_large";
+/// The call cannot be built: a URL variable or a header's secret is missing, or a secret
+/// cannot be redacted.
+pub const REQUEST_INVALID: &str = "validation_error";
+
+/// Response headers never recorded or reported: they carry credentials or session state.
+const UNRECORDED_HEADERS: &[&str] = &[
+    "authorization",
+    "proxy-authorization",
+    "cookie",
+    "set-cookie",
+    "set-cookie2",
+];
+
+/// Whether a response header (lower-case name) is recorded and reported.
+pub fn is_recorded_header(name: &str) -> bool {
+    !UNRECORDED_HEADERS.contains(&name)
+}
 
 /// What one attempt got.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -11,7 +11,8 @@ use crate::envelope::{AiEnvelope, ContentTrust, is_universal_kind};
 use crate::events::{ErrorInfo, EventFactory, LogAppended, LogLevel, NodeFailed, RunEventDoc};
 use crate::outcome::{Code, Gate, Gated, Outcome};
 
-use super::{Context, EnvelopeContract, RefusalMode, union_with_universals};
+use super::context::{Context, EnvelopeContract, RefusalMode, quote_kind, stamp};
+use crate::envelope::universal_first;
 
 pub(crate) fn check(
     env: &AiEnvelope,
@@ -44,13 +45,13 @@ fn refuse(
     gate: Gate,
     contract: &EnvelopeContract,
 ) -> (Outcome, Vec<RunEventDoc>) {
-    let accepted = union_with_universals(&contract.accepts);
+    let accepted = universal_first(&contract.accepts);
     let whose = if gate == Gate::HostContract {
         "the host's contract for this node type"
     } else {
         "this node's envelope contract"
     };
-    let kind = super::quote_kind(&env.kind);
+    let kind = quote_kind(&env.kind);
     let message = format!(
         "envelope kind '{kind}' is not accepted by {whose}; accepted kinds: {}",
         accepted.join(", ")
@@ -73,7 +74,7 @@ fn refuse(
         allowed_kinds: accepted,
         replayed: false,
     });
-    (outcome, vec![super::stamp(ev, ctx, corr, trust)])
+    (outcome, vec![stamp(ev, ctx, corr, trust)])
 }
 
 /// The event a gate refusal projects, the same for every gate (host

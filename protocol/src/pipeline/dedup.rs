@@ -18,6 +18,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use super::context::quote_kind;
 use crate::outcome::{Code, Detail, Outcome};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -100,8 +101,8 @@ pub(crate) fn lookup(store: &DedupStore, corr: &str, kind: &str) -> Lookup {
             Code::EnvelopeCorrelationConflict,
             format!(
                 "correlationId was already used in this run by an envelope of kind '{}'; this envelope has kind '{}'",
-                super::quote_kind(&entry.envelope_type),
-                super::quote_kind(kind)
+                quote_kind(&entry.envelope_type),
+                quote_kind(kind)
             ),
             vec![Detail::new(
                 "/correlationId",

@@ -19,7 +19,7 @@ use sha2::{Digest, Sha256};
 use crate::envelope::{AiEnvelope, ContentTrust};
 use crate::events::{EventFactory, EventType, InterruptKind, LogAppended, LogLevel, RunEventDoc};
 
-use super::Context;
+use super::context::{Context, stamp};
 
 pub(crate) fn project(
     env: &AiEnvelope,
@@ -134,7 +134,7 @@ pub(crate) fn project(
         _ => Vec::new(),
     };
     docs.into_iter()
-        .map(|d| super::stamp(d, ctx, corr, trust))
+        .map(|d| stamp(d, ctx, corr, trust))
         .collect()
 }
 

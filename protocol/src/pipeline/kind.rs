@@ -10,7 +10,8 @@ use crate::envelope::{AiEnvelope, ContentTrust, is_universal_kind};
 use crate::events::{EventFactory, RunEventDoc};
 use crate::outcome::{Code, Gate, Gated, Outcome};
 
-use super::{Context, union_with_universals};
+use super::context::{Context, quote_kind, stamp};
+use crate::envelope::universal_first;
 
 pub(crate) fn check(
     env: &AiEnvelope,
@@ -25,10 +26,10 @@ pub(crate) fn check(
     if is_universal_kind(&env.kind) || supported.contains(&env.kind) {
         return Ok(());
     }
-    let allowed = union_with_universals(supported);
+    let allowed = universal_first(supported);
     let message = format!(
         "the host does not advertise envelope kind '{}' in supportedEnvelopes; emit one of: {}",
-        super::quote_kind(&env.kind),
+        quote_kind(&env.kind),
         allowed.join(", ")
     );
     let mode = ctx.refusal_mode.unwrap_or_else(|| {
@@ -55,5 +56,5 @@ pub(crate) fn check(
         allowed_kinds: allowed,
         replayed: false,
     });
-    Err((outcome, vec![super::stamp(ev, ctx, corr, trust)]))
+    Err((outcome, vec![stamp(ev, ctx, corr, trust)]))
 }

@@ -10,7 +10,7 @@ use crate::envelope::{AiEnvelope, ContentTrust};
 use crate::events::{CapBreached, ErrorInfo, EventFactory, NodeFailed, RunEventDoc};
 use crate::outcome::{Breached, Code, EnvelopeCapKind, Outcome};
 
-use super::{Context, Counter};
+use super::context::{Context, Counter, stamp};
 
 pub(crate) fn check(
     env: &AiEnvelope,
@@ -89,8 +89,8 @@ fn breach(
     (
         outcome,
         vec![
-            super::stamp(breached, ctx, corr, trust),
-            super::stamp(failed, ctx, corr, trust),
+            stamp(breached, ctx, corr, trust),
+            stamp(failed, ctx, corr, trust),
         ],
     )
 }

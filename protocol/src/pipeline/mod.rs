@@ -21,6 +21,7 @@
 
 // The steps are private: callers use the `pub use` list below, so a step's internals can
 // change without touching another crate.
+mod context;
 mod contract;
 mod dedup;
 mod handler;
@@ -36,130 +37,20 @@ pub mod request;
 mod shape;
 mod trust;
 
-use std::collections::BTreeMap;
-
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use crate::envelope::ContentTrust;
 use crate::events::{EventFactory, RunEventDoc};
 use crate::outcome::{Accepted, NormalizedMeta, Outcome};
-use crate::redact::Redactor;
-use crate::schema::CompiledSchema;
 
 pub use crate::recovery::RecoveryPath;
+pub use context::{
+    Context, Counter, Counters, EnvelopeContract, HostPolicy, RefusalMode, Strictness,
+};
 pub use dedup::{DedupEntry, DedupStore};
 pub use handler::interrupt_id_for;
 pub use parse::{InputLimits, Recovery};
 pub use shape::is_iso8601;
-pub(crate) use shape::json_type;
-
-/// `envelopeStrictness` from the capabilities document.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Strictness {
-    #[default]
-    Warn,
-    Strict,
-}
-
-/// What to do with an envelope outside a contract.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema,
-)]
-#[serde(rename_all = "kebab-case")]
-pub enum RefusalMode {
-    /// `node.failed` with `envelope_contract_violation` (the spec default).
-    #[default]
-    FailNode,
-    /// `log.appended` warning; the envelope is dropped and the node goes on.
-    DiscardAndWarn,
-}
-
-/// An envelope contract: the non-universal kinds accepted, and the refusal mode.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct EnvelopeContract {
-    pub accepts: Vec<String>,
-    #[serde(default)]
-    pub refusal_mode: RefusalMode,
-}
-
-/// Host-wide configuration: what the capabilities document advertises.
-#[derive(Debug, Default)]
-pub struct HostPolicy {
-    /// `supportedEnvelopes`; `None` accepts any kind at the kind step.
-    pub supported_envelopes: Option<Vec<String>>,
-    /// `schemaVersions`; kinds with an embedded schema fall back to its version.
-    pub schema_versions: BTreeMap<String, u32>,
-    pub strictness: Strictness,
-    /// Payload schemas of vendor kinds (compiled once, network resolution disabled).
-    pub kind_schemas: BTreeMap<String, CompiledSchema>,
-    /// The host-level envelope contract of the node's typeId, checked before the node's own.
-    pub host_contract: Option<EnvelopeContract>,
-    pub input_limits: InputLimits,
-}
-
-/// One engine-limit counter: `current` uses so far this turn/run, `cap` the limit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Counter {
-    pub current: u64,
-    pub cap: u64,
-}
-
-/// Engine-limit counters as they stand before this envelope.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Counters {
-    #[serde(default)]
-    pub envelopes_per_turn: Option<Counter>,
-    #[serde(default)]
-    pub schema_rounds: Option<Counter>,
-    #[serde(default)]
-    pub clarification_rounds: Option<Counter>,
-}
-
-/// Everything one call needs besides the envelope, the dedup store and the event factory.
-#[derive(Debug, Clone, Copy)]
-pub struct Context<'a> {
-    pub host: &'a HostPolicy,
-    /// The run's SR-1 redactor (built once per run from its secrets).
-    pub redactor: &'a Redactor,
-    /// The emitting node: stamped on every projected event.
-    pub node_id: &'a str,
-    /// The node's own envelope contract (`None` = no node-level restriction).
-    pub node_contract: Option<&'a EnvelopeContract>,
-    pub run_trust_boundary: Option<ContentTrust>,
-    pub counters: Counters,
-    /// The envelope is being presented as the resolution of an approval gate.
-    pub approval_gate_context: bool,
-    /// Overrides the contracts' refusal mode at every gate (the seam's `projectTo.refusalMode`).
-    pub refusal_mode: Option<RefusalMode>,
-    /// RFC 3339 timestamp stamped on projected events (this crate reads no clock).
-    pub timestamp: &'a str,
-}
-
-impl<'a> Context<'a> {
-    pub fn new(
-        host: &'a HostPolicy,
-        redactor: &'a Redactor,
-        node_id: &'a str,
-        timestamp: &'a str,
-    ) -> Self {
-        Context {
-            host,
-            redactor,
-            node_id,
-            node_contract: None,
-            run_trust_boundary: None,
-            counters: Counters::default(),
-            approval_gate_context: false,
-            refusal_mode: None,
-            timestamp,
-        }
-    }
-}
 
 /// The result of one pipeline call.
 #[derive(Debug, Clone, PartialEq)]
@@ -412,16 +303,6 @@ fn finish_outcome(
     }
 }
 
-/// Stamps the pipeline's common fields on a projected event.
-pub(crate) fn stamp(
-    doc: RunEventDoc,
-    ctx: &Context<'_>,
-    corr: &str,
-    trust: ContentTrust,
-) -> RunEventDoc {
-    doc.with_node(ctx.node_id).caused_by(corr).with_trust(trust)
-}
-
 /// Engine-assigned `envelopeId` when the model omits it: deterministic from
 /// `(runId, correlationId)` — `env-` + 32 hex chars of SHA-256 — so a replayed
 /// or re-executed step assigns the same id without any stored state.
@@ -433,17 +314,3 @@ pub fn envelope_id_for(run_id: &str, correlation_id: &str) -> String {
     h.update(correlation_id.as_bytes());
     crate::events::hex_id("env-", &h.finalize(), 32)
 }
-
-/// A kind name as quoted in messages: bounded, control characters dropped.
-pub(crate) fn quote_kind(kind: &str) -> String {
-    const MAX: usize = 64;
-    let mut out: String = kind.chars().filter(|c| !c.is_control()).take(MAX).collect();
-    if kind.chars().count() > MAX {
-        out.push('…');
-    }
-    out
-}
-
-/// Universal kinds first (the allowed list both the kind gate and the contract gate report;
-/// re-exported here so neither step imports the other).
-pub(crate) use crate::envelope::universal_first as union_with_universals;

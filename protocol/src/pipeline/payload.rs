@@ -12,7 +12,7 @@ use crate::envelope::AiEnvelope;
 use crate::outcome::{Code, Detail, Outcome};
 use crate::schema::{self, ValidationIssue};
 
-use super::{HostPolicy, Strictness};
+use super::context::{HostPolicy, Strictness, quote_kind};
 
 /// Returns the warnings to attach to an accepted outcome.
 pub(crate) fn check(env: &AiEnvelope, host: &HostPolicy) -> Result<Vec<Detail>, Outcome> {
@@ -25,7 +25,7 @@ pub(crate) fn check(env: &AiEnvelope, host: &HostPolicy) -> Result<Vec<Detail>, 
     if let Some(adv) = advertised {
         let got = env.schema_version;
         if got > adv || (got < adv && host.strictness == Strictness::Strict) {
-            let kind = super::quote_kind(&env.kind);
+            let kind = quote_kind(&env.kind);
             let why = if got > adv {
                 "versions above the advertised one are always refused"
             } else {
@@ -46,7 +46,7 @@ pub(crate) fn check(env: &AiEnvelope, host: &HostPolicy) -> Result<Vec<Detail>, 
             ));
         }
         if got < adv {
-            let kind = super::quote_kind(&env.kind);
+            let kind = quote_kind(&env.kind);
             warnings.push(Detail::new(
                 "/schemaVersion",
                 Code::EnvelopeSchemaVersionDrift.as_str(),
@@ -64,7 +64,7 @@ pub(crate) fn check(env: &AiEnvelope, host: &HostPolicy) -> Result<Vec<Detail>, 
             Code::EnvelopeInvalid,
             format!(
                 "the payload does not match the schema of kind '{}' ({n} problem{}); correct the listed fields and re-emit",
-                super::quote_kind(&env.kind),
+                quote_kind(&env.kind),
                 if n == 1 { "" } else { "s" }
             ),
             issues.into_iter().map(payload_detail).collect(),

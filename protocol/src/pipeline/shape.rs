@@ -13,7 +13,7 @@ use crate::envelope::{
 };
 use crate::outcome::{Code, Detail, Outcome};
 
-use crate::text::escape_pointer;
+use crate::text::{escape_pointer, json_type};
 
 const TOP_LEVEL: [&str; 8] = [
     "type",
@@ -498,17 +498,6 @@ fn parse_display(s: &str) -> Option<Display> {
         "file" => Display::File,
         _ => return None,
     })
-}
-
-pub(crate) fn json_type(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
 }
 
 #[cfg(test)]

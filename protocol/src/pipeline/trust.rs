@@ -7,7 +7,7 @@ use crate::envelope::{AiEnvelope, ContentTrust};
 use crate::outcome::{Code, Detail, Outcome};
 use crate::trust;
 
-use super::Context;
+use super::context::Context;
 
 pub(crate) fn resolve(env: &AiEnvelope, ctx: &Context<'_>) -> ContentTrust {
     trust::resolve(env.meta.content_trust, ctx.run_trust_boundary)

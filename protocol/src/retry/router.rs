@@ -39,13 +39,13 @@ use crate::events::{
     EventPayload, EventType, LogAppended, LogLevel, NodeFailed, RecoveryPathName, RetryReason,
     RunEventDoc,
 };
+use crate::limits::{DEFAULT_SCHEMA_ROUNDS, DEFAULT_TRUNCATION_BUDGET_MULTIPLIER};
 use crate::recovery::{ParseLimits, RecoveryPath, parse_lenient};
 use crate::redact::Redactor;
 use crate::schema::{CompiledSchema, ValidationIssue};
 
 /// Wire attempt numbers are 2..16, so a node never makes more than 16 calls per emission.
 pub const MAX_ATTEMPTS: u32 = 16;
-pub use crate::run::host::DEFAULT_TRUNCATION_BUDGET_MULTIPLIER as DEFAULT_MULTIPLIER;
 
 /// Anything that can validate a parsed payload: a compiled user schema, or the envelope
 /// pipeline when the node expects an `envelopeType`.
@@ -113,8 +113,8 @@ impl RouterConfig {
             model: model.into(),
             system_prompt: String::new(),
             user_prompt: String::new(),
-            schema_rounds: crate::capabilities::DEFAULT_SCHEMA_ROUNDS,
-            multiplier: DEFAULT_MULTIPLIER,
+            schema_rounds: DEFAULT_SCHEMA_ROUNDS,
+            multiplier: DEFAULT_TRUNCATION_BUDGET_MULTIPLIER,
             max_tokens,
             ceiling,
             posture: ReasoningPosture::default(),

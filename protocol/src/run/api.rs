@@ -9,7 +9,7 @@ use serde_json::{Map, Value};
 use super::projection::Projection;
 use super::status::RunPhase;
 use super::variables::{kind_name, matches_kind};
-use crate::pipeline::json_type;
+use crate::text::json_type;
 use crate::workflow::WorkflowVariable;
 
 /// The error code of `POST /v1/runs` when an `Idempotency-Key` is reused with another request

@@ -9,7 +9,6 @@
 
 use serde_json::{Value, json};
 
-use super::projection::Projection;
 use super::status::{RunError, RunPhase};
 use crate::events::{ErrorInfo, EventFactory, EventType, RunEventDoc};
 
@@ -19,14 +18,6 @@ pub const RUN_FAILED_STEP: &str = "run.failed";
 pub const RUN_CANCELLED_STEP: &str = "run.cancelled";
 /// `run.cancelled` `payload.cancelledBy` when the operator (spec.cancel) cancelled the run.
 pub const CANCELLED_BY_OPERATOR: &str = "operator";
-
-/// Whether `event` (a `RunEventDoc` as JSON) ends its run: the projection's own answer, so
-/// the operator, the worker and the CLI agree.
-pub fn is_terminal(event: &Value) -> bool {
-    let mut p = Projection::default();
-    p.apply(event);
-    p.phase.is_some_and(RunPhase::is_terminal)
-}
 
 /// `run.failed {error}` payload.
 pub fn failed_payload(error: &ErrorInfo) -> Value {
@@ -90,6 +81,7 @@ pub fn host_ending(
 mod tests {
     use super::*;
     use crate::events::event_id_for;
+    use crate::run::projection::{Projection, is_terminal};
 
     #[test]
     fn the_host_ending_has_the_workers_event_id_and_projects_to_its_phase() {

@@ -5,18 +5,13 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::capabilities::{Limits, TRUNCATION_MULTIPLIER_RANGE};
+use crate::limits::{DEFAULT_TRUNCATION_BUDGET_MULTIPLIER, Limits, TRUNCATION_MULTIPLIER_RANGE};
 use crate::pipeline::{HostPolicy, Strictness};
 use crate::retry::reasoning::ReasoningPosture;
-use crate::workflow_check::Tier1Posture;
+use crate::tier1::Tier1Posture;
 
 /// Largest truncation budget multiplier (RFC 0033).
 pub const MAX_MULTIPLIER: f64 = *TRUNCATION_MULTIPLIER_RANGE.end();
-/// Default truncation budget multiplier: a truncated answer is retried with twice the
-/// output budget (RFC 0033).
-pub const DEFAULT_TRUNCATION_BUDGET_MULTIPLIER: f64 = 2.0;
-/// Default `envelopes.reliability.maxRetryAttempts`.
-pub const DEFAULT_MAX_RETRY_ATTEMPTS: u32 = 3;
 /// Most provider calls of one emission whatever a node asks for.
 pub const MAX_SCHEMA_ROUNDS: u32 = 16;
 /// Default bound of one provider HTTP response body (8 MiB): far above any answer a model
@@ -65,7 +60,7 @@ pub struct HostProfile {
     /// The host opted in to the RFC 0023 mock agent for this run's tenant (chart
     /// `conformance.mockAgentNamespaces`), so its workflow may use
     /// `core.conformance.mock-agent` whatever its id
-    /// ([`crate::workflow_check::mock_agent_allowed`]). Per run, not advertised: the operator
+    /// ([`crate::run::nodes::mock_agent_allowed`]). Per run, not advertised: the operator
     /// sets it for the run's namespace when it writes the snapshot, the worker obeys it.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub mock_agent: bool,
@@ -114,7 +109,7 @@ impl HostProfile {
 
     /// Whether this run's workflow `workflow_id` may use the mock agent.
     pub fn mock_agent_allowed(&self, workflow_id: &str) -> bool {
-        crate::workflow_check::mock_agent_allowed(workflow_id, self.mock_agent)
+        super::nodes::mock_agent_allowed(workflow_id, self.mock_agent)
     }
 
     /// The truncation multiplier of a node: its own `truncationMultiplier` (1..=8) or the

@@ -16,7 +16,7 @@
 //! * [`telemetry`] — the span attributes naming a run, read back by the operator;
 //! * [`stream_modes`] — which events each `streamMode` of the event stream admits;
 //! * [`options`] — the reserved `configurable` keys the host honours (`runTimeoutMs`);
-//! * [`pause`] — pausing a run: the request, its drain policies, what the log says;
+//! * [`pause`] — pausing a run: the request, what the log says;
 //! * [`gate`] — the nodes that wait for a person: what they wait for, the events of the
 //!   wait and of its resolution;
 //! * [`quorum`] — approvals that need several accepts: the one fold of the votes;
@@ -52,7 +52,6 @@ pub mod token;
 pub mod variables;
 pub mod waits;
 
-pub use crate::text::truncate;
 // What other crates name most, one level deep (`openwop_protocol::run::RunPhase`).
 pub use api::{
     IDEMPOTENCY_IN_FLIGHT, IDEMPOTENCY_KEY_MISMATCH, IDEMPOTENT_REPLAY_HEADER, RunFacts,

@@ -91,6 +91,26 @@ pub struct BuiltinNode {
 
 /// The conformance-only mock agent node type (RFC 0023).
 pub const MOCK_AGENT_TYPE_ID: &str = "core.conformance.mock-agent";
+
+/// Workflow ids with this prefix may use the mock agent without a host opt-in.
+pub const CONFORMANCE_ID_PREFIX: &str = "conformance-";
+
+/// Whether a workflow may run `core.conformance.mock-agent` (RFC 0023): its id starts with
+/// [`CONFORMANCE_ID_PREFIX`], or the host opted in for the workflow's tenant. The Workflow
+/// controller asks this with the namespace's opt-in, and the worker with the opt-in the
+/// operator froze in the run snapshot's host profile ([`crate::run::host::HostProfile::mock_agent`]),
+/// so a Workflow the operator accepts is one its worker runs.
+pub fn mock_agent_allowed(workflow_id: &str, host_opt_in: bool) -> bool {
+    host_opt_in || workflow_id.starts_with(CONFORMANCE_ID_PREFIX)
+}
+
+/// Why a mock-agent node was refused, and what to do about it.
+pub fn mock_agent_refusal() -> String {
+    format!(
+        "{MOCK_AGENT_TYPE_ID} is conformance-only (RFC 0023): give the workflow an id starting with {CONFORMANCE_ID_PREFIX:?}, or have the operator admin allow the mock agent for this namespace (conformance.mockAgentNamespaces)"
+    )
+}
+
 /// The approval gate.
 pub const APPROVAL_GATE_TYPE_ID: &str = "core.approvalGate";
 /// The clarification gate.
@@ -353,7 +373,8 @@ mod tests {
     /// Registration checks each gate's config and names the node and the field at fault.
     #[test]
     fn gate_configs_are_checked_at_registration() {
-        use crate::workflow_check::{CheckOptions, NodeRegistry, Tier1Posture, check_workflow};
+        use crate::tier1::Tier1Posture;
+        use crate::workflow_check::{CheckOptions, NodeRegistry, check_workflow};
         use serde_json::json;
         let registry = NodeRegistry::builtin();
         let kinds = Default::default();

@@ -1,8 +1,9 @@
 //! Pausing a run (`rest-endpoints.md` `POST /v1/runs/{runId}:pause` / `:resume`): one request
 //! type for the Run's `spec.pause` (set by REST, `kubectl openwop pause` and `kubectl patch`
-//! alike), the run snapshot and the operator's message to a running worker; the drain
-//! policies this host implements; and the fold that tells, from a run's log, whether it is
-//! paused and how many pauses it has seen (the step keys of `run.paused` / `run.resumed`).
+//! alike), the run snapshot and the operator's message to a running worker (its
+//! [`DrainPolicy`] is part of the `run.paused` payload, so it lives in `events`); and the fold
+//! that tells, from a run's log, whether it is paused and how many pauses it has seen (the
+//! step keys of `run.paused` / `run.resumed`).
 //!
 //! The life of a pause: the worker stops at a safe point (`immediate`: in-flight nodes are
 //! abandoned unrecorded and run again as fresh attempts on resume; `drain-current-node`:
@@ -14,37 +15,10 @@
 use serde::{Deserialize, Serialize};
 
 use super::status::RunPhase;
-use crate::events::{EventType, RunEventDoc, RunPaused};
+use crate::events::{DrainPolicy, EventType, RunEventDoc, RunPaused};
 
 /// Longest `reason` a pause keeps (longer ones are refused by the API and the CRD).
 pub const MAX_REASON_CHARS: usize = 1024;
-
-/// How a pause treats the nodes executing when it lands.
-#[derive(
-    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema,
-)]
-#[serde(rename_all = "kebab-case")]
-pub enum DrainPolicy {
-    /// Stop now: in-flight nodes (an LLM call, a delay) are abandoned unrecorded and run
-    /// again from the start, as a fresh attempt, after the resume.
-    Immediate,
-    /// The spec's default: in-flight nodes finish and are recorded; no node starts after them.
-    #[default]
-    DrainCurrentNode,
-}
-
-impl DrainPolicy {
-    /// Every policy this host implements (advertised as `runs.pauseResume.drainPolicies`).
-    pub const ALL: [DrainPolicy; 2] = [DrainPolicy::Immediate, DrainPolicy::DrainCurrentNode];
-
-    /// The wire spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            DrainPolicy::Immediate => "immediate",
-            DrainPolicy::DrainCurrentNode => "drain-current-node",
-        }
-    }
-}
 
 /// A pause of a run: the Run's `spec.pause`, copied into the snapshot of a worker started
 /// while it is set, and the body of the operator's message to the running worker.

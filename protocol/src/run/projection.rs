@@ -12,8 +12,8 @@ use super::status::{
     MAX_TITLE_CHARS, PendingInterrupt, PendingQuestion, RunError, RunPhase, suspension,
     waiting_phase,
 };
-use super::truncate;
 use super::waits::{ArmedTimer, ChildWait, MAX_WAITS, child_of, timer_of};
+use crate::text::truncate;
 
 /// Largest termination message the kubelet keeps (bytes).
 pub const TERMINATION_MESSAGE_BYTES: usize = 4096;
@@ -114,13 +114,21 @@ fn questions_of(payload: &Value) -> Vec<PendingQuestion> {
         .unwrap_or_default()
 }
 
+/// Whether `event` (a `RunEventDoc` as JSON) ends its run: the projection's own answer, so
+/// the operator, the worker and the CLI agree.
+pub fn is_terminal(event: &Value) -> bool {
+    let mut p = Projection::default();
+    p.apply(event);
+    p.phase.is_some_and(RunPhase::is_terminal)
+}
+
 /// The interrupts that were still open when the log `events` ended its run: the ones its
 /// terminal event cut off (the projection itself clears them at the end). An answer to one of
 /// them is answered as already resolved, not as unknown.
 pub fn open_when_ended<'a>(events: impl IntoIterator<Item = &'a Value>) -> Vec<PendingInterrupt> {
     let mut p = Projection::default();
     for e in events {
-        if !super::ending::is_terminal(e) {
+        if !is_terminal(e) {
             p.apply(e);
         }
     }

@@ -22,7 +22,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use super::snapshot::Answer;
+use super::snapshot::{Answer, VOTER};
 use super::status::{DEFAULT_APPROVAL_ACTIONS, PendingInterrupt};
 use crate::envelope::ContentTrust;
 
@@ -30,15 +30,9 @@ use crate::envelope::ContentTrust;
 /// `capabilities.auth.profiles`).
 pub const QUORUM_PROFILE: &str = "openwop-interrupt-quorum";
 
-/// The member of an approval's `resumeValue` naming who votes.
-pub const VOTER: &str = "voter";
-
 /// Most approvals a quorum may require (the gate config schema's `requiredApprovals`
 /// maximum).
 pub const MAX_REQUIRED_APPROVALS: u32 = 100;
-
-/// Longest voter name kept.
-pub const MAX_VOTER_CHARS: usize = 256;
 
 /// How rejections end a quorum approval.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -111,6 +105,17 @@ impl Quorum {
             RejectionPolicy::SingleVeto => 1,
             RejectionPolicy::Majority => self.required / 2 + 1,
         }
+    }
+}
+
+impl PendingInterrupt {
+    /// The quorum of an approval that needs more than one accept.
+    pub fn quorum(&self) -> Option<Quorum> {
+        let required = self.required_approvals.filter(|n| *n > 1)?;
+        Some(Quorum {
+            required,
+            policy: RejectionPolicy::parse(self.rejection_policy.as_deref().unwrap_or_default()),
+        })
     }
 }
 

@@ -168,7 +168,7 @@ pub enum AnswerError {
     /// A quorum vote whose `voter` is not a name.
     #[error(
         "resumeValue.voter must be a string of 1 to {} characters naming who votes",
-        super::quorum::MAX_VOTER_CHARS
+        MAX_VOTER_CHARS
     )]
     Voter,
     /// A `resumeValue` for a question interrupt that is not `{answers: ...}`.
@@ -334,9 +334,15 @@ impl Answer {
 /// artifact, a section of it, or some of its items.
 pub const REFINE_SCOPES: [&str; 3] = ["whole", "section", "items"];
 
+/// The member of an approval's `resumeValue` naming who votes (`run::quorum` counts by it).
+pub const VOTER: &str = "voter";
+
+/// Longest voter name kept.
+pub const MAX_VOTER_CHARS: usize = 256;
+
 /// Members of an approval's `resumeValue` besides `action` that are kept with the answer
 /// (`voter`: who a quorum vote counts for, `run::quorum`).
-const APPROVAL_DATA: [&str; 3] = ["refineFeedback", "editedArtifactData", super::quorum::VOTER];
+const APPROVAL_DATA: [&str; 3] = ["refineFeedback", "editedArtifactData", VOTER];
 
 /// The action an approval's `resumeValue` takes, with its extra data; a `comment` or legacy
 /// `feedback` in it becomes the answer's comment unless one was given beside it.
@@ -373,10 +379,10 @@ fn approval_of(
             field: "refineFeedback.scope",
         });
     }
-    if let Some(v) = o.get(super::quorum::VOTER)
+    if let Some(v) = o.get(VOTER)
         && !v
             .as_str()
-            .is_some_and(|v| (1..=super::quorum::MAX_VOTER_CHARS).contains(&v.chars().count()))
+            .is_some_and(|v| (1..=MAX_VOTER_CHARS).contains(&v.chars().count()))
     {
         return Err(AnswerError::Voter);
     }

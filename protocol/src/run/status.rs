@@ -7,6 +7,8 @@ use std::fmt;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::text::truncate;
+
 /// Most questions of one interrupt kept in status.
 pub const MAX_QUESTIONS: usize = 16;
 /// Longest question text kept in status (characters).
@@ -300,17 +302,6 @@ impl PendingInterrupt {
         self.kind == "external-event"
     }
 
-    /// The quorum of an approval that needs more than one accept.
-    pub fn quorum(&self) -> Option<super::quorum::Quorum> {
-        let required = self.required_approvals.filter(|n| *n > 1)?;
-        Some(super::quorum::Quorum {
-            required,
-            policy: super::quorum::RejectionPolicy::parse(
-                self.rejection_policy.as_deref().unwrap_or_default(),
-            ),
-        })
-    }
-
     /// The actions an answer to this approval may take.
     pub fn offered_actions(&self) -> Vec<String> {
         if self.actions.is_empty() {
@@ -386,10 +377,10 @@ impl PendingInterrupt {
     pub fn bounded(mut self) -> Self {
         self.questions.truncate(MAX_QUESTIONS);
         self.actions.truncate(APPROVAL_ACTIONS.len());
-        self.title = self.title.map(|t| super::truncate(&t, MAX_TITLE_CHARS));
-        self.key = self.key.map(|k| super::truncate(&k, MAX_KEY_CHARS));
+        self.title = self.title.map(|t| truncate(&t, MAX_TITLE_CHARS));
+        self.key = self.key.map(|k| truncate(&k, MAX_KEY_CHARS));
         for q in &mut self.questions {
-            q.question = super::truncate(&q.question, MAX_QUESTION_CHARS);
+            q.question = truncate(&q.question, MAX_QUESTION_CHARS);
         }
         self
     }
@@ -418,7 +409,7 @@ impl RunError {
     pub fn new(code: impl Into<String>, message: &str) -> Self {
         RunError {
             code: code.into(),
-            message: super::truncate(message, MAX_MESSAGE_CHARS),
+            message: truncate(message, MAX_MESSAGE_CHARS),
         }
     }
 }

@@ -68,10 +68,9 @@ pub fn runnable(ids: &[String], registered: impl Fn(&str) -> bool) -> Vec<String
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tier1::Tier1Posture;
     use crate::workflow::WorkflowDefinition;
-    use crate::workflow_check::{
-        CheckOptions, NodeRegistry, ProblemCode, Tier1Posture, check_workflow,
-    };
+    use crate::workflow_check::{CheckOptions, NodeRegistry, ProblemCode, check_workflow};
 
     /// Every fixture decodes into the workflow definition and back unchanged (it is served
     /// verbatim) and passes the Workflow check, except for node types this build does not

@@ -28,7 +28,8 @@
 
 use serde_json::{Map, Value, json};
 
-use super::{child, is_object_schema, resolve_local};
+use super::walk::{child, is_object_schema, resolve_local};
+use crate::vendor::LlmVendor;
 
 /// Deepest schema nesting lowering will follow.
 const MAX_LOWER_DEPTH: usize = 64;
@@ -69,10 +70,21 @@ pub enum Vendor {
     Gemini,
 }
 
+impl From<LlmVendor> for Vendor {
+    /// The structured-output schema dialect the vendor's API takes (an OpenAI-compatible
+    /// server takes OpenAI's).
+    fn from(v: LlmVendor) -> Vendor {
+        match v {
+            LlmVendor::OpenAi | LlmVendor::OpenAiCompatible => Vendor::OpenAi,
+            LlmVendor::Anthropic => Vendor::Anthropic,
+            LlmVendor::Gemini => Vendor::Gemini,
+        }
+    }
+}
+
 impl Vendor {
-    /// The vendor whose dialect this is ([`crate::vendor::LlmVendor`] names vendors once).
-    fn vendor(self) -> crate::vendor::LlmVendor {
-        use crate::vendor::LlmVendor;
+    /// The vendor whose dialect this is ([`LlmVendor`] names vendors once).
+    fn vendor(self) -> LlmVendor {
         match self {
             Vendor::OpenAi => LlmVendor::OpenAi,
             Vendor::Anthropic => LlmVendor::Anthropic,

@@ -20,6 +20,7 @@
 //!   `enum` (or `const`), and the values differ between branches.
 
 mod lower;
+mod walk;
 
 use std::collections::HashSet;
 use std::fmt;
@@ -27,6 +28,7 @@ use std::fmt;
 use serde_json::{Map, Value};
 
 pub use lower::{LowerError, Vendor, lower};
+use walk::{child, is_object_schema, resolve_local};
 
 /// Deepest object nesting allowed (root object = level 1).
 pub const MAX_NESTING_DEPTH: usize = 5;
@@ -120,6 +122,40 @@ impl fmt::Display for Tier1Rule {
     }
 }
 
+/// The host's `tierOneSubsetCompliance` posture for vendor envelope schemas.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Tier1Posture {
+    /// A violation makes the workflow invalid.
+    Strict,
+    /// A violation is reported as a warning.
+    #[default]
+    Warn,
+    /// Not checked.
+    Off,
+}
+
+impl Tier1Posture {
+    /// The wire value (`strict|warn|off`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Tier1Posture::Strict => "strict",
+            Tier1Posture::Warn => "warn",
+            Tier1Posture::Off => "off",
+        }
+    }
+
+    /// Parses the wire value.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "strict" => Some(Tier1Posture::Strict),
+            "warn" => Some(Tier1Posture::Warn),
+            "off" => Some(Tier1Posture::Off),
+            _ => None,
+        }
+    }
+}
+
 /// One violation of the strict walk.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Tier1Violation {
@@ -128,35 +164,6 @@ pub struct Tier1Violation {
     pub rule: Tier1Rule,
     /// What is wrong and what to do instead.
     pub message: String,
-}
-
-/// Escapes one JSON Pointer reference token (RFC 6901).
-pub fn escape_token(token: &str) -> String {
-    token.replace('~', "~0").replace('/', "~1")
-}
-
-pub(crate) fn child(ptr: &str, token: &str) -> String {
-    format!("{ptr}/{}", escape_token(token))
-}
-
-/// Resolves a local `$ref` (`#` or `#/…`) against `root`.
-pub(crate) fn resolve_local<'a>(root: &'a Value, reference: &str) -> Option<&'a Value> {
-    let pointer = reference.strip_prefix('#')?;
-    if pointer.is_empty() {
-        return Some(root);
-    }
-    if !pointer.starts_with('/') {
-        return None;
-    }
-    root.pointer(pointer)
-}
-
-pub(crate) fn is_object_schema(m: &Map<String, Value>) -> bool {
-    match m.get("type") {
-        Some(Value::String(t)) => t == "object",
-        Some(Value::Array(ts)) => ts.iter().any(|t| t == "object"),
-        _ => m.contains_key("properties"),
-    }
 }
 
 struct Frame<'a> {

@@ -15,7 +15,7 @@ impl<P: Publisher> Executor<'_, P> {
         if !self.snap.host.mock_agent_allowed(&self.graph.id) {
             return Ok(NodeOutcome::Failed(error(
                 "capability_required",
-                openwop_protocol::workflow_check::mock_agent_refusal(),
+                openwop_protocol::run::nodes::mock_agent_refusal(),
                 false,
             )));
         }

@@ -5,8 +5,9 @@
 
 use std::time::Duration;
 
+use openwop_protocol::events::DrainPolicy;
 use openwop_protocol::events::RunEventDoc;
-use openwop_protocol::run::pause::{DrainPolicy, PauseLog, PauseRequest};
+use openwop_protocol::run::pause::{PauseLog, PauseRequest};
 use openwop_protocol::run::projection::Projection;
 use openwop_protocol::run::snapshot::RunSnapshot;
 use openwop_protocol::run::status::RunPhase;
