@@ -266,28 +266,20 @@ impl<P: Publisher> Executor<'_, P> {
             .and_then(Value::as_object)
             .cloned()
             .unwrap_or_default();
+        // A request this node cannot make as configured: never retried.
+        let invalid = |message: String| {
+            ControlFlow::Break(failure(http::REQUEST_INVALID, message, None, false))
+        };
         let url = match http::config::fill_url(&cfg.url, &variables) {
             Ok(u) => u,
-            Err(e) => {
-                return ControlFlow::Break(failure(
-                    http::REQUEST_INVALID,
-                    e.to_string(),
-                    None,
-                    false,
-                ));
-            }
+            Err(e) => return invalid(e.to_string()),
         };
         for name in cfg.secret_names() {
             let rid = http::secret_redaction_id(name);
             if self.redactor.unredactable_secret_ids().contains(&rid) {
-                return ControlFlow::Break(failure(
-                    http::REQUEST_INVALID,
-                    format!(
-                        "secret {name} is shorter than {} characters, too short to redact from events and logs; store a longer value",
-                        openwop_protocol::redact::MIN_SECRET_CHARS
-                    ),
-                    None,
-                    false,
+                return invalid(format!(
+                    "secret {name} is shorter than {} characters, too short to redact from events and logs; store a longer value",
+                    openwop_protocol::redact::MIN_SECRET_CHARS
                 ));
             }
         }
@@ -300,14 +292,7 @@ impl<P: Publisher> Executor<'_, P> {
                 .map(|(_, v)| v.as_str())
         }) {
             Ok(h) => h,
-            Err(e) => {
-                return ControlFlow::Break(failure(
-                    http::REQUEST_INVALID,
-                    e.to_string(),
-                    None,
-                    false,
-                ));
-            }
+            Err(e) => return invalid(e.to_string()),
         };
         let body = http::request_body(&cfg, inputs.get("body"));
         let idempotency_key = journal::sends_idempotency_key(&cfg, cfg.method).then(|| {
