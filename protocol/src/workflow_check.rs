@@ -424,7 +424,8 @@ fn check_node(
                 ConfigRule::MockAgent => schema::validate(Document::MockAgentConfig, config),
                 ConfigRule::Schema(s) => s.validate(config),
                 ConfigRule::Http(d) => crate::http::HttpConfig::parse(*d, config).map(|_| ()),
-            };
+            }
+            .and_then(|()| llm_tool_members(type_id, config));
             if let Err(issues) = result {
                 let at = format!("{base}/config");
                 for issue in issues {
@@ -448,6 +449,17 @@ fn check_node(
 
     if let Some(contract) = node.get("envelopeContract") {
         check_contract(&base, node_id.as_deref(), contract, opts, report);
+    }
+}
+
+/// An LLM node's tool members (`tools`, `maxToolRounds`) are the host's own contract, read by
+/// the worker's tool loop: checked whatever config schema the node type has (an operator's
+/// `nodeTypes[].configSchema` included).
+fn llm_tool_members(type_id: &str, config: &Value) -> Result<(), Vec<ValidationIssue>> {
+    use crate::run::nodes::{Executor, executor_of};
+    match executor_of(type_id) {
+        Some(Executor::Prompt) => crate::tools::ToolsConfig::parse(config).map(|_| ()),
+        _ => Ok(()),
     }
 }
 
