@@ -96,3 +96,38 @@ fn an_operator_config_schema_does_not_replace_the_tool_check() {
             .any(|(_, m)| m.contains("provider"))
     );
 }
+
+/// A provider response's tool calls are recorded with the rest of it, their arguments
+/// redacted, and a restarted node gets them back from the journal instead of calling again.
+#[test]
+fn recorded_responses_keep_redacted_tool_calls() {
+    use openwop_protocol::events::EventFactory;
+    use openwop_protocol::redact::Redactor;
+    use openwop_protocol::retry::{Journal, MockProgram, MockResponse, ResponseRecord, step_key};
+
+    let secret = "sk-live-0123456789";
+    let step: MockResponse = serde_json::from_value(json!({
+        "stopReason": "tool_use",
+        "toolCalls": [{"name": "search", "arguments": {"q": format!("key {secret}")}}]
+    }))
+    .unwrap();
+    let live = step.to_normalized("m");
+    let redactor = Redactor::new([("api".to_owned(), secret.to_owned())]);
+    let key = step_key("agent", 0, 0);
+    let (record, routed) = ResponseRecord::new(&key, 1, 256, &live, &redactor);
+    assert_eq!(
+        routed.tool_calls[0].arguments,
+        json!({"q": "key [REDACTED:api]"})
+    );
+    let event = EventFactory::new("run-1", 0)
+        .emit("r", "t", &record.to_payload("agent"))
+        .with_node("agent");
+    assert!(!event.payload.to_string().contains(secret));
+    let mut journal = Journal::restore(&[event], "agent", &key);
+    assert_eq!(journal.take(1, 256), Some(routed));
+    // The program format itself is unchanged for steps without calls.
+    let p: MockProgram =
+        serde_json::from_value(json!({"responses": [{"stopReason": "stop", "content": "x"}]}))
+            .unwrap();
+    assert!(p.responses[0].to_normalized("m").tool_calls.is_empty());
+}

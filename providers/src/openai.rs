@@ -148,6 +148,7 @@ pub(crate) fn decode_chat(
         structured: None,
         refusal_text: refusal.filter(|r| !r.is_empty()).map(str::to_string),
         thinking: thinking.map(str::to_string),
+        tool_calls: Vec::new(),
         usage,
         provider: provider.to_string(),
         model: resp
