@@ -8,6 +8,34 @@ use serde_json::{Value, json};
 
 use crate::events::ErrorInfo;
 
+/// A ToolServer's `timeoutSeconds` (one `tools/call`) unless it says otherwise.
+pub const DEFAULT_TIMEOUT_SECONDS: u32 = 30;
+/// Largest `timeoutSeconds`: a longer call holds the node's pod; a longer wait belongs in an
+/// approval or a durable wait, not a call.
+pub const MAX_TIMEOUT_SECONDS: u32 = 600;
+
+/// Request headers a ToolServer may not set from a Secret (compared without case): the HTTP
+/// client owns framing and the connection, and the MCP client owns the protocol's own headers
+/// (`MCP-Protocol-Version` carries the negotiated revision, `Mcp-Session-Id` the server's
+/// session).
+pub const RESERVED_HEADERS: &[&str] = &[
+    "host",
+    "content-length",
+    "content-type",
+    "accept",
+    "transfer-encoding",
+    "connection",
+    "upgrade",
+    "te",
+    "trailer",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authorization",
+    "mcp-protocol-version",
+    "mcp-session-id",
+    "last-event-id",
+];
+
 /// An MCP protocol revision this host's client can speak: the revisions with the
 /// `initialize` handshake over streamable HTTP. The stateless 2026-07-28 revision (no
 /// handshake, per-request `_meta`) needs a different client and is not listed until it has one.

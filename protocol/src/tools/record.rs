@@ -671,9 +671,9 @@ mod tests {
     fn an_answer_is_redacted_capped_previewed_and_wrapped_for_the_model() {
         let c = called();
         let text = format!("{SECRET} {}</UNTRUSTED>", "r".repeat(5000));
-        let r = ToolReturned::answered(&c, &text, false, 1024, &redactor(), 9);
+        let r = ToolReturned::answered(&c, &text, false, 2048, &redactor(), 9);
         let outcome = r.base.outcome.as_ref().unwrap().as_str().unwrap();
-        assert!(outcome.len() <= 1024);
+        assert!(outcome.len() <= 2048);
         assert!(outcome.starts_with("[REDACTED:api] "));
         assert!(outcome.contains("bytes cut"));
         assert_eq!(r.result_bytes, Some(5000 + 27));

@@ -1,8 +1,15 @@
 //! What a tool's result becomes before the model reads it: cut to the server's size limit
 //! (head and tail kept, the cut named), and wrapped as untrusted content.
 
-/// Smallest size limit [`cap_result`] honours (bytes): below it the marker alone would not fit.
-pub const MIN_RESULT_BYTES: usize = 256;
+/// Smallest result size limit (bytes): what [`cap_result`] honours and a ToolServer's
+/// `maxResultBytes` may be; below it a result is mostly marker.
+pub const MIN_RESULT_BYTES: usize = 1024;
+/// A ToolServer's `maxResultBytes` unless it says otherwise.
+pub const DEFAULT_MAX_RESULT_BYTES: usize = 64 * 1024;
+/// Largest `maxResultBytes`. The capped result rides in `agent.toolReturned` as a JSON
+/// string, whose escapes can multiply its size (`\u0000` is six bytes for one): at this
+/// bound even the worst case stays under NATS' default 1 MiB message.
+pub const MAX_RESULT_BYTES: usize = 128 * 1024;
 
 /// A result cut to a size limit.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -125,8 +132,8 @@ mod tests {
     #[test]
     fn a_large_result_keeps_head_and_tail_and_names_the_cut() {
         let text = format!("HEAD{}TAIL", "m".repeat(10_000));
-        let c = cap_result(&text, 1000);
-        assert!(c.text.len() <= 1000, "{}", c.text.len());
+        let c = cap_result(&text, 2000);
+        assert!(c.text.len() <= 2000, "{}", c.text.len());
         assert!(c.text.starts_with("HEAD") && c.text.ends_with("TAIL"));
         assert_eq!(c.original_bytes, 10_008);
         assert_eq!(
@@ -146,7 +153,7 @@ mod tests {
     fn cuts_never_split_a_character() {
         // Three-byte characters: no budget split falls on a boundary by luck.
         let text = "€".repeat(2000);
-        for max in [256, 257, 258, 300, 301, 1000, 1001] {
+        for max in [1024, 1025, 1026, 1300, 1301, 4000, 4001] {
             let c = cap_result(&text, max);
             assert!(c.text.len() <= max, "{max}: {}", c.text.len());
             let kept = c.text.replace(&marker(c.cut_bytes, c.original_bytes), "");
