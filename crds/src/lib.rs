@@ -1,16 +1,22 @@
-//! The `Workflow` and `Run` custom resources (group `openwop.dev`, version `v1alpha1`).
+//! The `Workflow`, `Run` and `ToolServer` custom resources (group `openwop.dev`, version
+//! `v1alpha1`).
 //!
 //! The manifests in `crds/openwop.dev_crds.yaml` are generated from these types by
 //! `make crds` (`crdgen`); a test fails when they are stale.
 
 pub mod names;
 pub mod run;
+pub mod toolserver;
 pub mod workflow;
 
 pub use run::{
     ArmedTimer, ChildRun, ChildWait, Configurable, DrainPolicy, InterruptAnswer, MockStep,
     MockTurn, PauseRequest, PendingInterrupt, PendingQuestion, ProviderMock, Run, RunError,
     RunPhase, RunSpec, RunStatus, WorkflowRef,
+};
+pub use toolserver::{
+    AllowedNamespaces, HeaderFromSecret, NamespacesFrom, ToolServer, ToolServerSpec,
+    ToolServerStatus,
 };
 pub use workflow::{
     CredentialMount, EnvelopeContract, ProviderCredential, SecretKeyRef, WorkerOverrides, Workflow,
@@ -23,7 +29,10 @@ use kube::CustomResourceExt;
 /// API group of the custom resources.
 pub const GROUP: &str = "openwop.dev";
 
-/// Both CRDs, in a stable order.
+/// The CRDs the chart installs, in a stable order. `ToolServer` is defined and tested
+/// (`crds/tests/toolserver.rs`) but not installed
+/// until its reconciler and the worker's tool loop exist: a resource nothing acts on would
+/// mislead users.
 pub fn crds() -> Vec<CustomResourceDefinition> {
     vec![Workflow::crd(), Run::crd()]
 }
@@ -51,7 +60,8 @@ const YAML11_BOOLEANS: [&str; 16] = [
 /// Quotes bare mapping keys and scalar values (block style, as serde_yaml writes them) that a
 /// YAML 1.1 parser would read as booleans.
 fn quote_yaml11_booleans(yaml: &str) -> String {
-    let is_bool = |w: &str| YAML11_BOOLEANS.contains(&w);
+    // YAML 1.1 also reads a bare `2025-06-18` (an MCP revision) as a timestamp.
+    let is_bool = |w: &str| YAML11_BOOLEANS.contains(&w) || is_yaml11_date(w);
     let mut out = String::with_capacity(yaml.len());
     // Inside a block scalar (`key: |-`), lines indented deeper than its key are text.
     let mut block_indent: Option<usize> = None;
@@ -100,6 +110,19 @@ fn quote_yaml11_booleans(yaml: &str) -> String {
     out
 }
 
+/// `YYYY-MM-DD`: a date to a YAML 1.1 reader.
+fn is_yaml11_date(w: &str) -> bool {
+    let b = w.as_bytes();
+    b.len() == 10
+        && b.iter().enumerate().all(|(i, c)| {
+            if i == 4 || i == 7 {
+                *c == b'-'
+            } else {
+                c.is_ascii_digit()
+            }
+        })
+}
+
 fn push_scalar(out: &mut String, s: &str, quote: bool) {
     if quote {
         out.push('\'');
@@ -116,10 +139,10 @@ mod tests {
 
     #[test]
     fn yaml11_booleans_are_quoted_where_keys_and_values_are() {
-        let src = "properties:\n  y:\n    type: number\nrequired:\n- x\n- y\nv: n\nd: |-\n  y\n  no\ne: yes\n";
+        let src = "properties:\n  y:\n    type: number\nrequired:\n- x\n- y\nv: n\nd: |-\n  y\n  no\ne: yes\nr: 2025-06-18\n- 2025-03-26\ns: 2025-06-1x\n";
         assert_eq!(
             quote_yaml11_booleans(src),
-            "properties:\n  'y':\n    type: number\nrequired:\n- x\n- 'y'\nv: 'n'\nd: |-\n  y\n  no\ne: 'yes'\n"
+            "properties:\n  'y':\n    type: number\nrequired:\n- x\n- 'y'\nv: 'n'\nd: |-\n  y\n  no\ne: 'yes'\nr: '2025-06-18'\n- '2025-03-26'\ns: 2025-06-1x\n"
         );
     }
 

@@ -374,7 +374,8 @@ fn check_node(
                 ConfigRule::MockAgent => schema::validate(Document::MockAgentConfig, config),
                 ConfigRule::Schema(s) => s.validate(config),
                 ConfigRule::Http(d) => http::HttpConfig::parse(*d, config).map(|_| ()),
-            };
+            }
+            .and_then(|()| llm_tool_members(type_id, config));
             if let Err(issues) = result {
                 let at = format!("{base}/config");
                 for issue in issues {
@@ -400,6 +401,34 @@ fn check_node(
         check_contract(&base, node_id.as_deref(), contract, opts, report);
     }
 }
+
+/// An LLM node's tool members (`tools`, `maxToolRounds`) are the host's own contract, read by
+/// the worker's tool loop: checked whatever config schema the node type has (an operator's
+/// `nodeTypes[].configSchema` included).
+fn llm_tool_members(type_id: &str, config: &Value) -> Result<(), Vec<ValidationIssue>> {
+    use crate::run::nodes::{Executor, executor_of};
+    match executor_of(type_id) {
+        Some(Executor::Prompt) => {
+            let tools = crate::tools::ToolsConfig::parse(config)?;
+            // The worker's tool loop is not built yet: a workflow that declares tools is
+            // refused rather than run without them.
+            if tools.entries.is_empty() && config.get("maxToolRounds").is_none() {
+                Ok(())
+            } else {
+                Err(vec![ValidationIssue {
+                    instance_path: "/tools".into(),
+                    keyword: "unsupported".into(),
+                    message: TOOLS_NOT_YET.into(),
+                }])
+            }
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Why an LLM node's `tools` are refused in this release.
+pub const TOOLS_NOT_YET: &str = "this release does not run tool calls yet (the LLM node's \
+    tool loop is not built); remove `tools` and `maxToolRounds` from the node's config";
 
 /// The checks that make every condition and variable reference decidable before a run
 /// starts: no `expression` (edge conditions, port values), regex patterns that compile, and

@@ -41,6 +41,7 @@ fn resp(stop: &str, text: &str, out: u64) -> NormalizedResponse {
         provider: "mock".into(),
         model: "mock-model".into(),
         thinking: None,
+        tool_calls: Vec::new(),
     }
 }
 
@@ -64,6 +65,7 @@ fn refusal(text: &str) -> NormalizedResponse {
         provider: "mock".into(),
         model: "mock-model".into(),
         thinking: None,
+        tool_calls: Vec::new(),
     }
 }
 

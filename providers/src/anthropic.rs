@@ -147,6 +147,7 @@ pub(crate) fn decode_messages(
         structured,
         refusal_text,
         thinking: (!thinking.is_empty()).then(|| thinking.join("\n")),
+        tool_calls: crate::tools::anthropic::calls(resp, tool_name)?,
         usage: Usage {
             input_tokens: resp
                 .pointer("/usage/input_tokens")

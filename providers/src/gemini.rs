@@ -146,6 +146,7 @@ pub(crate) fn decode_generate(
         structured: None,
         refusal_text: None,
         thinking: (!thinking.is_empty()).then(|| thinking.join("\n")),
+        tool_calls: crate::tools::gemini::calls(resp)?,
         stop,
         usage,
         provider: "gemini".into(),

@@ -17,6 +17,7 @@ mod gemini;
 mod mock;
 mod openai;
 mod secret;
+pub mod tools;
 mod transport;
 
 pub use anthropic::{AnthropicMode, AnthropicProvider};

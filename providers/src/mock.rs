@@ -182,6 +182,32 @@ mod tests {
         assert_eq!(mock.last_call("a").unwrap().max_tokens, 200);
     }
 
+    /// A scripted step asks for tool calls; the next call plays the model's next turn.
+    #[tokio::test]
+    async fn a_program_asks_for_tool_calls() {
+        let p: MockProgram = serde_json::from_value(json!({"responses": [
+            {"stopReason": "tool_calls", "toolCalls": [
+                {"name": "search", "arguments": {"q": "rust"}},
+                {"name": "close", "arguments": {"id": 7}, "id": "call_2"}
+            ]},
+            {"stopReason": "stop", "content": "{\"answer\": \"ok\"}"}
+        ]}))
+        .unwrap();
+        let mock = MockProvider::new("m", 4096, [("agent".to_string(), p)]);
+        let first = mock.complete(&req("agent", 100)).await.unwrap();
+        assert!(first.stop.is_clean());
+        let calls: Vec<(&str, &str)> = first
+            .tool_calls
+            .iter()
+            .map(|c| (c.id.as_str(), c.name.as_str()))
+            .collect();
+        assert_eq!(calls, vec![("mock-call-0", "search"), ("call_2", "close")]);
+        assert_eq!(first.tool_calls[1].arguments, json!({"id": 7}));
+        let second = mock.complete(&req("agent", 100)).await.unwrap();
+        assert!(second.tool_calls.is_empty());
+        assert_eq!(second.text.as_deref(), Some("{\"answer\": \"ok\"}"));
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_step_delay_holds_the_call_in_flight() {
         let program: MockProgram = serde_json::from_value(json!({"responses": [

@@ -148,6 +148,14 @@ pub(crate) fn decode_chat(
         structured: None,
         refusal_text: refusal.filter(|r| !r.is_empty()).map(str::to_string),
         thinking: thinking.map(str::to_string),
+        tool_calls: crate::tools::openai::calls(resp).map_err(|e| match e {
+            // The same decoder serves OpenAI-compatible servers: name the one that answered.
+            ProviderError::Decode { message, .. } => ProviderError::Decode {
+                provider: provider.to_string(),
+                message,
+            },
+            other => other,
+        })?,
         usage,
         provider: provider.to_string(),
         model: resp

@@ -135,6 +135,11 @@ fn redact(r: &NormalizedResponse, redactor: &Redactor) -> NormalizedResponse {
     if let Some(v) = &mut r.structured {
         redactor.redact_value(v);
     }
+    // The arguments are model output like the rest: a tool is called with the redacted form
+    // (what RFC 0064's argsHash covers), never with a secret the model echoed.
+    for call in &mut r.tool_calls {
+        redactor.redact_value(&mut call.arguments);
+    }
     r
 }
 

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::response::{NormalizedResponse, Usage, normalize_any};
+use crate::tools::MockToolCall;
 
 // The schema annotations (lengths, ranges, `x-kubernetes-*`) are what the Run CRD's
 // `spec.providerMocks` publishes: the CRD uses these types, so the mock the apiserver
@@ -65,6 +66,12 @@ pub struct MockResponse {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = 3600000))]
     pub delay_ms: Option<u64>,
+    /// Tools the scripted model asks to call, in order, returned with the response as a real
+    /// model's calls are (write `stopReason: tool_calls` or `tool_use` beside them, as a real
+    /// model's turn ends). The next provider call plays the next response.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    pub tool_calls: Vec<MockToolCall>,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -162,6 +169,12 @@ impl MockResponse {
             structured,
             refusal_text: self.refusal_text.clone(),
             thinking: self.thinking.clone(),
+            tool_calls: self
+                .tool_calls
+                .iter()
+                .enumerate()
+                .map(|(i, c)| c.to_model_call(i))
+                .collect(),
             usage: Usage {
                 input_tokens: self.input_tokens,
                 output_tokens: self.output_tokens,
@@ -241,6 +254,46 @@ mod tests {
             c.next_response("m").unwrap_err(),
             MockExhausted { call: 4, len: 3 }
         );
+    }
+
+    #[test]
+    fn a_step_asks_for_tool_calls() {
+        let p: MockProgram = serde_json::from_value(json!({"responses": [
+            {"stopReason": "tool_calls", "toolCalls": [
+                {"name": "search", "arguments": {"q": "rust"}},
+                {"name": "fetch", "id": "call_b"}
+            ]},
+            {"stopReason": "stop", "content": "{\"answer\": \"done\"}"}
+        ]}))
+        .unwrap();
+        let mut c = MockCursor::new(p.clone());
+        let r1 = c.next_response("m").unwrap();
+        assert_eq!(r1.stop, StopReason::ToolUse);
+        let calls: Vec<(&str, &str, &serde_json::Value)> = r1
+            .tool_calls
+            .iter()
+            .map(|t| (t.id.as_str(), t.name.as_str(), &t.arguments))
+            .collect();
+        assert_eq!(
+            calls,
+            vec![
+                ("mock-call-0", "search", &json!({"q": "rust"})),
+                ("call_b", "fetch", &serde_json::Value::Null)
+            ]
+        );
+        let r2 = c.next_response("m").unwrap();
+        assert!(r2.tool_calls.is_empty());
+        // The program reads back as written (no empty `toolCalls` added).
+        let v = serde_json::to_value(&p).unwrap();
+        assert!(v["responses"][1].get("toolCalls").is_none());
+        assert_eq!(
+            v["responses"][0]["toolCalls"][1],
+            json!({"name": "fetch", "id": "call_b"})
+        );
+        // A recorded response keeps its calls, so a replay asks for the same ones.
+        let back: NormalizedResponse =
+            serde_json::from_value(serde_json::to_value(&r1).unwrap()).unwrap();
+        assert_eq!(back, r1);
     }
 
     #[test]

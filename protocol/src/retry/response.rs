@@ -70,6 +70,10 @@ pub struct NormalizedResponse {
     /// the reasoning-transparency stream, redacted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub thinking: Option<String>,
+    /// Tools the model asked to call, in its order (`crate::tools`); empty when it asked for
+    /// none. A recorded response carries them, so a replay asks for the same calls.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<crate::tools::ModelToolCall>,
     pub usage: Usage,
     pub provider: String,
     pub model: String,
@@ -87,6 +91,7 @@ impl std::fmt::Debug for NormalizedResponse {
                 &self.refusal_text.as_ref().map(|_| "<hidden>"),
             )
             .field("thinking_bytes", &self.thinking.as_ref().map(String::len))
+            .field("tool_calls", &self.tool_calls.len())
             .field("usage", &self.usage)
             .field("provider", &self.provider)
             .field("model", &self.model)
@@ -384,6 +389,12 @@ mod tests {
             structured: None,
             refusal_text: Some("refusal words".into()),
             thinking: Some("private musing".into()),
+            tool_calls: vec![crate::tools::ModelToolCall {
+                id: "c".into(),
+                name: "t".into(),
+                arguments: serde_json::json!({"q": "tool argument words"}),
+                signature: None,
+            }],
             usage: Usage::default(),
             provider: "mock".into(),
             model: "m".into(),
@@ -392,7 +403,8 @@ mod tests {
         assert!(
             !d.contains("secret:payload")
                 && !d.contains("refusal words")
-                && !d.contains("private musing"),
+                && !d.contains("private musing")
+                && !d.contains("tool argument words"),
             "{d}"
         );
     }

@@ -52,6 +52,7 @@ impl ProgrammedCall {
             output_tokens: self.output_tokens.unwrap_or(0),
             input_tokens: self.input_tokens.unwrap_or(0),
             delay_ms: None,
+            tool_calls: Vec::new(),
         }
     }
 }
