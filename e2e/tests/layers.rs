@@ -74,7 +74,7 @@ impl Target<'_> {
                 continue;
             }
             let name = m.ident.to_string();
-            let path: ModPath = [&module[..], &[name.clone()]].concat();
+            let path: ModPath = [&module[..], std::slice::from_ref(&name)].concat();
             if let Some((_, inner)) = &m.content {
                 self.tree.insert(path.clone(), file.to_path_buf());
                 self.declare(file, inner, &path, &dir.join(&name));
@@ -271,7 +271,7 @@ fn absolute(
                 .concat(),
             )
         }
-        _ if tree.contains_key(&[module, &[head.clone()]].concat()) => {
+        _ if tree.contains_key(&[module, std::slice::from_ref(head)].concat()) => {
             Some([module, segments].concat())
         }
         // `use a::b;` then `b::c`: the `use`'s own path, read where the `use` was written.

@@ -15,7 +15,7 @@ use openwop_protocol::schedule::NodeState;
 use openwop_protocol::workflow::EdgeCondition;
 use serde_json::{Map, Value, json};
 
-use super::error;
+use super::outcome::error;
 
 /// Most combinations `multiplex` builds (the product of the array lengths).
 pub const MAX_MULTIPLEX: usize = 10_000;

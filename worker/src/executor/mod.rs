@@ -35,6 +35,7 @@ mod basic;
 mod delay;
 mod flow;
 mod http;
+mod outcome;
 mod prompt;
 mod subworkflow;
 mod wait;
@@ -70,6 +71,7 @@ use crate::providers::ProviderSet;
 use crate::reasoning::{Block, ReasoningStream, thoughts_of};
 use crate::stop::StopSignal;
 use crate::telemetry::SpanHandle;
+use outcome::{NodeOutcome, error};
 
 /// Host-side settings of the executor.
 pub struct ExecConfig {
@@ -116,14 +118,6 @@ pub struct Suspension {
     pub kind: InterruptKind,
 }
 
-enum NodeOutcome {
-    Completed(Value),
-    Failed(ErrorInfo),
-    Suspended(String, InterruptKind),
-    /// Waits without a pod (a recorded timer or child run): the operator wakes the run.
-    Dormant,
-}
-
 /// How a branch left its node.
 enum Visited {
     Succeeded(Value),
@@ -140,15 +134,6 @@ enum Abandon {
     Timeout(ErrorInfo),
     /// Another branch could not make its events durable: nothing more is recorded.
     Error,
-}
-
-fn error(code: &str, message: impl Into<String>, retryable: bool) -> ErrorInfo {
-    ErrorInfo {
-        code: code.into(),
-        message: message.into(),
-        details: None,
-        retryable: Some(retryable),
-    }
 }
 
 /// The run's one writer: every branch appends through it, one append (stamp the sequence,
