@@ -95,7 +95,7 @@ pub fn capabilities_config(
         // namespace.
         secret_scopes: vec![SecretScope::Tenant],
         // Only where deliveries work: enabled, with run events on NATS.
-        webhooks: crate::webhooks::active(cfg),
+        webhooks: cfg.webhooks_active(),
         // Only where the routes are served and a signing key is configured.
         interrupt_tokens: cfg.rest.enabled && cfg.rest.interrupt_tokens.enabled(),
         fixtures: seams::advertised_fixtures(cfg, registry),

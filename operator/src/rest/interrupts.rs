@@ -41,11 +41,11 @@ use openwop_protocol::run::projection::open_when_ended;
 use openwop_protocol::run::quorum;
 use openwop_protocol::run::snapshot::{AnswerError, Reply};
 use openwop_protocol::run::token::{
-    CALLBACK_TOKEN_PRINCIPAL, DEFAULT_TOKEN_SECONDS, TokenClaims, TokenError, TokenIntent,
-    TokenKey, TokenKeys, TokenRequest, token_expiry,
+    CALLBACK_TOKEN_PRINCIPAL, TokenClaims, TokenError, TokenIntent, TokenKeys, TokenRequest,
+    token_expiry,
 };
 use openwop_protocol::run::{AnswerMismatch, PendingInterrupt, RunSnapshotDoc};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::idempotency::{Scope, idempotent, op};
@@ -53,79 +53,6 @@ use super::json::{self, Json};
 use super::support::{find_run, kube_error, phase, visible_run};
 use super::types::{ResolveInterruptRequest, RunStatusResponse};
 use super::{ApiError, Caller, ErrorBody, Resource, RestState, Verb};
-use crate::config::ConfigError;
-use crate::signing_key::{self, KeyError};
-
-/// Bounds of `rest.interruptTokens.lifetimeSeconds`.
-pub const TOKEN_LIFETIME_SECONDS: std::ops::RangeInclusive<u64> = 60..=86_400;
-
-/// `rest.interruptTokens` (chart: the operator's signing-key Secret, `rest.interruptTokens.*`).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
-pub struct InterruptTokensConfig {
-    /// The signing key tokens are derived from (the mounted Secret's `signing-key`); empty:
-    /// no tokens are minted and every token is unknown (404).
-    pub key_file: String,
-    /// The key before the last rotation (the Secret's `previous-signing-key`): tokens it
-    /// signed keep verifying until they expire. A missing file is no previous key.
-    pub previous_key_file: String,
-    /// How long a minted token works (the spec's default is 30 minutes).
-    pub lifetime_seconds: u64,
-}
-
-impl Default for InterruptTokensConfig {
-    fn default() -> Self {
-        InterruptTokensConfig {
-            key_file: String::new(),
-            previous_key_file: String::new(),
-            lifetime_seconds: DEFAULT_TOKEN_SECONDS,
-        }
-    }
-}
-
-impl InterruptTokensConfig {
-    pub fn enabled(&self) -> bool {
-        !self.key_file.is_empty()
-    }
-
-    pub fn validate(&self) -> Result<(), ConfigError> {
-        if !TOKEN_LIFETIME_SECONDS.contains(&self.lifetime_seconds) {
-            return Err(ConfigError::Invalid {
-                field: "rest.interruptTokens.lifetimeSeconds",
-                message: format!(
-                    "must be {}..{}, got {}",
-                    TOKEN_LIFETIME_SECONDS.start(),
-                    TOKEN_LIFETIME_SECONDS.end(),
-                    self.lifetime_seconds
-                ),
-            });
-        }
-        Ok(())
-    }
-
-    /// The keys tokens are signed and verified with (read at each use, so a rotated Secret
-    /// reaches the operator); `None` when tokens are off.
-    pub fn keys(&self) -> Result<Option<TokenKeys>, KeyError> {
-        if !self.enabled() {
-            return Ok(None);
-        }
-        let current = TokenKey::derive(&signing_key::read(
-            "rest.interruptTokens.keyFile",
-            &self.key_file,
-        )?);
-        let previous = if self.previous_key_file.is_empty()
-            || !std::path::Path::new(&self.previous_key_file).exists()
-        {
-            None
-        } else {
-            Some(TokenKey::derive(&signing_key::read(
-                "rest.interruptTokens.previousKeyFile",
-                &self.previous_key_file,
-            )?))
-        };
-        Ok(Some(TokenKeys::new(current, previous)))
-    }
-}
 
 /// The keys, or 503 when the mounted key cannot be read (the detail goes to the log).
 fn token_keys(s: &RestState) -> Result<Option<TokenKeys>, ApiError> {

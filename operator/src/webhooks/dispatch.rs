@@ -140,7 +140,7 @@ struct Shared {
 /// Runs the dispatcher for the life of the process (never returns; idle when webhooks are
 /// off).
 pub async fn run(state: RestState) {
-    if !super::active(&state.config) {
+    if !state.config.webhooks_active() {
         return std::future::pending().await;
     }
     loop {
