@@ -9,6 +9,7 @@ pub mod discovery;
 pub mod events;
 pub mod leader;
 pub mod metrics;
+pub mod names;
 pub mod pod;
 pub mod projection;
 pub mod rest;

@@ -23,7 +23,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::SeamCaller;
-use crate::pod::snapshot_name;
+use crate::names::snapshot_name;
 use crate::rest::events::{read_events, read_subject_events};
 use crate::rest::runs::snapshot_of;
 use crate::rest::{ApiError, ErrorBody, Json, RestState, visible_run};

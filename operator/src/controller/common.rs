@@ -17,7 +17,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::reasons::{ConditionType, Reason};
 use super::{Context, Error};
 use crate::config::OperatorConfig;
-use crate::pod::MANAGER;
+use crate::names::MANAGER;
 
 /// Condition `type_`, keeping the transition time of `old`'s condition of that type when its
 /// status is unchanged. `reason` is a [`Reason`] or, for a Workflow, its check's error code.

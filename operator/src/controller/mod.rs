@@ -53,7 +53,6 @@ mod triggers;
 mod waits;
 mod workflow;
 
-pub use crate::pod::worker_selector;
 pub use caches::{CacheWriters, Caches, Superseded, pod_triggers, slim_pod};
 pub use common::{EventSink, Note, backoff_seconds, end_by_stream, write_run_status};
 pub use feed::Feed;

@@ -21,7 +21,8 @@ use super::reasons::{ConditionType, Reason};
 use super::slots::Full;
 use super::state::{RunReconcile, WorkerState};
 use super::waits;
-use crate::pod::{WorkerInputs, needed_credentials, owned_by, pod_name, snapshot_name, worker_pod};
+use crate::names::{owned_by, pod_name, snapshot_name};
+use crate::pod::{WorkerInputs, needed_credentials, worker_pod};
 use crate::snapshot::{
     SnapshotError, build_snapshot, read_snapshot, snapshot_configmap, with_current_answers,
 };

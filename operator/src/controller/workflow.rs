@@ -17,7 +17,7 @@ use super::common::{condition, publish, set_condition};
 use super::reasons::{ConditionType, Reason};
 use super::{Context, Error};
 use crate::discovery::advertised_kinds;
-use crate::pod::MANAGER;
+use crate::names::MANAGER;
 
 /// How many problems a Workflow's Ready message quotes.
 const MESSAGE_PROBLEMS: usize = 5;
