@@ -813,6 +813,7 @@ impl OperatorConfig {
 mod error;
 mod events;
 mod rest;
+pub mod seams;
 mod ui;
 mod webhooks;
 pub use error::ConfigError;

@@ -25,7 +25,7 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 use crate::config::OperatorConfig;
-use crate::conformance::hook as seams;
+use crate::config::seams;
 
 /// ConfigMap key of the capabilities document.
 pub const CAPABILITIES_KEY: &str = "capabilities.json";

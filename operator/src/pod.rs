@@ -147,7 +147,7 @@ pub fn worker_pod(run: &Run, inputs: &WorkerInputs<'_>, cfg: &OperatorConfig, at
         events_max_age: stream.max_age,
         otlp_endpoint: Some(cfg.worker.otlp_endpoint.clone()).filter(|u| !u.is_empty()),
         testing: run_env::TestingEnv {
-            otel_scrape_endpoint: crate::conformance::hook::span_ingest_traces_url(cfg),
+            otel_scrape_endpoint: crate::config::seams::span_ingest_traces_url(cfg),
             fault_pause_at_sequence: None,
         },
         ..WorkerEnv::default()

@@ -135,7 +135,7 @@ async fn export(
     };
     // The seams record spans for their synthetic runs; a Run's come from its workers, only
     // when they can reach the span store.
-    let spans = if synthetic || super::hook::span_ingest_traces_url(&s.config).is_some() {
+    let spans = if synthetic || crate::config::seams::span_ingest_traces_url(&s.config).is_some() {
         super::otel_spans::stored_spans(&s, &ns, &run_id).await?.0
     } else {
         Vec::new()
