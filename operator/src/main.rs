@@ -23,11 +23,12 @@ use openwop_crds::{Run, RunPhase, Workflow};
 use openwop_operator::config::OperatorConfig;
 use openwop_operator::controller::departed::{Departures, purge_departed};
 use openwop_operator::controller::{
-    CacheWriters, Caches, Context, EventSink, Feed, changes, error_policy, pod_key, pod_triggers,
+    CacheWriters, Caches, Context, Feed, changes, error_policy, pod_key, pod_triggers,
     reconcile_run, reconcile_workflow, run_key, slim, slim_pod,
 };
 use openwop_operator::discovery::{self, DiscoveryContent, DiscoveryState};
-use openwop_operator::events::JetStreamSlot;
+use openwop_operator::jetstream::JetStreamSlot;
+use openwop_operator::kube_events::EventSink;
 use openwop_operator::leader::{Elector, LeaseLost, Round, Timing};
 use openwop_operator::metrics::Metrics;
 use openwop_operator::names::{MANAGER, worker_selector};

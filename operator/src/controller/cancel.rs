@@ -11,11 +11,11 @@ use openwop_protocol::run::status::{EndReason, RecordedBy};
 use super::Error;
 use super::common::Draft;
 use super::observe::worker_finished;
-use super::reasons::{ConditionType, Reason};
 use super::start::build_worker_pod;
 use super::state::{RunReconcile, WorkerState};
 use crate::config::OperatorConfig;
 use crate::names::pod_name;
+use crate::reasons::{ConditionType, Reason};
 use crate::snapshot::{read_snapshot, snapshot_configmap, with_cancel};
 
 /// `spec.cancel`: record the cancellation in the event stream. The snapshot gets

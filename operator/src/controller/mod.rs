@@ -21,8 +21,9 @@
 //!   credentials copy;
 //! * [`ending`] — the terminal event of a run the operator ended itself;
 //! * [`departed`] — a deleted Run's events purged once it is gone (Runs carry no finalizer);
-//! * [`common`] — conditions, the status draft [`common::Draft`], Events;
-//! * [`reasons`] — condition types and reasons, as they appear on the wire.
+//! * [`common`] — conditions, the status draft [`common::Draft`], Events.
+//!
+//! Condition types and reasons are [`crate::reasons`].
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -44,7 +45,6 @@ mod feed;
 mod namespace;
 mod observe;
 mod pause;
-pub mod reasons;
 mod run;
 mod slots;
 mod start;
@@ -54,7 +54,7 @@ mod waits;
 mod workflow;
 
 pub use caches::{CacheWriters, Caches, Superseded, pod_triggers, slim_pod};
-pub use common::{EventSink, Note, backoff_seconds, end_by_stream, write_run_status};
+pub use common::{backoff_seconds, end_by_stream};
 pub use feed::Feed;
 pub use run::reconcile_run;
 pub use slots::StartGate;
@@ -110,7 +110,7 @@ pub struct Context {
     pub registry: Arc<NodeRegistry>,
     pub metrics: Metrics,
     /// Where Kubernetes Events go (published off the reconcile's path).
-    pub events: EventSink,
+    pub events: crate::kube_events::EventSink,
     /// Injected clock, so tests are deterministic.
     pub now: fn() -> Timestamp,
     /// The watch caches the Run reconciler reads (worker pods, snapshots, Workflows, worker
@@ -122,7 +122,7 @@ pub struct Context {
     pub nats_copies: NatsCopies,
     /// JetStream of the run events (set by the event consumer once connected), for the
     /// finalizer's purge of a deleted Run's subjects; `None` without `events.natsUrl`.
-    pub jetstream: Option<crate::events::JetStreamSlot>,
+    pub jetstream: Option<crate::jetstream::JetStreamSlot>,
     /// The worker ServiceAccount applied per namespace (or being applied), and when.
     pub worker_accounts: WorkerAccounts,
     /// The worker slots reserved per namespace (the exact concurrency limit).

@@ -23,8 +23,8 @@ use openwop_protocol::run::pause::CONTROL_ACK;
 use openwop_protocol::run::subjects::control_subject;
 
 use super::Error;
-use super::reasons::Reason;
 use super::state::{RunReconcile, WorkerState};
+use crate::reasons::Reason;
 use crate::snapshot::{read_snapshot, snapshot_configmap, with_pause};
 
 /// How long the operator waits for the live worker's answer to a pause.

@@ -17,12 +17,12 @@ use super::Error;
 use super::common::{Draft, has_condition, wait_until};
 use super::namespace::{ensure_nats_credentials, ensure_worker_service_account};
 use super::observe::observe_worker;
-use super::reasons::{ConditionType, Reason};
 use super::slots::Full;
 use super::state::{RunReconcile, WorkerState};
 use super::waits;
 use crate::names::{owned_by, pod_name, snapshot_name};
 use crate::pod::{WorkerInputs, needed_credentials, worker_pod};
+use crate::reasons::{ConditionType, Reason};
 use crate::snapshot::{
     SnapshotError, build_snapshot, read_snapshot, snapshot_configmap, with_current_answers,
 };

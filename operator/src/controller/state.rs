@@ -18,11 +18,12 @@ use openwop_crds::{Run, RunStatus, Workflow};
 use serde_json::json;
 
 use super::caches::{holds_slot, listed};
-use super::common::{Draft, delete_ignoring_missing, has_condition, publish, write_run_status};
-use super::reasons::{ConditionType, Reason};
+use super::common::{Draft, delete_ignoring_missing, has_condition, publish};
 use super::slots::Listed;
 use super::{Context, Error};
 use crate::names::{MANAGER, is_worker_object, owned_by, snapshot_name};
+use crate::reasons::{ConditionType, Reason};
+use crate::status::write_run_status;
 
 /// The state of one Run reconcile: built once, passed to every step.
 pub(super) struct RunReconcile<'a> {

@@ -29,9 +29,9 @@ use serde_json::{Map, Value, json};
 
 use super::Error;
 use super::common::{Draft, wait_until};
-use super::reasons::Reason;
 use super::state::RunReconcile;
 use crate::names::{MANAGER, owner_ref};
+use crate::reasons::Reason;
 use crate::snapshot::read_snapshot;
 
 /// How far ahead of a timer's `wakeAt` the worker is started (at most the threshold): the
