@@ -14,7 +14,8 @@
 //! * [`observe`] — the running worker: exit codes, termination summary, crashes and backoff;
 //! * [`cancel`] — `spec.cancel` (and its cascade to child runs);
 //! * [`pause`] — `spec.pause`: the live worker asked to stop at a safe point, no pod while
-//!   paused, the snapshot a pause-recording or resuming worker starts from;
+//!   paused;
+//! * [`pause_start`] — the snapshot a pause-recording or resuming worker starts from;
 //! * [`waits`] — durable waits: timers woken at their time, child runs created and their
 //!   outcomes written back;
 //! * [`namespace`] — what a Run namespace needs: the worker ServiceAccount and the NATS
@@ -45,6 +46,7 @@ mod feed;
 mod namespace;
 mod observe;
 mod pause;
+mod pause_start;
 mod run;
 mod slots;
 mod start;

@@ -269,7 +269,7 @@ pub(super) async fn progress(rr: &mut RunReconcile<'_>) -> Result<Action, Error>
         stored.get_or_insert(snap);
     }
     // A pause or a resume may start a worker whatever else the run waits for.
-    let paused = super::pause::start_for(rr);
+    let paused = super::pause_start::start_for(rr);
     let pause_now = paused.as_ref().is_some_and(|p| p.now);
     if woken.is_none() && answered.is_empty() && !pause_now && (phase.is_waiting() || dormant) {
         return Ok(waits::waiting_requeue(rr.status(), now, lead)
@@ -303,7 +303,7 @@ pub(super) async fn progress(rr: &mut RunReconcile<'_>) -> Result<Action, Error>
         resume = true;
     }
     if let Some(p) = &paused {
-        super::pause::prepare_snapshot(rr, p.pause.clone()).await?;
+        super::pause_start::prepare_snapshot(rr, p.pause.clone()).await?;
     }
     let why = match (paused, woken) {
         (Some(p), _) => Why::Pause(p.note),
