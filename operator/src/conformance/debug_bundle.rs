@@ -24,8 +24,8 @@ use utoipa_axum::routes;
 
 use super::SeamCaller;
 use crate::names::snapshot_name;
-use crate::rest::events::{read_events, read_subject_events};
-use crate::rest::runs::snapshot_of;
+use crate::rest::log::{read_events, read_subject_events};
+use crate::rest::view::snapshot_of;
 use crate::rest::{ApiError, ErrorBody, Json, RestState, visible_run};
 use crate::snapshot::read_snapshot;
 

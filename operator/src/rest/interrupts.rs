@@ -185,7 +185,7 @@ async fn answer(
     let ns = cached.namespace().unwrap_or_default();
     let run_id = cached.uid().unwrap_or_default();
     let api: Api<Run> = Api::namespaced(s.client.clone(), &ns);
-    let mut run = super::runs::fresh_run(s, cached).await;
+    let mut run = super::view::fresh_run(s, cached).await;
     // Stamped here, so a caller cannot claim to be someone else.
     let answered_at = Timestamp::now().to_string();
     // The patch is conditional on the version read, so a concurrent answer is never
@@ -198,7 +198,7 @@ async fn answer(
             // The run ended while the node waited (cancelled, or another branch ended it):
             // its status forgot the interrupt, its log did not. One code for that state.
             Err(e) if e.status == StatusCode::NOT_FOUND && phase(&run).is_terminal() => {
-                let log = super::events::read_events(s, &run, None, None).await?;
+                let log = super::log::read_events(s, &run, None, None).await?;
                 if open_when_ended(&log.events)
                     .iter()
                     .any(|p| p.node_id == node_id)
@@ -243,7 +243,7 @@ async fn answer(
             Ok(_) => break (interrupt_id, decides),
             Err(kube::Error::Api(e)) if e.code == 409 && attempt < 4 => {
                 run =
-                    super::runs::fresh_run(s, &api.get(&run.name_any()).await.map_err(kube_error)?)
+                    super::view::fresh_run(s, &api.get(&run.name_any()).await.map_err(kube_error)?)
                         .await;
             }
             Err(e) => return Err(kube_error(e)),
@@ -260,9 +260,9 @@ async fn answer(
                 && doc.pointer("/payload/interruptId").and_then(Value::as_str)
                     == Some(interrupt_id.as_str())
         };
-        if super::events::await_event(s, &run, wait, resolved).await {
+        if super::log::await_event(s, &run, wait, resolved).await {
             if let Some(now) = super::support::find_run(s, &run_id).await {
-                status = phase(&super::runs::fresh_run(s, &now).await);
+                status = phase(&super::view::fresh_run(s, &now).await);
             }
         } else {
             tracing::info!(namespace = %ns, run = %run.name_any(), node = node_id,
@@ -384,7 +384,7 @@ pub async fn inspect_interrupt_by_token(
     Path(token): Path<String>,
 ) -> Result<Json<InspectedInterrupt>, ApiError> {
     let (claims, cached) = verified(&s, &token).await?;
-    let run = super::runs::fresh_run(&s, &cached).await;
+    let run = super::view::fresh_run(&s, &cached).await;
     let pending = pending_of(&run, &claims).ok_or_else(|| invalidated(&run))?;
     let mut data = serde_json::to_value(&pending).unwrap_or_default();
     if let Some(m) = data.as_object_mut() {
@@ -475,7 +475,7 @@ pub async fn resolve_interrupt_by_token(
         &body,
     ];
     idempotent(&s, &headers, scope, &parts, || async {
-        let run = super::runs::fresh_run(&s, &cached).await;
+        let run = super::view::fresh_run(&s, &cached).await;
         if pending_of(&run, &claims).is_none() {
             if redelivered(
                 &run,

@@ -49,11 +49,13 @@ pub mod hooks;
 pub mod idempotency;
 pub mod interrupts;
 pub mod json;
+pub mod log;
 pub mod pause;
 pub mod runs;
 pub mod support;
 pub mod types;
 mod variables;
+pub mod view;
 mod webhooks;
 mod workflows;
 
