@@ -52,6 +52,7 @@ pub mod json;
 pub mod log;
 pub mod pause;
 pub mod runs;
+pub mod session;
 pub mod support;
 pub mod types;
 mod variables;
