@@ -129,7 +129,11 @@ async fn main() -> anyhow::Result<()> {
         .with_run_hooks(conformance::run_hooks(&cfg));
         let seams = conformance::background(state.clone());
         // Every replica delivers webhooks (one durable consumer per subscription, shared).
-        let webhooks = openwop_operator::webhooks::dispatch::run(state.clone());
+        let webhooks = openwop_operator::webhooks::dispatch::run(
+            cfg.clone(),
+            state.nats.clone(),
+            state.runs.clone(),
+        );
         (
             Some(openwop_operator::ui::mount(
                 rest::router(state.clone(), conformance::mounted(&cfg)),
