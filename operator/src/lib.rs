@@ -1,6 +1,8 @@
 //! openwop-operator: Workflow and Run controllers, the discovery endpoint, metrics and leader
-//! election. The binary (`main.rs`) wires these to a cluster.
+//! election. [`app::run`] wires these to a cluster; the binary (`main.rs`) only parses its
+//! command line and config and calls it.
 
+pub mod app;
 pub mod config;
 /// Conformance-only: the spec's host test seams, behind one boundary.
 pub mod conformance;

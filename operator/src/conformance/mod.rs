@@ -7,7 +7,7 @@
 //! carries) and
 //! the [`crate::rest::RunHooks`] that [`run_hooks`] gives `POST /v1/runs` (a staged mock-ai
 //! program becomes the new Run's provider mock). No production module imports anything
-//! else from here; `main.rs` mounts [`mounted`] and runs [`background`].
+//! else from here; `crate::app` mounts [`mounted`] and runs [`background`].
 //!
 //! Mounted only when `conformance.seams.enabled` is set (chart `conformance.seams.enabled`,
 //! default false): otherwise none of these paths exists and each answers 404, as the spec asks
