@@ -19,23 +19,6 @@ use openwop_protocol::workflow_check::NodeRegistry;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-/// Why the configuration was refused.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    #[error("cannot read config file {path}: {source}")]
-    Read {
-        path: String,
-        source: std::io::Error,
-    },
-    #[error("config file {path} is not valid YAML/JSON for the operator config: {message}")]
-    Parse { path: String, message: String },
-    #[error("config field {field}: {message}")]
-    Invalid {
-        field: &'static str,
-        message: String,
-    },
-}
-
 /// Full operator configuration.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
@@ -77,9 +60,9 @@ pub struct OperatorConfig {
     /// The OpenWOP REST API.
     pub rest: RestConfig,
     /// The web run viewer at `/ui/`.
-    pub ui: crate::ui::UiConfig,
+    pub ui: UiConfig,
     /// Webhook subscriptions and their delivery.
-    pub webhooks: crate::webhooks::WebhooksConfig,
+    pub webhooks: WebhooksConfig,
     /// After SIGTERM, how long the HTTP server keeps answering (with `/readyz` failing) before
     /// the process exits, so Services stop sending this replica requests before it stops
     /// listening. The controllers stop and the leader lease is released at once.
@@ -88,56 +71,6 @@ pub struct OperatorConfig {
 
 /// Longest `shutdownDrainSeconds`: the chart's pod grace period (30 s) less time to exit.
 pub const MAX_SHUTDOWN_DRAIN_SECONDS: u64 = 25;
-
-/// The OpenWOP REST API (`/v1/...`).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
-pub struct RestConfig {
-    /// Serve the API (discovery is served either way).
-    pub enabled: bool,
-    /// How long a TokenReview or SubjectAccessReview result is reused (0: never). A revoked
-    /// token or removed RoleBinding takes effect after at most this long.
-    pub review_cache_seconds: u64,
-    /// Largest request body accepted (413 beyond).
-    pub max_body_bytes: usize,
-    /// Requests served at once by one replica (including open event streams); beyond, 429
-    /// with `Retry-After`.
-    pub max_in_flight: usize,
-    /// Interval of SSE `:keepalive` comments (the spec requires at most 30 s).
-    pub keepalive_seconds: u64,
-    /// Signed interrupt tokens (`/v1/interrupts/{token}`).
-    pub interrupt_tokens: crate::rest::interrupts::InterruptTokensConfig,
-    /// `Idempotency-Key` records.
-    pub idempotency: crate::rest::idempotency::IdempotencyConfig,
-    /// How long an answer that resolves an interrupt waits for the run's log to record the
-    /// resolution before the 200 (0: answer once the answer is stored).
-    pub interrupt_record_wait_seconds: u64,
-}
-
-/// Longest `rest.interruptRecordWaitSeconds`: a resolve is an HTTP request.
-pub const MAX_INTERRUPT_RECORD_WAIT_SECONDS: u64 = 60;
-
-/// Longest SSE keepalive interval (`rest.keepaliveSeconds`): the spec's 30 s.
-pub const MAX_KEEPALIVE_SECONDS: u64 = 30;
-/// Smallest `rest.maxBodyBytes`: below, ordinary run requests would not fit.
-pub const MIN_BODY_BYTES: usize = 1024;
-/// Longest `rest.reviewCacheSeconds`: how long a revoked token or RoleBinding may still work.
-pub const MAX_REVIEW_CACHE_SECONDS: u64 = 300;
-
-impl Default for RestConfig {
-    fn default() -> Self {
-        Self {
-            enabled: true,
-            review_cache_seconds: 10,
-            max_body_bytes: 1024 * 1024,
-            max_in_flight: 1024,
-            keepalive_seconds: 15,
-            interrupt_tokens: Default::default(),
-            idempotency: Default::default(),
-            interrupt_record_wait_seconds: 10,
-        }
-    }
-}
 
 pub use openwop_crds::names::LABEL_INSTANCE;
 
@@ -199,7 +132,7 @@ impl Default for OperatorConfig {
             instance_id: String::new(),
             listen: "0.0.0.0:8080".into(),
             rest: RestConfig::default(),
-            ui: crate::ui::UiConfig::default(),
+            ui: UiConfig::default(),
             webhooks: Default::default(),
             shutdown_drain_seconds: 5,
         }
@@ -854,6 +787,19 @@ impl OperatorConfig {
         }
     }
 
+    /// Whether this operator serves and delivers webhooks: enabled, the REST API on (where they
+    /// are registered) and run events on NATS (what they deliver). Discovery advertises
+    /// `webhooks` exactly then.
+    pub fn webhooks_active(&self) -> bool {
+        self.webhooks.enabled
+            && self.rest.enabled
+            && self
+                .events
+                .nats_url
+                .as_deref()
+                .is_some_and(|u| !u.is_empty())
+    }
+
     /// Namespace of the leader Lease.
     pub fn lease_namespace(&self) -> &str {
         if self.leader_election.lease_namespace.is_empty() {
@@ -864,10 +810,23 @@ impl OperatorConfig {
     }
 }
 
+mod error;
 mod events;
+mod rest;
+pub mod seams;
+mod ui;
+mod webhooks;
+pub use error::ConfigError;
 pub use events::{
     DEFAULT_RETENTION, EventsConfig, MAX_RETENTION_SECONDS, NatsCredentialsConfig, parse_retention,
 };
+pub use rest::{
+    IdempotencyConfig, InterruptTokensConfig, MAX_INTERRUPT_RECORD_WAIT_SECONDS,
+    MAX_KEEPALIVE_SECONDS, MAX_REVIEW_CACHE_SECONDS, MIN_BODY_BYTES, MIN_RETENTION_SECONDS,
+    RestConfig, TOKEN_LIFETIME_SECONDS,
+};
+pub use ui::{SESSION_SECONDS, UiConfig};
+pub use webhooks::WebhooksConfig;
 
 #[cfg(test)]
 mod tests;

@@ -25,7 +25,7 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 use crate::config::OperatorConfig;
-use crate::conformance::hook as seams;
+use crate::config::seams;
 
 /// ConfigMap key of the capabilities document.
 pub const CAPABILITIES_KEY: &str = "capabilities.json";
@@ -95,7 +95,7 @@ pub fn capabilities_config(
         // namespace.
         secret_scopes: vec![SecretScope::Tenant],
         // Only where deliveries work: enabled, with run events on NATS.
-        webhooks: crate::webhooks::active(cfg),
+        webhooks: cfg.webhooks_active(),
         // Only where the routes are served and a signing key is configured.
         interrupt_tokens: cfg.rest.enabled && cfg.rest.interrupt_tokens.enabled(),
         fixtures: seams::advertised_fixtures(cfg, registry),

@@ -24,7 +24,7 @@
 //! runId no Run has (a deleted Run) are acknowledged and dropped.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream::{self, AckKind, consumer::pull};
@@ -44,7 +44,10 @@ use openwop_protocol::text::truncate;
 use serde_json::Value;
 
 use crate::config::OperatorConfig;
-use crate::controller::{EventSink, Note, end_by_stream, write_run_status};
+use crate::controller::end_by_stream;
+use crate::jetstream::JetStreamSlot;
+use crate::kube_events::{EventSink, Note};
+use crate::status::write_run_status;
 
 /// Largest event accepted (a RunEventDoc is small; anything bigger is not one).
 pub const MAX_EVENT_BYTES: usize = 1024 * 1024;
@@ -87,24 +90,6 @@ pub enum EventError {
         from: u64,
         to: u64,
     },
-}
-
-/// A JetStream context the reconcilers can use (the finalizer purges a deleted Run's
-/// subjects): set by the event consumer each time it connects, empty until then.
-#[derive(Clone, Default)]
-pub struct JetStreamSlot(Arc<RwLock<Option<jetstream::Context>>>);
-
-impl JetStreamSlot {
-    pub fn set(&self, js: jetstream::Context) {
-        if let Ok(mut s) = self.0.write() {
-            *s = Some(js);
-        }
-    }
-
-    /// The current context, `None` while the consumer has not connected.
-    pub fn get(&self) -> Option<jetstream::Context> {
-        self.0.read().ok().and_then(|s| s.clone())
-    }
 }
 
 /// Decodes one message of `subject` (already parsed): a JSON object with a string `type`, an

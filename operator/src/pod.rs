@@ -11,22 +11,21 @@ use k8s_openapi::api::core::v1::{
     SecretVolumeSource, SecurityContext, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
-use kube::{Resource, ResourceExt};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::ResourceExt;
 use openwop_crds::{
     CredentialMount, ProviderCredential, Run, SecretKeyRef, WorkerOverrides, WorkflowSecret,
     WorkflowSpec,
 };
-use sha2::{Digest, Sha256};
 
 use openwop_protocol::run::subjects::events_subject;
 
 use crate::config::OperatorConfig;
-
-pub use openwop_crds::names::{
-    APP_NAME, COMPONENT_NATS_CREDENTIALS as NATS_CREDENTIALS_COMPONENT, COMPONENT_WORKER,
-    LABEL_ATTEMPT, LABEL_COMPONENT, LABEL_MANAGED_BY, LABEL_NAME, LABEL_RUN, MANAGER,
+use crate::names::{
+    APP_NAME, LABEL_ATTEMPT, LABEL_COMPONENT, LABEL_MANAGED_BY, LABEL_NAME, MANAGER,
+    NATS_CREDENTIALS_COMPONENT, owner_ref, pod_name, run_labels, snapshot_name,
 };
+
 pub use run_env::{NATS_CREDENTIALS_MOUNT, PROVIDERS_DIR, SNAPSHOT_DIR, WORKFLOW_SECRETS_DIR};
 
 /// The Kubernetes-side inputs of a worker pod taken from the Workflow.
@@ -94,80 +93,6 @@ fn secret_key_file(name: String, r: &SecretKeyRef, dir: String) -> (Volume, Volu
     (volume, mount)
 }
 
-/// A label value (≤ 63 characters) identifying `name`.
-pub fn label_value(name: &str) -> String {
-    if name.len() <= 63 {
-        return name.to_owned();
-    }
-    let digest = hex::encode(Sha256::digest(name.as_bytes()));
-    let head: String = name.chars().take(52).collect();
-    let head = head.trim_end_matches(['-', '.']);
-    format!("{head}-{}", &digest[..10])
-}
-
-/// Name of attempt `attempt` of the worker pod of `run` (≤ 63 characters).
-pub fn pod_name(run: &str, attempt: u32) -> String {
-    let suffix = format!("-w{attempt}");
-    if run.len() + suffix.len() <= 63 {
-        return format!("{run}{suffix}");
-    }
-    let digest = hex::encode(Sha256::digest(run.as_bytes()));
-    let room = 63 - suffix.len() - 9;
-    let head: String = run.chars().take(room).collect();
-    let head = head.trim_end_matches(['-', '.']);
-    format!("{head}-{}{suffix}", &digest[..8])
-}
-
-/// Name of the snapshot ConfigMap of `run`.
-pub fn snapshot_name(run: &str) -> String {
-    format!("{run}-snapshot")
-}
-
-/// Owner reference making `run` the controller of a child object.
-pub fn owner_ref(run: &Run) -> OwnerReference {
-    OwnerReference {
-        api_version: Run::api_version(&()).into_owned(),
-        kind: Run::kind(&()).into_owned(),
-        name: run.name_any(),
-        uid: run.uid().unwrap_or_default(),
-        controller: Some(true),
-        block_owner_deletion: Some(true),
-    }
-}
-
-/// Whether `meta` is owned by this very Run object (its uid), not by a deleted Run of the
-/// same name whose objects the garbage collector has not removed yet.
-pub fn owned_by(meta: &ObjectMeta, run: &Run) -> bool {
-    let uid = run.uid();
-    meta.owner_references
-        .iter()
-        .flatten()
-        .any(|o| Some(&o.uid) == uid.as_ref())
-}
-
-/// Whether `meta` carries the labels of the objects this operator creates for runs (worker
-/// pods, snapshot ConfigMaps): the ones [`worker_selector`] selects.
-pub fn is_worker_object(meta: &ObjectMeta) -> bool {
-    let labels = meta.labels.as_ref();
-    let has = |k: &str, v: &str| labels.and_then(|l| l.get(k)).is_some_and(|x| x == v);
-    has(LABEL_COMPONENT, COMPONENT_WORKER) && has(LABEL_MANAGED_BY, MANAGER)
-}
-
-/// Label selector of the worker pods and snapshot ConfigMaps this operator creates.
-pub fn worker_selector() -> String {
-    format!("{LABEL_COMPONENT}={COMPONENT_WORKER},{LABEL_MANAGED_BY}={MANAGER}")
-}
-
-/// Labels shared by every object created for `run`.
-pub fn run_labels(run: &Run) -> BTreeMap<String, String> {
-    BTreeMap::from([
-        (LABEL_RUN.into(), label_value(&run.name_any())),
-        (LABEL_COMPONENT.into(), COMPONENT_WORKER.into()),
-        (LABEL_MANAGED_BY.into(), MANAGER.into()),
-        (LABEL_NAME.into(), APP_NAME.into()),
-    ])
-}
-
 /// The copy of the NATS credentials kept in `namespace` for worker pods: exactly the files
 /// of `data` (the recognised keys of `openwop_nats::KEYS`), nothing else.
 pub fn nats_credentials_secret(
@@ -222,7 +147,7 @@ pub fn worker_pod(run: &Run, inputs: &WorkerInputs<'_>, cfg: &OperatorConfig, at
         events_max_age: stream.max_age,
         otlp_endpoint: Some(cfg.worker.otlp_endpoint.clone()).filter(|u| !u.is_empty()),
         testing: run_env::TestingEnv {
-            otel_scrape_endpoint: crate::conformance::hook::span_ingest_traces_url(cfg),
+            otel_scrape_endpoint: crate::config::seams::span_ingest_traces_url(cfg),
             fault_pause_at_sequence: None,
         },
         ..WorkerEnv::default()
@@ -401,6 +326,7 @@ pub fn worker_pod(run: &Run, inputs: &WorkerInputs<'_>, cfg: &OperatorConfig, at
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::names::{LABEL_RUN, owned_by};
     use openwop_crds::{RunSpec, WorkflowRef};
     use serde_json::json;
 
@@ -802,19 +728,5 @@ mod tests {
             .unwrap();
         assert_eq!(spec.service_account_name.as_deref(), Some("custom"));
         assert_eq!(spec.node_selector.unwrap()["pool"], "ai");
-    }
-
-    #[test]
-    fn long_names_are_shortened_deterministically() {
-        let long = "r".repeat(100);
-        let p1 = pod_name(&long, 12);
-        assert!(p1.len() <= 63 && p1.ends_with("-w12"), "{p1}");
-        assert_eq!(p1, pod_name(&long, 12));
-        assert_ne!(
-            pod_name(&format!("{long}a"), 1),
-            pod_name(&format!("{long}b"), 1)
-        );
-        assert!(label_value(&long).len() <= 63);
-        assert_eq!(label_value("short"), "short");
     }
 }

@@ -19,7 +19,8 @@ use openwop_protocol::run::snapshot::{
 use openwop_protocol::run::waits::ParentRef;
 use serde_json::json;
 
-use crate::pod::{PROVIDERS_DIR, WORKFLOW_SECRETS_DIR, owner_ref, run_labels, snapshot_name};
+use crate::names::{owner_ref, run_labels, snapshot_name};
+use crate::pod::{PROVIDERS_DIR, WORKFLOW_SECRETS_DIR};
 
 /// Key of the snapshot document in the ConfigMap.
 pub const SNAPSHOT_KEY: &str = openwop_protocol::run::env::SNAPSHOT_FILE;

@@ -12,11 +12,11 @@ use async_nats::jetstream;
 use k8s_openapi::jiff::Timestamp;
 use openwop_crds::{RunPhase, RunStatus};
 use openwop_nats::testing::NatsServer;
-use openwop_operator::controller::Note;
 use openwop_operator::events::{
     Current, EventError, RunStatuses, Stored, StreamLog, consume_loop, events_consumer, fold,
     settle,
 };
+use openwop_operator::kube_events::Note;
 use openwop_protocol::run::projection::Projection;
 use openwop_protocol::run::subjects::{StreamSpec, events_filter, events_subject};
 use serde_json::{Value, json};

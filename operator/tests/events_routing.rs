@@ -186,8 +186,8 @@ async fn events_of_a_run_found_gone_are_dropped_without_another_list() {
 async fn the_event_sink_publishes_every_event_in_each_objects_order_before_flush_returns() {
     use k8s_openapi::api::core::v1::ObjectReference;
     use kube::runtime::events::EventType;
-    use openwop_operator::controller::Note;
-    use openwop_operator::controller::reasons::Reason;
+    use openwop_operator::kube_events::Note;
+    use openwop_operator::reasons::Reason;
     let (client, api) = ApiServerVerifier::pair();
     let sink = api.events();
     type Seen = std::sync::Arc<std::sync::Mutex<Vec<(String, String)>>>;

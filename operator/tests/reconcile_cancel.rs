@@ -15,7 +15,7 @@ use openwop_crds::Run;
 use openwop_operator::config::OperatorConfig;
 use openwop_operator::controller::RUN_FINALIZER;
 use openwop_operator::controller::{Context, reconcile_run};
-use openwop_operator::events::JetStreamSlot;
+use openwop_operator::jetstream::JetStreamSlot;
 use serde_json::{Value, json};
 
 fn cancelled(status: Value) -> Run {

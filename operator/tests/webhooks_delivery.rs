@@ -14,7 +14,7 @@ use openwop_crds::Run;
 use openwop_e2e::webhook_receiver::{Delivery, Receiver};
 use openwop_nats::testing::NatsServer;
 use openwop_operator::config::OperatorConfig;
-use openwop_operator::webhooks::config::WebhooksConfig;
+use openwop_operator::config::WebhooksConfig;
 use openwop_operator::webhooks::dispatch;
 use openwop_operator::webhooks::store::{Store, Subscription, SubscriptionStatus};
 use openwop_protocol::run::subjects::{StreamSpec, events_subject};

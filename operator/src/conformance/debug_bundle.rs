@@ -23,9 +23,9 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::SeamCaller;
-use crate::pod::snapshot_name;
-use crate::rest::events::{read_events, read_subject_events};
-use crate::rest::runs::snapshot_of;
+use crate::names::snapshot_name;
+use crate::rest::log::{read_events, read_subject_events};
+use crate::rest::view::snapshot_of;
 use crate::rest::{ApiError, ErrorBody, Json, RestState, visible_run};
 use crate::snapshot::read_snapshot;
 
@@ -135,7 +135,7 @@ async fn export(
     };
     // The seams record spans for their synthetic runs; a Run's come from its workers, only
     // when they can reach the span store.
-    let spans = if synthetic || super::hook::span_ingest_traces_url(&s.config).is_some() {
+    let spans = if synthetic || crate::config::seams::span_ingest_traces_url(&s.config).is_some() {
         super::otel_spans::stored_spans(&s, &ns, &run_id).await?.0
     } else {
         Vec::new()

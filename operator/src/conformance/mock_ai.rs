@@ -28,7 +28,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::{SeamCaller, store};
-use crate::rest::events::read_events;
+use crate::rest::log::read_events;
 use crate::rest::{ApiError, ErrorBody, Json, RestState, RunHooks, find_run};
 
 /// The key-value bucket of staged programs (`test/reset` clears it).

@@ -3,10 +3,11 @@
 //! programs, the span store and their shared state.
 //!
 //! The production path reaches this module through two narrow hooks only, each a no-op with
-//! the seams off: [`hook`] (what discovery advertises, what a worker pod's env carries) and
+//! the seams off: [`crate::config::seams`] (what discovery advertises, what a worker pod's env
+//! carries) and
 //! the [`crate::rest::RunHooks`] that [`run_hooks`] gives `POST /v1/runs` (a staged mock-ai
 //! program becomes the new Run's provider mock). No production module imports anything
-//! else from here; `main.rs` mounts [`mounted`] and runs [`background`].
+//! else from here; `crate::app` mounts [`mounted`] and runs [`background`].
 //!
 //! Mounted only when `conformance.seams.enabled` is set (chart `conformance.seams.enabled`,
 //! default false): otherwise none of these paths exists and each answers 404, as the spec asks
@@ -22,7 +23,6 @@ mod capability_toggle;
 mod debug_bundle;
 mod emit_reliability;
 mod envelope_accept;
-pub mod hook;
 mod mock_ai;
 mod otel_spans;
 mod prompt_wrap;
@@ -42,7 +42,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use utoipa_axum::router::OpenApiRouter;
 
-use crate::config::OperatorConfig;
+use crate::config::{OperatorConfig, seams};
 use crate::rest::{ApiError, Caller, Json, Resource, RestState, RunHooks, Verb};
 
 /// Path prefix of every seam (`host-extensions.md` §"Canonical prefixes").
@@ -80,7 +80,7 @@ pub fn router() -> OpenApiRouter<RestState> {
 /// Work the seams need on every replica while the process lives (keeping the capability
 /// overlay current); pending forever when the seams are off.
 pub async fn background(state: RestState) {
-    if hook::enabled(&state.config) {
+    if seams::enabled(&state.config) {
         capability_toggle::watch_overlay(state).await;
     } else {
         std::future::pending::<()>().await;
@@ -263,7 +263,7 @@ async fn append_synthetic<T>(
 
 /// The routes to mount for `config`: the seams when enabled, nothing otherwise.
 pub fn mounted(config: &OperatorConfig) -> OpenApiRouter<RestState> {
-    if hook::enabled(config) {
+    if seams::enabled(config) {
         router()
     } else {
         OpenApiRouter::new()
@@ -273,7 +273,7 @@ pub fn mounted(config: &OperatorConfig) -> OpenApiRouter<RestState> {
 /// The run-creation hooks for `config` (`RestState::with_run_hooks`): a staged mock-ai
 /// program becomes the new Run's provider mock. `None` with the seams off.
 pub fn run_hooks(config: &OperatorConfig) -> Option<Arc<dyn RunHooks>> {
-    hook::enabled(config).then(|| Arc::new(mock_ai::StagedPrograms) as Arc<dyn RunHooks>)
+    seams::enabled(config).then(|| Arc::new(mock_ai::StagedPrograms) as Arc<dyn RunHooks>)
 }
 
 /// The caller of a seam: authenticated, not anonymous, and allowed to create Runs in

@@ -4,7 +4,7 @@
 //!
 //! Workers export spans over OTLP/HTTP to the collector the cluster configures; the operator
 //! cannot read those back. So with the seams on, every worker pod also gets
-//! `OPENWOP_TEST_OTEL_SCRAPE_ENDPOINT` ([`super::hook::span_ingest_traces_url`]) and exports the same
+//! `OPENWOP_TEST_OTEL_SCRAPE_ENDPOINT` ([`crate::config::seams::span_ingest_traces_url`]) and exports the same
 //! spans, protobuf-encoded exactly as a collector receives them, to this operator's span
 //! store: `POST /v1/host/sample/test/otel/ingest/v1/traces`. Each batch is filed under the
 //! run its resource names (`openwop.run_id` + `openwop.namespace`, which must be a Run this

@@ -11,7 +11,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::{SeamCaller, invalid};
-use crate::rest::{ApiError, ErrorBody, Json, RestState, events};
+use crate::rest::{ApiError, ErrorBody, Json, RestState, log};
 
 pub fn routes() -> OpenApiRouter<RestState> {
     OpenApiRouter::new().routes(routes!(run_events))
@@ -56,7 +56,7 @@ async fn run_events(
         node_id: q.node_id,
     };
     let events: Vec<Value> =
-        events::read_subject_events(&s, events_subject(&caller.namespace, &run_id))
+        log::read_subject_events(&s, events_subject(&caller.namespace, &run_id))
             .await?
             .into_iter()
             .filter(|e| filter.matches(e))

@@ -16,8 +16,8 @@ use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{self, ObjectRef, Store, store::Writer};
 use openwop_crds::{Run, RunPhase, Workflow};
 
-use super::reasons::{ConditionType, Reason};
-use crate::pod::pod_name;
+use crate::names::pod_name;
+use crate::reasons::{ConditionType, Reason};
 
 /// Read sides of the caches; `None` reads from the API server.
 #[derive(Default, Clone)]

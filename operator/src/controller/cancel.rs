@@ -11,11 +11,11 @@ use openwop_protocol::run::status::{EndReason, RecordedBy};
 use super::Error;
 use super::common::Draft;
 use super::observe::worker_finished;
-use super::reasons::{ConditionType, Reason};
 use super::start::build_worker_pod;
 use super::state::{RunReconcile, WorkerState};
 use crate::config::OperatorConfig;
-use crate::pod::pod_name;
+use crate::names::pod_name;
+use crate::reasons::{ConditionType, Reason};
 use crate::snapshot::{read_snapshot, snapshot_configmap, with_cancel};
 
 /// `spec.cancel`: record the cancellation in the event stream. The snapshot gets
@@ -29,7 +29,7 @@ pub(super) async fn cancel(rr: &mut RunReconcile<'_>) -> Result<Action, Error> {
         Err("worker.natsUrl is not configured, so no worker can record run.cancelled")
     } else {
         match rr.snapshot().await? {
-            Some(cm) if crate::pod::owned_by(&cm.metadata, run) => Ok(cm),
+            Some(cm) if crate::names::owned_by(&cm.metadata, run) => Ok(cm),
             _ => Err("the run never started (no snapshot), so there is no event stream"),
         }
     };

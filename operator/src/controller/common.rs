@@ -1,23 +1,21 @@
 //! Shared by the reconcilers: conditions, the Run status being computed ([`Draft`]),
-//! Kubernetes Events, time arithmetic and deletes that tolerate a missing object.
+//! Kubernetes Events (queued on [`crate::kube_events::EventSink`]), time arithmetic and
+//! deletes that tolerate a missing object.
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
-use kube::api::{Api, DeleteParams, PostParams};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::{Client, Resource};
-use openwop_crds::{Run, RunError, RunPhase, RunStatus};
+use kube::Resource;
+use kube::api::{Api, DeleteParams};
+use kube::runtime::events::EventType;
+use openwop_crds::{RunError, RunPhase, RunStatus};
 use openwop_protocol::run::status::{RecordedBy, Severity, ending_report};
-use tokio::sync::{mpsc, oneshot};
 
-use super::reasons::{ConditionType, Reason};
 use super::{Context, Error};
 use crate::config::OperatorConfig;
-use crate::pod::MANAGER;
+use crate::kube_events::Note;
+use crate::reasons::{ConditionType, Reason};
 
 /// Condition `type_`, keeping the transition time of `old`'s condition of that type when its
 /// status is unchanged. `reason` is a [`Reason`] or, for a Workflow, its check's error code.
@@ -90,142 +88,6 @@ pub(super) async fn publish(
     ctx.events.record(obj.object_ref(&()), n).await;
 }
 
-/// Lanes that publish Kubernetes Events.
-const EVENT_LANES: usize = 4;
-/// Events a lane holds before a recorder waits for room.
-const EVENT_LANE_CAPACITY: usize = 256;
-
-/// Where the reconcilers and the event consumer (a run's ending) record their Kubernetes Events.
-/// Events are published off the caller's path, as client-go's event broadcaster does: a
-/// reconcile holds one of the `runs.reconcileConcurrency` slots only for the writes whose
-/// answers decide what it does next, not for an Event's round trip. The Events of one object
-/// keep their order (one lane per object); a full lane makes the recorder wait, so memory is
-/// bounded and nothing is dropped. Events are best effort: a failed publish is logged, and
-/// [`EventSink::flush`] waits for the queued ones (the binary's shutdown does, for a while).
-#[derive(Clone)]
-pub struct EventSink {
-    lanes: Arc<[mpsc::Sender<Queued>]>,
-}
-
-/// What a lane publishes, in order.
-enum Queued {
-    /// Boxed: a queued Event is ~30 times the size of a flush.
-    Event(Box<(ObjectReference, Note)>),
-    /// Answered once every Event queued before it is published (or failed).
-    Flush(oneshot::Sender<()>),
-}
-
-impl EventSink {
-    /// Starts the publishing lanes on the current Tokio runtime; they end when every clone of
-    /// the sink is dropped.
-    pub fn start(client: Client, reporter: Reporter) -> Self {
-        let lanes = (0..EVENT_LANES)
-            .map(|_| {
-                let (tx, mut rx) = mpsc::channel::<Queued>(EVENT_LANE_CAPACITY);
-                let (client, reporter) = (client.clone(), reporter.clone());
-                tokio::spawn(async move {
-                    while let Some(q) = rx.recv().await {
-                        match q {
-                            Queued::Event(ev) => {
-                                let (regarding, n) = *ev;
-                                // A recorder per Event: kube's recorder would fold a second
-                                // Event of the same reason and action into the first one's
-                                // series ("attempt 2" counted as a repeat of "attempt 1");
-                                // each of ours is one change.
-                                let recorder = Recorder::new(client.clone(), reporter.clone());
-                                publish_now(&recorder, &regarding, n).await;
-                            }
-                            Queued::Flush(done) => {
-                                let _ = done.send(());
-                            }
-                        }
-                    }
-                });
-                tx
-            })
-            .collect();
-        EventSink { lanes }
-    }
-
-    /// Queues the Event `n` about `regarding`; waits only while its lane is full.
-    pub async fn record(&self, regarding: ObjectReference, n: Note) {
-        let lane = &self.lanes[lane_of(&regarding, self.lanes.len())];
-        if lane
-            .send(Queued::Event(Box::new((regarding, n))))
-            .await
-            .is_err()
-        {
-            // Only when the runtime is shutting down (the lane's task is gone).
-            tracing::warn!("a Kubernetes Event was not published: shutting down");
-        }
-    }
-
-    /// Returns once every Event queued before the call is published (or its publish failed).
-    pub async fn flush(&self) {
-        for lane in self.lanes.iter() {
-            let (tx, rx) = oneshot::channel();
-            if lane.send(Queued::Flush(tx)).await.is_ok() {
-                let _ = rx.await;
-            }
-        }
-    }
-}
-
-/// The lane of the object `regarding` (its namespace and name): the same lane every time.
-fn lane_of(regarding: &ObjectReference, lanes: usize) -> usize {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    (&regarding.namespace, &regarding.name).hash(&mut h);
-    (h.finish() % lanes as u64) as usize
-}
-
-async fn publish_now(recorder: &Recorder, regarding: &ObjectReference, n: Note) {
-    let reason = n.reason.as_str();
-    let ev = Event {
-        type_: n.type_,
-        reason: reason.into(),
-        note: Some(n.note),
-        action: reason.into(),
-        secondary: None,
-    };
-    if let Err(e) = recorder.publish(&ev, regarding).await {
-        tracing::warn!(error = %e, reason, "could not publish Kubernetes Event");
-    }
-}
-
-/// Writes a Run's whole status, as computed from the version `resource_version` names: a 409
-/// when the Run changed since (the caller folds again from the fresh copy), a 404 when it is
-/// gone. Both writers of a Run's status (the reconciler and the event consumer) write through
-/// here.
-///
-/// Why a replace of the status subresource and not a server-side apply: the status has one
-/// writer identity ([`MANAGER`]) and each write carries all of it under the precondition, which
-/// is what a replace means; the API server spends less CPU on it (no managed-fields merge):
-/// 0.5-1.3 ms less per write on the mini-cluster (docs/bench-log.md, "The API server's cost per request").
-pub async fn write_run_status(
-    runs: &Api<Run>,
-    name: &str,
-    resource_version: Option<String>,
-    status: &RunStatus,
-) -> kube::Result<Run> {
-    let body = serde_json::json!({
-        "apiVersion": Run::api_version(&()), "kind": Run::kind(&()),
-        "metadata": {"name": name, "resourceVersion": resource_version},
-        "status": status,
-    });
-    let body = serde_json::to_vec(&body).map_err(kube::Error::SerdeError)?;
-    let params = PostParams {
-        dry_run: false,
-        field_manager: Some(MANAGER.to_owned()),
-    };
-    // `Api::replace_status` wants a whole Run; the status subresource takes only the status
-    // from the body (the API server keeps the stored spec and metadata), so send just that.
-    let request = kube::core::Request::new(runs.resource_url())
-        .replace_subresource("status", name, &params, body)
-        .map_err(kube::Error::BuildRequest)?;
-    runs.clone().into_client().request::<Run>(request).await
-}
-
 pub(super) async fn delete_ignoring_missing<K>(api: &Api<K>, name: &str) -> Result<(), Error>
 where
     K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
@@ -254,14 +116,6 @@ pub fn backoff_seconds(cfg: &OperatorConfig, failures: u32) -> u64 {
         .backoff_base_seconds
         .saturating_mul(1u64 << exp)
         .min(cfg.runs.backoff_max_seconds)
-}
-
-/// A Kubernetes Event to record once the status is written.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Note {
-    pub type_: EventType,
-    pub reason: Reason,
-    pub note: String,
 }
 
 /// Records in `status` the ending of a run its event stream ended (the worker's terminal

@@ -24,7 +24,7 @@ use serde_json::Value;
 
 use super::Error;
 use super::state::{RunReconcile, WorkerState};
-use crate::pod::pod_name;
+use crate::names::pod_name;
 
 /// Longest wait for NATS while recording the ending.
 const NATS_TIMEOUT: Duration = Duration::from_secs(5);
@@ -152,7 +152,7 @@ async fn worker_may_append(rr: &RunReconcile<'_>) -> Result<bool, Error> {
         let Some(pod) = rr.pod(&name).await? else {
             continue;
         };
-        if !crate::pod::owned_by(&pod.metadata, rr.run) {
+        if !crate::names::owned_by(&pod.metadata, rr.run) {
             continue;
         }
         if !WorkerState::of(Some(&pod)).ended() {

@@ -14,15 +14,17 @@
 //! * [`observe`] — the running worker: exit codes, termination summary, crashes and backoff;
 //! * [`cancel`] — `spec.cancel` (and its cascade to child runs);
 //! * [`pause`] — `spec.pause`: the live worker asked to stop at a safe point, no pod while
-//!   paused, the snapshot a pause-recording or resuming worker starts from;
+//!   paused;
+//! * [`pause_start`] — the snapshot a pause-recording or resuming worker starts from;
 //! * [`waits`] — durable waits: timers woken at their time, child runs created and their
 //!   outcomes written back;
 //! * [`namespace`] — what a Run namespace needs: the worker ServiceAccount and the NATS
 //!   credentials copy;
 //! * [`ending`] — the terminal event of a run the operator ended itself;
 //! * [`departed`] — a deleted Run's events purged once it is gone (Runs carry no finalizer);
-//! * [`common`] — conditions, the status draft [`common::Draft`], Events;
-//! * [`reasons`] — condition types and reasons, as they appear on the wire.
+//! * [`common`] — conditions, the status draft [`common::Draft`], Events.
+//!
+//! Condition types and reasons are [`crate::reasons`].
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -44,7 +46,7 @@ mod feed;
 mod namespace;
 mod observe;
 mod pause;
-pub mod reasons;
+mod pause_start;
 mod run;
 mod slots;
 mod start;
@@ -53,9 +55,8 @@ mod triggers;
 mod waits;
 mod workflow;
 
-pub use crate::pod::worker_selector;
 pub use caches::{CacheWriters, Caches, Superseded, pod_triggers, slim_pod};
-pub use common::{EventSink, Note, backoff_seconds, end_by_stream, write_run_status};
+pub use common::{backoff_seconds, end_by_stream};
 pub use feed::Feed;
 pub use run::reconcile_run;
 pub use slots::StartGate;
@@ -111,7 +112,7 @@ pub struct Context {
     pub registry: Arc<NodeRegistry>,
     pub metrics: Metrics,
     /// Where Kubernetes Events go (published off the reconcile's path).
-    pub events: EventSink,
+    pub events: crate::kube_events::EventSink,
     /// Injected clock, so tests are deterministic.
     pub now: fn() -> Timestamp,
     /// The watch caches the Run reconciler reads (worker pods, snapshots, Workflows, worker
@@ -123,7 +124,7 @@ pub struct Context {
     pub nats_copies: NatsCopies,
     /// JetStream of the run events (set by the event consumer once connected), for the
     /// finalizer's purge of a deleted Run's subjects; `None` without `events.natsUrl`.
-    pub jetstream: Option<crate::events::JetStreamSlot>,
+    pub jetstream: Option<crate::jetstream::JetStreamSlot>,
     /// The worker ServiceAccount applied per namespace (or being applied), and when.
     pub worker_accounts: WorkerAccounts,
     /// The worker slots reserved per namespace (the exact concurrency limit).

@@ -9,7 +9,8 @@ use kube::api::{Api, Patch, PatchParams};
 
 use super::state::RunReconcile;
 use super::{Context, Error};
-use crate::pod::{MANAGER, nats_credentials_secret};
+use crate::names::MANAGER;
+use crate::pod::nats_credentials_secret;
 
 /// An unchanged NATS credentials copy is re-applied after this long anyway, in case someone
 /// deleted or edited it.

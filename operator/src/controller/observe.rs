@@ -15,10 +15,10 @@ use openwop_protocol::run::projection::Projection;
 use openwop_protocol::run::status::{EndReason, PendingInterrupt, RecordedBy, waiting_phase};
 
 use super::common::{Draft, backoff_seconds, plus};
-use super::reasons::Reason;
 use super::state::WorkerState;
 use crate::config::OperatorConfig;
 use crate::projection::crash_reason;
+use crate::reasons::Reason;
 
 /// The run's worker pod is in `state`: what the run becomes.
 pub(super) fn observe_worker(

@@ -16,10 +16,10 @@ use openwop_crds::{Run, RunStatus};
 use openwop_protocol::run::status::RecordedBy;
 
 use super::common::{delete_ignoring_missing, plus, publish, wait_until};
-use super::reasons::Reason;
 use super::state::RunReconcile;
 use super::{Context, Error, RUN_FINALIZER};
 use crate::config::RunPolicy;
+use crate::reasons::Reason;
 
 /// Run reconciler entry. New Runs get no finalizer (`departed`: their events are purged once
 /// they are gone); a Run that still carries the finalizer of an earlier release is cleaned

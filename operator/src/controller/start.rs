@@ -17,11 +17,12 @@ use super::Error;
 use super::common::{Draft, has_condition, wait_until};
 use super::namespace::{ensure_nats_credentials, ensure_worker_service_account};
 use super::observe::observe_worker;
-use super::reasons::{ConditionType, Reason};
 use super::slots::Full;
 use super::state::{RunReconcile, WorkerState};
 use super::waits;
-use crate::pod::{WorkerInputs, needed_credentials, owned_by, pod_name, snapshot_name, worker_pod};
+use crate::names::{owned_by, pod_name, snapshot_name};
+use crate::pod::{WorkerInputs, needed_credentials, worker_pod};
+use crate::reasons::{ConditionType, Reason};
 use crate::snapshot::{
     SnapshotError, build_snapshot, read_snapshot, snapshot_configmap, with_current_answers,
 };
@@ -268,7 +269,7 @@ pub(super) async fn progress(rr: &mut RunReconcile<'_>) -> Result<Action, Error>
         stored.get_or_insert(snap);
     }
     // A pause or a resume may start a worker whatever else the run waits for.
-    let paused = super::pause::start_for(rr);
+    let paused = super::pause_start::start_for(rr);
     let pause_now = paused.as_ref().is_some_and(|p| p.now);
     if woken.is_none() && answered.is_empty() && !pause_now && (phase.is_waiting() || dormant) {
         return Ok(waits::waiting_requeue(rr.status(), now, lead)
@@ -302,7 +303,7 @@ pub(super) async fn progress(rr: &mut RunReconcile<'_>) -> Result<Action, Error>
         resume = true;
     }
     if let Some(p) = &paused {
-        super::pause::prepare_snapshot(rr, p.pause.clone()).await?;
+        super::pause_start::prepare_snapshot(rr, p.pause.clone()).await?;
     }
     let why = match (paused, woken) {
         (Some(p), _) => Why::Pause(p.note),

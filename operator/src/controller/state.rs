@@ -18,11 +18,12 @@ use openwop_crds::{Run, RunStatus, Workflow};
 use serde_json::json;
 
 use super::caches::{holds_slot, listed};
-use super::common::{Draft, delete_ignoring_missing, has_condition, publish, write_run_status};
-use super::reasons::{ConditionType, Reason};
+use super::common::{Draft, delete_ignoring_missing, has_condition, publish};
 use super::slots::Listed;
 use super::{Context, Error};
-use crate::pod::{MANAGER, is_worker_object, owned_by, snapshot_name};
+use crate::names::{MANAGER, is_worker_object, owned_by, snapshot_name};
+use crate::reasons::{ConditionType, Reason};
+use crate::status::write_run_status;
 
 /// The state of one Run reconcile: built once, passed to every step.
 pub(super) struct RunReconcile<'a> {
@@ -184,7 +185,7 @@ impl<'a> RunReconcile<'a> {
         }
         let listed = self
             .pods
-            .list(&ListParams::default().labels(&crate::pod::worker_selector()))
+            .list(&ListParams::default().labels(&crate::names::worker_selector()))
             .await?
             .items
             .iter()
@@ -264,7 +265,7 @@ impl<'a> RunReconcile<'a> {
     pub(super) async fn apply_service_account(&self, name: &str) -> Result<(), Error> {
         let sa = json!({
             "apiVersion": "v1", "kind": "ServiceAccount",
-            "metadata": {"name": name, "labels": {crate::pod::LABEL_MANAGED_BY: MANAGER}},
+            "metadata": {"name": name, "labels": {crate::names::LABEL_MANAGED_BY: MANAGER}},
             "automountServiceAccountToken": false
         });
         self.sas

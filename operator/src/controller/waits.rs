@@ -29,9 +29,9 @@ use serde_json::{Map, Value, json};
 
 use super::Error;
 use super::common::{Draft, wait_until};
-use super::reasons::Reason;
 use super::state::RunReconcile;
-use crate::pod::{MANAGER, owner_ref};
+use crate::names::{MANAGER, owner_ref};
+use crate::reasons::Reason;
 use crate::snapshot::read_snapshot;
 
 /// How far ahead of a timer's `wakeAt` the worker is started (at most the threshold): the
@@ -467,7 +467,7 @@ impl RunReconcile<'_> {
     ) -> Result<Option<k8s_openapi::api::core::v1::ConfigMap>, Error> {
         let cms: Api<k8s_openapi::api::core::v1::ConfigMap> =
             Api::namespaced(self.ctx.client.clone(), &self.ns);
-        Ok(cms.get_opt(&crate::pod::snapshot_name(name)).await?)
+        Ok(cms.get_opt(&crate::names::snapshot_name(name)).await?)
     }
 
     /// Creates `run` (a child); one that already exists (a retried reconcile) is returned.

@@ -14,10 +14,10 @@ use openwop_protocol::workflow_check::{CheckOptions, check_workflow};
 use serde_json::json;
 
 use super::common::{condition, publish, set_condition};
-use super::reasons::{ConditionType, Reason};
 use super::{Context, Error};
 use crate::discovery::advertised_kinds;
-use crate::pod::MANAGER;
+use crate::names::MANAGER;
+use crate::reasons::{ConditionType, Reason};
 
 /// How many problems a Workflow's Ready message quotes.
 const MESSAGE_PROBLEMS: usize = 5;

@@ -189,11 +189,6 @@ fn cancelling_holds_until_the_stream_records_run_cancelled() {
 }
 
 #[test]
-fn the_slot_is_empty_until_the_consumer_connects() {
-    assert!(JetStreamSlot::default().get().is_none());
-}
-
-#[test]
 fn filter_follows_the_watched_namespace() {
     let mut cfg = OperatorConfig::default();
     assert_eq!(filter_subject(&cfg), "openwop.events.>");

@@ -355,7 +355,7 @@ where
         // carry its CSRF proof); a bearer token, when present, always wins.
         let token = match bearer_token(parts)? {
             Some(t) => t.to_owned(),
-            None => crate::ui::session::cookie_token(parts)?.ok_or_else(|| {
+            None => super::session::cookie_token(parts)?.ok_or_else(|| {
                 ApiError::unauthenticated(
                     "this endpoint needs `Authorization: Bearer <token>`, e.g. a ServiceAccount \
                      token from `kubectl create token <serviceaccount> -n <namespace>`",

@@ -21,8 +21,8 @@ use serde_json::json;
 
 use openwop_protocol::run::subjects::reasoning_subject;
 
-use super::runs::snapshot_of;
 use super::support::{phase, visible_run};
+use super::view::snapshot_of;
 use super::{ApiError, Caller, ErrorBody, Resource, RestState, Verb};
 
 /// Default page size of `GET /v1/runs`.
@@ -306,7 +306,7 @@ pub async fn run_reasoning(
 /// Every message stored on a reasoning subject, in order (no stream yet: none). Unlike run
 /// events, lane messages carry no run sequence, so they are kept in stream order as read.
 async fn read_lane(s: &RestState, subject: String) -> Result<Vec<serde_json::Value>, ApiError> {
-    super::events::read_subject(s, subject, MAX_LANE_ENTRIES, |m| {
+    super::log::read_subject(s, subject, MAX_LANE_ENTRIES, |m| {
         serde_json::from_slice(&m.payload).ok()
     })
     .await

@@ -45,7 +45,7 @@ pub enum Cancelled {
 pub async fn cancel(s: &RestState, caller: &Caller, run_id: &str) -> Result<Cancelled, ApiError> {
     // As its log has it: a run whose stream already ended is not cancelled.
     let cached = visible_run(s, caller, run_id).await?;
-    let run = super::runs::fresh_run(s, &cached).await;
+    let run = super::view::fresh_run(s, &cached).await;
     let ns = run.namespace().unwrap_or_default();
     s.auth
         .authorize(caller, Verb::Patch, Resource::Runs, &ns)

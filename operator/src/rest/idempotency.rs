@@ -38,16 +38,12 @@ use serde_json::json;
 use sha2::{Digest, Sha256};
 
 use super::{ApiError, RestState};
-use crate::config::ConfigError;
 
 /// The request header.
 pub const IDEMPOTENCY_KEY_HEADER: &str = "idempotency-key";
 
 /// Longest key accepted (`idempotency.md`: ≤ 255 characters).
 pub const MAX_KEY_CHARS: usize = 255;
-
-/// Shortest retention accepted: the spec's 24 hours.
-pub const MIN_RETENTION_SECONDS: u64 = 24 * 60 * 60;
 
 /// How long a request holds its key before another replica may take the key over (longer
 /// than any mutation takes; a replica that died mid-request frees the key after this).
@@ -71,55 +67,6 @@ pub mod op {
     pub const RESOLVE_INTERRUPT_BY_TOKEN: &str = "resolveInterruptByToken";
     pub const REGISTER_WEBHOOK: &str = "registerWebhook";
     pub const UNREGISTER_WEBHOOK: &str = "unregisterWebhook";
-}
-
-/// `rest.idempotency` (chart `rest.idempotency.*`).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
-pub struct IdempotencyConfig {
-    /// JetStream key-value bucket of the records (shared by the replicas).
-    pub bucket: String,
-    /// How long a final answer is replayed (at least 24 h).
-    pub retention_seconds: u64,
-}
-
-impl Default for IdempotencyConfig {
-    fn default() -> Self {
-        IdempotencyConfig {
-            bucket: "openwop-idempotency".into(),
-            retention_seconds: MIN_RETENTION_SECONDS,
-        }
-    }
-}
-
-impl IdempotencyConfig {
-    pub fn validate(&self) -> Result<(), ConfigError> {
-        let invalid = |field, message: String| Err(ConfigError::Invalid { field, message });
-        if self.bucket.is_empty()
-            || !self
-                .bucket
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
-        {
-            return invalid(
-                "rest.idempotency.bucket",
-                format!(
-                    "{:?} is not a JetStream bucket name (letters, digits, '-' and '_')",
-                    self.bucket
-                ),
-            );
-        }
-        if self.retention_seconds < MIN_RETENTION_SECONDS {
-            return invalid(
-                "rest.idempotency.retentionSeconds",
-                format!(
-                    "must be at least {MIN_RETENTION_SECONDS} (the spec keeps answers 24 h), got {}",
-                    self.retention_seconds
-                ),
-            );
-        }
-        Ok(())
-    }
 }
 
 /// Whose request it is: the record is theirs alone.
@@ -587,20 +534,5 @@ mod tests {
         // Released (a refusal that is not final): the key is free.
         kv.delete("k").await.unwrap();
         assert!(fresh(&begin(&kv, "k", "d3").await));
-    }
-
-    #[test]
-    fn retention_is_at_least_a_day() {
-        assert!(IdempotencyConfig::default().validate().is_ok());
-        let short = IdempotencyConfig {
-            retention_seconds: 3600,
-            ..Default::default()
-        };
-        assert!(short.validate().is_err());
-        let bad = IdempotencyConfig {
-            bucket: "a.b".into(),
-            ..Default::default()
-        };
-        assert!(bad.validate().is_err());
     }
 }

@@ -41,11 +41,11 @@ use openwop_protocol::run::projection::open_when_ended;
 use openwop_protocol::run::quorum;
 use openwop_protocol::run::snapshot::{AnswerError, Reply};
 use openwop_protocol::run::token::{
-    CALLBACK_TOKEN_PRINCIPAL, DEFAULT_TOKEN_SECONDS, TokenClaims, TokenError, TokenIntent,
-    TokenKey, TokenKeys, TokenRequest, token_expiry,
+    CALLBACK_TOKEN_PRINCIPAL, TokenClaims, TokenError, TokenIntent, TokenKeys, TokenRequest,
+    token_expiry,
 };
 use openwop_protocol::run::{AnswerMismatch, PendingInterrupt, RunSnapshotDoc};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::idempotency::{Scope, idempotent, op};
@@ -53,79 +53,6 @@ use super::json::{self, Json};
 use super::support::{find_run, kube_error, phase, visible_run};
 use super::types::{ResolveInterruptRequest, RunStatusResponse};
 use super::{ApiError, Caller, ErrorBody, Resource, RestState, Verb};
-use crate::config::ConfigError;
-use crate::signing_key::{self, KeyError};
-
-/// Bounds of `rest.interruptTokens.lifetimeSeconds`.
-pub const TOKEN_LIFETIME_SECONDS: std::ops::RangeInclusive<u64> = 60..=86_400;
-
-/// `rest.interruptTokens` (chart: the operator's signing-key Secret, `rest.interruptTokens.*`).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
-pub struct InterruptTokensConfig {
-    /// The signing key tokens are derived from (the mounted Secret's `signing-key`); empty:
-    /// no tokens are minted and every token is unknown (404).
-    pub key_file: String,
-    /// The key before the last rotation (the Secret's `previous-signing-key`): tokens it
-    /// signed keep verifying until they expire. A missing file is no previous key.
-    pub previous_key_file: String,
-    /// How long a minted token works (the spec's default is 30 minutes).
-    pub lifetime_seconds: u64,
-}
-
-impl Default for InterruptTokensConfig {
-    fn default() -> Self {
-        InterruptTokensConfig {
-            key_file: String::new(),
-            previous_key_file: String::new(),
-            lifetime_seconds: DEFAULT_TOKEN_SECONDS,
-        }
-    }
-}
-
-impl InterruptTokensConfig {
-    pub fn enabled(&self) -> bool {
-        !self.key_file.is_empty()
-    }
-
-    pub fn validate(&self) -> Result<(), ConfigError> {
-        if !TOKEN_LIFETIME_SECONDS.contains(&self.lifetime_seconds) {
-            return Err(ConfigError::Invalid {
-                field: "rest.interruptTokens.lifetimeSeconds",
-                message: format!(
-                    "must be {}..{}, got {}",
-                    TOKEN_LIFETIME_SECONDS.start(),
-                    TOKEN_LIFETIME_SECONDS.end(),
-                    self.lifetime_seconds
-                ),
-            });
-        }
-        Ok(())
-    }
-
-    /// The keys tokens are signed and verified with (read at each use, so a rotated Secret
-    /// reaches the operator); `None` when tokens are off.
-    pub fn keys(&self) -> Result<Option<TokenKeys>, KeyError> {
-        if !self.enabled() {
-            return Ok(None);
-        }
-        let current = TokenKey::derive(&signing_key::read(
-            "rest.interruptTokens.keyFile",
-            &self.key_file,
-        )?);
-        let previous = if self.previous_key_file.is_empty()
-            || !std::path::Path::new(&self.previous_key_file).exists()
-        {
-            None
-        } else {
-            Some(TokenKey::derive(&signing_key::read(
-                "rest.interruptTokens.previousKeyFile",
-                &self.previous_key_file,
-            )?))
-        };
-        Ok(Some(TokenKeys::new(current, previous)))
-    }
-}
 
 /// The keys, or 503 when the mounted key cannot be read (the detail goes to the log).
 fn token_keys(s: &RestState) -> Result<Option<TokenKeys>, ApiError> {
@@ -258,7 +185,7 @@ async fn answer(
     let ns = cached.namespace().unwrap_or_default();
     let run_id = cached.uid().unwrap_or_default();
     let api: Api<Run> = Api::namespaced(s.client.clone(), &ns);
-    let mut run = super::runs::fresh_run(s, cached).await;
+    let mut run = super::view::fresh_run(s, cached).await;
     // Stamped here, so a caller cannot claim to be someone else.
     let answered_at = Timestamp::now().to_string();
     // The patch is conditional on the version read, so a concurrent answer is never
@@ -271,7 +198,7 @@ async fn answer(
             // The run ended while the node waited (cancelled, or another branch ended it):
             // its status forgot the interrupt, its log did not. One code for that state.
             Err(e) if e.status == StatusCode::NOT_FOUND && phase(&run).is_terminal() => {
-                let log = super::events::read_events(s, &run, None, None).await?;
+                let log = super::log::read_events(s, &run, None, None).await?;
                 if open_when_ended(&log.events)
                     .iter()
                     .any(|p| p.node_id == node_id)
@@ -316,7 +243,7 @@ async fn answer(
             Ok(_) => break (interrupt_id, decides),
             Err(kube::Error::Api(e)) if e.code == 409 && attempt < 4 => {
                 run =
-                    super::runs::fresh_run(s, &api.get(&run.name_any()).await.map_err(kube_error)?)
+                    super::view::fresh_run(s, &api.get(&run.name_any()).await.map_err(kube_error)?)
                         .await;
             }
             Err(e) => return Err(kube_error(e)),
@@ -333,9 +260,9 @@ async fn answer(
                 && doc.pointer("/payload/interruptId").and_then(Value::as_str)
                     == Some(interrupt_id.as_str())
         };
-        if super::events::await_event(s, &run, wait, resolved).await {
+        if super::log::await_event(s, &run, wait, resolved).await {
             if let Some(now) = super::support::find_run(s, &run_id).await {
-                status = phase(&super::runs::fresh_run(s, &now).await);
+                status = phase(&super::view::fresh_run(s, &now).await);
             }
         } else {
             tracing::info!(namespace = %ns, run = %run.name_any(), node = node_id,
@@ -457,7 +384,7 @@ pub async fn inspect_interrupt_by_token(
     Path(token): Path<String>,
 ) -> Result<Json<InspectedInterrupt>, ApiError> {
     let (claims, cached) = verified(&s, &token).await?;
-    let run = super::runs::fresh_run(&s, &cached).await;
+    let run = super::view::fresh_run(&s, &cached).await;
     let pending = pending_of(&run, &claims).ok_or_else(|| invalidated(&run))?;
     let mut data = serde_json::to_value(&pending).unwrap_or_default();
     if let Some(m) = data.as_object_mut() {
@@ -548,7 +475,7 @@ pub async fn resolve_interrupt_by_token(
         &body,
     ];
     idempotent(&s, &headers, scope, &parts, || async {
-        let run = super::runs::fresh_run(&s, &cached).await;
+        let run = super::view::fresh_run(&s, &cached).await;
         if pending_of(&run, &claims).is_none() {
             if redelivered(
                 &run,

@@ -49,11 +49,14 @@ pub mod hooks;
 pub mod idempotency;
 pub mod interrupts;
 pub mod json;
+pub mod log;
 pub mod pause;
 pub mod runs;
+pub mod session;
 pub mod support;
 pub mod types;
 mod variables;
+pub mod view;
 mod webhooks;
 mod workflows;
 
@@ -82,6 +85,7 @@ pub use json::Json;
 pub use support::{find_run, find_workflow, visible_run};
 
 use crate::config::{OperatorConfig, RestConfig};
+use crate::jetstream::{ConnectError, LazyJetStream};
 
 /// Everything a handler needs; cheap to clone.
 #[derive(Clone)]
@@ -95,8 +99,9 @@ pub struct RestState {
     pub workflows: Store<Workflow>,
     /// Requests in flight beyond which the API answers 429.
     load: Arc<Semaphore>,
-    /// JetStream, connected on first use (every replica reads run events itself).
-    jetstream: Arc<tokio::sync::OnceCell<async_nats::jetstream::Context>>,
+    /// JetStream, connected on first use (every replica reads run events itself); the
+    /// webhook dispatcher shares it.
+    pub nats: LazyJetStream,
     /// The `Idempotency-Key` records bucket, opened on first use.
     idempotency: Arc<tokio::sync::OnceCell<async_nats::jetstream::kv::Store>>,
     /// The discovery document this replica serves (the capability-toggle seam reads and
@@ -127,10 +132,10 @@ impl RestState {
             )),
             load: Arc::new(Semaphore::new(rest.max_in_flight.max(1))),
             client,
+            nats: LazyJetStream::new(config.clone()),
             config,
             runs,
             workflows,
-            jetstream: Default::default(),
             idempotency: Default::default(),
             discovery: crate::discovery::DiscoveryState::new(""),
             run_hooks: None,
@@ -151,36 +156,19 @@ impl RestState {
 
     /// JetStream for reading run events (503 when NATS is not configured or unreachable).
     pub async fn jetstream(&self) -> Result<async_nats::jetstream::Context, ApiError> {
-        let Some(url) = self.config.events.nats_url.clone() else {
-            return Err(ApiError::unavailable(
+        self.nats.get().await.map_err(|e| match e {
+            ConnectError::NotConfigured => ApiError::unavailable(
                 "this operator has no events.natsUrl: run events are not available",
                 Duration::from_secs(60),
-            ));
-        };
-        let cfg = self.config.clone();
-        self.jetstream
-            .get_or_try_init(|| async move {
-                let auth = cfg.nats_credentials.load().map_err(|e| e.to_string())?;
-                let nats = openwop_nats::connect_options(
-                    concat!("openwop-operator-rest/", env!("CARGO_PKG_VERSION")),
-                    &auth,
-                )
-                .map_err(|e| e.to_string())?
-                .connection_timeout(Duration::from_secs(5))
-                .connect(&url)
-                .await
-                .map_err(|e| format!("cannot connect to {url}: {e}"))?;
-                Ok::<_, String>(async_nats::jetstream::new(nats))
-            })
-            .await
-            .cloned()
-            .map_err(|e| {
+            ),
+            ConnectError::Connect(e) => {
                 tracing::warn!(error = %e, "REST API: NATS connection");
                 ApiError::unavailable(
                     "the event stream is unavailable; retry shortly",
                     Duration::from_secs(2),
                 )
-            })
+            }
+        })
     }
 
     fn rest(&self) -> &RestConfig {

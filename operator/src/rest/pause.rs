@@ -113,7 +113,7 @@ async fn patchable_run(s: &RestState, caller: &Caller, run_id: &str) -> Result<R
         _ => return Err(ApiError::not_found(format!("run {run_id:?} not found"))),
     };
     // The phase as the run's log has it (the status may lag its stream).
-    let mut fresh = super::runs::fresh_run(s, &cached).await;
+    let mut fresh = super::view::fresh_run(s, &cached).await;
     fresh.spec = current.spec;
     fresh.metadata = current.metadata;
     Ok(fresh)

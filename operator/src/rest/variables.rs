@@ -13,7 +13,7 @@ use openwop_protocol::workflow::WorkflowDefinition;
 use serde_json::{Map, Value};
 
 use super::RestState;
-use super::events::read_subject_events;
+use super::log::read_subject_events;
 use super::support::find_workflow;
 
 /// The run's variables as served, `None` when they cannot be known now: the Workflow is no

@@ -107,7 +107,7 @@ pub async fn register_webhook(
     headers: HeaderMap,
     Json(body): Json<Value>,
 ) -> Result<Response, ApiError> {
-    if !crate::webhooks::active(&s.config) {
+    if !s.config.webhooks_active() {
         return Err(not_enabled());
     }
     let policy = s.config.webhooks.egress();
@@ -269,7 +269,7 @@ pub async fn unregister_webhook(
     Path(webhook_id): Path<String>,
     Query(q): Query<TenantQuery>,
 ) -> Result<Response, ApiError> {
-    if !crate::webhooks::active(&s.config) {
+    if !s.config.webhooks_active() {
         return Err(not_enabled());
     }
     let missing = |tenant: &str| subscription_missing(&webhook_id, tenant);

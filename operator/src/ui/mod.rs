@@ -6,7 +6,7 @@
 //! adds what a browser needs around it and nothing that reads runs:
 //!
 //! * `POST /ui/api/login` checks a token with the API's own TokenReview and keeps it in the
-//!   session cookie ([`session`]); `POST /ui/api/logout` ends it; `GET /ui/api/session` tells
+//!   session cookie ([`crate::rest::session`], which the API's auth reads); `POST /ui/api/logout` ends it; `GET /ui/api/session` tells
 //!   the page who it is and the CSRF proof its writes must carry. The API's auth extractor
 //!   accepts the cookie when there is no `Authorization` header ([`session::cookie_token`]).
 //! * Every `/ui` response carries a strict Content-Security-Policy (no inline script or
@@ -14,7 +14,6 @@
 //! * Event streams get `X-Accel-Buffering: no` so ingress proxies pass them on at once.
 
 pub mod assets;
-pub mod session;
 
 use std::time::Duration;
 
@@ -28,46 +27,7 @@ use axum::routing::{get, post};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use crate::rest::{ApiError, Caller, RestState};
-
-/// `ui` of the operator config: the web run viewer.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
-pub struct UiConfig {
-    /// Serve the web UI at `/ui/` (needs the REST API).
-    pub enabled: bool,
-    /// Lifetime of a login's session cookie; the token's own expiry applies as well.
-    pub session_seconds: u64,
-}
-
-impl Default for UiConfig {
-    fn default() -> Self {
-        UiConfig {
-            enabled: true,
-            session_seconds: 8 * 3600,
-        }
-    }
-}
-
-/// Allowed `ui.sessionSeconds`: a minute to a day (a stolen cookie lives no longer).
-pub const SESSION_SECONDS: std::ops::RangeInclusive<u64> = 60..=86_400;
-
-impl UiConfig {
-    pub fn validate(&self) -> Result<(), crate::config::ConfigError> {
-        if !SESSION_SECONDS.contains(&self.session_seconds) {
-            return Err(crate::config::ConfigError::Invalid {
-                field: "ui.sessionSeconds",
-                message: format!(
-                    "must be {}..{}, got {} (the lifetime of a web UI login)",
-                    SESSION_SECONDS.start(),
-                    SESSION_SECONDS.end(),
-                    self.session_seconds
-                ),
-            });
-        }
-        Ok(())
-    }
-}
+use crate::rest::{ApiError, Caller, RestState, session};
 
 /// The policy of every `/ui` page: scripts, styles, images and connections from this origin
 /// only; no inline script or style, no plugins, no framing, no `<base>` rewriting.

@@ -15,7 +15,7 @@ use openwop_protocol::egress::{EgressPolicy, EgressRefusal, Target};
 use openwop_protocol::webhook::{self, Attempt, SIGNATURE_ALGORITHM, headers};
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 
-use super::config::WebhooksConfig;
+use crate::config::WebhooksConfig;
 
 /// Why the delivery client cannot be built.
 #[derive(Debug, thiserror::Error)]

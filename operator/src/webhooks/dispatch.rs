@@ -49,7 +49,7 @@ use super::deliver::{Deliverer, Outgoing};
 use super::store::{Store, Subscription, SubscriptionStatus};
 use crate::config::OperatorConfig;
 use crate::events::MAX_EVENT_BYTES;
-use crate::rest::RestState;
+use crate::jetstream::LazyJetStream;
 
 /// How much longer than one attempt's timeout a delivery may stay unsettled before
 /// JetStream hands it out again (a replica that died mid-attempt delays the subscription by
@@ -138,15 +138,15 @@ struct Shared {
 }
 
 /// Runs the dispatcher for the life of the process (never returns; idle when webhooks are
-/// off).
-pub async fn run(state: RestState) {
-    if !super::active(&state.config) {
+/// off). `nats`: the replica's JetStream connection (the REST API's); `runs`: its Run cache.
+pub async fn run(cfg: Arc<OperatorConfig>, nats: LazyJetStream, runs: RunStore<Run>) {
+    if !cfg.webhooks_active() {
         return std::future::pending().await;
     }
     loop {
-        let result = match state.jetstream().await {
-            Ok(js) => follow(state.config.clone(), js, state.runs.clone()).await,
-            Err(e) => Err(e.body.message.clone()),
+        let result = match nats.get().await {
+            Ok(js) => follow(cfg.clone(), js, runs.clone()).await,
+            Err(e) => Err(e.to_string()),
         };
         if let Err(e) = result {
             tracing::warn!(error = %e, "webhook dispatcher stopped; restarting");

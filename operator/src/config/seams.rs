@@ -1,12 +1,13 @@
-//! The conformance seams as the rest of the operator sees them: what discovery advertises
-//! and what a worker pod's env carries. Nothing here does I/O or reaches into a seam; with
-//! the seams off every answer is "none". (Run creation's hook is [`crate::rest::RunHooks`],
-//! implemented in [`super::run_hooks`].)
+//! `conformance.seams` as the rest of the operator sees it: what discovery advertises and
+//! what a worker pod's env carries. Nothing here does I/O or reaches into a seam (the seams
+//! themselves are `crate::conformance`, above every production module); with the seams off
+//! every answer is "none". (Run creation's hook is `crate::rest::RunHooks`, implemented in
+//! `crate::conformance::run_hooks`.)
 
 use openwop_protocol::seams::fixtures;
 use openwop_protocol::workflow_check::NodeRegistry;
 
-use crate::config::OperatorConfig;
+use super::OperatorConfig;
 
 /// The span store's OTLP/HTTP traces path (below the operator's base URL).
 pub const INGEST_PATH: &str = "/v1/host/sample/test/otel/ingest/v1/traces";

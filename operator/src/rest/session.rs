@@ -1,4 +1,5 @@
-//! The web UI's session: the caller's own Kubernetes token kept in an `HttpOnly; Secure;
+//! The web UI's session, a credential the API accepts (the [`super::Caller`] extractor reads
+//! it when there is no `Authorization` header): the caller's own Kubernetes token kept in an `HttpOnly; Secure;
 //! SameSite=Strict` cookie, so the page (and its `EventSource`) is authenticated by exactly
 //! the same TokenReview and SubjectAccessReview as a bearer caller of the API.
 //!
@@ -21,7 +22,7 @@ use axum::http::request::Parts;
 use axum::http::{HeaderMap, Method, header};
 use sha2::{Digest, Sha256};
 
-use crate::rest::ApiError;
+use super::error::ApiError;
 
 /// Name of the session cookie (HttpOnly: no script reads it).
 pub const SESSION_COOKIE: &str = "openwop-session";

@@ -6,11 +6,12 @@ use openwop_protocol::egress::EgressPolicy;
 use openwop_protocol::webhook::DeliveryPolicy;
 use serde::{Deserialize, Serialize};
 
-use crate::config::ConfigError;
 #[cfg(test)]
-use crate::config::OperatorConfig;
+use super::OperatorConfig;
+use super::error::ConfigError;
 
-pub use crate::signing_key::{KeyError, MIN_SIGNING_KEY_BYTES};
+use crate::signing_key::KeyError;
+
 /// Bounds of `webhooks.maxAttempts`.
 pub const MAX_ATTEMPTS: std::ops::RangeInclusive<u32> = 1..=20;
 /// Bounds of `webhooks.timeoutSeconds` (the spec's per-attempt timeout is 5 s).
@@ -174,13 +175,13 @@ mod tests {
         c.validate().unwrap();
         assert_eq!(c.delivery_policy(), DeliveryPolicy::default());
         let mut op = OperatorConfig::default();
-        assert!(!super::super::active(&op));
+        assert!(!op.webhooks_active());
         op.webhooks.enabled = true;
-        assert!(!super::super::active(&op), "no NATS: nothing to deliver");
+        assert!(!op.webhooks_active(), "no NATS: nothing to deliver");
         op.events.nats_url = Some("nats://x".into());
-        assert!(super::super::active(&op));
+        assert!(op.webhooks_active());
         op.rest.enabled = false;
-        assert!(!super::super::active(&op), "no REST API: nothing registers");
+        assert!(!op.webhooks_active(), "no REST API: nothing registers");
     }
 
     #[test]
