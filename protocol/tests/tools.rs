@@ -1,10 +1,10 @@
 //! A Workflow's LLM nodes are refused at registration when their tool members are wrong,
 //! with the member's place and what to do; other node types are not concerned.
 
+use openwop_protocol::tier1::Tier1Posture;
 use openwop_protocol::workflow_check::{
     CheckOptions, NodeRegistry, ProblemCode, TOOLS_NOT_YET, check_workflow,
 };
-use openwop_protocol::tier1::Tier1Posture;
 use serde_json::{Value, json};
 
 fn problems(registry: &NodeRegistry, type_id: &str, config: Value) -> Vec<(ProblemCode, String)> {
@@ -42,7 +42,11 @@ fn llm_nodes_with_bad_tool_members_are_refused_precisely() {
             p[0].1
         );
         assert_eq!(
-            problems(&registry, type_id, json!({"systemPrompt": "s", "tools": []})),
+            problems(
+                &registry,
+                type_id,
+                json!({"systemPrompt": "s", "tools": []})
+            ),
             vec![],
             "{type_id}: no tools, nothing refused"
         );
