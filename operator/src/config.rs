@@ -7,7 +7,6 @@ use std::path::Path;
 use k8s_openapi::api::core::v1::ResourceRequirements;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use openwop_protocol::capabilities::{ReasoningConfig, ReliabilityConfig};
-use openwop_protocol::limits::{MAX_RETRY_ATTEMPTS_RANGE, TRUNCATION_MULTIPLIER_RANGE};
 use openwop_protocol::pipeline::Strictness;
 use openwop_protocol::retry::reasoning::ReasoningPosture;
 use openwop_protocol::run::host::HostProfile;
@@ -90,6 +89,22 @@ impl OperatorConfig {
     }
 }
 
+/// The refusal of `field`.
+fn invalid(field: &'static str, message: String) -> Result<(), ConfigError> {
+    Err(ConfigError::Invalid { field, message })
+}
+
+/// An endpoint setting: empty (none), or an http(s) URL.
+fn check_url(field: &'static str, url: &str) -> Result<(), ConfigError> {
+    if !(url.is_empty() || url.starts_with("http://") || url.starts_with("https://")) {
+        return invalid(
+            field,
+            format!("{url:?} must be an http:// or https:// URL (or empty for none)"),
+        );
+    }
+    Ok(())
+}
+
 fn is_label_value(v: &str) -> bool {
     let alnum = |c: Option<char>| c.is_none_or(|c| c.is_ascii_alphanumeric());
     v.len() <= 63
@@ -97,16 +112,6 @@ fn is_label_value(v: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
         && alnum(v.chars().next())
         && alnum(v.chars().last())
-}
-
-/// A Kubernetes object name of the DNS-subdomain kind (Secrets, ConfigMaps).
-fn is_dns_subdomain(v: &str) -> bool {
-    let edge = |c: Option<char>| c.is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
-    v.len() <= 253
-        && v.chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '-' | '.'))
-        && edge(v.chars().next())
-        && edge(v.chars().last())
 }
 
 impl Default for OperatorConfig {
@@ -182,6 +187,19 @@ impl Default for WorkerConfig {
             run_as_user: 65532,
             otlp_endpoint: String::new(),
         }
+    }
+}
+
+impl WorkerConfig {
+    /// Workers never run as root; spans go to an http(s) collector or nowhere.
+    fn validate(&self) -> Result<(), ConfigError> {
+        if self.run_as_user == 0 {
+            return invalid(
+                "worker.runAsUser",
+                "workers never run as root (uid 0)".into(),
+            );
+        }
+        check_url("worker.otlpEndpoint", &self.otlp_endpoint)
     }
 }
 
@@ -320,6 +338,30 @@ impl Conformance {
             .iter()
             .any(|n| n == "*" || n == namespace)
     }
+
+    /// The span store's URL, and the namespace patterns of `providerMockNamespaces`.
+    fn validate(&self) -> Result<(), ConfigError> {
+        check_url(
+            "conformance.seams.spanIngestUrl",
+            &self.seams.span_ingest_url,
+        )?;
+        for p in &self.provider_mock_namespaces {
+            let name = p.strip_suffix('*').unwrap_or(p);
+            let ok = name.len() <= 63
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+                && (p.ends_with('*')
+                    || (!name.is_empty() && !name.starts_with('-') && !name.ends_with('-')));
+            if !ok || name.contains('*') {
+                return invalid(
+                    "conformance.providerMockNamespaces",
+                    format!("{p:?} is not a namespace name, a `prefix*` pattern or `*`"),
+                );
+            }
+        }
+        Ok(())
+    }
 }
 
 /// A config JSON Schema for one built-in node type.
@@ -382,6 +424,52 @@ impl Default for RunPolicy {
     }
 }
 
+impl RunPolicy {
+    /// Concurrency, nesting and backoff bounds.
+    fn validate(&self) -> Result<(), ConfigError> {
+        if self.max_concurrent_per_namespace == 0 {
+            return invalid(
+                "runs.maxConcurrentPerNamespace",
+                "must be at least 1".into(),
+            );
+        }
+        if !RECONCILE_CONCURRENCY_RANGE.contains(&self.reconcile_concurrency) {
+            return invalid(
+                "runs.reconcileConcurrency",
+                format!(
+                    "must be {}..{}, got {}",
+                    RECONCILE_CONCURRENCY_RANGE.start(),
+                    RECONCILE_CONCURRENCY_RANGE.end(),
+                    self.reconcile_concurrency
+                ),
+            );
+        }
+        if !(1..=openwop_protocol::schedule::MAX_NODE_CONCURRENCY).contains(&self.node_concurrency)
+        {
+            return invalid(
+                "runs.nodeConcurrency",
+                format!(
+                    "must be 1..{}",
+                    openwop_protocol::schedule::MAX_NODE_CONCURRENCY
+                ),
+            );
+        }
+        if self.max_sub_workflow_depth == 0 {
+            return invalid(
+                "runs.maxSubWorkflowDepth",
+                "must be at least 1 (a run with a core.subWorkflow node needs depth 1)".into(),
+            );
+        }
+        if self.backoff_base_seconds == 0 || self.backoff_max_seconds < self.backoff_base_seconds {
+            return invalid(
+                "runs.backoffBaseSeconds",
+                "must be > 0 and not above runs.backoffMaxSeconds".into(),
+            );
+        }
+        Ok(())
+    }
+}
+
 /// Where the capabilities document is kept.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
@@ -432,6 +520,34 @@ impl Default for LeaderElectionConfig {
     }
 }
 
+impl LeaderElectionConfig {
+    /// A leader renews more than once before it gives up, and gives up before the lease
+    /// expires for the others.
+    fn validate(&self) -> Result<(), ConfigError> {
+        if self.renew_interval_seconds == 0
+            || self.renew_interval_seconds >= self.renew_deadline_seconds
+        {
+            return invalid(
+                "leaderElection.renewIntervalSeconds",
+                format!(
+                    "{} must be > 0 and below renewDeadlineSeconds ({}), so a leader tries to renew more than once before it gives up",
+                    self.renew_interval_seconds, self.renew_deadline_seconds
+                ),
+            );
+        }
+        if self.renew_deadline_seconds >= self.lease_duration_seconds {
+            return invalid(
+                "leaderElection.renewDeadlineSeconds",
+                format!(
+                    "{} must be below leaseDurationSeconds ({}): a leader that cannot renew must stop before another replica may take the lease",
+                    self.renew_deadline_seconds, self.lease_duration_seconds
+                ),
+            );
+        }
+        Ok(())
+    }
+}
+
 impl OperatorConfig {
     /// Reads and validates a config file.
     pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
@@ -458,53 +574,47 @@ impl OperatorConfig {
         Ok(cfg)
     }
 
-    /// Checks ranges and enumerations.
+    /// Checks ranges and enumerations, one section after another (each section's own check
+    /// beside its type); the first refusal names its field.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let invalid = |field, message: String| Err(ConfigError::Invalid { field, message });
         if !is_label_value(&self.instance_id) {
             return invalid(
                 "instanceId",
                 "must be a Kubernetes label value: at most 63 characters of [A-Za-z0-9-_.], starting and ending alphanumeric".into(),
             );
         }
-        if !MAX_RETRY_ATTEMPTS_RANGE.contains(&self.reliability.max_retry_attempts) {
+        // The bounds the capabilities document sets (protocol's one check of them).
+        self.reliability
+            .validate()
+            .map_err(|e| ConfigError::Invalid {
+                field: e.field(),
+                message: e.to_string(),
+            })?;
+        self.runs.validate()?;
+        self.check_limits()?;
+        self.ui.validate()?;
+        self.webhooks.validate()?;
+        self.rest.validate()?;
+        self.worker.validate()?;
+        self.check_providers()?;
+        self.conformance.validate()?;
+        if self.shutdown_drain_seconds > MAX_SHUTDOWN_DRAIN_SECONDS {
             return invalid(
-                "reliability.maxRetryAttempts",
+                "shutdownDrainSeconds",
                 format!(
-                    "must be {}..{}",
-                    MAX_RETRY_ATTEMPTS_RANGE.start(),
-                    MAX_RETRY_ATTEMPTS_RANGE.end()
+                    "{} is above {MAX_SHUTDOWN_DRAIN_SECONDS}: the operator pod's grace period (30 s) would kill it mid-drain",
+                    self.shutdown_drain_seconds
                 ),
             );
         }
-        // NaN fails `contains` too.
-        if !TRUNCATION_MULTIPLIER_RANGE.contains(&self.reliability.truncation_budget_multiplier) {
-            return invalid(
-                "reliability.truncationBudgetMultiplier",
-                format!(
-                    "must be {}..{}",
-                    TRUNCATION_MULTIPLIER_RANGE.start(),
-                    TRUNCATION_MULTIPLIER_RANGE.end()
-                ),
-            );
-        }
-        if self.runs.max_concurrent_per_namespace == 0 {
-            return invalid(
-                "runs.maxConcurrentPerNamespace",
-                "must be at least 1".into(),
-            );
-        }
-        if !RECONCILE_CONCURRENCY_RANGE.contains(&self.runs.reconcile_concurrency) {
-            return invalid(
-                "runs.reconcileConcurrency",
-                format!(
-                    "must be {}..{}, got {}",
-                    RECONCILE_CONCURRENCY_RANGE.start(),
-                    RECONCILE_CONCURRENCY_RANGE.end(),
-                    self.runs.reconcile_concurrency
-                ),
-            );
-        }
+        self.leader_election.validate()?;
+        self.events.validate()?;
+        self.node_registry()?;
+        self.nats_credentials.validate()
+    }
+
+    /// `limits` and `egress`: what the host profile enforces on a run's calls.
+    fn check_limits(&self) -> Result<(), ConfigError> {
         if self.limits.max_provider_response_bytes < 1024 {
             return invalid(
                 "limits.maxProviderResponseBytes",
@@ -527,84 +637,11 @@ impl OperatorConfig {
         if let Err(e) = self.host_profile().http.egress_policy() {
             return invalid("egress.allowHosts", e.to_string());
         }
-        if !(1..=openwop_protocol::schedule::MAX_NODE_CONCURRENCY)
-            .contains(&self.runs.node_concurrency)
-        {
-            return invalid(
-                "runs.nodeConcurrency",
-                format!(
-                    "must be 1..{}",
-                    openwop_protocol::schedule::MAX_NODE_CONCURRENCY
-                ),
-            );
-        }
-        if self.runs.max_sub_workflow_depth == 0 {
-            return invalid(
-                "runs.maxSubWorkflowDepth",
-                "must be at least 1 (a run with a core.subWorkflow node needs depth 1)".into(),
-            );
-        }
-        if self.runs.backoff_base_seconds == 0
-            || self.runs.backoff_max_seconds < self.runs.backoff_base_seconds
-        {
-            return invalid(
-                "runs.backoffBaseSeconds",
-                "must be > 0 and not above runs.backoffMaxSeconds".into(),
-            );
-        }
-        self.ui.validate()?;
-        self.webhooks.validate()?;
-        let rest = &self.rest;
-        rest.interrupt_tokens.validate()?;
-        rest.idempotency.validate()?;
-        if !(1..=MAX_KEEPALIVE_SECONDS).contains(&rest.keepalive_seconds) {
-            return invalid(
-                "rest.keepaliveSeconds",
-                format!(
-                    "must be 1..{MAX_KEEPALIVE_SECONDS}, got {} (the spec requires an SSE keepalive at least every 30 s)",
-                    rest.keepalive_seconds
-                ),
-            );
-        }
-        if rest.interrupt_record_wait_seconds > MAX_INTERRUPT_RECORD_WAIT_SECONDS {
-            return invalid(
-                "rest.interruptRecordWaitSeconds",
-                format!(
-                    "must be 0..{MAX_INTERRUPT_RECORD_WAIT_SECONDS}, got {} (an interrupt resolve is an HTTP request; 0 answers once the answer is stored)",
-                    rest.interrupt_record_wait_seconds
-                ),
-            );
-        }
-        if rest.max_body_bytes < MIN_BODY_BYTES {
-            return invalid(
-                "rest.maxBodyBytes",
-                format!(
-                    "must be at least {MIN_BODY_BYTES} bytes, got {} (every run request would be refused with 413)",
-                    rest.max_body_bytes
-                ),
-            );
-        }
-        if rest.max_in_flight == 0 {
-            return invalid(
-                "rest.maxInFlight",
-                "must be at least 1, got 0 (every request would be refused with 429)".into(),
-            );
-        }
-        if rest.review_cache_seconds > MAX_REVIEW_CACHE_SECONDS {
-            return invalid(
-                "rest.reviewCacheSeconds",
-                format!(
-                    "must be 0..{MAX_REVIEW_CACHE_SECONDS}, got {} (a revoked token or removed RoleBinding keeps working this long)",
-                    rest.review_cache_seconds
-                ),
-            );
-        }
-        if self.worker.run_as_user == 0 {
-            return invalid(
-                "worker.runAsUser",
-                "workers never run as root (uid 0)".into(),
-            );
-        }
+        Ok(())
+    }
+
+    /// `providers[].vendor`: a vendor the worker has a client for, or the mock.
+    fn check_providers(&self) -> Result<(), ConfigError> {
         for p in &self.providers {
             if LlmVendor::parse(&p.vendor).is_none() && p.vendor != MOCK_VENDOR {
                 return invalid(
@@ -616,92 +653,6 @@ impl OperatorConfig {
                     ),
                 );
             }
-        }
-        for (field, url) in [
-            ("worker.otlpEndpoint", &self.worker.otlp_endpoint),
-            (
-                "conformance.seams.spanIngestUrl",
-                &self.conformance.seams.span_ingest_url,
-            ),
-        ] {
-            if !(url.is_empty() || url.starts_with("http://") || url.starts_with("https://")) {
-                return invalid(
-                    field,
-                    format!("{url:?} must be an http:// or https:// URL (or empty for none)"),
-                );
-            }
-        }
-        for p in &self.conformance.provider_mock_namespaces {
-            let name = p.strip_suffix('*').unwrap_or(p);
-            let ok = name.len() <= 63
-                && name
-                    .chars()
-                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-                && (p.ends_with('*')
-                    || (!name.is_empty() && !name.starts_with('-') && !name.ends_with('-')));
-            if !ok || name.contains('*') {
-                return invalid(
-                    "conformance.providerMockNamespaces",
-                    format!("{p:?} is not a namespace name, a `prefix*` pattern or `*`"),
-                );
-            }
-        }
-        if self.shutdown_drain_seconds > MAX_SHUTDOWN_DRAIN_SECONDS {
-            return invalid(
-                "shutdownDrainSeconds",
-                format!(
-                    "{} is above {MAX_SHUTDOWN_DRAIN_SECONDS}: the operator pod's grace period (30 s) would kill it mid-drain",
-                    self.shutdown_drain_seconds
-                ),
-            );
-        }
-        let le = &self.leader_election;
-        if le.renew_interval_seconds == 0 || le.renew_interval_seconds >= le.renew_deadline_seconds
-        {
-            return invalid(
-                "leaderElection.renewIntervalSeconds",
-                format!(
-                    "{} must be > 0 and below renewDeadlineSeconds ({}), so a leader tries to renew more than once before it gives up",
-                    le.renew_interval_seconds, le.renew_deadline_seconds
-                ),
-            );
-        }
-        if le.renew_deadline_seconds >= le.lease_duration_seconds {
-            return invalid(
-                "leaderElection.renewDeadlineSeconds",
-                format!(
-                    "{} must be below leaseDurationSeconds ({}): a leader that cannot renew must stop before another replica may take the lease",
-                    le.renew_deadline_seconds, le.lease_duration_seconds
-                ),
-            );
-        }
-        if self.events.consumer.is_empty()
-            || !self
-                .events
-                .consumer
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
-        {
-            return invalid(
-                "events.consumer",
-                "must be a non-empty name of letters, digits, `-` or `_`".into(),
-            );
-        }
-        if !(10..=10_000).contains(&self.events.flush_interval_ms) {
-            return invalid("events.flushIntervalMs", "must be 10..10000".into());
-        }
-        if let Err(message) = parse_retention(&self.events.retention) {
-            return invalid("events.retention", message);
-        }
-        self.node_registry()?;
-        let secret = &self.nats_credentials.worker_secret;
-        if !self.nats_credentials.dir.is_empty() && !is_dns_subdomain(secret) {
-            return invalid(
-                "natsCredentials.workerSecret",
-                format!(
-                    "{secret:?} is not a Secret name (lower-case DNS subdomain, at most 253 characters)"
-                ),
-            );
         }
         Ok(())
     }

@@ -590,19 +590,53 @@ pub enum CapabilitiesError {
     EmptyImplementation { field: &'static str },
 }
 
+impl CapabilitiesError {
+    /// The configured field the value came from, as the document names it (a host's config
+    /// names its refusal by it).
+    pub fn field(&self) -> &'static str {
+        match self {
+            CapabilitiesError::MaxRetryAttempts(_) => "reliability.maxRetryAttempts",
+            CapabilitiesError::TruncationBudgetMultiplier(_) => {
+                "reliability.truncationBudgetMultiplier"
+            }
+            CapabilitiesError::ProtocolVersion(_) => "protocolVersion",
+            CapabilitiesError::MaxNodeExecutions => "limits.maxNodeExecutions",
+            CapabilitiesError::MaxRunDurationMs(_) => "limits.maxRunDurationMs",
+            CapabilitiesError::Duplicate { field, .. } => field,
+            CapabilitiesError::KindLength { .. } => "envelopeKinds",
+            CapabilitiesError::ServedSchemaShadowsEmbedded { .. } => "servedSchemas",
+            CapabilitiesError::EmptyImplementation { field } => match *field {
+                "name" => "implementation.name",
+                "version" => "implementation.version",
+                _ => "implementation",
+            },
+        }
+    }
+}
+
+impl ReliabilityConfig {
+    /// Checks the bounds of the reliability settings ([`MAX_RETRY_ATTEMPTS_RANGE`],
+    /// [`TRUNCATION_MULTIPLIER_RANGE`]): the one check both the capabilities document
+    /// ([`CapabilitiesConfig::validate`]) and the operator's config (its `reliability`
+    /// section) run.
+    pub fn validate(&self) -> Result<(), CapabilitiesError> {
+        if !MAX_RETRY_ATTEMPTS_RANGE.contains(&self.max_retry_attempts) {
+            return Err(CapabilitiesError::MaxRetryAttempts(self.max_retry_attempts));
+        }
+        // NaN fails `contains` too.
+        if !TRUNCATION_MULTIPLIER_RANGE.contains(&self.truncation_budget_multiplier) {
+            return Err(CapabilitiesError::TruncationBudgetMultiplier(
+                self.truncation_budget_multiplier,
+            ));
+        }
+        Ok(())
+    }
+}
+
 impl CapabilitiesConfig {
     /// Checks every bound the document schema sets on configured values.
     pub fn validate(&self) -> Result<(), CapabilitiesError> {
-        let r = &self.reliability;
-        if !MAX_RETRY_ATTEMPTS_RANGE.contains(&r.max_retry_attempts) {
-            return Err(CapabilitiesError::MaxRetryAttempts(r.max_retry_attempts));
-        }
-        // NaN fails `contains` too.
-        if !TRUNCATION_MULTIPLIER_RANGE.contains(&r.truncation_budget_multiplier) {
-            return Err(CapabilitiesError::TruncationBudgetMultiplier(
-                r.truncation_budget_multiplier,
-            ));
-        }
+        self.reliability.validate()?;
         if !is_protocol_version(&self.protocol_version) {
             return Err(CapabilitiesError::ProtocolVersion(
                 self.protocol_version.clone(),

@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use super::error::ConfigError;
+
 /// The operator's consumer of the run event stream (`worker.eventsStream`).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
@@ -25,6 +27,31 @@ pub struct EventsConfig {
 
 /// Default `events.retention`: 7 days.
 pub const DEFAULT_RETENTION: &str = "168h";
+
+impl EventsConfig {
+    /// The consumer's name, the flush interval and the retention.
+    pub(super) fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |field, message: String| Err(ConfigError::Invalid { field, message });
+        if self.consumer.is_empty()
+            || !self
+                .consumer
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
+            return invalid(
+                "events.consumer",
+                "must be a non-empty name of letters, digits, `-` or `_`".into(),
+            );
+        }
+        if !(10..=10_000).contains(&self.flush_interval_ms) {
+            return invalid("events.flushIntervalMs", "must be 10..10000".into());
+        }
+        if let Err(message) = parse_retention(&self.retention) {
+            return invalid("events.retention", message);
+        }
+        Ok(())
+    }
+}
 
 impl Default for EventsConfig {
     fn default() -> Self {
@@ -112,6 +139,20 @@ impl Default for NatsCredentialsConfig {
 }
 
 impl NatsCredentialsConfig {
+    /// With credentials, the workers' copy needs a Secret name.
+    pub(super) fn validate(&self) -> Result<(), ConfigError> {
+        let secret = &self.worker_secret;
+        if !self.dir.is_empty() && !is_dns_subdomain(secret) {
+            return Err(ConfigError::Invalid {
+                field: "natsCredentials.workerSecret",
+                message: format!(
+                    "{secret:?} is not a Secret name (lower-case DNS subdomain, at most 253 characters)"
+                ),
+            });
+        }
+        Ok(())
+    }
+
     /// The configured credentials, read now (so a rotated Secret is picked up).
     pub fn load(&self) -> Result<openwop_nats::NatsAuth, openwop_nats::AuthError> {
         if self.dir.is_empty() {
@@ -119,4 +160,14 @@ impl NatsCredentialsConfig {
         }
         openwop_nats::NatsAuth::from_dir(Path::new(&self.dir))
     }
+}
+
+/// A Kubernetes object name of the DNS-subdomain kind (Secrets, ConfigMaps).
+fn is_dns_subdomain(v: &str) -> bool {
+    let edge = |c: Option<char>| c.is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
+    v.len() <= 253
+        && v.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '-' | '.'))
+        && edge(v.chars().next())
+        && edge(v.chars().last())
 }

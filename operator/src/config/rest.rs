@@ -42,6 +42,58 @@ pub const MIN_BODY_BYTES: usize = 1024;
 /// Longest `rest.reviewCacheSeconds`: how long a revoked token or RoleBinding may still work.
 pub const MAX_REVIEW_CACHE_SECONDS: u64 = 300;
 
+impl RestConfig {
+    /// Interrupt tokens, idempotency records, and the API's own bounds.
+    pub(super) fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |field, message: String| Err(ConfigError::Invalid { field, message });
+        self.interrupt_tokens.validate()?;
+        self.idempotency.validate()?;
+        if !(1..=MAX_KEEPALIVE_SECONDS).contains(&self.keepalive_seconds) {
+            return invalid(
+                "rest.keepaliveSeconds",
+                format!(
+                    "must be 1..{MAX_KEEPALIVE_SECONDS}, got {} (the spec requires an SSE keepalive at least every 30 s)",
+                    self.keepalive_seconds
+                ),
+            );
+        }
+        if self.interrupt_record_wait_seconds > MAX_INTERRUPT_RECORD_WAIT_SECONDS {
+            return invalid(
+                "rest.interruptRecordWaitSeconds",
+                format!(
+                    "must be 0..{MAX_INTERRUPT_RECORD_WAIT_SECONDS}, got {} (an interrupt resolve is an HTTP request; 0 answers once the answer is stored)",
+                    self.interrupt_record_wait_seconds
+                ),
+            );
+        }
+        if self.max_body_bytes < MIN_BODY_BYTES {
+            return invalid(
+                "rest.maxBodyBytes",
+                format!(
+                    "must be at least {MIN_BODY_BYTES} bytes, got {} (every run request would be refused with 413)",
+                    self.max_body_bytes
+                ),
+            );
+        }
+        if self.max_in_flight == 0 {
+            return invalid(
+                "rest.maxInFlight",
+                "must be at least 1, got 0 (every request would be refused with 429)".into(),
+            );
+        }
+        if self.review_cache_seconds > MAX_REVIEW_CACHE_SECONDS {
+            return invalid(
+                "rest.reviewCacheSeconds",
+                format!(
+                    "must be 0..{MAX_REVIEW_CACHE_SECONDS}, got {} (a revoked token or removed RoleBinding keeps working this long)",
+                    self.review_cache_seconds
+                ),
+            );
+        }
+        Ok(())
+    }
+}
+
 impl Default for RestConfig {
     fn default() -> Self {
         Self {

@@ -60,7 +60,7 @@ fn bad_values_name_the_field() {
     let e = OperatorConfig::from_yaml("reliability:\n  maxRetryAttempts: 40\n").unwrap_err();
     assert_eq!(
         e.to_string(),
-        "config field reliability.maxRetryAttempts: must be 1..16"
+        "config field reliability.maxRetryAttempts: reliability.maxRetryAttempts is 40: use a whole number from 1 to 16 (the highest attempt number a retry may reach)"
     );
     let e = OperatorConfig::from_yaml("tierOneSubsetCompliance: loose\n").unwrap_err();
     assert!(e.to_string().contains("tierOneSubsetCompliance"));
@@ -123,6 +123,10 @@ fn bad_values_name_the_field() {
         (
             "conformance:\n  seams:\n    enabled: true\n    spanIngestUrl: operator.svc\n",
             "config field conformance.seams.spanIngestUrl: \"operator.svc\" must be an http:// or https:// URL",
+        ),
+        (
+            "reliability:\n  truncationBudgetMultiplier: 9\n",
+            "config field reliability.truncationBudgetMultiplier: reliability.truncationBudgetMultiplier is 9",
         ),
         (
             "rest:\n  reviewCacheSeconds: 301\n",

@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::{CAPABILITIES_BUCKET, SeamCaller, SeamJson, store};
+use super::seam::{CAPABILITIES_BUCKET, SeamCaller, SeamJson, store};
 use crate::rest::{ApiError, ErrorBody, Json, RestState};
 
 pub fn routes() -> OpenApiRouter<RestState> {

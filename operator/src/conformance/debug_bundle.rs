@@ -22,7 +22,7 @@ use serde_json::{Value, json};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::SeamCaller;
+use super::seam::SeamCaller;
 use crate::names::snapshot_name;
 use crate::rest::log::{read_events, read_subject_events};
 use crate::rest::view::snapshot_of;
@@ -100,7 +100,7 @@ async fn export(
     };
     // A synthetic run of the seams (its snapshot is the projection of its events), else a
     // Run the caller may see.
-    let synthetic = super::is_synthetic(&s, &caller.namespace, &run_id).await?;
+    let synthetic = super::seam::is_synthetic(&s, &caller.namespace, &run_id).await?;
     let (ns, snapshot, events, secrets) = if synthetic {
         let ns = caller.namespace.clone();
         let events = read_subject_events(&s, events_subject(&ns, &run_id)).await?;

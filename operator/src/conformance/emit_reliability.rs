@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::{SeamCaller, SeamJson, append_synthetic, now};
+use super::seam::{SeamCaller, SeamJson, append_synthetic, now};
 use crate::rest::{ApiError, ErrorBody, Json, RestState};
 
 pub fn routes() -> OpenApiRouter<RestState> {

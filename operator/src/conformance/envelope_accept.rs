@@ -14,9 +14,8 @@ use sha2::{Digest, Sha256};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::{
-    DEDUP_BUCKET, SeamCaller, SeamJson, append_synthetic, invalid, now, otel_spans, store,
-};
+use super::otel_spans;
+use super::seam::{DEDUP_BUCKET, SeamCaller, SeamJson, append_synthetic, invalid, now, store};
 use crate::rest::{ApiError, ErrorBody, Json, RestState};
 use openwop_protocol::run::telemetry::{ENVELOPE_SPAN, EnvelopeSpan, envelope_span_attributes};
 

@@ -27,7 +27,7 @@ use serde_json::{Value, json};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::{SeamCaller, store};
+use super::seam::{SeamCaller, store};
 use crate::rest::log::read_events;
 use crate::rest::{ApiError, ErrorBody, Json, RestState, RunHooks, find_run};
 

@@ -40,7 +40,7 @@ use serde_json::{Map, Value, json};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::{SeamCaller, is_synthetic, store};
+use super::seam::{SeamCaller, is_synthetic, store};
 use crate::rest::{ApiError, ErrorBody, Json, RestState, find_run, visible_run};
 
 /// The key-value bucket of stored spans, keyed `<namespace>.<runId>` (`test/reset` clears

@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::{SeamCaller, SeamJson};
+use super::seam::{SeamCaller, SeamJson};
 use crate::rest::{ApiError, ErrorBody, Json, RestState};
 
 pub fn routes() -> OpenApiRouter<RestState> {

@@ -11,8 +11,18 @@ use serde_json::{Value, json};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::{BUCKETS, RUNS_BUCKET, SeamCaller, capability_toggle, store};
+use super::seam::{DEDUP_BUCKET, RUNS_BUCKET, SeamCaller, store};
+use super::{capability_toggle, mock_ai, otel_spans};
 use crate::rest::{ApiError, ErrorBody, Json, RestState};
+
+/// Every seam bucket whose keys are `<namespace>.…`: `test/reset` clears the caller's
+/// namespace's keys in each (the overlay bucket is global and cleared whole).
+pub const BUCKETS: &[&str] = &[
+    DEDUP_BUCKET,
+    RUNS_BUCKET,
+    mock_ai::BUCKET,
+    otel_spans::BUCKET,
+];
 
 pub fn routes() -> OpenApiRouter<RestState> {
     OpenApiRouter::new().routes(routes!(reset))

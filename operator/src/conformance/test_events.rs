@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::{SeamCaller, invalid};
+use super::seam::{SeamCaller, invalid};
 use crate::rest::{ApiError, ErrorBody, Json, RestState, log};
 
 pub fn routes() -> OpenApiRouter<RestState> {

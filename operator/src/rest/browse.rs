@@ -21,9 +21,11 @@ use serde_json::json;
 
 use openwop_protocol::run::subjects::reasoning_subject;
 
+use super::auth::{Caller, Resource, Verb};
+use super::error::{ApiError, ErrorBody};
+use super::state::RestState;
 use super::support::{phase, visible_run};
 use super::view::snapshot_of;
-use super::{ApiError, Caller, ErrorBody, Resource, RestState, Verb};
 
 /// Default page size of `GET /v1/runs`.
 pub const DEFAULT_PAGE: usize = 50;

@@ -14,13 +14,15 @@ use openwop_crds::Run;
 use openwop_protocol::run::RunPhase;
 use serde_json::{Value, json};
 
+use super::auth::{Caller, Resource, Verb};
+use super::error::{ApiError, ErrorBody};
 use super::idempotency::{Scope, idempotent, op};
 use super::json::{self, Json};
+use super::state::RestState;
 use super::support::{kube_error, phase, visible_run};
 use super::types::{
     BulkCancelError, BulkCancelRequest, BulkCancelResponse, BulkCancelResult, RunStatusResponse,
 };
-use super::{ApiError, Caller, ErrorBody, Resource, RestState, Verb};
 
 /// Most runIds one bulk cancel may name (`rest-endpoints.md` recommends 100).
 pub const MAX_BULK_CANCEL: usize = 100;

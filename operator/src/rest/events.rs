@@ -23,11 +23,13 @@ use openwop_protocol::run::stream_modes::{
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
+use super::auth::Caller;
+use super::error::{ApiError, ErrorBody};
 use super::json::Json;
 use super::log::{decode, is_terminal_event, open_log, read_events};
+use super::state::RestState;
 use super::support::{find_run, phase, visible_run};
 use super::types::{EventsQuery, EventsResponse, PollQuery};
-use super::{ApiError, Caller, ErrorBody, RestState};
 
 fn last_event_id(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
     match headers.get("last-event-id").and_then(|v| v.to_str().ok()) {

@@ -37,7 +37,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
-use super::{ApiError, RestState};
+use super::error::ApiError;
+use super::state::RestState;
 
 /// The request header.
 pub const IDEMPOTENCY_KEY_HEADER: &str = "idempotency-key";

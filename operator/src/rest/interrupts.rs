@@ -48,11 +48,13 @@ use openwop_protocol::run::{AnswerMismatch, PendingInterrupt, RunSnapshotDoc};
 use serde::Serialize;
 use serde_json::{Value, json};
 
+use super::auth::{Caller, Resource, Verb};
+use super::error::{ApiError, ErrorBody};
 use super::idempotency::{Scope, idempotent, op};
 use super::json::{self, Json};
+use super::state::RestState;
 use super::support::{find_run, kube_error, phase, visible_run};
 use super::types::{ResolveInterruptRequest, RunStatusResponse};
-use super::{ApiError, Caller, ErrorBody, Resource, RestState, Verb};
 
 /// The keys, or 503 when the mounted key cannot be read (the detail goes to the log).
 fn token_keys(s: &RestState) -> Result<Option<TokenKeys>, ApiError> {

@@ -13,7 +13,8 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
-use super::{ApiError, RestState};
+use super::error::ApiError;
+use super::state::RestState;
 
 /// A JSON request body (extractor) or response body.
 #[derive(Debug, Clone, Copy, Default)]

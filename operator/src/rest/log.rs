@@ -12,9 +12,10 @@ use openwop_nats::reader::{From, LogMessage, RunLog};
 use openwop_protocol::run::events_subject;
 use serde_json::Value;
 
+use super::error::ApiError;
+use super::state::RestState;
 use super::support::phase;
 use super::types::EventsResponse;
-use super::{ApiError, RestState};
 
 /// Where a run's events are.
 fn run_subject(run: &Run) -> String {

@@ -45,7 +45,6 @@ pub mod browse;
 pub mod cancel;
 pub mod error;
 pub mod events;
-pub mod hooks;
 pub mod idempotency;
 pub mod interrupts;
 pub mod json;
@@ -53,6 +52,7 @@ pub mod log;
 pub mod pause;
 pub mod runs;
 pub mod session;
+pub mod state;
 pub mod support;
 pub mod types;
 mod variables;
@@ -66,155 +66,20 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::extract::{DefaultBodyLimit, FromRef, Request, State};
+use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use kube::Client;
-use kube::runtime::reflector::Store;
-use openwop_crds::{Run, Workflow};
 use serde_json::Value;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::OwnedSemaphorePermit;
 use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 pub use auth::{Authenticator, Caller, Resource, Verb};
 pub use error::{ApiError, ErrorBody, ErrorShape};
-pub use hooks::RunHooks;
 pub use json::Json;
+pub use state::{RestState, RunHooks};
 pub use support::{find_run, find_workflow, visible_run};
-
-use crate::config::{OperatorConfig, RestConfig};
-use crate::jetstream::{ConnectError, LazyJetStream};
-
-/// Everything a handler needs; cheap to clone.
-#[derive(Clone)]
-pub struct RestState {
-    pub auth: Arc<Authenticator>,
-    pub client: Client,
-    pub config: Arc<OperatorConfig>,
-    /// This replica's cache of the Runs the operator instance handles.
-    pub runs: Store<Run>,
-    /// This replica's cache of the Workflows the operator instance handles.
-    pub workflows: Store<Workflow>,
-    /// Requests in flight beyond which the API answers 429.
-    load: Arc<Semaphore>,
-    /// JetStream, connected on first use (every replica reads run events itself); the
-    /// webhook dispatcher shares it.
-    pub nats: LazyJetStream,
-    /// The `Idempotency-Key` records bucket, opened on first use.
-    idempotency: Arc<tokio::sync::OnceCell<async_nats::jetstream::kv::Store>>,
-    /// The discovery document this replica serves (the capability-toggle seam reads and
-    /// overlays it).
-    pub discovery: crate::discovery::DiscoveryState,
-    /// What run creation asks of the conformance seams; `None` (the seams off): nothing.
-    pub run_hooks: Option<Arc<dyn RunHooks>>,
-}
-
-impl FromRef<RestState> for Arc<Authenticator> {
-    fn from_ref(s: &RestState) -> Self {
-        s.auth.clone()
-    }
-}
-
-impl RestState {
-    pub fn new(
-        client: Client,
-        config: Arc<OperatorConfig>,
-        runs: Store<Run>,
-        workflows: Store<Workflow>,
-    ) -> Self {
-        let rest = &config.rest;
-        RestState {
-            auth: Arc::new(Authenticator::new(
-                client.clone(),
-                Duration::from_secs(rest.review_cache_seconds),
-            )),
-            load: Arc::new(Semaphore::new(rest.max_in_flight.max(1))),
-            client,
-            nats: LazyJetStream::new(config.clone()),
-            config,
-            runs,
-            workflows,
-            idempotency: Default::default(),
-            discovery: crate::discovery::DiscoveryState::new(""),
-            run_hooks: None,
-        }
-    }
-
-    /// Installs run-creation hooks (`None`: none).
-    pub fn with_run_hooks(mut self, hooks: Option<Arc<dyn RunHooks>>) -> Self {
-        self.run_hooks = hooks;
-        self
-    }
-
-    /// Shares `discovery` (the state the discovery routes serve) with the API.
-    pub fn with_discovery(mut self, discovery: crate::discovery::DiscoveryState) -> Self {
-        self.discovery = discovery;
-        self
-    }
-
-    /// JetStream for reading run events (503 when NATS is not configured or unreachable).
-    pub async fn jetstream(&self) -> Result<async_nats::jetstream::Context, ApiError> {
-        self.nats.get().await.map_err(|e| match e {
-            ConnectError::NotConfigured => ApiError::unavailable(
-                "this operator has no events.natsUrl: run events are not available",
-                Duration::from_secs(60),
-            ),
-            ConnectError::Connect(e) => {
-                tracing::warn!(error = %e, "REST API: NATS connection");
-                ApiError::unavailable(
-                    "the event stream is unavailable; retry shortly",
-                    Duration::from_secs(2),
-                )
-            }
-        })
-    }
-
-    fn rest(&self) -> &RestConfig {
-        &self.config.rest
-    }
-
-    /// The namespace (tenant) of a request: `tenantId` when given, else the caller's
-    /// ServiceAccount namespace. Other callers (users, OIDC) must name the tenant.
-    pub fn tenant(&self, caller: &Caller, tenant_id: Option<&str>) -> Result<String, ApiError> {
-        let ns = match tenant_id.filter(|t| !t.is_empty()) {
-            Some(t) => t.to_owned(),
-            None => caller.service_account_namespace.clone().ok_or_else(|| {
-                ApiError::validation(
-                    "tenantId is required: it is the Kubernetes namespace of the run, and only \
-                     ServiceAccount callers have a default (their own namespace)",
-                )
-                .with_details(serde_json::json!({"field": "tenantId"}))
-            })?,
-        };
-        if !is_dns_label(&ns) {
-            return Err(ApiError::validation(format!(
-                "tenantId {ns:?} is not a Kubernetes namespace name (a DNS label: lowercase \
-                 letters, digits and '-', at most 63 characters)"
-            ))
-            .with_details(serde_json::json!({"field": "tenantId"})));
-        }
-        if !self.config.watch_namespace.is_empty() && ns != self.config.watch_namespace {
-            return Err(ApiError::validation(format!(
-                "this operator serves namespace {} only; tenantId {ns} is not served here",
-                self.config.watch_namespace
-            ))
-            .with_details(serde_json::json!({"field": "tenantId"})));
-        }
-        Ok(ns)
-    }
-}
-
-fn is_dns_label(s: &str) -> bool {
-    let edge = |c: Option<char>| c.is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
-    !s.is_empty()
-        && s.len() <= 63
-        && s.chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-        && edge(s.chars().next())
-        && edge(s.chars().last())
-}
 
 #[derive(OpenApi)]
 #[openapi(
@@ -442,13 +307,5 @@ mod tests {
             doc["components"]["schemas"]["CreateRunRequest"]["required"],
             serde_json::json!(["workflowId"])
         );
-    }
-
-    #[test]
-    fn tenant_names_are_namespaces() {
-        assert!(is_dns_label("team-a"));
-        for bad in ["", "Team", "a_b", "-a", "a-", &"a".repeat(64)] {
-            assert!(!is_dns_label(bad), "{bad}");
-        }
     }
 }

@@ -22,11 +22,13 @@ use openwop_protocol::run::pause::{MAX_REASON_CHARS, PauseConflict, check_pause,
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
+use super::auth::{Caller, Resource, Verb};
+use super::error::{ApiError, ErrorBody};
 use super::idempotency::{Scope, idempotent, op};
 use super::json::{self, Json};
+use super::state::RestState;
 use super::support::{kube_error, phase, visible_run};
 use super::types::{PauseRunRequest, PauseRunResponse, ResumeRunRequest};
-use super::{ApiError, Caller, ErrorBody, Resource, RestState, Verb};
 
 /// `POST /v1/runs/{runId}:pause` or `:resume` (see the module docs).
 pub async fn run_action(

@@ -17,11 +17,13 @@ use openwop_protocol::run::{RunSnapshotDoc, check_inputs};
 use openwop_protocol::workflow::WorkflowDefinition;
 use serde_json::{Value, json};
 
+use super::auth::{Caller, Resource, Verb};
+use super::error::{ApiError, ErrorBody};
 use super::idempotency::{Scope, idempotent, op};
 use super::json::{self, Json};
+use super::state::RestState;
 use super::support::{find_workflow, kube_error, phase, visible_run};
 use super::types::{CreateRunRequest, CreateRunResponse};
-use super::{ApiError, Caller, ErrorBody, Resource, RestState, Verb};
 use crate::config::LABEL_INSTANCE;
 
 pub use openwop_crds::names::{

@@ -8,7 +8,9 @@ use kube::{Resource as _, ResourceExt};
 use openwop_crds::{Run, Workflow};
 use openwop_protocol::run::RunPhase;
 
-use super::{ApiError, Caller, Resource, RestState, Verb};
+use super::auth::{Caller, Resource, Verb};
+use super::error::ApiError;
+use super::state::RestState;
 
 /// How long a reader waits for this replica's cache to see a Run just created elsewhere.
 const CACHE_GRACE: Duration = Duration::from_secs(2);

@@ -12,8 +12,8 @@ use openwop_protocol::run::variables::Variables;
 use openwop_protocol::workflow::WorkflowDefinition;
 use serde_json::{Map, Value};
 
-use super::RestState;
 use super::log::read_subject_events;
+use super::state::RestState;
 use super::support::find_workflow;
 
 /// The run's variables as served, `None` when they cannot be known now: the Workflow is no

@@ -11,7 +11,7 @@ use openwop_protocol::run::projection::merge;
 use openwop_protocol::run::{Projection, RunFacts, RunSnapshotDoc};
 use serde_json::Value;
 
-use super::RestState;
+use super::state::RestState;
 
 /// How long `GET /v1/runs/{runId}` reads the run's log for events its status has not taken in
 /// yet before answering from the status alone.

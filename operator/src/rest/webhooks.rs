@@ -13,10 +13,12 @@ use openwop_protocol::webhook::{self, RegistrationError};
 use serde::Serialize;
 use serde_json::{Value, json};
 
+use super::auth::{Caller, Resource, Verb};
+use super::error::{ApiError, ErrorBody};
 use super::idempotency::{Scope, idempotent, is_replay, op};
 use super::json::Json;
+use super::state::RestState;
 use super::types::TenantQuery;
-use super::{ApiError, Caller, ErrorBody, Resource, RestState, Verb};
 use crate::webhooks::{deliver, dispatch};
 
 /// Longest wait for the DNS answer that checks a new subscription's host.

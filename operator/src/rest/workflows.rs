@@ -2,10 +2,12 @@
 
 use axum::extract::{Path, Query, State};
 
+use super::auth::{Caller, Resource, Verb};
+use super::error::{ApiError, ErrorBody};
 use super::json::Json;
+use super::state::RestState;
 use super::support::find_workflow;
 use super::types::{TenantQuery, WorkflowDefinition};
-use super::{ApiError, Caller, ErrorBody, Resource, RestState, Verb};
 
 /// Read a workflow definition.
 #[utoipa::path(
