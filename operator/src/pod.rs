@@ -122,13 +122,11 @@ pub fn nats_credentials_secret(
     }
 }
 
-/// Builds attempt `attempt` (1-based) of the worker pod of `run`.
-pub fn worker_pod(run: &Run, inputs: &WorkerInputs<'_>, cfg: &OperatorConfig, attempt: u32) -> Pod {
+/// The worker's environment: the run contract's [`WorkerEnv`] for this run and attempt, and
+/// each configured provider's API root.
+fn worker_env(run: &Run, cfg: &OperatorConfig, attempt: u32) -> Vec<EnvVar> {
     let name = run.name_any();
     let namespace = run.namespace().unwrap_or_default();
-    let mut labels = run_labels(run);
-    labels.insert(LABEL_ATTEMPT.into(), attempt.to_string());
-
     let run_id = run.uid().unwrap_or_default();
     let stream = cfg.stream_spec();
     let mut worker_env = WorkerEnv {
@@ -158,7 +156,7 @@ pub fn worker_pod(run: &Run, inputs: &WorkerInputs<'_>, cfg: &OperatorConfig, at
             worker_env.set_provider_base_url(&p.name, url.clone());
         }
     }
-    let mut env: Vec<EnvVar> = worker_env
+    worker_env
         .to_env_vars()
         .into_iter()
         .map(|(name, value)| EnvVar {
@@ -166,12 +164,17 @@ pub fn worker_pod(run: &Run, inputs: &WorkerInputs<'_>, cfg: &OperatorConfig, at
             value: Some(value),
             ..Default::default()
         })
-        .collect();
+        .collect()
+}
+
+/// The volumes every worker mounts: its snapshot (read-only), a small `/tmp`, and the NATS
+/// credentials copy when there is one.
+fn base_volumes(name: &str, cfg: &OperatorConfig) -> (Vec<Volume>, Vec<VolumeMount>) {
     let mut volumes = vec![
         Volume {
             name: "snapshot".into(),
             config_map: Some(ConfigMapVolumeSource {
-                name: snapshot_name(&name),
+                name: snapshot_name(name),
                 ..Default::default()
             }),
             ..Default::default()
@@ -216,6 +219,16 @@ pub fn worker_pod(run: &Run, inputs: &WorkerInputs<'_>, cfg: &OperatorConfig, at
             ..Default::default()
         });
     }
+    (volumes, mounts)
+}
+
+/// The Workflow's provider credentials (as env from Secrets, or files) and its secrets (files).
+fn mount_inputs(
+    inputs: &WorkerInputs<'_>,
+    env: &mut Vec<EnvVar>,
+    volumes: &mut Vec<Volume>,
+    mounts: &mut Vec<VolumeMount>,
+) {
     for (i, p) in inputs.providers.iter().enumerate() {
         match p.mount_as {
             CredentialMount::Env => env.push(EnvVar {
@@ -250,16 +263,21 @@ pub fn worker_pod(run: &Run, inputs: &WorkerInputs<'_>, cfg: &OperatorConfig, at
         volumes.push(v);
         mounts.push(m);
     }
+}
 
-    let overrides = inputs.overrides;
+/// The worker container: restricted, read-only root, the Workflow's resources when it
+/// overrides them.
+fn worker_container(
+    cfg: &OperatorConfig,
+    overrides: Option<&WorkerOverrides>,
+    env: Vec<EnvVar>,
+    mounts: Vec<VolumeMount>,
+) -> Container {
     let resources = overrides
         .and_then(|o| o.resources.clone())
         .unwrap_or_else(|| cfg.worker.resources.clone());
-    let service_account = overrides
-        .and_then(|o| o.service_account_name.clone())
-        .unwrap_or_else(|| cfg.worker.service_account_name.clone());
 
-    let container = Container {
+    Container {
         name: "worker".into(),
         image: Some(cfg.worker.image.clone()),
         image_pull_policy: Some(cfg.worker.image_pull_policy.clone()),
@@ -285,7 +303,23 @@ pub fn worker_pod(run: &Run, inputs: &WorkerInputs<'_>, cfg: &OperatorConfig, at
             ..Default::default()
         }),
         ..Default::default()
-    };
+    }
+}
+
+/// Builds attempt `attempt` (1-based) of the worker pod of `run`.
+pub fn worker_pod(run: &Run, inputs: &WorkerInputs<'_>, cfg: &OperatorConfig, attempt: u32) -> Pod {
+    let name = run.name_any();
+    let namespace = run.namespace().unwrap_or_default();
+    let mut labels = run_labels(run);
+    labels.insert(LABEL_ATTEMPT.into(), attempt.to_string());
+    let mut env = worker_env(run, cfg, attempt);
+    let (mut volumes, mut mounts) = base_volumes(&name, cfg);
+    mount_inputs(inputs, &mut env, &mut volumes, &mut mounts);
+    let overrides = inputs.overrides;
+    let service_account = overrides
+        .and_then(|o| o.service_account_name.clone())
+        .unwrap_or_else(|| cfg.worker.service_account_name.clone());
+    let container = worker_container(cfg, overrides, env, mounts);
 
     Pod {
         metadata: ObjectMeta {

@@ -12,6 +12,7 @@ use kube::runtime::events::EventType;
 use openwop_crds::names::ANNOTATION_SNAPSHOT_WORKFLOW;
 use openwop_crds::{Run, RunPhase, RunStatus, Workflow};
 use openwop_protocol::run::quorum;
+use openwop_protocol::run::snapshot::RunSnapshot;
 
 use super::Error;
 use super::common::{Draft, has_condition, wait_until};
@@ -124,21 +125,43 @@ async fn snapshot_workflow(
 }
 
 /// The snapshot of a dormant or waiting run: [`progress`] read it whole from the API server.
-fn recorded_snapshot(
-    cm: Option<&ConfigMap>,
-) -> Result<openwop_protocol::run::snapshot::RunSnapshot, Error> {
+fn recorded_snapshot(cm: Option<&ConfigMap>) -> Result<RunSnapshot, Error> {
     Ok(read_snapshot(cm.ok_or(SnapshotError::Missing)?)?)
 }
 
 /// A run without a terminal phase: snapshot, observe the worker, or start one.
 pub(super) async fn progress(rr: &mut RunReconcile<'_>) -> Result<Action, Error> {
+    // 1. Snapshot the resolved workflow once.
+    let (snapshot_cm, workflow) = match snapshot(rr).await? {
+        Snapshotted::Done(action) => return Ok(action),
+        Snapshotted::Ready(cm, workflow) => (cm, workflow),
+    };
+
+    // 2. Observe the current worker.
+    if rr.status().worker_pod.is_some() {
+        return observe(rr).await;
+    }
+
+    // 3. No worker: resume, back off, queue or start one.
+    start_next(rr, snapshot_cm, workflow).await
+}
+
+/// What [`snapshot`] leaves: the reconcile's answer, or the run's snapshot (whole when it was
+/// read from the API server) and the Workflow resolved for it, to go on with.
+enum Snapshotted {
+    Done(Action),
+    Ready(Option<ConfigMap>, Option<Box<Workflow>>),
+}
+
+/// Step 1 of [`progress`]: snapshot the resolved workflow once (a first start creates its
+/// worker with it at once), or find the snapshot already written. While a worker runs, the
+/// snapshot it mounts exists (its status says so): the reconciles its pod's changes trigger
+/// skip the GET and observe it.
+async fn snapshot(rr: &mut RunReconcile<'_>) -> Result<Snapshotted, Error> {
     let ctx = rr.ctx;
     let cfg = &ctx.config;
     let run = rr.run;
     let ns = rr.ns.clone();
-
-    // 1. Snapshot the resolved workflow once. While a worker runs, the snapshot it mounts
-    // exists (its status says so): skip the GET in the reconciles its pod's changes trigger.
     let snap = snapshot_name(&rr.name);
     let snapshotted = has_condition(
         &rr.status().conditions,
@@ -146,7 +169,7 @@ pub(super) async fn progress(rr: &mut RunReconcile<'_>) -> Result<Action, Error>
         Some(Reason::Snapshotted),
     );
     if snapshotted && rr.status().worker_pod.is_some() {
-        return observe(rr).await;
+        return observe(rr).await.map(Snapshotted::Done);
     }
     // A dormant or waiting run reads what was recorded in its snapshot (children, answers):
     // from the API server, not from a cache that may be behind its last write.
@@ -163,12 +186,12 @@ pub(super) async fn progress(rr: &mut RunReconcile<'_>) -> Result<Action, Error>
     } else {
         rr.snapshot_meta().await?
     };
-    let (snapshot_cm, workflow) = match found {
+    Ok(match found {
         // A deleted Run of the same name left its snapshot (the garbage collector removes it
         // asynchronously): never run from it; remove it and snapshot this run afresh.
         Some((meta, _)) if !owned_by(&meta, run) => {
             rr.delete_snapshot().await?;
-            return Ok(Action::requeue(Duration::from_secs(1)));
+            return Ok(Snapshotted::Done(Action::requeue(Duration::from_secs(1))));
         }
         Some((meta, cm)) => {
             // A retried reconcile (e.g. after a 409 on the status write) still names the
@@ -185,7 +208,7 @@ pub(super) async fn progress(rr: &mut RunReconcile<'_>) -> Result<Action, Error>
                     format!("workflow snapshotted in ConfigMap {snap}"),
                 );
             }
-            (cm, None)
+            Snapshotted::Ready(cm, None)
         }
         None => match resolve_workflow(rr).await? {
             Resolved::Found(wf) => {
@@ -200,7 +223,7 @@ pub(super) async fn progress(rr: &mut RunReconcile<'_>) -> Result<Action, Error>
                     Err(refused) => {
                         rr.draft.status.workflow = Some(wf.name_any());
                         rr.draft.refuse(&refused);
-                        return Ok(Action::await_change());
+                        return Ok(Snapshotted::Done(Action::await_change()));
                     }
                 };
                 let cm = snapshot_configmap(run, &doc);
@@ -212,17 +235,19 @@ pub(super) async fn progress(rr: &mut RunReconcile<'_>) -> Result<Action, Error>
                 );
                 mark_snapshotted(&mut rr.draft, msg);
                 if is_first_start(run, rr.status()) {
-                    return start_worker(rr, Some(wf), Some(cm), Why::First).await;
+                    return start_worker(rr, Some(wf), Some(cm), Why::First)
+                        .await
+                        .map(Snapshotted::Done);
                 }
                 rr.apply_snapshot(&cm).await?;
-                (Some(cm), Some(wf))
+                Snapshotted::Ready(Some(cm), Some(wf))
             }
             Resolved::Missing(msg) => {
                 rr.draft.status.phase = Some(RunPhase::Pending);
                 let reason = Reason::WorkflowNotFound;
                 rr.draft
                     .set_condition(ConditionType::Ready, false, reason, msg);
-                return Ok(Action::requeue(Duration::from_secs(30)));
+                return Ok(Snapshotted::Done(Action::requeue(Duration::from_secs(30))));
             }
             Resolved::NotReady(wf_name, msg) => {
                 rr.draft.status.phase = Some(RunPhase::Pending);
@@ -230,17 +255,22 @@ pub(super) async fn progress(rr: &mut RunReconcile<'_>) -> Result<Action, Error>
                 let reason = Reason::WorkflowNotReady;
                 rr.draft
                     .set_condition(ConditionType::Ready, false, reason, msg);
-                return Ok(Action::requeue(Duration::from_secs(30)));
+                return Ok(Snapshotted::Done(Action::requeue(Duration::from_secs(30))));
             }
         },
-    };
+    })
+}
 
-    // 2. Observe the current worker.
-    if rr.status().worker_pod.is_some() {
-        return observe(rr).await;
-    }
-
-    // 3. No worker: resume, back off, queue or start one.
+/// Step 3 of [`progress`], a run without a worker: wait (for an answer, a timer, a child),
+/// back off after a crash, or resume, pause or start it, queued under the namespace's limit.
+async fn start_next(
+    rr: &mut RunReconcile<'_>,
+    snapshot_cm: Option<ConfigMap>,
+    workflow: Option<Box<Workflow>>,
+) -> Result<Action, Error> {
+    let ctx = rr.ctx;
+    let cfg = &ctx.config;
+    let run = rr.run;
     let now = rr.now;
     let phase = rr.status().phase.unwrap_or_default();
     let mut resume = false;
@@ -249,25 +279,11 @@ pub(super) async fn progress(rr: &mut RunReconcile<'_>) -> Result<Action, Error>
     // child ended; create the children its worker recorded.
     let dormant = !rr.status().timers.is_empty() || !rr.status().child_waits.is_empty();
     let lead = waits::lead(cfg.runs.durable_wait_threshold_ms);
-    let mut stored = None;
-    let mut woken = None;
-    if dormant {
-        let snap = recorded_snapshot(snapshot_cm.as_ref())?;
-        let children = waits::tend_children(rr, &snap).await?;
-        if !children.ended.is_empty() {
-            let mut doc = snap.clone();
-            waits::note_outcomes(&mut rr.draft, &children.ended);
-            doc.children.extend(children.ended);
-            stored = Some(doc);
-            woken = Some("a child run ended");
-        } else if waits::timers(rr.status(), now, lead) == waits::Timers::Due {
-            woken = Some("a timer is due");
-        }
-        if woken.is_none() {
-            waits::mirror_children(&mut rr.draft.status);
-        }
-        stored.get_or_insert(snap);
-    }
+    let (stored, woken) = if dormant {
+        durable_waits(rr, snapshot_cm.as_ref(), lead).await?
+    } else {
+        (None, None)
+    };
     // A pause or a resume may start a worker whatever else the run waits for.
     let paused = super::pause_start::start_for(rr);
     let pause_now = paused.as_ref().is_some_and(|p| p.now);
@@ -312,6 +328,36 @@ pub(super) async fn progress(rr: &mut RunReconcile<'_>) -> Result<Action, Error>
         (None, None) => Why::First,
     };
     start_worker(rr, workflow, None, why).await
+}
+
+/// The durable waits of a dormant run (a long delay, a child run): the children its worker
+/// recorded are created and the ended ones' outcomes noted; whether the run wakes (a child
+/// ended, or a timer is due: why, for the start's Event), and its recorded snapshot (with
+/// the children's outcomes), which a wake-up writes.
+async fn durable_waits(
+    rr: &mut RunReconcile<'_>,
+    snapshot_cm: Option<&ConfigMap>,
+    lead: Duration,
+) -> Result<(Option<RunSnapshot>, Option<&'static str>), Error> {
+    let now = rr.now;
+    let mut stored = None;
+    let mut woken = None;
+    let snap = recorded_snapshot(snapshot_cm)?;
+    let children = waits::tend_children(rr, &snap).await?;
+    if !children.ended.is_empty() {
+        let mut doc = snap.clone();
+        waits::note_outcomes(&mut rr.draft, &children.ended);
+        doc.children.extend(children.ended);
+        stored = Some(doc);
+        woken = Some("a child run ended");
+    } else if waits::timers(rr.status(), now, lead) == waits::Timers::Due {
+        woken = Some("a timer is due");
+    }
+    if woken.is_none() {
+        waits::mirror_children(&mut rr.draft.status);
+    }
+    stored.get_or_insert(snap);
+    Ok((stored, woken))
 }
 
 /// Whether a run that has no snapshot yet goes straight to its first worker: it never had one
