@@ -88,13 +88,13 @@ where
 }
 
 /// What the pod cache keeps of a worker pod: what its readers use — the metadata (name,
-/// owner, deletion; [`super::slim`] already dropped managedFields), the phase and the worker
+/// owner, deletion; [`super::triggers::slim`] already dropped managedFields), the phase and the worker
 /// container's termination ([`super::state::WorkerState`], [`holds_slot`],
 /// [`super::pod_key`], [`pod_triggers`]). The spec (the worker's whole environment, its
 /// volumes) and the rest of the status were most of a cached pod, held for every run whose
 /// pod has not been deleted yet.
 pub fn slim_pod(p: &mut Pod) {
-    super::slim(p);
+    super::triggers::slim(p);
     p.spec = None;
     if let Some(st) = p.status.take() {
         p.status = Some(PodStatus {

@@ -8,8 +8,8 @@ use kube::runtime::events::EventType;
 use openwop_crds::RunPhase;
 use openwop_protocol::run::status::{EndReason, RecordedBy};
 
-use super::Error;
 use super::common::Draft;
+use super::context::Error;
 use super::observe::worker_finished;
 use super::start::build_worker_pod;
 use super::state::{RunReconcile, WorkerState};

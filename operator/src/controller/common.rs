@@ -12,7 +12,7 @@ use kube::runtime::events::EventType;
 use openwop_crds::{RunError, RunPhase, RunStatus};
 use openwop_protocol::run::status::{RecordedBy, Severity, ending_report};
 
-use super::{Context, Error};
+use super::context::{Context, Error};
 use crate::config::OperatorConfig;
 use crate::kube_events::Note;
 use crate::reasons::{ConditionType, Reason};

@@ -27,7 +27,7 @@ use openwop_crds::Run;
 use openwop_protocol::run::subjects::{RunSubject, events_filter};
 use tokio::sync::mpsc::UnboundedReceiver;
 
-use super::Context;
+use super::context::Context;
 use super::ending::within_timeout;
 use crate::config::OperatorConfig;
 

@@ -22,7 +22,7 @@ use openwop_protocol::run::projection::is_terminal;
 use openwop_protocol::run::subjects::events_subject;
 use serde_json::Value;
 
-use super::Error;
+use super::context::Error;
 use super::state::{RunReconcile, WorkerState};
 use crate::names::pod_name;
 

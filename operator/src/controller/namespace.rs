@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, Patch, PatchParams};
 
+use super::context::{Context, Error};
 use super::state::RunReconcile;
-use super::{Context, Error};
 use crate::names::MANAGER;
 use crate::pod::nats_credentials_secret;
 

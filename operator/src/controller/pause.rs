@@ -22,7 +22,7 @@ use openwop_crds::{PauseRequest, RunPhase};
 use openwop_protocol::run::pause::CONTROL_ACK;
 use openwop_protocol::run::subjects::control_subject;
 
-use super::Error;
+use super::context::Error;
 use super::state::{RunReconcile, WorkerState};
 use crate::reasons::Reason;
 

@@ -3,7 +3,7 @@
 
 use openwop_crds::{DrainPolicy, PauseRequest, RunPhase};
 
-use super::Error;
+use super::context::Error;
 use super::state::RunReconcile;
 use crate::snapshot::{read_snapshot, snapshot_configmap, with_pause};
 

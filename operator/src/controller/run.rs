@@ -16,10 +16,11 @@ use openwop_crds::{Run, RunStatus};
 use openwop_protocol::run::status::RecordedBy;
 
 use super::common::{delete_ignoring_missing, plus, publish, wait_until};
+use super::context::{Context, Error};
 use super::state::RunReconcile;
-use super::{Context, Error, RUN_FINALIZER};
 use crate::config::RunPolicy;
 use crate::reasons::Reason;
+use openwop_crds::names::RUN_FINALIZER;
 
 /// Run reconciler entry. New Runs get no finalizer (`departed`: their events are purged once
 /// they are gone); a Run that still carries the finalizer of an earlier release is cleaned

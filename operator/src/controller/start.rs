@@ -14,8 +14,8 @@ use openwop_crds::{Run, RunPhase, RunStatus, Workflow};
 use openwop_protocol::run::quorum;
 use openwop_protocol::run::snapshot::RunSnapshot;
 
-use super::Error;
 use super::common::{Draft, has_condition, wait_until};
+use super::context::Error;
 use super::namespace::{ensure_nats_credentials, ensure_worker_service_account};
 use super::observe::observe_worker;
 use super::slots::Full;

@@ -19,8 +19,8 @@ use serde_json::json;
 
 use super::caches::{holds_slot, listed};
 use super::common::{Draft, delete_ignoring_missing, has_condition, publish};
+use super::context::{Context, Error};
 use super::slots::Listed;
-use super::{Context, Error};
 use crate::names::{MANAGER, is_worker_object, owned_by, snapshot_name};
 use crate::reasons::{ConditionType, Reason};
 use crate::status::write_run_status;

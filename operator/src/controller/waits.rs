@@ -27,8 +27,8 @@ use openwop_protocol::run::variables::Variables;
 use openwop_protocol::run::waits::{ChildResult, ChildWait, PARENT_CANCELLED, mirrored_phase};
 use serde_json::{Map, Value, json};
 
-use super::Error;
 use super::common::{Draft, wait_until};
+use super::context::Error;
 use super::state::RunReconcile;
 use crate::names::{MANAGER, owner_ref};
 use crate::reasons::Reason;

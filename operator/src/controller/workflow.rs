@@ -14,7 +14,7 @@ use openwop_protocol::workflow_check::{CheckOptions, check_workflow};
 use serde_json::json;
 
 use super::common::{condition, publish, set_condition};
-use super::{Context, Error};
+use super::context::{Context, Error};
 use crate::discovery::advertised_kinds;
 use crate::names::MANAGER;
 use crate::reasons::{ConditionType, Reason};
