@@ -134,7 +134,7 @@ pub(super) async fn progress(rr: &mut RunReconcile<'_>) -> Result<Action, Error>
     // 1. Snapshot the resolved workflow once.
     let (snapshot_cm, workflow) = match snapshot(rr).await? {
         Snapshotted::Done(action) => return Ok(action),
-        Snapshotted::Ready(cm, workflow) => (cm, workflow),
+        Snapshotted::Ready(cm, workflow) => (cm.map(|cm| *cm), workflow),
     };
 
     // 2. Observe the current worker.
@@ -150,7 +150,8 @@ pub(super) async fn progress(rr: &mut RunReconcile<'_>) -> Result<Action, Error>
 /// read from the API server) and the Workflow resolved for it, to go on with.
 enum Snapshotted {
     Done(Action),
-    Ready(Option<ConfigMap>, Option<Box<Workflow>>),
+    /// Boxed: a ConfigMap is large beside an `Action`.
+    Ready(Option<Box<ConfigMap>>, Option<Box<Workflow>>),
 }
 
 /// Step 1 of [`progress`]: snapshot the resolved workflow once (a first start creates its
@@ -208,7 +209,7 @@ async fn snapshot(rr: &mut RunReconcile<'_>) -> Result<Snapshotted, Error> {
                     format!("workflow snapshotted in ConfigMap {snap}"),
                 );
             }
-            Snapshotted::Ready(cm, None)
+            Snapshotted::Ready(cm.map(Box::new), None)
         }
         None => match resolve_workflow(rr).await? {
             Resolved::Found(wf) => {
@@ -240,7 +241,7 @@ async fn snapshot(rr: &mut RunReconcile<'_>) -> Result<Snapshotted, Error> {
                         .map(Snapshotted::Done);
                 }
                 rr.apply_snapshot(&cm).await?;
-                Snapshotted::Ready(Some(cm), Some(wf))
+                Snapshotted::Ready(Some(Box::new(cm)), Some(wf))
             }
             Resolved::Missing(msg) => {
                 rr.draft.status.phase = Some(RunPhase::Pending);
