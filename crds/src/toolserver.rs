@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::workflow::SecretKeyRef;
 use openwop_protocol::tools::mcp::{
-    DEFAULT_TIMEOUT_SECONDS, MAX_TIMEOUT_SECONDS, RESERVED_HEADERS, RevisionPolicy,
+    DEFAULT_TIMEOUT_SECONDS, MAX_TIMEOUT_SECONDS, RevisionPolicy, reserved_headers,
 };
 use openwop_protocol::tools::policy::{CatalogTool, TierAssignment};
 use openwop_protocol::tools::result::{
@@ -122,9 +122,9 @@ fn default_max_result_bytes() -> u32 {
     DEFAULT_MAX_RESULT_BYTES as u32
 }
 
-/// The CEL rule that keeps reserved headers ([`RESERVED_HEADERS`]) out of `headersFrom`.
+/// The CEL rule that keeps reserved headers ([`reserved_headers`]) out of `headersFrom`.
 fn reserved_header_rule() -> String {
-    let list: Vec<String> = RESERVED_HEADERS.iter().map(|h| format!("'{h}'")).collect();
+    let list: Vec<String> = reserved_headers().map(|h| format!("'{h}'")).collect();
     format!("!(self.lowerAscii() in [{}])", list.join(", "))
 }
 

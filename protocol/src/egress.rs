@@ -17,6 +17,23 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use ipnet::IpNet;
 use url::{Host, Url};
 
+/// Request headers the HTTP client owns, which no user-given header may set (compared
+/// without case): framing and the connection (`Connection: upgrade` would turn a call into a
+/// tunnel past this guard). The HTTP call node refuses them; a ToolServer's headers refuse
+/// them and the MCP client's own (`protocol::tools::mcp`).
+pub const CLIENT_OWNED_HEADERS: &[&str] = &[
+    "host",
+    "content-length",
+    "transfer-encoding",
+    "connection",
+    "upgrade",
+    "te",
+    "trailer",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authorization",
+];
+
 /// Names that reach the host itself or cloud metadata services whatever DNS says.
 const INTERNAL_NAMES: &[&str] = &[
     "localhost",

@@ -35,21 +35,6 @@ pub const DEFAULT_MAX_DELAY_MS: u64 = 8_000;
 /// The prefix of a secret placeholder inside `{{ }}`.
 pub const SECRET_PLACEHOLDER_PREFIX: &str = "secrets.";
 
-/// Request headers a workflow may not set: the client owns framing and the connection
-/// (`Connection: upgrade` would turn the call into a tunnel past the guard).
-const FORBIDDEN_HEADERS: &[&str] = &[
-    "host",
-    "content-length",
-    "transfer-encoding",
-    "connection",
-    "upgrade",
-    "te",
-    "trailer",
-    "keep-alive",
-    "proxy-connection",
-    "proxy-authorization",
-];
-
 /// Which config vocabulary a node type reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Dialect {
@@ -293,7 +278,7 @@ fn check_headers(v: &Value, issues: &mut Vec<ValidationIssue>) -> BTreeMap<Strin
             issues.push(issue(&at, "propertyNames", "is not a valid header name"));
             continue;
         }
-        if FORBIDDEN_HEADERS.contains(&name.to_ascii_lowercase().as_str()) {
+        if crate::egress::CLIENT_OWNED_HEADERS.contains(&name.to_ascii_lowercase().as_str()) {
             issues.push(issue(
                 &at,
                 "propertyNames",

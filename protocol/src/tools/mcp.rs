@@ -14,28 +14,26 @@ pub const DEFAULT_TIMEOUT_SECONDS: u32 = 30;
 /// approval or a durable wait, not a call.
 pub const MAX_TIMEOUT_SECONDS: u32 = 600;
 
-/// Request headers a ToolServer may not set from a Secret (compared without case): the HTTP
-/// client owns framing and the connection, and the MCP client owns the protocol's own headers
-/// (`MCP-Protocol-Version` carries the negotiated revision, `Mcp-Session-Id` the server's
-/// session).
-pub const RESERVED_HEADERS: &[&str] = &[
-    "host",
-    "content-length",
+/// Request headers the MCP client owns beyond the HTTP client's
+/// ([`crate::egress::CLIENT_OWNED_HEADERS`]): the body's type and what it accepts,
+/// `MCP-Protocol-Version` (the negotiated revision), `Mcp-Session-Id` (the server's session)
+/// and `Last-Event-ID` (stream resumption).
+const MCP_OWNED_HEADERS: &[&str] = &[
     "content-type",
     "accept",
-    "transfer-encoding",
-    "connection",
-    "upgrade",
-    "te",
-    "trailer",
-    "keep-alive",
-    "proxy-connection",
-    "proxy-authorization",
     "mcp-protocol-version",
     "mcp-session-id",
     "last-event-id",
 ];
 
+/// Request headers a ToolServer may not set from a Secret (compared without case): the HTTP
+/// client's and the MCP client's own.
+pub fn reserved_headers() -> impl Iterator<Item = &'static str> {
+    crate::egress::CLIENT_OWNED_HEADERS
+        .iter()
+        .chain(MCP_OWNED_HEADERS)
+        .copied()
+}
 /// An MCP protocol revision this host's client can speak: the revisions with the
 /// `initialize` handshake over streamable HTTP. The stateless 2026-07-28 revision (no
 /// handshake, per-request `_meta`) needs a different client and is not listed until it has one.
