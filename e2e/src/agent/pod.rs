@@ -10,10 +10,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
-use k8s_openapi::api::core::v1::{Container, ObjectReference, Pod, ServiceAccount};
+use k8s_openapi::api::core::v1::{Container, ObjectReference, Pod};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::events::EventType;
 use kube::runtime::watcher;
 use kube::{Api, Resource, ResourceExt};
@@ -505,33 +504,12 @@ impl Worker {
     }
 
     async fn write_token(&mut self) -> Result<(), String> {
-        let sa = self
-            .pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.service_account_name.clone())
-            .unwrap_or_else(|| "default".into());
-        let api: Api<ServiceAccount> = Api::namespaced(self.ctx.client.clone(), &self.ns);
-        let req = TokenRequest {
-            spec: TokenRequestSpec {
-                audiences: vec![],
-                expiration_seconds: Some(TOKEN_SECONDS),
-                bound_object_ref: Some(BoundObjectReference {
-                    api_version: Some("v1".into()),
-                    kind: Some("Pod".into()),
-                    name: Some(self.name.clone()),
-                    uid: self.pod.uid(),
-                }),
-            },
-            ..Default::default()
-        };
-        let token = api
-            .create_token_request(&sa, &PostParams::default(), &req)
+        let token = volumes::bound_token(&self.ctx.client, &self.pod, vec![], TOKEN_SECONDS)
             .await
-            .map_err(|e| format!("cannot request a token for service account {sa}: {e}"))?
-            .status
-            .map(|s| s.token)
-            .ok_or_else(|| format!("token request for service account {sa} returned no token"))?;
+            .map_err(|e| {
+                let sa = volumes::service_account(&self.pod);
+                format!("cannot request a token for service account {sa}: {e}")
+            })?;
         let sa_dir = self.dir.join("serviceaccount");
         let write = |name: &str, content: &str| -> Result<(), String> {
             let tmp = sa_dir.join(format!(".{name}.tmp"));

@@ -739,12 +739,39 @@ async fn request_token(
     audiences: Vec<String>,
     seconds: i64,
 ) -> Result<String, VolumeError> {
-    let ns = pod.namespace().unwrap_or_default();
-    let sa = pod
-        .spec
+    bound_token(client, pod, audiences, seconds)
+        .await
+        .map_err(|message| VolumeError::Token {
+            volume: volume.into(),
+            sa: service_account(pod),
+            message,
+        })
+}
+
+/// The pod's service account, `default` when unset (as admission leaves it).
+pub(super) fn service_account(pod: &Pod) -> String {
+    pod.spec
         .as_ref()
         .and_then(|s| s.service_account_name.clone())
-        .unwrap_or_else(|| "default".into());
+        .unwrap_or_else(|| "default".into())
+}
+
+/// How long a token request answered "no relationship found" is retried (see `bound_token`).
+const NODE_GRAPH_LAG: Duration = Duration::from_secs(5);
+
+/// Requests a token for the pod's service account, bound to the pod. The node authorizer
+/// answers 403 "no relationship found between node … and this object" until its graph (fed by
+/// the apiserver's own informers) has seen the pod bound to this node, which can trail the
+/// binding the agent just watched; the kubelet rides this out by retrying, and so does this:
+/// only an answer that is still a refusal after `NODE_GRAPH_LAG` is reported.
+pub(super) async fn bound_token(
+    client: &Client,
+    pod: &Pod,
+    audiences: Vec<String>,
+    seconds: i64,
+) -> Result<String, String> {
+    let ns = pod.namespace().unwrap_or_default();
+    let sa = service_account(pod);
     let req = TokenRequest {
         spec: TokenRequestSpec {
             audiences,
@@ -758,18 +785,31 @@ async fn request_token(
         },
         ..Default::default()
     };
-    let err = |message: String| VolumeError::Token {
-        volume: volume.into(),
-        sa: sa.clone(),
-        message,
-    };
-    Api::<ServiceAccount>::namespaced(client.clone(), &ns)
-        .create_token_request(&sa, &PostParams::default(), &req)
-        .await
-        .map_err(|e| err(e.to_string()))?
-        .status
-        .map(|s| s.token)
-        .ok_or_else(|| err("the token request returned no token".into()))
+    let api = Api::<ServiceAccount>::namespaced(client.clone(), &ns);
+    let deadline = Instant::now() + NODE_GRAPH_LAG;
+    let mut pause = Duration::from_millis(50);
+    loop {
+        match api
+            .create_token_request(&sa, &PostParams::default(), &req)
+            .await
+        {
+            Ok(answer) => {
+                return answer
+                    .status
+                    .map(|s| s.token)
+                    .ok_or_else(|| "the token request returned no token".into());
+            }
+            Err(kube::Error::Api(e))
+                if e.code == 403
+                    && e.message.contains("no relationship found")
+                    && Instant::now() + pause < deadline =>
+            {
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_millis(800));
+            }
+            Err(e) => return Err(e.to_string()),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -98,3 +98,78 @@ fn mountpoints_nest_inside_earlier_mounts() {
     assert!(!d.path().join("t/outer/inner").exists());
     assert!(d.path().join("t/file").is_file());
 }
+
+/// A fake apiserver for the token request: answers each TokenRequest with the next status
+/// code in `answers` (403 bodies in the node authorizer's words), counting the requests.
+fn token_server(
+    answers: Vec<(u16, &'static str)>,
+) -> (Client, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use kube::client::Body;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let (svc, mut handle) = tower_test::mock::pair::<http::Request<Body>, http::Response<Body>>();
+    let seen = std::sync::Arc::new(AtomicUsize::new(0));
+    let count = seen.clone();
+    tokio::spawn(async move {
+        let mut answers = answers.into_iter();
+        while let Some((req, send)) = handle.next_request().await {
+            assert!(req.uri().path().ends_with("/serviceaccounts/default/token"));
+            count.fetch_add(1, Ordering::SeqCst);
+            let (code, message) = answers.next().unwrap_or((201, ""));
+            let body = if code == 201 {
+                serde_json::json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+                    "spec": {"audiences": []}, "status": {"token": "t0ken", "expirationTimestamp": "2026-12-07T23:00:00Z"}})
+            } else {
+                serde_json::json!({"apiVersion": "v1", "kind": "Status", "status": "Failure",
+                    "message": message, "reason": "Forbidden", "code": code})
+            };
+            send.send_response(
+                http::Response::builder()
+                    .status(code)
+                    .body(Body::from(serde_json::to_vec(&body).unwrap()))
+                    .unwrap(),
+            );
+        }
+    });
+    (Client::new(svc, "default"), seen)
+}
+
+fn bound_pod() -> Pod {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "ns", "uid": "u-1"},
+        "spec": {"containers": [{"name": "c"}]},
+    }))
+    .unwrap()
+}
+
+const NOT_YET: &str = "serviceaccounts \"default\" is forbidden: User \"system:node:n\" cannot create resource \"serviceaccounts/token\" in API group \"\" in the namespace \"ns\": no relationship found between node 'n' and this object";
+
+#[tokio::test]
+async fn a_token_refused_while_the_node_graph_lags_the_binding_is_retried() {
+    let (client, seen) = token_server(vec![(403, NOT_YET), (403, NOT_YET)]);
+    let token = bound_token(&client, &bound_pod(), vec![], 3600).await;
+    assert_eq!(token.as_deref(), Ok("t0ken"));
+    assert_eq!(seen.load(std::sync::atomic::Ordering::SeqCst), 3);
+}
+
+#[tokio::test]
+async fn any_other_refusal_is_reported_at_once() {
+    let (client, seen) = token_server(vec![(
+        403,
+        "serviceaccounts \"default\" is forbidden: nope",
+    )]);
+    let err = bound_token(&client, &bound_pod(), vec![], 3600)
+        .await
+        .unwrap_err();
+    assert!(err.contains("nope"), "{err}");
+    assert_eq!(seen.load(std::sync::atomic::Ordering::SeqCst), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_refusal_that_outlasts_the_lag_is_reported() {
+    let (client, _) = token_server(vec![(403, NOT_YET); 100]);
+    let err = bound_token(&client, &bound_pod(), vec![], 3600)
+        .await
+        .unwrap_err();
+    assert!(err.contains("no relationship found"), "{err}");
+}
