@@ -24,7 +24,6 @@
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 use serde_json::value::RawValue;
 use sha2::{Digest, Sha256};
 
@@ -230,62 +229,56 @@ impl RegistrationError {
     }
 }
 
-const FIELDS: [&str; 4] = ["url", "events", "tenantId", "tags"];
+/// `POST /v1/webhooks` body, as read: closed, so a member the spec does not define is
+/// refused by name. [`parse_registration`] checks what the types cannot.
+#[derive(Debug, Clone, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RegisterWebhookRequest {
+    /// `https://` URL deliveries are POSTed to (internal addresses are refused unless the
+    /// host's allow list names them; at most 2048 characters).
+    pub url: String,
+    /// Run event types to deliver (1 to 64, e.g. `run.completed`).
+    pub events: Vec<String>,
+    /// Namespace of the runs to deliver; defaults to the caller's ServiceAccount namespace.
+    #[serde(default)]
+    pub tenant_id: Option<String>,
+    /// Deliver only events of runs carrying one of these tags.
+    #[serde(default)]
+    pub tags: Option<Vec<String>>,
+    /// Read only to refuse it by name: this host generates every secret.
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(ignore))]
+    pub secret: Option<serde::de::IgnoredAny>,
+}
 
-/// Checks a `POST /v1/webhooks` body: `{url, events, tenantId?, tags?}` and nothing else.
-/// `url` must pass `policy` (https only, no internal address unless allow-listed);
-/// `events` is a non-empty list of run event types.
+/// Checks a read `POST /v1/webhooks` body: `url` must pass `policy` (https only, no internal
+/// address unless allow-listed); `events` is a non-empty list of run event types.
 pub fn parse_registration(
-    body: &Value,
+    req: RegisterWebhookRequest,
     policy: &EgressPolicy,
 ) -> Result<Registration, RegistrationError> {
-    let Some(obj) = body.as_object() else {
+    if req.secret.is_some() {
         return Err(RegistrationError::invalid(
-            "",
-            "the body must be a JSON object {url, events, tenantId?, tags?}",
+            "secret",
+            "this host generates every subscription's secret; a caller-supplied secret is not accepted",
         ));
-    };
-    if let Some(extra) = obj.keys().find(|k| !FIELDS.contains(&k.as_str())) {
-        let why = if extra == "secret" {
-            "this host generates every subscription's secret; a caller-supplied secret is not accepted".to_owned()
-        } else {
-            format!("unknown field `{extra}`; a registration takes url, events, tenantId and tags")
-        };
-        return Err(RegistrationError::invalid(extra, why));
     }
-    let url = match obj.get("url") {
-        Some(Value::String(u)) if !u.trim().is_empty() => u.trim().to_owned(),
-        Some(_) => {
-            return Err(RegistrationError::invalid(
-                "url",
-                "url must be a non-empty string (an https:// URL)",
-            ));
-        }
-        None => {
-            return Err(RegistrationError::invalid(
-                "url",
-                "url is required: the https:// URL deliveries are POSTed to",
-            ));
-        }
-    };
+    let url = req.url.trim().to_owned();
+    if url.is_empty() {
+        return Err(RegistrationError::invalid(
+            "url",
+            "url must be a non-empty string (an https:// URL)",
+        ));
+    }
     if url.chars().count() > MAX_URL_CHARS {
         return Err(RegistrationError::invalid(
             "url",
             format!("url is longer than {MAX_URL_CHARS} characters"),
         ));
     }
-    let events = parse_events(obj.get("events"))?;
-    let tenant_id = match obj.get("tenantId") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(t)) => Some(t.clone()),
-        Some(_) => {
-            return Err(RegistrationError::invalid(
-                "tenantId",
-                "tenantId must be a string (the Kubernetes namespace)",
-            ));
-        }
-    };
-    let tags = parse_tags(obj.get("tags"))?;
+    let events = check_events(&req.events)?;
+    let tags = check_tags(req.tags.as_deref().unwrap_or_default())?;
     let target = policy.check_url(&url).map_err(|e| match e {
         EgressRefusal::Malformed { .. } => RegistrationError::invalid("url", e.to_string()),
         other => RegistrationError::UrlRejected(other),
@@ -294,33 +287,18 @@ pub fn parse_registration(
         url,
         target,
         events,
-        tenant_id,
+        tenant_id: req.tenant_id,
         tags,
     })
 }
 
-fn parse_events(v: Option<&Value>) -> Result<Vec<String>, RegistrationError> {
-    let list = match v {
-        Some(Value::Array(a)) if !a.is_empty() => a,
-        Some(Value::Array(_)) => {
-            return Err(RegistrationError::invalid(
-                "events",
-                "events is empty: name at least one run event type (e.g. run.completed)",
-            ));
-        }
-        Some(_) => {
-            return Err(RegistrationError::invalid(
-                "events",
-                "events must be an array of run event types",
-            ));
-        }
-        None => {
-            return Err(RegistrationError::invalid(
-                "events",
-                "events is required: the run event types to deliver (e.g. [\"run.completed\"])",
-            ));
-        }
-    };
+fn check_events(list: &[String]) -> Result<Vec<String>, RegistrationError> {
+    if list.is_empty() {
+        return Err(RegistrationError::invalid(
+            "events",
+            "events is empty: name at least one run event type (e.g. run.completed)",
+        ));
+    }
     if list.len() > MAX_EVENT_TYPES {
         return Err(RegistrationError::invalid(
             "events",
@@ -328,8 +306,8 @@ fn parse_events(v: Option<&Value>) -> Result<Vec<String>, RegistrationError> {
         ));
     }
     let mut out: Vec<String> = Vec::new();
-    for (i, e) in list.iter().enumerate() {
-        let Some(t) = e.as_str().filter(|t| is_event_type(t)) else {
+    for (i, t) in list.iter().enumerate() {
+        if !is_event_type(t) {
             return Err(RegistrationError::invalid(
                 &format!("events[{i}]"),
                 format!(
@@ -337,25 +315,15 @@ fn parse_events(v: Option<&Value>) -> Result<Vec<String>, RegistrationError> {
                      run.completed or node.failed, at most {MAX_EVENT_TYPE_CHARS} characters)"
                 ),
             ));
-        };
-        if !out.iter().any(|o| o == t) {
-            out.push(t.to_owned());
+        }
+        if !out.contains(t) {
+            out.push(t.clone());
         }
     }
     Ok(out)
 }
 
-fn parse_tags(v: Option<&Value>) -> Result<Vec<String>, RegistrationError> {
-    let list = match v {
-        None | Some(Value::Null) => return Ok(Vec::new()),
-        Some(Value::Array(a)) => a,
-        Some(_) => {
-            return Err(RegistrationError::invalid(
-                "tags",
-                "tags must be an array of strings",
-            ));
-        }
-    };
+fn check_tags(list: &[String]) -> Result<Vec<String>, RegistrationError> {
     if list.len() > MAX_TAGS {
         return Err(RegistrationError::invalid(
             "tags",
@@ -364,12 +332,15 @@ fn parse_tags(v: Option<&Value>) -> Result<Vec<String>, RegistrationError> {
     }
     list.iter()
         .enumerate()
-        .map(|(i, t)| match t.as_str() {
-            Some(s) if !s.is_empty() && s.chars().count() <= MAX_TAG_CHARS => Ok(s.to_owned()),
-            _ => Err(RegistrationError::invalid(
-                &format!("tags[{i}]"),
-                format!("tags[{i}] must be a string of 1..{MAX_TAG_CHARS} characters"),
-            )),
+        .map(|(i, t)| {
+            if !t.is_empty() && t.chars().count() <= MAX_TAG_CHARS {
+                Ok(t.clone())
+            } else {
+                Err(RegistrationError::invalid(
+                    &format!("tags[{i}]"),
+                    format!("tags[{i}] must be a string of 1..{MAX_TAG_CHARS} characters"),
+                ))
+            }
         })
         .collect()
 }
@@ -597,7 +568,7 @@ impl Breaker {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     const SECRET: &str = "f8a3c0ffee0123456789abcdef0123456789abcdef0123456789abcdef012345";
 
@@ -705,8 +676,16 @@ mod tests {
         EgressPolicy::default().https_only()
     }
 
+    /// A body read and checked as the REST API does: read (naming the member at fault),
+    /// then checked.
+    fn register(body: &Value, policy: &EgressPolicy) -> Result<Registration, RegistrationError> {
+        let req: RegisterWebhookRequest = crate::text::read_json(body)
+            .map_err(|e| RegistrationError::invalid(&e.field, e.message))?;
+        parse_registration(req, policy)
+    }
+
     fn code_of(body: Value) -> (String, String) {
-        match parse_registration(&body, &policy()) {
+        match register(&body, &policy()) {
             Err(e @ RegistrationError::Invalid { .. }) => {
                 let RegistrationError::Invalid { field, .. } = &e else {
                     unreachable!()
@@ -726,7 +705,7 @@ mod tests {
             "webhook_url_rejected"
         );
         // Loopback over https is refused for the address, not the scheme.
-        let e = parse_registration(
+        let e = register(
             &json!({"url": "https://127.0.0.1/", "events": ["run.completed"]}),
             &policy(),
         )
@@ -784,7 +763,7 @@ mod tests {
                 "{body}"
             );
         }
-        let r = parse_registration(
+        let r = register(
             &json!({"url": url, "events": ["run.completed", "node.failed", "run.completed"],
                     "tenantId": "team-a", "tags": ["prod"]}),
             &policy(),
@@ -800,10 +779,10 @@ mod tests {
     fn the_allow_list_admits_a_private_receiver_but_never_plain_http() {
         let p = EgressPolicy::allowing(["127.0.0.1"]).unwrap().https_only();
         let ok = json!({"url": "https://127.0.0.1:8443/hook", "events": ["run.completed"]});
-        assert!(parse_registration(&ok, &p).unwrap().target.allowed);
+        assert!(register(&ok, &p).unwrap().target.allowed);
         let http = json!({"url": "http://127.0.0.1:8443/hook", "events": ["run.completed"]});
         assert!(matches!(
-            parse_registration(&http, &p),
+            register(&http, &p),
             Err(RegistrationError::UrlRejected(EgressRefusal::Scheme { .. }))
         ));
     }
