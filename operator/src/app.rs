@@ -29,6 +29,7 @@ use crate::controller::{
     CacheWriters, Caches, Context, Feed, changes, error_policy, pod_key, pod_triggers,
     reconcile_run, reconcile_workflow, run_key, slim, slim_pod,
 };
+use crate::definitions::Definitions;
 use crate::discovery::{self, DiscoveryContent, DiscoveryState};
 use crate::jetstream::JetStreamSlot;
 use crate::kube_events::EventSink;
@@ -59,10 +60,12 @@ pub async fn run(cfg: OperatorConfig, identity: Option<String>) -> anyhow::Resul
     let runs_listable = RunsHealth::default();
 
     let (run_feed, wf_feed, feeds) = watch_runs_and_workflows(&client, &cfg, &runs_listable);
+    // One reading of each Workflow generation for the API and the controllers.
+    let definitions = Definitions::default();
     let (api, api_caches, feeds_when_leading) = rest_api(
         &client,
         &cfg,
-        &discovery_state,
+        (&discovery_state, &definitions),
         (&run_feed, &wf_feed),
         feeds,
     );
@@ -80,7 +83,14 @@ pub async fn run(cfg: OperatorConfig, identity: Option<String>) -> anyhow::Resul
     let watch_discovery =
         watch_discovery_configmap(client.clone(), cfg.clone(), discovery_state, ready.clone());
     let (caches, cache_writers) = Caches::new(run_feed.store(), wf_feed.store());
-    let ctx = controller_context(&client, &cfg, registry, metrics, caches, &identity);
+    let ctx = controller_context(
+        &client,
+        &cfg,
+        registry,
+        metrics,
+        (caches, definitions),
+        &identity,
+    );
     let elector = cfg.leader_election.enabled.then(|| {
         Arc::new(Elector::new(
             Api::<Lease>::namespaced(client.clone(), cfg.lease_namespace()),
@@ -180,7 +190,7 @@ fn watch_runs_and_workflows(
 fn rest_api<F: Future<Output = ()>>(
     client: &Client,
     cfg: &Arc<OperatorConfig>,
-    discovery_state: &DiscoveryState,
+    (discovery_state, definitions): (&DiscoveryState, &Definitions),
     (run_feed, wf_feed): (&Feed<Run>, &Feed<Workflow>),
     feeds: F,
 ) -> (
@@ -204,6 +214,7 @@ fn rest_api<F: Future<Output = ()>>(
         wf_feed.store(),
     )
     .with_discovery(discovery_state.clone())
+    .with_definitions(definitions.clone())
     .with_run_hooks(conformance::run_hooks(cfg));
     let seams = conformance::background(state.clone());
     // Every replica delivers webhooks (one durable consumer per subscription, shared).
@@ -228,7 +239,7 @@ fn controller_context(
     cfg: &Arc<OperatorConfig>,
     registry: Arc<NodeRegistry>,
     metrics: Metrics,
-    caches: Caches,
+    (caches, definitions): (Caches, Definitions),
     identity: &str,
 ) -> Arc<Context> {
     Arc::new(Context {
@@ -249,6 +260,7 @@ fn controller_context(
         worker_accounts: Default::default(),
         starts: Default::default(),
         superseded: Default::default(),
+        definitions,
         jetstream: cfg
             .events
             .nats_url

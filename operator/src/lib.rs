@@ -7,6 +7,7 @@ pub mod config;
 /// Conformance-only: the spec's host test seams, behind one boundary.
 pub mod conformance;
 pub mod controller;
+pub mod definitions;
 pub mod discovery;
 pub mod events;
 pub mod jetstream;

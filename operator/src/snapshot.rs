@@ -19,6 +19,7 @@ use openwop_protocol::run::snapshot::{
 use openwop_protocol::run::waits::ParentRef;
 use serde_json::json;
 
+use crate::definitions::StoredDefinition;
 use crate::names::{owner_ref, run_labels, snapshot_name};
 use crate::pod::{PROVIDERS_DIR, WORKFLOW_SECRETS_DIR};
 
@@ -168,11 +169,13 @@ pub fn provider_mocks(
         .collect()
 }
 
-/// The snapshot of `run` executing `workflow` under `host`. `mocks_allowed`: whether the
-/// operator allows `spec.providerMocks` in the run's namespace.
+/// The snapshot of `run` executing `workflow` (whose definition was read as `definition`)
+/// under `host`. `mocks_allowed`: whether the operator allows `spec.providerMocks` in the
+/// run's namespace.
 pub fn build_snapshot(
     run: &Run,
     workflow: &Workflow,
+    definition: &StoredDefinition,
     host: &HostProfile,
     mocks_allowed: bool,
 ) -> Result<RunSnapshot, Refused> {
@@ -182,10 +185,13 @@ pub fn build_snapshot(
         return Err(refused);
     }
     let provider_mocks = provider_mocks(run, workflow, mocks_allowed)?;
-    let mut doc = snapshot_of(run, workflow, host, provider_mocks);
-    // Checked here, with the validator this process compiled once, rather than compiled
-    // again by every worker (each is a new process).
-    doc.check_workflow();
+    let mut doc = snapshot_of(run, workflow, definition, host, provider_mocks);
+    // Checked here (once per Workflow generation, with the validator this process compiled
+    // once) rather than compiled again by every worker (each is a new process). A document
+    // that did not read is left unmarked: the worker reads it and fails the run with why.
+    if definition.read.is_ok() {
+        doc.record_workflow_checked();
+    }
     fits(&doc)?;
     Ok(doc)
 }
@@ -211,6 +217,7 @@ pub fn fits(doc: &RunSnapshot) -> Result<(), Refused> {
 fn snapshot_of(
     run: &Run,
     workflow: &Workflow,
+    definition: &StoredDefinition,
     host: &HostProfile,
     provider_mocks: BTreeMap<String, ProviderMock>,
 ) -> RunSnapshot {
@@ -240,7 +247,7 @@ fn snapshot_of(
             uid: workflow.uid(),
             generation: workflow.metadata.generation,
         },
-        workflow: workflow.spec.definition.filled().to_value(),
+        workflow: definition.document.clone(),
         providers,
         secrets: workflow
             .spec
@@ -398,7 +405,16 @@ mod tests {
     }
 
     fn snapshot(r: &Run, mocks_allowed: bool) -> Result<RunSnapshot, Refused> {
-        build_snapshot(r, &workflow("1"), &HostProfile::default(), mocks_allowed)
+        {
+            let w = workflow("1");
+            build_snapshot(
+                r,
+                &w,
+                &StoredDefinition::read(&w),
+                &HostProfile::default(),
+                mocks_allowed,
+            )
+        }
     }
 
     fn doc(s: &RunSnapshot) -> Value {
@@ -439,7 +455,15 @@ mod tests {
     fn the_snapshot_carries_the_configured_host_profile() {
         let cfg = crate::config::OperatorConfig::from_yaml("limits:\n  clarificationRounds: 1\n")
             .unwrap();
-        let s = build_snapshot(&run(), &workflow("1"), &cfg.host_profile(), false).unwrap();
+        let w1 = workflow("1");
+        let s = build_snapshot(
+            &run(),
+            &w1,
+            &StoredDefinition::read(&w1),
+            &cfg.host_profile(),
+            false,
+        )
+        .unwrap();
         assert_eq!(s.host.limits.clarification_rounds, 1);
         assert_eq!(doc(&s)["host"]["limits"]["clarificationRounds"], 1);
     }
@@ -456,7 +480,14 @@ mod tests {
             json!([{"name": "ticketing-token", "secretRef": {"name": "ticketing", "key": "token"}}]),
         )
         .unwrap();
-        let s = build_snapshot(&run(), &w, &HostProfile::default(), false).unwrap();
+        let s = build_snapshot(
+            &run(),
+            &w,
+            &StoredDefinition::read(&w),
+            &HostProfile::default(),
+            false,
+        )
+        .unwrap();
         assert_eq!(
             doc(&s)["secrets"],
             json!([{"name": "ticketing-token", "path": "/var/run/openwop/workflow-secrets/ticketing-token/token"}])

@@ -81,6 +81,8 @@ pub struct Context {
     /// Run copies this reconciler's status writes replaced (skipped when a cache delivers
     /// them late).
     pub superseded: Superseded,
+    /// The Workflow definitions read so far (once per generation), shared with the REST API.
+    pub definitions: crate::definitions::Definitions,
 }
 
 /// Per namespace: the worker ServiceAccount apply, once it succeeded, and when (one shared

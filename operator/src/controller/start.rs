@@ -217,6 +217,7 @@ async fn snapshot(rr: &mut RunReconcile<'_>) -> Result<Snapshotted, Error> {
                 let doc = match build_snapshot(
                     run,
                     &wf,
+                    &ctx.definitions.of(&wf),
                     &host,
                     cfg.conformance.provider_mocks_allowed_in(&ns),
                 ) {

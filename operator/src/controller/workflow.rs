@@ -15,6 +15,7 @@ use serde_json::json;
 
 use super::common::{condition, publish, set_condition};
 use super::context::{Context, Error};
+use crate::definitions::StoredDefinition;
 use crate::discovery::advertised_kinds;
 use crate::names::MANAGER;
 use crate::reasons::{ConditionType, Reason};
@@ -52,7 +53,13 @@ pub async fn reconcile_workflow(wf: Arc<Workflow>, ctx: Arc<Context>) -> Result<
             &old.conditions,
         )
     } else {
-        validity(&wf, &opts, generation, now, &old.conditions)
+        validity(
+            &wf,
+            &ctx.definitions.of(&wf),
+            &opts,
+            (generation, now),
+            &old.conditions,
+        )
     };
     let mut status = WorkflowStatus {
         observed_generation: generation,
@@ -91,19 +98,18 @@ pub async fn reconcile_workflow(wf: Arc<Workflow>, ctx: Arc<Context>) -> Result<
 /// `Ready` from the definition's check.
 fn validity(
     wf: &Workflow,
+    stored: &StoredDefinition,
     opts: &CheckOptions<'_>,
-    generation: Option<i64>,
-    now: k8s_openapi::jiff::Timestamp,
+    (generation, now): (Option<i64>, k8s_openapi::jiff::Timestamp),
     previous: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
 ) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
-    let definition = wf.spec.definition.filled().to_value();
-    let mut report = check_workflow(&definition, opts);
+    let definition = &stored.document;
+    let mut report = check_workflow(definition, opts);
     let declared: Vec<&str> = wf.spec.secrets.iter().map(|s| s.name.as_str()).collect();
     report
         .errors
         .extend(openwop_protocol::workflow_check::secret_problems(
-            &definition,
-            &declared,
+            definition, &declared,
         ));
     if report.is_valid() {
         let mut msg = format!("definition is valid ({} nodes)", wf.spec.nodes.len());

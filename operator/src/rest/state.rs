@@ -2,6 +2,7 @@
 //! writes with, the auth checks, the lazily connected JetStream, the request limit and the
 //! optional run-creation hooks ([`RunHooks`]).
 
+use crate::definitions::Definitions;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -40,6 +41,9 @@ pub struct RestState {
     pub discovery: crate::discovery::DiscoveryState,
     /// What run creation asks of the conformance seams; `None` (the seams off): nothing.
     pub run_hooks: Option<Arc<dyn RunHooks>>,
+    /// The Workflow definitions read so far (once per generation), shared with the
+    /// controllers.
+    pub definitions: Definitions,
 }
 
 impl FromRef<RestState> for Arc<Authenticator> {
@@ -70,7 +74,14 @@ impl RestState {
             idempotency: Default::default(),
             discovery: crate::discovery::DiscoveryState::new(""),
             run_hooks: None,
+            definitions: Definitions::default(),
         }
+    }
+
+    /// Shares `definitions` (the Workflow definitions read so far) with the API.
+    pub fn with_definitions(mut self, definitions: Definitions) -> Self {
+        self.definitions = definitions;
+        self
     }
 
     /// Installs run-creation hooks (`None`: none).

@@ -9,7 +9,6 @@ use openwop_crds::Run;
 use openwop_protocol::graph::Graph;
 use openwop_protocol::run::events_subject;
 use openwop_protocol::run::variables::Variables;
-use openwop_protocol::workflow::WorkflowDefinition;
 use serde_json::{Map, Value};
 
 use super::log::read_subject_events;
@@ -30,8 +29,9 @@ pub async fn variables_of(s: &RestState, run: &Run) -> Option<Map<String, Value>
         .or(st.and_then(|st| st.workflow.as_deref()))
         .or(run.spec.workflow_ref.name.as_deref())?;
     let wf = find_workflow(s, &ns, name)?;
-    let def = WorkflowDefinition::from_value(wf.spec.definition.filled().to_value()).ok()?;
-    let graph = Graph::from_definition(&def).ok()?;
+    let stored = s.definitions.of(&wf);
+    stored.read.as_ref().ok()?;
+    let graph = Graph::from_definition(&stored.definition).ok()?;
     let inputs = run
         .spec
         .inputs

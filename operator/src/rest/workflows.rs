@@ -39,6 +39,6 @@ pub async fn get_workflow(
     }
     let wf = find_workflow(&s, &ns, &workflow_id).ok_or_else(missing)?;
     Ok(Json(WorkflowDefinition(
-        wf.spec.definition.filled().to_value(),
+        s.definitions.of(&wf).document.clone(),
     )))
 }

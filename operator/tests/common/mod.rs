@@ -68,6 +68,7 @@ impl TestContext for Context {
             worker_accounts: Default::default(),
             starts: Default::default(),
             superseded: Default::default(),
+            definitions: Default::default(),
             jetstream: None,
         };
         edit(&mut ctx);

@@ -585,6 +585,13 @@ impl RunSnapshot {
                 .then(|| check_record(&self.workflow));
     }
 
+    /// Records that `workflow` passed the schema, as [`Self::check_workflow`] does, for a
+    /// caller that has just validated this very document (the operator reads each Workflow
+    /// generation once, `operator::definitions`).
+    pub fn record_workflow_checked(&mut self) {
+        self.workflow_checked = Some(check_record(&self.workflow));
+    }
+
     /// The workflow definition to run: read as [`WorkflowDefinition::from_value`] does,
     /// without the schema check when `workflow_checked` says these schemas passed this very
     /// document (compiling the schema was most of a worker's start-up CPU).
