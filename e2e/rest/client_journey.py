@@ -15,7 +15,7 @@ import urllib.request
 
 from openwop_client import OpenwopClient
 from openwop_client.errors import WopError
-from openwop_client.types import CreateRunRequest, PauseRunRequest, ResolveInterruptRequest
+from openwop_client.types import CancelRunRequest, CreateRunRequest, PauseRunRequest, ResolveInterruptRequest
 
 URL = os.environ["OPENWOP_URL"]
 NS = os.environ["NS"]
@@ -114,9 +114,12 @@ check(received and received[0].payload["action"] == "accept" and received[0].pay
 c = client.runs_create(CreateRunRequest(workflowId="conformance-mock-agent"))
 created.append(c.runId)
 wait_status(c.runId, "waiting-approval")
-check(client.runs_cancel(c.runId).status == "cancelling", "cancel accepted")
+why = "journey: the inputs were wrong"
+check(client.runs_cancel(c.runId, CancelRunRequest(reason=why)).status == "cancelling", "cancel accepted")
 wait_status(c.runId, "cancelled")
-check(events_of(c.runId)[-1].type == "run.cancelled", "SSE closes after run.cancelled")
+last = events_of(c.runId)[-1]
+check(last.type == "run.cancelled", "SSE closes after run.cancelled")
+check(last.payload["reason"] == why, f"run.cancelled carries the caller's reason: {last.payload}")
 
 # Pause and resume (`napper`: an 8 s delay, which waits without a pod above the install's 2 s
 # threshold, then a noop): paused at once, a second pause refused, resumed, completed.

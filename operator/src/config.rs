@@ -71,7 +71,7 @@ pub struct OperatorConfig {
 /// Longest `shutdownDrainSeconds`: the chart's pod grace period (30 s) less time to exit.
 pub const MAX_SHUTDOWN_DRAIN_SECONDS: u64 = 25;
 
-pub use openwop_crds::names::LABEL_INSTANCE;
+use openwop_crds::names::LABEL_INSTANCE;
 
 impl OperatorConfig {
     /// Label selector of the objects this operator instance handles.

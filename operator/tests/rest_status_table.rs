@@ -1186,3 +1186,145 @@ async fn a_repeated_idempotency_key_replays_the_first_answer_and_acts_once() {
     assert_eq!(replayed(&again).as_deref(), Some("true"));
     assert_eq!(w.patches(), ["idle", "gate"], "answered once");
 }
+
+/// Every mutation reads its body as the request type `/v1/openapi.json` publishes, naming the
+/// member at fault, and an `Idempotency-Key` compares the body's canonical form
+/// (`idempotency.md`: "a digest of the canonicalized request body"): the same body sent again
+/// with its members in another order or other whitespace — or an optional body sent empty and
+/// then as `{}` — is the same request; a changed value is not.
+#[tokio::test]
+async fn a_body_is_its_request_type_and_a_key_compares_its_canonical_form() {
+    let w = World::new(|_| {}).await;
+    let post = Method::POST;
+    let replayed = |g: &Got| g.headers.get("openwop-idempotent-replay").is_some();
+    let create = |body: &str| {
+        call(post.clone(), "/v1/runs")
+            .header("idempotency-key", "canon-1")
+            .raw("application/json", body.to_owned())
+    };
+    let first = send(
+        &w.app,
+        &create(r#"{"workflowId":"w","tags":["a"],"scopeId":"s-1"}"#),
+    )
+    .await;
+    assert_eq!(first.status, StatusCode::CREATED, "{}", first.text);
+    let again = send(
+        &w.app,
+        &create("{ \"scopeId\": \"s-1\",\n  \"tags\": [ \"a\" ], \"workflowId\": \"w\" }"),
+    )
+    .await;
+    assert_eq!(again.status, StatusCode::CREATED, "{}", again.text);
+    assert!(replayed(&again), "re-serialized, the same request");
+    assert_eq!(again.json()["runId"], first.json()["runId"]);
+    let changed = send(
+        &w.app,
+        &create(r#"{"workflowId":"w","tags":["b"],"scopeId":"s-1"}"#),
+    )
+    .await;
+    assert_eq!(changed.status, StatusCode::CONFLICT, "{}", changed.text);
+    assert_eq!(changed.json()["error"], "idempotency_key_mismatch");
+    assert_eq!(w.store.lock().unwrap().created.len(), 1, "created once");
+
+    // Cancel: an empty body and `{}` are one request; a reason is kept on the Run, where the
+    // controller takes it into run.cancelled.reason.
+    let cancel = |body: &str| {
+        call(post.clone(), "/v1/runs/uid-idle/cancel")
+            .header("idempotency-key", "canon-2")
+            .raw("application/json", body.to_owned())
+    };
+    let first = send(&w.app, &cancel("")).await;
+    assert_eq!(first.status, StatusCode::OK, "{}", first.text);
+    let again = send(&w.app, &cancel("{}")).await;
+    assert!(replayed(&again), "{}", again.text);
+    assert_eq!(w.patches(), ["idle"], "cancelled once");
+    let reasoned = send(
+        &w.app,
+        &call(post.clone(), "/v1/runs/uid-wait/cancel").json(json!({"reason": "wrong inputs"})),
+    )
+    .await;
+    assert_eq!(reasoned.status, StatusCode::OK, "{}", reasoned.text);
+    let patch = w
+        .store
+        .lock()
+        .unwrap()
+        .patch_bodies
+        .last()
+        .cloned()
+        .unwrap();
+    assert_eq!(
+        patch,
+        json!({"metadata": {"annotations": {"openwop.dev/cancel-reason": "wrong inputs"}},
+               "spec": {"cancel": true}})
+    );
+
+    // The member at fault, by its path in the body.
+    for (what, uri, body, field) in [
+        (
+            "a reason too long",
+            "/v1/runs/uid-wait/cancel",
+            json!({"reason": "x".repeat(1025)}),
+            "reason",
+        ),
+        (
+            "a reason that is not text",
+            "/v1/runs/uid-wait/cancel",
+            json!({"reason": 7}),
+            "reason",
+        ),
+        (
+            "a drain policy of the wrong type",
+            "/v1/runs/uid-wait:pause",
+            json!({"drainPolicy": 7}),
+            "drainPolicy",
+        ),
+        (
+            "a pause member the spec does not have",
+            "/v1/runs/uid-wait:pause",
+            json!({"colour": 1}),
+            "colour",
+        ),
+        (
+            "a resume member the spec does not have",
+            "/v1/runs/uid-wait:resume",
+            json!({"colour": 1}),
+            "colour",
+        ),
+        (
+            "a runId that is not text",
+            "/v1/runs:bulk-cancel",
+            json!({"runIds": ["uid-idle", 7]}),
+            "runIds[1]",
+        ),
+        (
+            "an answer without its value",
+            "/v1/runs/uid-gate/interrupts/gate",
+            json!({}),
+            "resumeValue",
+        ),
+    ] {
+        let got = send(&w.app, &call(post.clone(), uri).json(body)).await;
+        assert_eq!(got.status, StatusCode::BAD_REQUEST, "{what}: {}", got.text);
+        assert_eq!(got.json()["error"], "validation_error", "{what}");
+        assert_eq!(
+            got.json()["details"]["field"],
+            field,
+            "{what}: {}",
+            got.text
+        );
+    }
+    assert_eq!(w.patches().len(), 2, "no refused body patched a run");
+    // A refusal names the route's template, never the path as sent (it may hold a token).
+    let got = send(
+        &w.app,
+        &call(post.clone(), "/v1/runs/uid-wait:pause").json(json!({"drainPolicy": 7})),
+    )
+    .await;
+    let message = got.json()["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        message.contains("POST /v1/runs/{runId}:pause") && !message.contains("uid-wait"),
+        "{message}"
+    );
+}

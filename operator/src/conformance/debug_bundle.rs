@@ -34,9 +34,6 @@ pub fn routes() -> OpenApiRouter<RestState> {
 }
 
 /// `POST .../debug-bundle/export` body.
-// Read by the OpenAPI document only: the handler reads the body as JSON, to say exactly
-// which field is wrong.
-#[allow(dead_code)]
 #[derive(Debug, serde::Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ExportRequest {
@@ -72,7 +69,7 @@ async fn run_secrets(s: &RestState, run: &Run) -> Vec<(String, String)> {
                 .into_iter()
                 .find(|w| w.namespace().as_deref() == Some(ns.as_str()) && w.name_any() == n)
         })
-        .map(|w| sensitive_values(&w.spec.definition.filled().to_value(), &inputs))
+        .map(|w| sensitive_values(&s.definitions.of(&w).document, &inputs))
         .unwrap_or_default()
 }
 
@@ -87,17 +84,15 @@ async fn run_secrets(s: &RestState, run: &Run) -> Vec<(String, String)> {
 async fn export(
     State(s): State<RestState>,
     caller: SeamCaller,
-    Json(raw): Json<Value>,
+    Json(req): Json<ExportRequest>,
 ) -> Result<Json<Value>, ApiError> {
-    let run_id = match raw.get("runId") {
-        Some(Value::String(r)) if !r.is_empty() => r.clone(),
-        _ => {
-            return Err(ApiError::validation(
-                "runId must be a non-empty string: the id of the run to export (`runId` of POST /v1/runs)",
-            )
-            .with_details(json!({"field": "runId"})));
-        }
-    };
+    let run_id = req.run_id;
+    if run_id.is_empty() {
+        return Err(ApiError::validation(
+            "runId must be a non-empty string: the id of the run to export (`runId` of POST /v1/runs)",
+        )
+        .with_details(json!({"field": "runId"})));
+    }
     // A synthetic run of the seams (its snapshot is the projection of its events), else a
     // Run the caller may see.
     let synthetic = super::seam::is_synthetic(&s, &caller.namespace, &run_id).await?;

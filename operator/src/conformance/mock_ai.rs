@@ -23,7 +23,7 @@ use openwop_protocol::events::RunEventDoc;
 use openwop_protocol::retry::dispatch_budgets;
 use openwop_protocol::seams::{ProgrammedCall, staged_mock};
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::json;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
@@ -45,9 +45,6 @@ pub fn routes() -> OpenApiRouter<RestState> {
 }
 
 /// `POST .../mock-ai/program` body.
-// Read by the OpenAPI document only: the handler reads the body as JSON, to say exactly
-// which field (or program entry) is wrong.
-#[allow(dead_code)]
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ProgramRequest {
@@ -56,7 +53,7 @@ pub struct ProgramRequest {
     /// One entry per expected provider call: `{stopReason?, content?, refusalText?,
     /// outputTokens?, inputTokens?}`.
     #[schema(value_type = Vec<Object>)]
-    pub program: Vec<Value>,
+    pub program: Vec<ProgrammedCall>,
 }
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -125,34 +122,17 @@ async fn put_staged(
 async fn program(
     State(s): State<RestState>,
     caller: SeamCaller,
-    Json(raw): Json<Value>,
+    Json(req): Json<ProgramRequest>,
 ) -> Result<Json<ProgramResponse>, ApiError> {
-    let node_id = match raw.get("nodeId") {
-        Some(Value::String(n)) if !n.is_empty() && n.chars().count() <= MAX_NODE_ID_CHARS => {
-            n.clone()
-        }
-        _ => {
-            return Err(ApiError::validation(format!(
-                "nodeId must be a non-empty string of at most {MAX_NODE_ID_CHARS} characters: the id of the workflow node whose provider calls the program answers"
-            ))
-            .with_details(json!({"field": "nodeId"})));
-        }
-    };
-    let Some(Value::Array(entries)) = raw.get("program") else {
-        return Err(ApiError::validation(
-            "program must be an array with one entry per expected provider call: {stopReason?, content?, refusalText?, outputTokens?, inputTokens?}",
-        )
-        .with_details(json!({"field": "program"})));
-    };
-    let mut calls = Vec::with_capacity(entries.len());
-    for (i, e) in entries.iter().enumerate() {
-        let c: ProgrammedCall = serde_json::from_value(e.clone()).map_err(|err| {
-            ApiError::validation(format!(
-                "program[{i}]: {err}; an entry takes stopReason, content, refusalText, outputTokens and inputTokens"
-            ))
-            .with_details(json!({"field": format!("program/{i}")}))
-        })?;
-        calls.push(c);
+    let ProgramRequest {
+        node_id,
+        program: calls,
+    } = req;
+    if node_id.is_empty() || node_id.chars().count() > MAX_NODE_ID_CHARS {
+        return Err(ApiError::validation(format!(
+            "nodeId must be a non-empty string of at most {MAX_NODE_ID_CHARS} characters: the id of the workflow node whose provider calls the program answers"
+        ))
+        .with_details(json!({"field": "nodeId"})));
     }
     let mock = staged_mock(&calls).map_err(|e| {
         ApiError::validation(format!(

@@ -3,7 +3,6 @@
 //! (`spec.cancel`), after which the controllers stop the run. A run that already ended is
 //! left alone — no patch, no event. Both honour `Idempotency-Key` ([`super::idempotency`]).
 
-use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
@@ -11,17 +10,20 @@ use futures::StreamExt as _;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use openwop_crds::Run;
+use openwop_crds::names::ANNOTATION_CANCEL_REASON;
 use openwop_protocol::run::RunPhase;
+use openwop_protocol::run::pause::MAX_REASON_CHARS;
 use serde_json::{Value, json};
 
 use super::auth::{Caller, Resource, Verb};
 use super::error::{ApiError, ErrorBody};
 use super::idempotency::{Scope, idempotent, op};
-use super::json::{self, Json};
+use super::json::{Json, Sent};
 use super::state::RestState;
 use super::support::{kube_error, phase, visible_run};
 use super::types::{
-    BulkCancelError, BulkCancelRequest, BulkCancelResponse, BulkCancelResult, RunStatusResponse,
+    BulkCancelError, BulkCancelRequest, BulkCancelResponse, BulkCancelResult, CancelRunRequest,
+    RunStatusResponse,
 };
 
 /// Most runIds one bulk cancel may name (`rest-endpoints.md` recommends 100).
@@ -43,8 +45,14 @@ pub enum Cancelled {
 }
 
 /// Cancels the run `run_id` for `caller`: 404 when the caller cannot see it, 403 without
-/// `patch` on runs in its namespace.
-pub async fn cancel(s: &RestState, caller: &Caller, run_id: &str) -> Result<Cancelled, ApiError> {
+/// `patch` on runs in its namespace. A `reason` is kept on the Run
+/// ([`ANNOTATION_CANCEL_REASON`]) and becomes its `run.cancelled.reason`.
+pub async fn cancel(
+    s: &RestState,
+    caller: &Caller,
+    run_id: &str,
+    reason: Option<&str>,
+) -> Result<Cancelled, ApiError> {
     // As its log has it: a run whose stream already ended is not cancelled.
     let cached = visible_run(s, caller, run_id).await?;
     let run = super::view::fresh_run(s, &cached).await;
@@ -62,20 +70,33 @@ pub async fn cancel(s: &RestState, caller: &Caller, run_id: &str) -> Result<Canc
     api.patch(
         &run.name_any(),
         &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {"cancel": true}})),
+        &Patch::Merge(cancel_patch(reason)),
     )
     .await
     .map_err(kube_error)?;
     Ok(Cancelled::Now(RunPhase::Cancelling))
 }
 
-/// `POST /v1/runs/{runId}/cancel` body (optional; documentation: the body is not read, only
-/// compared when an `Idempotency-Key` is repeated).
-#[derive(Debug, serde::Deserialize, utoipa::ToSchema)]
-#[allow(dead_code)]
-pub struct CancelRunRequest {
-    /// Why the run is cancelled.
-    pub reason: Option<String>,
+/// The merge patch that cancels a run, with its reason when one was given.
+fn cancel_patch(reason: Option<&str>) -> Value {
+    match reason {
+        Some(r) => json!({
+            "metadata": {"annotations": {ANNOTATION_CANCEL_REASON: r}},
+            "spec": {"cancel": true},
+        }),
+        None => json!({"spec": {"cancel": true}}),
+    }
+}
+
+/// A `reason` of at most [`MAX_REASON_CHARS`] characters (the bound pause has too).
+fn check_reason(reason: Option<&str>) -> Result<(), ApiError> {
+    match reason.map(|r| r.chars().count()) {
+        Some(n) if n > MAX_REASON_CHARS => Err(ApiError::validation(format!(
+            "reason has {n} characters; at most {MAX_REASON_CHARS}"
+        ))
+        .with_details(json!({"field": "reason"}))),
+        _ => Ok(()),
+    }
 }
 
 /// Cancel a run. A run that already ended answers 200 with its terminal status, unchanged.
@@ -99,8 +120,10 @@ pub async fn cancel_run(
     caller: Caller,
     headers: HeaderMap,
     Path(run_id): Path<String>,
-    body: Bytes,
+    body: Sent<CancelRunRequest>,
 ) -> Result<Response, ApiError> {
+    let reason = body.value.reason.as_deref();
+    check_reason(reason)?;
     let run = visible_run(&s, &caller, &run_id).await?;
     let ns = run.namespace().unwrap_or_default();
     s.auth
@@ -111,8 +134,9 @@ pub async fn cancel_run(
         operation: op::CANCEL_RUN,
         principal: &caller.username,
     };
-    idempotent(&s, &headers, scope, &[run_id.as_bytes(), &body], || async {
-        let status = match cancel(&s, &caller, &run_id).await? {
+    let request = [run_id.as_bytes(), body.canonical.as_bytes()];
+    idempotent(&s, &headers, scope, &request, || async {
+        let status = match cancel(&s, &caller, &run_id, reason).await? {
             Cancelled::Now(p) | Cancelled::AlreadyEnded(p) => p,
         };
         Ok(Json(RunStatusResponse {
@@ -141,10 +165,11 @@ pub async fn bulk_cancel(
     State(s): State<RestState>,
     caller: Caller,
     headers: HeaderMap,
-    Json(raw): Json<Value>,
+    body: Sent<BulkCancelRequest>,
 ) -> Result<Response, ApiError> {
-    let req: BulkCancelRequest = json::from_value(&raw, "POST /v1/runs:bulk-cancel")?;
-    let ids = run_ids(&req.run_ids)?;
+    let req = body.value;
+    check_reason(req.reason.as_deref())?;
+    check_count(req.run_ids.len())?;
     // The runs may be in several namespaces: the record is the caller's across all of them
     // (`_any` is no namespace name).
     let scope = Scope {
@@ -152,50 +177,50 @@ pub async fn bulk_cancel(
         operation: op::BULK_CANCEL_RUNS,
         principal: &caller.username,
     };
-    let body = raw.to_string();
-    idempotent(&s, &headers, scope, &[body.as_bytes()], || async {
-        let results: Vec<BulkCancelResult> = futures::stream::iter(ids)
-            .map(|id| {
-                let (s, caller) = (&s, &caller);
-                async move { bulk_item(s, caller, id).await }
-            })
-            .buffered(BULK_CONCURRENCY)
-            .collect()
-            .await;
-        Ok(Json(BulkCancelResponse { results }).into_response())
-    })
+    idempotent(
+        &s,
+        &headers,
+        scope,
+        &[body.canonical.as_bytes()],
+        || async {
+            let reason = req.reason.as_deref();
+            let results: Vec<BulkCancelResult> = futures::stream::iter(req.run_ids.clone())
+                .map(|id| {
+                    let (s, caller) = (&s, &caller);
+                    async move { bulk_item(s, caller, id, reason).await }
+                })
+                .buffered(BULK_CONCURRENCY)
+                .collect()
+                .await;
+            Ok(Json(BulkCancelResponse { results }).into_response())
+        },
+    )
     .await
 }
 
-/// The runIds of a bulk cancel, or why the request as a whole is refused.
-fn run_ids(raw: &[Value]) -> Result<Vec<String>, ApiError> {
-    if raw.is_empty() {
+/// How many runIds a bulk cancel may name: 1 to [`MAX_BULK_CANCEL`].
+fn check_count(n: usize) -> Result<(), ApiError> {
+    if n == 0 {
         return Err(
             ApiError::validation("runIds is empty: name at least one run to cancel")
                 .with_details(json!({"field": "runIds", "maxRunIds": MAX_BULK_CANCEL})),
         );
     }
-    if raw.len() > MAX_BULK_CANCEL {
+    if n > MAX_BULK_CANCEL {
         return Err(ApiError::validation(format!(
-            "runIds names {} runs; one bulk cancel takes at most {MAX_BULK_CANCEL}: split the list",
-            raw.len()
+            "runIds names {n} runs; one bulk cancel takes at most {MAX_BULK_CANCEL}: split the list"
         ))
         .with_details(json!({"field": "runIds", "maxRunIds": MAX_BULK_CANCEL})));
     }
-    raw.iter()
-        .enumerate()
-        .map(|(i, v)| {
-            v.as_str().map(str::to_owned).ok_or_else(|| {
-                ApiError::validation(format!(
-                    "runIds[{i}] is {v}, not a string: runIds are the runIds of runs"
-                ))
-                .with_details(json!({"field": format!("runIds[{i}]")}))
-            })
-        })
-        .collect()
+    Ok(())
 }
 
-async fn bulk_item(s: &RestState, caller: &Caller, run_id: String) -> BulkCancelResult {
+async fn bulk_item(
+    s: &RestState,
+    caller: &Caller,
+    run_id: String,
+    reason: Option<&str>,
+) -> BulkCancelResult {
     let refused = |code: &str, message: String| BulkCancelResult {
         run_id: run_id.clone(),
         ok: false,
@@ -208,7 +233,7 @@ async fn bulk_item(s: &RestState, caller: &Caller, run_id: String) -> BulkCancel
     if run_id.is_empty() {
         return refused("validation_error", "an empty runId names no run".into());
     }
-    match cancel(s, caller, &run_id).await {
+    match cancel(s, caller, &run_id, reason).await {
         Ok(Cancelled::Now(p)) => BulkCancelResult {
             run_id,
             ok: true,
@@ -229,21 +254,38 @@ async fn bulk_item(s: &RestState, caller: &Caller, run_id: String) -> BulkCancel
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rest::json::from_value;
 
     #[test]
     fn bulk_run_ids_are_one_to_a_hundred_strings() {
-        let e = run_ids(&[]).unwrap_err();
+        let e = check_count(0).unwrap_err();
         assert_eq!(e.body.error, "validation_error");
         assert_eq!(e.body.details.as_ref().unwrap()["maxRunIds"], 100);
-        let many: Vec<Value> = (0..101).map(|i| json!(format!("r{i}"))).collect();
-        let e = run_ids(&many).unwrap_err();
+        let e = check_count(101).unwrap_err();
         assert_eq!(e.body.details.as_ref().unwrap()["maxRunIds"], 100);
         assert!(e.body.message.contains("101"), "{e}");
-        let e = run_ids(&[json!("a"), json!(7)]).unwrap_err();
+        assert!(check_count(100).is_ok());
+        let e = from_value::<BulkCancelRequest>(
+            &json!({"runIds": ["a", 7]}),
+            "POST /v1/runs:bulk-cancel",
+        )
+        .unwrap_err();
         assert_eq!(
             e.body.details.as_ref().unwrap()["field"],
             json!("runIds[1]")
         );
-        assert_eq!(run_ids(&many[..100]).unwrap().len(), 100);
+    }
+
+    #[test]
+    fn a_reason_is_kept_on_the_run_and_bounded() {
+        assert_eq!(cancel_patch(None), json!({"spec": {"cancel": true}}));
+        assert_eq!(
+            cancel_patch(Some("wrong inputs")),
+            json!({"metadata": {"annotations": {"openwop.dev/cancel-reason": "wrong inputs"}},
+                   "spec": {"cancel": true}})
+        );
+        assert!(check_reason(Some(&"x".repeat(MAX_REASON_CHARS))).is_ok());
+        let e = check_reason(Some(&"x".repeat(MAX_REASON_CHARS + 1))).unwrap_err();
+        assert_eq!(e.body.details, Some(json!({"field": "reason"})));
     }
 }

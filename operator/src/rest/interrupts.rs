@@ -25,8 +25,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::body::Bytes;
-use axum::extract::{Path, State};
+use axum::extract::{FromRequestParts, Path, State};
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use k8s_openapi::jiff::Timestamp;
@@ -51,7 +51,7 @@ use serde_json::{Value, json};
 use super::auth::{Caller, Resource, Verb};
 use super::error::{ApiError, ErrorBody};
 use super::idempotency::{Scope, idempotent, op};
-use super::json::{self, Json};
+use super::json::{Json, Sent};
 use super::state::RestState;
 use super::support::{find_run, kube_error, phase, visible_run};
 use super::types::{ResolveInterruptRequest, RunStatusResponse};
@@ -149,10 +149,9 @@ pub async fn resolve_interrupt(
     caller: Caller,
     headers: HeaderMap,
     Path((run_id, node_id)): Path<(String, String)>,
-    Json(raw): Json<Value>,
+    body: Sent<ResolveInterruptRequest>,
 ) -> Result<Response, ApiError> {
-    let req: ResolveInterruptRequest =
-        json::from_value(&raw, "POST /v1/runs/{runId}/interrupts/{nodeId}")?;
+    let req = body.value;
     let cached = visible_run(&s, &caller, &run_id).await?;
     let ns = cached.namespace().unwrap_or_default();
     s.auth
@@ -163,8 +162,11 @@ pub async fn resolve_interrupt(
         operation: op::RESOLVE_INTERRUPT_BY_RUN,
         principal: &caller.username,
     };
-    let body = raw.to_string();
-    let parts: [&[u8]; 3] = [run_id.as_bytes(), node_id.as_bytes(), body.as_bytes()];
+    let parts: [&[u8]; 3] = [
+        run_id.as_bytes(),
+        node_id.as_bytes(),
+        body.canonical.as_bytes(),
+    ];
     idempotent(&s, &headers, scope, &parts, || async {
         let st = answer(&s, &cached, &node_id, None, req, &caller.username).await?;
         Ok((StatusCode::OK, Json(st)).into_response())
@@ -302,6 +304,32 @@ fn pending_at<'a>(run: &'a Run, node_id: &str) -> Option<&'a PendingInterrupt> {
         .pending_interrupts
         .iter()
         .find(|p| p.node_id == node_id)
+}
+
+/// The resolve token of `POST /v1/interrupts/{token}`, verified, and its run (extractor).
+/// It runs before the body is read: a request with a token this host did not sign learns
+/// nothing else, not even whether its body would do.
+pub struct ResolveToken {
+    claims: TokenClaims,
+    run: Arc<Run>,
+}
+
+impl FromRequestParts<RestState> for ResolveToken {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, s: &RestState) -> Result<Self, ApiError> {
+        let Path(token) = Path::<String>::from_request_parts(parts, s)
+            .await
+            .map_err(|e| ApiError::validation(format!("the token in the path: {e}")))?;
+        let (claims, run) = verified(s, &token).await?;
+        if claims.intent == TokenIntent::Inspect {
+            return Err(ApiError::forbidden(
+                "this token may only inspect the interrupt (intent inspect); resolve it with a \
+                 resolve token, or at POST /v1/runs/{runId}/interrupts/{nodeId} with a bearer token",
+            ));
+        }
+        Ok(ResolveToken { claims, run })
+    }
 }
 
 /// A token's claims and its run, or the error the spec gives: 404 for anything this host did
@@ -448,23 +476,13 @@ fn pending_of(run: &Run, claims: &TokenClaims) -> Option<PendingInterrupt> {
 pub async fn resolve_interrupt_by_token(
     State(s): State<RestState>,
     headers: HeaderMap,
-    Path(token): Path<String>,
-    body: Bytes,
+    ResolveToken {
+        claims,
+        run: cached,
+    }: ResolveToken,
+    body: Sent<ResolveInterruptRequest>,
 ) -> Result<Response, ApiError> {
-    // The token first: a request with a token this host did not sign learns nothing else.
-    let (claims, cached) = verified(&s, &token).await?;
-    if claims.intent == TokenIntent::Inspect {
-        return Err(ApiError::forbidden(
-            "this token may only inspect the interrupt (intent inspect); resolve it with a \
-             resolve token, or at POST /v1/runs/{runId}/interrupts/{nodeId} with a bearer token",
-        ));
-    }
-    let endpoint = "POST /v1/interrupts/{token}";
-    let raw: Value = serde_json::from_slice(&body).map_err(|e| {
-        ApiError::validation(format!("the body of {endpoint} is not JSON: {e}"))
-            .with_details(json!({"field": "body"}))
-    })?;
-    let req: ResolveInterruptRequest = json::from_value(&raw, endpoint)?;
+    let req = body.value;
     let ns = cached.namespace().unwrap_or_default();
     let scope = Scope {
         namespace: &ns,
@@ -474,7 +492,7 @@ pub async fn resolve_interrupt_by_token(
     let parts: [&[u8]; 3] = [
         claims.run_id.as_bytes(),
         claims.interrupt_id.as_bytes(),
-        &body,
+        body.canonical.as_bytes(),
     ];
     idempotent(&s, &headers, scope, &parts, || async {
         let run = super::view::fresh_run(&s, &cached).await;

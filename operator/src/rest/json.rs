@@ -4,11 +4,18 @@
 //! `rest.maxBodyBytes`, 400 for a body that is not JSON or does not fit the endpoint's
 //! request type. A body sent without `Content-Type` is read as JSON: the API always took
 //! such bodies, and OpenWOP clients exist that omit the header.
+//!
+//! A mutation's body is read with [`Sent`]: the request type and, beside it, the body's
+//! canonical form (RFC 8785), which is what an `Idempotency-Key` compares.
 
+use axum::body::{Body, Bytes};
 use axum::extract::rejection::{BytesRejection, FailedToBufferBody, JsonRejection};
-use axum::extract::{FromRequest, Request};
-use axum::http::StatusCode;
+use axum::extract::{FromRequest, MatchedPath, Request};
+use axum::http::header::CONTENT_TYPE;
+use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use openwop_protocol::jcs;
+use openwop_protocol::text::read_json;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
@@ -26,23 +33,97 @@ where
 {
     type Rejection = ApiError;
 
-    async fn from_request(mut req: Request, state: &RestState) -> Result<Self, Self::Rejection> {
-        let endpoint = format!("{} {}", req.method(), req.uri().path());
-        assume_json_when_undeclared(&mut req);
-        match axum::Json::<T>::from_request(req, state).await {
-            Ok(axum::Json(v)) => Ok(Json(v)),
-            Err(r) => Err(rejection(r, &endpoint, state.config.rest.max_body_bytes)),
+    async fn from_request(req: Request, state: &RestState) -> Result<Self, Self::Rejection> {
+        let endpoint = endpoint_of(&req);
+        let body = axum::Json::<Value>::from_request(assume_json_when_undeclared(req), state)
+            .await
+            .map_err(|r| rejection(r, &endpoint, state.config.rest.max_body_bytes))?
+            .0;
+        Ok(Json(from_value(&body, &endpoint)?))
+    }
+}
+
+/// A mutation's JSON body (extractor): read as the request type `T`, and kept in its
+/// canonical form (RFC 8785 JCS), which the `Idempotency-Key` digest covers —
+/// `idempotency.md` compares "a digest of the canonicalized request body", so a retry that
+/// re-serializes the same body (other member order, other whitespace) is the same request,
+/// and one that changes a value is not. An empty body, or `null`, reads as `{}`: the bodies
+/// of cancel, pause and resume are optional. Refusals are [`Json`]'s, naming the field at fault.
+#[derive(Debug, Clone)]
+pub struct Sent<T> {
+    pub value: T,
+    /// The body's JCS form (`{}` for an empty body).
+    pub canonical: String,
+}
+
+impl<T> FromRequest<RestState> for Sent<T>
+where
+    T: DeserializeOwned + Send,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &RestState) -> Result<Self, Self::Rejection> {
+        let endpoint = endpoint_of(&req);
+        let max = state.config.rest.max_body_bytes;
+        let req = assume_json_when_undeclared(req);
+        let content_type = req.headers().get(CONTENT_TYPE).cloned();
+        let raw = Bytes::from_request(req, state)
+            .await
+            .map_err(|r| rejection(JsonRejection::from(r), &endpoint, max))?;
+        let mut body = Value::Null;
+        if !raw.iter().all(u8::is_ascii_whitespace) {
+            // axum's reading of the bytes, for its content-type and syntax refusals.
+            let mut again = Request::new(Body::from(raw));
+            if let Some(ct) = content_type {
+                again.headers_mut().insert(CONTENT_TYPE, ct);
+            }
+            body = axum::Json::<Value>::from_request(again, &())
+                .await
+                .map_err(|r| rejection(r, &endpoint, max))?
+                .0;
         }
+        if body.is_null() {
+            body = Value::Object(Default::default());
+        }
+        Ok(Sent {
+            value: from_value(&body, &endpoint)?,
+            canonical: jcs::canonical(&body),
+        })
+    }
+}
+
+/// The endpoint a refusal names: the method and the route's template
+/// (`POST /v1/interrupts/{token}`), never the path as sent — a path can carry a secret (a
+/// signed interrupt token) — with the `:operation` of a custom method (`…/{runId}:pause`).
+fn endpoint_of(req: &Request) -> String {
+    let Some(template) = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map(MatchedPath::as_str)
+    else {
+        return format!("{} request", req.method());
+    };
+    let operation = req
+        .uri()
+        .path()
+        .rsplit('/')
+        .next()
+        .and_then(|last| last.rsplit_once(':'))
+        .map(|(_, op)| op)
+        .filter(|op| !template.ends_with(&format!(":{op}")));
+    match operation {
+        Some(op) => format!("{} {template}:{op}", req.method()),
+        None => format!("{} {template}", req.method()),
     }
 }
 
 /// A request without `Content-Type` is taken as JSON; a declared non-JSON type is still refused.
-fn assume_json_when_undeclared(req: &mut Request) {
-    use axum::http::{HeaderValue, header::CONTENT_TYPE};
+fn assume_json_when_undeclared(mut req: Request) -> Request {
     if !req.headers().contains_key(CONTENT_TYPE) {
         req.headers_mut()
             .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     }
+    req
 }
 
 impl<T: Serialize> IntoResponse for Json<T> {
@@ -70,11 +151,6 @@ fn rejection(r: JsonRejection, endpoint: &str, max: usize) -> ApiError {
             "the body of {endpoint} is not valid JSON ({reason}); send one JSON object"
         ))
         .with_details(json!({"field": "body"})),
-        JsonRejection::JsonDataError(_) => ApiError::validation(format!(
-            "the body of {endpoint} does not fit its request type: {reason}; the request \
-             schemas are in /v1/openapi.json"
-        ))
-        .with_details(json!({"field": "body"})),
         _ => ApiError::validation(format!(
             "the body of {endpoint} could not be read ({reason}); send it again"
         ))
@@ -83,26 +159,22 @@ fn rejection(r: JsonRejection, endpoint: &str, max: usize) -> ApiError {
 }
 
 /// `raw` (a body already read as JSON) as `T`, refused like a body [`Json`] could not
-/// read: for handlers that need the body as sent as well (e.g. to hash it).
+/// read, with `details.field` the member at fault (`events[1]`, `tenantId`; `body` when it
+/// is the body as a whole).
 pub fn from_value<T: DeserializeOwned>(raw: &Value, endpoint: &str) -> Result<T, ApiError> {
-    T::deserialize(raw).map_err(|e| {
-        let e = e.to_string();
-        // A closed body names the field it does not know, so the caller can drop it.
-        let field = unknown_field(&e).unwrap_or("body");
+    read_json(raw).map_err(|e| {
+        let field = if e.field.is_empty() {
+            "body".to_owned()
+        } else {
+            e.field
+        };
         ApiError::validation(format!(
-            "the body of {endpoint} does not fit its request type: {e}; the request schemas \
-             are in /v1/openapi.json"
+            "the body of {endpoint} does not fit its request type: {}; the request schemas \
+             are in /v1/openapi.json",
+            e.message
         ))
         .with_details(json!({ "field": field }))
     })
-}
-
-/// The field serde names in its "unknown field `x`, expected ..." refusal of a closed body.
-fn unknown_field(serde_message: &str) -> Option<&str> {
-    serde_message
-        .strip_prefix("unknown field `")?
-        .split_once('`')
-        .map(|(field, _)| field)
 }
 
 #[cfg(test)]
@@ -129,9 +201,8 @@ mod tests {
         if let Some(ct) = content_type {
             req = req.header(CONTENT_TYPE, ct);
         }
-        let mut req = req.body(Body::from(body)).unwrap();
-        assume_json_when_undeclared(&mut req);
-        let r = axum::Json::<Req>::from_request(req, &())
+        let req = assume_json_when_undeclared(req.body(Body::from(body)).unwrap());
+        let r = axum::Json::<Value>::from_request(req, &())
             .await
             .expect_err("refused");
         let resp = rejection(r, "POST /v1/runs", MAX).into_response();
@@ -168,14 +239,15 @@ mod tests {
             "{body}"
         );
 
-        let (status, body) = refused(json, r#"{"workflowId": 7}"#.into()).await;
-        assert_eq!(status, StatusCode::BAD_REQUEST, "never axum's 422");
-        let msg = body["message"].as_str().unwrap();
+        // Read, but not of the request type: the member at fault is named.
+        let e = from_value::<Req>(&json!({"workflowId": 7}), "POST /v1/runs").unwrap_err();
+        assert_eq!(e.status, StatusCode::BAD_REQUEST, "never axum's 422");
         assert!(
-            msg.contains("workflowId") && msg.contains("/v1/openapi.json"),
-            "{body}"
+            e.body.message.contains("/v1/openapi.json"),
+            "{}",
+            e.body.message
         );
-        assert_eq!(body["details"], json!({"field": "body"}));
+        assert_eq!(e.body.details, Some(json!({"field": "workflowId"})));
 
         let big = format!(r#"{{"workflowId": "{}"}}"#, "x".repeat(MAX));
         let (status, body) = refused(json, big).await;
@@ -193,10 +265,11 @@ mod tests {
 
     #[tokio::test]
     async fn a_body_without_content_type_is_read_as_json() {
-        let mut req = Request::post("/v1/runs")
-            .body(Body::from(r#"{"workflowId": "w"}"#))
-            .unwrap();
-        assume_json_when_undeclared(&mut req);
+        let req = assume_json_when_undeclared(
+            Request::post("/v1/runs")
+                .body(Body::from(r#"{"workflowId": "w"}"#))
+                .unwrap(),
+        );
         let axum::Json(r) = axum::Json::<Req>::from_request(req, &()).await.unwrap();
         assert_eq!(r.workflow_id, "w");
         // Still refused with a specific error when the body is not JSON.

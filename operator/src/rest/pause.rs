@@ -9,8 +9,9 @@
 //! `POST /v1/runs/{runId}` handler ([`run_action`]) takes the suffix apart; the OpenAPI
 //! document describes the two operations under their spec paths.
 
-use axum::body::Bytes;
-use axum::extract::{Path, State};
+use axum::extract::{FromRequestParts, Path, Request, State};
+use axum::handler::Handler;
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use k8s_openapi::jiff::Timestamp;
@@ -19,42 +20,61 @@ use kube::api::{Api, Patch, PatchParams};
 use openwop_crds::{PauseRequest, Run};
 use openwop_protocol::run::RunPhase;
 use openwop_protocol::run::pause::{MAX_REASON_CHARS, PauseConflict, check_pause, check_resume};
-use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use super::auth::{Caller, Resource, Verb};
 use super::error::{ApiError, ErrorBody};
 use super::idempotency::{Scope, idempotent, op};
-use super::json::{self, Json};
+use super::json::{Json, Sent};
 use super::state::RestState;
 use super::support::{kube_error, phase, visible_run};
 use super::types::{PauseRunRequest, PauseRunResponse, ResumeRunRequest};
 
-/// `POST /v1/runs/{runId}:pause` or `:resume` (see the module docs).
+/// `POST /v1/runs/{runId}:pause` or `:resume` (see the module docs): hands the request to
+/// [`pause_run`] or [`resume_run`], whose [`Action`] extractor reads the run id.
 pub async fn run_action(
     State(s): State<RestState>,
-    caller: Caller,
     Path(target): Path<String>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Result<Response, ApiError> {
+    req: Request,
+) -> Response {
     match target.rsplit_once(':') {
-        Some((run_id, "pause")) => pause(&s, &caller, run_id, &headers, &body).await,
-        Some((run_id, "resume")) => resume(&s, &caller, run_id, &headers, &body).await,
-        _ => Err(ApiError::new(
+        Some((_, "pause")) => pause_run.call(req, s).await,
+        Some((_, "resume")) => resume_run.call(req, s).await,
+        _ => ApiError::new(
             StatusCode::METHOD_NOT_ALLOWED,
             "method_not_allowed",
             format!(
                 "POST /v1/runs/{target} is not an operation: use POST /v1/runs/{{runId}}:pause, :resume or /cancel"
             ),
-        )),
+        )
+        .into_response(),
+    }
+}
+
+/// The `{runId}` of `POST /v1/runs/{runId}:<operation>` (extractor): the router's one path
+/// parameter holds both.
+pub struct Action(pub String);
+
+impl FromRequestParts<RestState> for Action {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &RestState) -> Result<Self, ApiError> {
+        let Path(target) = Path::<String>::from_request_parts(parts, state)
+            .await
+            .map_err(|e| ApiError::validation(format!("the run id in the path: {e}")))?;
+        Ok(Action(
+            target
+                .rsplit_once(':')
+                .map_or(target.as_str(), |(run_id, _)| run_id)
+                .to_owned(),
+        ))
     }
 }
 
 /// Pause a run. The worker stops at a safe point (per `drainPolicy`), records `run.paused`
 /// and exits; the run holds no pod until `:resume`.
 #[utoipa::path(
-    post, path = "/v1/runs/{runId}:pause", request_body = PauseRunRequest,
+    post, path = "/v1/runs/{runId}:pause", request_body(content = Option<PauseRunRequest>),
     params(
         ("runId" = String, Path),
         ("Idempotency-Key" = Option<String>, Header, description = "the same key and body answer the first request's answer again (`openwop-Idempotent-Replay: true`)")
@@ -68,11 +88,55 @@ pub async fn run_action(
     ),
     security(("bearer" = []))
 )]
-pub async fn pause_run() {}
+pub async fn pause_run(
+    State(s): State<RestState>,
+    caller: Caller,
+    Action(run_id): Action,
+    headers: HeaderMap,
+    body: Sent<PauseRunRequest>,
+) -> Result<Response, ApiError> {
+    let req = body.value;
+    if let Some(r) = &req.reason
+        && r.chars().count() > MAX_REASON_CHARS
+    {
+        return Err(ApiError::validation(format!(
+            "reason has {} characters; at most {MAX_REASON_CHARS}",
+            r.chars().count()
+        ))
+        .with_details(json!({"field": "reason"})));
+    }
+    let run = patchable_run(&s, &caller, &run_id).await?;
+    let request = [run_id.as_bytes(), body.canonical.as_bytes()];
+    once(
+        &s,
+        &caller,
+        &run,
+        op::PAUSE_RUN,
+        &headers,
+        &request,
+        || async {
+            check_pause(phase(&run), run.spec.pause.is_some()).map_err(|e| conflict(e, &run))?;
+            let now = Timestamp::now().to_string();
+            let pause = PauseRequest {
+                reason: req.reason,
+                drain_policy: req.drain_policy.unwrap_or_default(),
+                requested_at: Some(now.clone()),
+            };
+            patch_pause(&run, &s, serde_json::to_value(&pause).unwrap_or_default()).await?;
+            Ok(accepted(PauseRunResponse {
+                run_id: run_id.clone(),
+                status: RunPhase::Paused,
+                paused_at: Some(now),
+                resumed_at: None,
+            }))
+        },
+    )
+    .await
+}
 
 /// Resume a paused run: a new worker replays its log and continues.
 #[utoipa::path(
-    post, path = "/v1/runs/{runId}:resume", request_body = ResumeRunRequest,
+    post, path = "/v1/runs/{runId}:resume", request_body(content = Option<ResumeRunRequest>),
     params(
         ("runId" = String, Path),
         ("Idempotency-Key" = Option<String>, Header, description = "the same key and body answer the first request's answer again (`openwop-Idempotent-Replay: true`)")
@@ -86,19 +150,34 @@ pub async fn pause_run() {}
     ),
     security(("bearer" = []))
 )]
-pub async fn resume_run() {}
-
-/// The body as `T`; an empty body is `{}`.
-fn body<T: DeserializeOwned>(raw: &Bytes, endpoint: &str) -> Result<T, ApiError> {
-    let v: Value = if raw.iter().all(u8::is_ascii_whitespace) {
-        json!({})
-    } else {
-        serde_json::from_slice(raw).map_err(|e| {
-            ApiError::validation(format!("the body of {endpoint} is not JSON: {e}"))
-                .with_details(json!({"field": "body"}))
-        })?
-    };
-    json::from_value(&v, endpoint)
+pub async fn resume_run(
+    State(s): State<RestState>,
+    caller: Caller,
+    Action(run_id): Action,
+    headers: HeaderMap,
+    body: Sent<ResumeRunRequest>,
+) -> Result<Response, ApiError> {
+    let run = patchable_run(&s, &caller, &run_id).await?;
+    let request = [run_id.as_bytes(), body.canonical.as_bytes()];
+    once(
+        &s,
+        &caller,
+        &run,
+        op::RESUME_RUN,
+        &headers,
+        &request,
+        || async {
+            check_resume(phase(&run), run.spec.pause.is_some()).map_err(|e| conflict(e, &run))?;
+            patch_pause(&run, &s, Value::Null).await?;
+            Ok(accepted(PauseRunResponse {
+                run_id: run_id.clone(),
+                status: RunPhase::Running,
+                paused_at: None,
+                resumed_at: Some(Timestamp::now().to_string()),
+            }))
+        },
+    )
+    .await
 }
 
 /// The run as the API server has it now (its `spec.pause` may be newer than the cache's),
@@ -174,82 +253,4 @@ where
         principal: &caller.username,
     };
     idempotent(s, headers, scope, request, work).await
-}
-
-async fn pause(
-    s: &RestState,
-    caller: &Caller,
-    run_id: &str,
-    headers: &HeaderMap,
-    raw: &Bytes,
-) -> Result<Response, ApiError> {
-    const ENDPOINT: &str = "POST /v1/runs/{runId}:pause";
-    let req: PauseRunRequest = body(raw, ENDPOINT)?;
-    if let Some(r) = &req.reason
-        && r.chars().count() > MAX_REASON_CHARS
-    {
-        return Err(ApiError::validation(format!(
-            "reason has {} characters; at most {MAX_REASON_CHARS}",
-            r.chars().count()
-        ))
-        .with_details(json!({"field": "reason"})));
-    }
-    let run = patchable_run(s, caller, run_id).await?;
-    let request = [run_id.as_bytes(), raw.as_ref()];
-    once(
-        s,
-        caller,
-        &run,
-        op::PAUSE_RUN,
-        headers,
-        &request,
-        || async {
-            check_pause(phase(&run), run.spec.pause.is_some()).map_err(|e| conflict(e, &run))?;
-            let now = Timestamp::now().to_string();
-            let pause = PauseRequest {
-                reason: req.reason,
-                drain_policy: req.drain_policy.unwrap_or_default(),
-                requested_at: Some(now.clone()),
-            };
-            patch_pause(&run, s, serde_json::to_value(&pause).unwrap_or_default()).await?;
-            Ok(accepted(PauseRunResponse {
-                run_id: run_id.to_owned(),
-                status: RunPhase::Paused,
-                paused_at: Some(now),
-                resumed_at: None,
-            }))
-        },
-    )
-    .await
-}
-
-async fn resume(
-    s: &RestState,
-    caller: &Caller,
-    run_id: &str,
-    headers: &HeaderMap,
-    raw: &Bytes,
-) -> Result<Response, ApiError> {
-    let _: ResumeRunRequest = body(raw, "POST /v1/runs/{runId}:resume")?;
-    let run = patchable_run(s, caller, run_id).await?;
-    let request = [run_id.as_bytes(), raw.as_ref()];
-    once(
-        s,
-        caller,
-        &run,
-        op::RESUME_RUN,
-        headers,
-        &request,
-        || async {
-            check_resume(phase(&run), run.spec.pause.is_some()).map_err(|e| conflict(e, &run))?;
-            patch_pause(&run, s, Value::Null).await?;
-            Ok(accepted(PauseRunResponse {
-                run_id: run_id.to_owned(),
-                status: RunPhase::Running,
-                paused_at: None,
-                resumed_at: Some(Timestamp::now().to_string()),
-            }))
-        },
-    )
-    .await
 }

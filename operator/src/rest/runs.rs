@@ -14,17 +14,16 @@ use openwop_protocol::egress::EgressPolicy;
 use openwop_protocol::run::options::run_timeout_ms;
 use openwop_protocol::run::snapshot::clamp_recursion_limit;
 use openwop_protocol::run::{RunSnapshotDoc, check_inputs};
-use openwop_protocol::workflow::WorkflowDefinition;
 use serde_json::{Value, json};
 
 use super::auth::{Caller, Resource, Verb};
 use super::error::{ApiError, ErrorBody};
 use super::idempotency::{Scope, idempotent, op};
-use super::json::{self, Json};
+use super::json::{Json, Sent};
 use super::state::RestState;
 use super::support::{find_workflow, kube_error, phase, visible_run};
 use super::types::{CreateRunRequest, CreateRunResponse};
-use crate::config::LABEL_INSTANCE;
+use openwop_crds::names::LABEL_INSTANCE;
 
 pub use openwop_crds::names::{
     ANNOTATION_CREATED_BY, ANNOTATION_METADATA, ANNOTATION_SCOPE_ID, ANNOTATION_TAGS,
@@ -50,10 +49,9 @@ pub async fn create_run(
     State(s): State<RestState>,
     caller: Caller,
     headers: HeaderMap,
-    Json(raw): Json<Value>,
+    body: Sent<CreateRunRequest>,
 ) -> Result<Response, ApiError> {
-    // Read as sent first: the idempotency hash covers the body, not our reading of it.
-    let req: CreateRunRequest = json::from_value(&raw, "POST /v1/runs")?;
+    let req = body.value;
     refuse_unserved_options(&req)?;
     let ns = s.tenant(&caller, req.tenant_id.as_deref())?;
     s.auth
@@ -64,8 +62,7 @@ pub async fn create_run(
         operation: op::CREATE_RUN,
         principal: &caller.username,
     };
-    let body = raw.to_string();
-    idempotent(&s, &headers, scope, &[body.as_bytes()], || {
+    idempotent(&s, &headers, scope, &[body.canonical.as_bytes()], || {
         create(&s, &caller, &ns, &req)
     })
     .await
@@ -88,13 +85,14 @@ async fn create(
         ))
         .with_details(json!({"field": "workflowId", "workflowId": req.workflow_id}))
     })?;
-    let def =
-        WorkflowDefinition::from_value(wf.spec.definition.filled().to_value()).map_err(|e| {
-            ApiError::validation(format!(
-                "workflow {:?} has an invalid definition ({e}); fix the Workflow first",
-                req.workflow_id
-            ))
-        })?;
+    let stored = s.definitions.of(&wf);
+    if let Err(e) = &stored.read {
+        return Err(ApiError::validation(format!(
+            "workflow {:?} has an invalid definition ({e}); fix the Workflow first",
+            req.workflow_id
+        )));
+    }
+    let def = &stored.definition;
     let inputs = req.inputs.clone().unwrap_or_default();
     let problems = check_inputs(def.variables.as_deref().unwrap_or(&[]), &inputs);
     if !problems.is_empty() {

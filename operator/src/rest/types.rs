@@ -150,9 +150,20 @@ pub struct EventsQuery {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct BulkCancelRequest {
     /// Runs to cancel (1 to 100 runIds), answered in this order.
-    #[schema(value_type = Vec<String>)]
-    pub run_ids: Vec<Value>,
-    /// Why (for people; not recorded on the runs).
+    pub run_ids: Vec<String>,
+    /// Why (at most 1024 characters): each run cancelled now records it as its
+    /// `run.cancelled.reason`.
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+/// `POST /v1/runs/{runId}/cancel` body (optional). Open, unlike the other bodies: this
+/// endpoint took any body before it read `reason`, and clients send their own members.
+#[derive(Debug, Clone, Default, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CancelRunRequest {
+    /// Why the run is cancelled (at most 1024 characters): recorded as its
+    /// `run.cancelled.reason`.
     #[serde(default)]
     pub reason: Option<String>,
 }

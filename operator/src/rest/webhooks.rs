@@ -2,21 +2,21 @@
 //!
 //! A subscription belongs to a tenant (namespace): the caller needs RBAC `create` /
 //! `delete` on `webhooks.openwop.dev` there, and sees and deletes only that tenant's
-//! subscriptions. The body is checked first (`protocol::webhook::parse_registration`:
-//! `validation_error`, `webhook_url_rejected`), so a malformed request is answered without
-//! an access review. The secret is returned once, here, and appears nowhere else.
+//! subscriptions. The body is read and checked first (`RegisterWebhookRequest`,
+//! `protocol::webhook::parse_registration`: `validation_error`, `webhook_url_rejected`), so
+//! a malformed request is answered without an access review. The secret is returned once, here, and appears nowhere else.
 
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use openwop_protocol::webhook::{self, RegistrationError};
+use openwop_protocol::webhook::{self, RegisterWebhookRequest, RegistrationError};
 use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::auth::{Caller, Resource, Verb};
 use super::error::{ApiError, ErrorBody};
 use super::idempotency::{Scope, idempotent, is_replay, op};
-use super::json::Json;
+use super::json::{Json, Sent};
 use super::state::RestState;
 use super::types::TenantQuery;
 use crate::webhooks::{deliver, dispatch};
@@ -24,23 +24,6 @@ use crate::webhooks::{deliver, dispatch};
 /// Longest wait for the DNS answer that checks a new subscription's host.
 const RESOLVE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 use crate::webhooks::store::{Store, Subscription};
-
-/// `POST /v1/webhooks` body (documentation; the handler checks the JSON itself so every
-/// refusal names its field).
-#[derive(Debug, serde::Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "camelCase")]
-#[allow(dead_code)]
-pub struct RegisterWebhookRequest {
-    /// `https://` URL deliveries are POSTed to (internal addresses are refused unless the
-    /// host's allow list names them).
-    pub url: String,
-    /// Run event types to deliver (at least one).
-    pub events: Vec<String>,
-    /// Namespace of the runs to deliver; defaults to the caller's ServiceAccount namespace.
-    pub tenant_id: Option<String>,
-    /// Deliver only events of runs carrying one of these tags.
-    pub tags: Option<Vec<String>>,
-}
 
 /// `201` body: the secret is shown this once.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -107,13 +90,13 @@ pub async fn register_webhook(
     State(s): State<RestState>,
     caller: Caller,
     headers: HeaderMap,
-    Json(body): Json<Value>,
+    body: Sent<RegisterWebhookRequest>,
 ) -> Result<Response, ApiError> {
     if !s.config.webhooks_active() {
         return Err(not_enabled());
     }
     let policy = s.config.webhooks.egress();
-    let reg = webhook::parse_registration(&body, &policy).map_err(refused)?;
+    let reg = webhook::parse_registration(body.value, &policy).map_err(refused)?;
     let tenant = s.tenant(&caller, reg.tenant_id.as_deref())?;
     s.auth
         .authorize(&caller, Verb::Create, Resource::Webhooks, &tenant)
@@ -123,8 +106,7 @@ pub async fn register_webhook(
         operation: op::REGISTER_WEBHOOK,
         principal: &caller.username,
     };
-    let raw = body.to_string();
-    let answer = idempotent(&s, &headers, scope, &[raw.as_bytes()], || {
+    let answer = idempotent(&s, &headers, scope, &[body.canonical.as_bytes()], || {
         register(&s, &tenant, reg, &policy)
     })
     .await?;
