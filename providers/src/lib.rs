@@ -14,6 +14,7 @@ use serde_json::Value;
 mod anthropic;
 mod config;
 mod gemini;
+pub mod mcp;
 mod mock;
 mod openai;
 mod secret;

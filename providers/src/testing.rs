@@ -4,6 +4,8 @@
 //! provider calls at the provider, not from the run's log. Its server runs on its own thread,
 //! so it can be used from synchronous tests and from inside a tokio runtime alike.
 
+pub mod mcp;
+
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
@@ -94,39 +96,24 @@ impl ScriptedLlm {
     /// Serves `script` on `addr` (e.g. `0.0.0.0:0` for pods outside the host network).
     pub fn start_on(addr: &str, script: Script) -> ScriptedLlm {
         let listener = std::net::TcpListener::bind(addr).expect("bind the fake provider");
-        listener.set_nonblocking(true).unwrap();
         let base = format!("http://{}/v1", listener.local_addr().unwrap());
         let log: Arc<Mutex<LlmLog>> = Default::default();
         let release = Arc::new(tokio::sync::Notify::new());
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let (l, r, script) = (log.clone(), release.clone(), Arc::new(script));
-        let thread = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async move {
-                let app = axum::Router::new().route(
-                    "/v1/chat/completions",
-                    axum::routing::post(move |axum::Json(body): axum::Json<Value>| {
-                        let (l, r, script) = (l.clone(), r.clone(), script.clone());
-                        async move { Self::answer(&l, &r, &script, body).await }
-                    }),
-                );
-                let listener = tokio::net::TcpListener::from_std(listener).unwrap();
-                let _ = axum::serve(listener, app)
-                    .with_graceful_shutdown(async {
-                        let _ = stopped.await;
-                    })
-                    .await;
-            });
-        });
+        let app = axum::Router::new().route(
+            "/v1/chat/completions",
+            axum::routing::post(move |axum::Json(body): axum::Json<Value>| {
+                let (l, r, script) = (l.clone(), r.clone(), script.clone());
+                async move { Self::answer(&l, &r, &script, body).await }
+            }),
+        );
+        let Served { stop, thread } = Served::start(listener, app);
         ScriptedLlm {
             base,
             log,
             release,
-            stop: Some(stop),
-            thread: Some(thread),
+            stop,
+            thread,
         }
     }
 
@@ -297,10 +284,52 @@ impl ScriptedLlm {
 impl Drop for ScriptedLlm {
     fn drop(&mut self) {
         self.release.notify_waiters();
-        if let Some(stop) = self.stop.take() {
+        Served::stop(self.stop.take(), self.thread.take());
+    }
+}
+
+/// A fake server's `app`, served from `listener` on a thread of its own (with its own
+/// runtime), so it answers whether the test is synchronous or inside a runtime.
+pub(crate) struct Served {
+    pub(crate) stop: Option<tokio::sync::oneshot::Sender<()>>,
+    pub(crate) thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Served {
+    pub(crate) fn start(listener: std::net::TcpListener, app: axum::Router) -> Served {
+        listener
+            .set_nonblocking(true)
+            .expect("a non-blocking listener");
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime for the fake server");
+            rt.block_on(async move {
+                let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+                let _ = axum::serve(listener, app)
+                    .with_graceful_shutdown(async {
+                        let _ = stopped.await;
+                    })
+                    .await;
+            });
+        });
+        Served {
+            stop: Some(stop),
+            thread: Some(thread),
+        }
+    }
+
+    /// Stops the server and waits for its thread.
+    pub(crate) fn stop(
+        stop: Option<tokio::sync::oneshot::Sender<()>>,
+        thread: Option<std::thread::JoinHandle<()>>,
+    ) {
+        if let Some(stop) = stop {
             let _ = stop.send(());
         }
-        if let Some(t) = self.thread.take() {
+        if let Some(t) = thread {
             let _ = t.join();
         }
     }
