@@ -163,13 +163,13 @@ fn rejection(r: JsonRejection, endpoint: &str, max: usize) -> ApiError {
 /// is the body as a whole).
 pub fn from_value<T: DeserializeOwned>(raw: &Value, endpoint: &str) -> Result<T, ApiError> {
     read_json(raw).map_err(|e| {
-        let field = if e.field.is_empty() {
-            "body".to_owned()
+        let (at, field) = if e.field.is_empty() {
+            (String::new(), "body".to_owned())
         } else {
-            e.field
+            (format!(" at `{}`", e.field), e.field)
         };
         ApiError::validation(format!(
-            "the body of {endpoint} does not fit its request type: {}; the request schemas \
+            "the body of {endpoint} does not fit its request type{at}: {}; the request schemas \
              are in /v1/openapi.json",
             e.message
         ))
