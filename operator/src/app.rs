@@ -384,6 +384,11 @@ async fn serve_http(
                 }
             }),
         );
+    // Every protocol path is negotiated, matched or not (an unversioned v2 path has no route).
+    let app = app.layer(axum::middleware::from_fn_with_state(
+        crate::versioning::advertised(),
+        crate::versioning::negotiate_version,
+    ));
     let listener = tokio::net::TcpListener::bind(&listen)
         .await
         .with_context(|| format!("binding {listen}"))?;

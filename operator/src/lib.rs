@@ -23,4 +23,5 @@ pub mod signing_key;
 pub mod snapshot;
 pub mod status;
 pub mod ui;
+pub mod versioning;
 pub mod webhooks;

@@ -22,6 +22,26 @@ use super::version::{Major, ProtocolVersion, number};
 /// The path of the one discovery resource, whose representation the header selects.
 pub const DISCOVERY_PATH: &str = "/.well-known/openwop";
 
+/// The first segments of the operations of the v2 path manifest (`spec/v2/path-manifest.json`,
+/// 55 operations): an unversioned path under one of them (`/runs`, `/runs:bulk-cancel`,
+/// `/openapi.json`) is a protocol operation, negotiated even on a host that serves no v2, so
+/// a v2 client is told which versions are served instead of meeting a bare 404. Every other
+/// unversioned path is the host's own (its web UI, metrics, probes) and is not negotiated.
+pub const MANIFEST_SEGMENTS: [&str; 12] = [
+    "agents",
+    "audit",
+    "content",
+    "host",
+    "interrupts",
+    "openapi.json",
+    "prompts",
+    "runs",
+    "tools",
+    "trigger-subscriptions",
+    "webhooks",
+    "workflows",
+];
+
 /// Where a request landed, as negotiation sees it. Only protocol operations are negotiated:
 /// the UI, conformance seams and host-proprietary paths are routed around this.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,6 +63,24 @@ impl PathClass {
             PathClass::Discovery
         } else {
             PathClass::Unversioned
+        }
+    }
+
+    /// The class of a path that is a protocol operation (`/v1/…`, discovery, or an
+    /// unversioned path under one of [`MANIFEST_SEGMENTS`]); `None` for the host's own paths.
+    pub fn of_protocol(path: &str) -> Option<PathClass> {
+        match PathClass::of(path) {
+            PathClass::Unversioned => {
+                let first = path
+                    .trim_start_matches('/')
+                    .split(['/', ':'])
+                    .next()
+                    .unwrap_or_default();
+                MANIFEST_SEGMENTS
+                    .contains(&first)
+                    .then_some(PathClass::Unversioned)
+            }
+            class => Some(class),
         }
     }
 
@@ -569,6 +607,27 @@ mod tests {
             let header = format!("2.{minor}");
             let n = negotiate(PathClass::Unversioned, Some(header.as_bytes()), &host).unwrap();
             prop_assert_eq!(n.version, v("2.0"));
+        }
+    }
+
+    #[test]
+    fn only_manifest_paths_are_protocol_operations() {
+        for (path, class) in [
+            ("/v1/runs", Some(PathClass::V1)),
+            ("/.well-known/openwop", Some(PathClass::Discovery)),
+            ("/runs", Some(PathClass::Unversioned)),
+            ("/runs/r1/events", Some(PathClass::Unversioned)),
+            ("/runs:bulk-cancel", Some(PathClass::Unversioned)),
+            ("/openapi.json", Some(PathClass::Unversioned)),
+            ("/interrupts/tok", Some(PathClass::Unversioned)),
+            ("/ui/runs/r1", None),
+            ("/metrics", None),
+            ("/healthz", None),
+            ("/schemas/envelopes/x.json", None),
+            ("/runsx", None),
+            ("/", None),
+        ] {
+            assert_eq!(PathClass::of_protocol(path), class, "{path}");
         }
     }
 }
