@@ -1311,8 +1311,14 @@ async fn a_body_is_its_request_type_and_a_key_compares_its_canonical_form() {
             "{what}: {}",
             got.text
         );
-        let message = got.json()["message"].as_str().unwrap_or_default().to_owned();
-        assert!(message.contains(field), "{what}: the message names it: {message}");
+        let message = got.json()["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        assert!(
+            message.contains(field),
+            "{what}: the message names it: {message}"
+        );
     }
     assert_eq!(w.patches().len(), 2, "no refused body patched a run");
     // A refusal names the route's template, never the path as sent (it may hold a token).

@@ -199,34 +199,20 @@ impl McpSession {
     async fn request(&self, method: &str, params: Value) -> Result<Value, McpError> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let msg = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        let revision = Some(self.negotiated.revision());
         let session = self.session();
-        match exchange(
-            &self.http,
-            &self.server,
-            &msg,
-            session.as_ref(),
-            Some(self.negotiated.revision()),
-        )
-        .await
-        {
+        let sent = exchange(&self.http, &self.server, &msg, session.as_ref(), revision).await;
+        let answered = match sent {
             Err(Exchange::Status(StatusCode::NOT_FOUND, _)) if session.is_some() => {
-                let (_, new_session, _) = initialize(&self.http, &self.server).await?;
-                *self.session_id.lock().unwrap_or_else(|e| e.into_inner()) = new_session.clone();
-                exchange(
-                    &self.http,
-                    &self.server,
-                    &msg,
-                    new_session.as_ref(),
-                    Some(self.negotiated.revision()),
-                )
-                .await
-                .map_err(|e| e.into_error(&self.server))
-                .and_then(|(body, _)| result_of(&self.server, body, id))
+                let (_, renewed, _) = initialize(&self.http, &self.server).await?;
+                *self.session_id.lock().unwrap_or_else(|e| e.into_inner()) = renewed.clone();
+                exchange(&self.http, &self.server, &msg, renewed.as_ref(), revision).await
             }
-            other => other
-                .map_err(|e| e.into_error(&self.server))
-                .and_then(|(body, _)| result_of(&self.server, body, id)),
-        }
+            other => other,
+        };
+        answered
+            .map_err(|e| e.into_error(&self.server))
+            .and_then(|(body, _)| result_of(&self.server, body, id))
     }
 
     fn session(&self) -> Option<HeaderValue> {
