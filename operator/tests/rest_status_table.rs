@@ -236,6 +236,9 @@ impl World {
         let mut cfg = OperatorConfig::default();
         cfg.events.nats_url = Some(nats.url());
         cfg.rest.max_body_bytes = 4096;
+        // No worker runs here, so no answer is ever recorded in a log: each deciding answer
+        // would wait the default 10 s for its `interrupt.resolved` before answering anyway.
+        cfg.rest.interrupt_record_wait_seconds = 1;
         let key_dir = tempfile::tempdir().unwrap();
         let key_file = key_dir.path().join("signing-key");
         std::fs::write(&key_file, SIGNING_KEY).unwrap();
