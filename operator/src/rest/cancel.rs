@@ -12,7 +12,6 @@ use kube::api::{Api, Patch, PatchParams};
 use openwop_crds::Run;
 use openwop_crds::names::ANNOTATION_CANCEL_REASON;
 use openwop_protocol::run::RunPhase;
-use openwop_protocol::run::pause::MAX_REASON_CHARS;
 use serde_json::{Value, json};
 
 use super::auth::{Caller, Resource, Verb};
@@ -20,7 +19,7 @@ use super::error::{ApiError, ErrorBody};
 use super::idempotency::{Scope, idempotent, op};
 use super::json::{Json, Sent};
 use super::state::RestState;
-use super::support::{kube_error, phase, visible_run};
+use super::support::{check_reason, kube_error, phase, visible_run};
 use super::types::{
     BulkCancelError, BulkCancelRequest, BulkCancelResponse, BulkCancelResult, CancelRunRequest,
     RunStatusResponse,
@@ -85,17 +84,6 @@ fn cancel_patch(reason: Option<&str>) -> Value {
             "spec": {"cancel": true},
         }),
         None => json!({"spec": {"cancel": true}}),
-    }
-}
-
-/// A `reason` of at most [`MAX_REASON_CHARS`] characters (the bound pause has too).
-fn check_reason(reason: Option<&str>) -> Result<(), ApiError> {
-    match reason.map(|r| r.chars().count()) {
-        Some(n) if n > MAX_REASON_CHARS => Err(ApiError::validation(format!(
-            "reason has {n} characters; at most {MAX_REASON_CHARS}"
-        ))
-        .with_details(json!({"field": "reason"}))),
-        _ => Ok(()),
     }
 }
 
@@ -284,8 +272,9 @@ mod tests {
             json!({"metadata": {"annotations": {"openwop.dev/cancel-reason": "wrong inputs"}},
                    "spec": {"cancel": true}})
         );
-        assert!(check_reason(Some(&"x".repeat(MAX_REASON_CHARS))).is_ok());
-        let e = check_reason(Some(&"x".repeat(MAX_REASON_CHARS + 1))).unwrap_err();
+        let max = openwop_protocol::run::pause::MAX_REASON_CHARS;
+        assert!(check_reason(Some(&"x".repeat(max))).is_ok());
+        let e = check_reason(Some(&"x".repeat(max + 1))).unwrap_err();
         assert_eq!(e.body.details, Some(json!({"field": "reason"})));
     }
 }

@@ -34,11 +34,7 @@ where
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &RestState) -> Result<Self, Self::Rejection> {
-        let endpoint = endpoint_of(&req);
-        let body = axum::Json::<Value>::from_request(assume_json_when_undeclared(req), state)
-            .await
-            .map_err(|r| rejection(r, &endpoint, state.config.rest.max_body_bytes))?
-            .0;
+        let (body, endpoint) = read_body(req, state, false).await?;
         Ok(Json(from_value(&body, &endpoint)?))
     }
 }
@@ -63,33 +59,45 @@ where
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &RestState) -> Result<Self, Self::Rejection> {
-        let endpoint = endpoint_of(&req);
-        let max = state.config.rest.max_body_bytes;
-        let req = assume_json_when_undeclared(req);
-        let content_type = req.headers().get(CONTENT_TYPE).cloned();
-        let raw = Bytes::from_request(req, state)
-            .await
-            .map_err(|r| rejection(JsonRejection::from(r), &endpoint, max))?;
-        let mut body = Value::Null;
-        if !raw.iter().all(u8::is_ascii_whitespace) {
-            // axum's reading of the bytes, for its content-type and syntax refusals.
-            let mut again = Request::new(Body::from(raw));
-            if let Some(ct) = content_type {
-                again.headers_mut().insert(CONTENT_TYPE, ct);
-            }
-            body = axum::Json::<Value>::from_request(again, &())
-                .await
-                .map_err(|r| rejection(r, &endpoint, max))?
-                .0;
-        }
-        if body.is_null() {
-            body = Value::Object(Default::default());
-        }
+        let (body, endpoint) = read_body(req, state, true).await?;
         Ok(Sent {
             value: from_value(&body, &endpoint)?,
             canonical: jcs::canonical(&body),
         })
     }
+}
+
+/// The body of `req` as JSON — refused with a specific [`ApiError`] over the size limit, for a
+/// declared non-JSON type, or when it is not JSON — and the endpoint a refusal names. When
+/// `optional`, an empty body or `null` reads as `{}`.
+async fn read_body(
+    req: Request,
+    state: &RestState,
+    optional: bool,
+) -> Result<(Value, String), ApiError> {
+    let endpoint = endpoint_of(&req);
+    let max = state.config.rest.max_body_bytes;
+    let req = assume_json_when_undeclared(req);
+    let content_type = req.headers().get(CONTENT_TYPE).cloned();
+    let raw = Bytes::from_request(req, state)
+        .await
+        .map_err(|r| rejection(JsonRejection::from(r), &endpoint, max))?;
+    if optional && raw.iter().all(u8::is_ascii_whitespace) {
+        return Ok((json!({}), endpoint));
+    }
+    // axum's reading of the bytes, for its content-type and syntax refusals.
+    let mut again = Request::new(Body::from(raw));
+    if let Some(ct) = content_type {
+        again.headers_mut().insert(CONTENT_TYPE, ct);
+    }
+    let body = axum::Json::<Value>::from_request(again, &())
+        .await
+        .map_err(|r| rejection(r, &endpoint, max))?
+        .0;
+    Ok(match body {
+        Value::Null if optional => (json!({}), endpoint),
+        body => (body, endpoint),
+    })
 }
 
 /// The endpoint a refusal names: the method and the route's template

@@ -19,7 +19,7 @@ use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use openwop_crds::{PauseRequest, Run};
 use openwop_protocol::run::RunPhase;
-use openwop_protocol::run::pause::{MAX_REASON_CHARS, PauseConflict, check_pause, check_resume};
+use openwop_protocol::run::pause::{PauseConflict, check_pause, check_resume};
 use serde_json::{Value, json};
 
 use super::auth::{Caller, Resource, Verb};
@@ -27,7 +27,7 @@ use super::error::{ApiError, ErrorBody};
 use super::idempotency::{Scope, idempotent, op};
 use super::json::{Json, Sent};
 use super::state::RestState;
-use super::support::{kube_error, phase, visible_run};
+use super::support::{check_reason, kube_error, phase, visible_run};
 use super::types::{PauseRunRequest, PauseRunResponse, ResumeRunRequest};
 
 /// `POST /v1/runs/{runId}:pause` or `:resume` (see the module docs): hands the request to
@@ -96,15 +96,7 @@ pub async fn pause_run(
     body: Sent<PauseRunRequest>,
 ) -> Result<Response, ApiError> {
     let req = body.value;
-    if let Some(r) = &req.reason
-        && r.chars().count() > MAX_REASON_CHARS
-    {
-        return Err(ApiError::validation(format!(
-            "reason has {} characters; at most {MAX_REASON_CHARS}",
-            r.chars().count()
-        ))
-        .with_details(json!({"field": "reason"})));
-    }
+    check_reason(req.reason.as_deref())?;
     let run = patchable_run(&s, &caller, &run_id).await?;
     let request = [run_id.as_bytes(), body.canonical.as_bytes()];
     once(

@@ -7,6 +7,7 @@ use std::time::Duration;
 use kube::{Resource as _, ResourceExt};
 use openwop_crds::{Run, Workflow};
 use openwop_protocol::run::RunPhase;
+use openwop_protocol::run::pause::MAX_REASON_CHARS;
 
 use super::auth::{Caller, Resource, Verb};
 use super::error::ApiError;
@@ -90,5 +91,17 @@ pub fn kube_error(e: kube::Error) -> ApiError {
             "the Kubernetes API did not answer; retry shortly",
             Duration::from_secs(2),
         ),
+    }
+}
+
+/// A `reason` (of a cancel, bulk cancel or pause) of at most [`MAX_REASON_CHARS`] characters,
+/// else `400` naming the field.
+pub fn check_reason(reason: Option<&str>) -> Result<(), ApiError> {
+    match reason.map(|r| r.chars().count()) {
+        Some(n) if n > MAX_REASON_CHARS => Err(ApiError::validation(format!(
+            "reason has {n} characters; at most {MAX_REASON_CHARS}"
+        ))
+        .with_details(serde_json::json!({"field": "reason"}))),
+        _ => Ok(()),
     }
 }
