@@ -72,10 +72,18 @@ impl AnthropicProvider {
                         "input_schema": lowered,
                         "strict": true,
                     }]);
-                    body["tool_choice"] = json!({"type": "tool", "name": request.schema_name});
+                    // With tools offered the model must still answer through a tool, the
+                    // schema tool or one it may call; forcing the schema tool would leave it
+                    // no way to call the others.
+                    body["tool_choice"] = if request.tools.is_empty() {
+                        json!({"type": "tool", "name": request.schema_name})
+                    } else {
+                        json!({"type": "any"})
+                    };
                 }
             }
         }
+        crate::tools::anthropic::with_tools(&mut body, &request.tools, &request.turns);
         Ok(body)
     }
 

@@ -43,11 +43,13 @@ impl GeminiProvider {
             generation["responseMimeType"] = json!("application/json");
             generation["responseSchema"] = lower_for(schema, Vendor::Gemini, "gemini")?;
         }
-        Ok(json!({
+        let mut body = json!({
             "systemInstruction": {"parts": [{"text": request.system_prompt}]},
             "contents": [{"role": "user", "parts": [{"text": request.user_prompt}]}],
             "generationConfig": generation,
-        }))
+        });
+        crate::tools::gemini::with_tools(&mut body, &request.tools, &request.turns);
+        Ok(body)
     }
 
     async fn call(&self, request: &CompletionRequest) -> Result<NormalizedResponse, ProviderError> {

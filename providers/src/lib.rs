@@ -13,6 +13,7 @@ use serde_json::Value;
 
 mod anthropic;
 mod config;
+mod error;
 mod gemini;
 pub mod mcp;
 mod mock;
@@ -23,6 +24,7 @@ mod transport;
 
 pub use anthropic::{AnthropicMode, AnthropicProvider};
 pub use config::{ProviderConfig, ProviderKind, VendorDefaults, build_provider};
+pub use error::ProviderError;
 pub use gemini::GeminiProvider;
 #[cfg(feature = "testing")]
 pub mod testing;
@@ -47,6 +49,11 @@ pub struct CompletionRequest {
     pub schema: Option<Value>,
     /// Name the vendor shows for the schema (OpenAI `json_schema.name`, Anthropic tool name).
     pub schema_name: String,
+    /// Tools the model may call (an LLM node's `tools`); empty: none are offered.
+    pub tools: Vec<tools::ToolSpec>,
+    /// The tool conversation after the user prompt: the model's earlier calls and their
+    /// results, in order (rebuilt from the run's log on a replay).
+    pub turns: Vec<tools::ToolTurn>,
 }
 
 pub type ProviderFuture<'a> =
@@ -60,56 +67,6 @@ pub trait Provider: Send + Sync {
     /// The largest output budget this provider/model accepts per call; the router clamps to it.
     fn output_ceiling(&self) -> u32;
     fn complete<'a>(&'a self, request: &'a CompletionRequest) -> ProviderFuture<'a>;
-}
-
-/// Provider failures. Messages never contain API keys (see `secret`), and vendor error
-/// bodies are shortened and scrubbed before they are kept.
-#[derive(Debug, thiserror::Error)]
-pub enum ProviderError {
-    #[error(
-        "no API key for provider '{provider}': {source_description} is not set or empty; set it (or mount the key file) and restart"
-    )]
-    MissingKey {
-        provider: String,
-        source_description: String,
-    },
-    #[error("cannot read API key file {path}: {reason}; check the Secret is mounted at that path")]
-    KeyFile { path: String, reason: String },
-    #[error("provider '{provider}' rejected the request with HTTP {status}: {message}")]
-    Http {
-        provider: String,
-        status: u16,
-        message: String,
-    },
-    #[error(
-        "provider '{provider}' still failing after {attempts} attempts (transport retries exhausted); last error: {last}"
-    )]
-    RetriesExhausted {
-        provider: String,
-        attempts: u32,
-        last: String,
-    },
-    #[error("provider '{provider}' transport error: {message}")]
-    Transport { provider: String, message: String },
-    #[error("provider '{provider}' returned a response we cannot decode: {message}")]
-    Decode { provider: String, message: String },
-    #[error("schema cannot be lowered for provider '{provider}': {message}")]
-    Lowering { provider: String, message: String },
-    #[error(
-        "provider '{provider}' sent a response body larger than {limit} bytes (the host's maxProviderResponseBytes); it was not read. Raise the chart value limits.maxProviderResponseBytes for new runs if the answers are legitimately this large"
-    )]
-    ResponseTooLarge { provider: String, limit: u64 },
-    #[error("invalid provider configuration: {0}")]
-    Config(String),
-    #[error("mock provider: {0}")]
-    Mock(String),
-}
-
-impl ProviderError {
-    /// Transport-level retries do not apply to these; they reach the caller at once.
-    pub fn is_permanent(&self) -> bool {
-        !matches!(self, Self::RetriesExhausted { .. } | Self::Transport { .. })
-    }
 }
 
 /// The vendor-lowered form of the full schema (Tier-1 module); local validation in the

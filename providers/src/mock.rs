@@ -20,6 +20,10 @@ pub struct MockCall {
     pub max_tokens: u32,
     pub system_prompt: String,
     pub schema_sent: bool,
+    /// The names of the tools offered.
+    pub tools: Vec<String>,
+    /// The tool conversation sent (calls and results so far).
+    pub turns: Vec<crate::tools::ToolTurn>,
 }
 
 #[derive(Debug)]
@@ -112,6 +116,8 @@ impl Provider for MockProvider {
                     max_tokens: request.max_tokens,
                     system_prompt: request.system_prompt.clone(),
                     schema_sent: request.schema.is_some(),
+                    tools: request.tools.iter().map(|t| t.name.clone()).collect(),
+                    turns: request.turns.clone(),
                 });
             }
             let mut cursors = self
@@ -159,6 +165,8 @@ mod tests {
             max_tokens,
             schema: Some(json!({"type": "object"})),
             schema_name: "out".into(),
+            tools: vec![],
+            turns: vec![],
         }
     }
 

@@ -77,6 +77,7 @@ impl OpenAiProvider {
                 "json_schema": {"name": request.schema_name, "schema": lowered, "strict": true},
             });
         }
+        crate::tools::openai::with_tools(&mut body, &request.tools, &request.turns);
         Ok(body)
     }
 

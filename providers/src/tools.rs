@@ -21,7 +21,7 @@ use openwop_protocol::retry::NormalizedResponse;
 use openwop_protocol::tools::{ModelToolCall, OfferedTool};
 use serde_json::{Map, Value, json};
 
-use crate::ProviderError;
+use crate::error::ProviderError;
 
 /// A tool as a model is offered it.
 #[derive(Debug, Clone, PartialEq)]

@@ -136,6 +136,8 @@ fn request(max_tokens: u32) -> CompletionRequest {
         max_tokens,
         schema: Some(schema()),
         schema_name: "answer".into(),
+        tools: vec![],
+        turns: vec![],
     }
 }
 
@@ -645,6 +647,8 @@ async fn router_drives_a_real_provider_over_http() {
                         max_tokens: call.max_tokens,
                         schema: call.send_schema.then(schema),
                         schema_name: "answer".into(),
+                        tools: vec![],
+                        turns: vec![],
                     })
                     .await
                     .unwrap();
@@ -764,4 +768,156 @@ async fn provider_thinking_is_decoded_from_each_vendor_wire_format() {
     let r = p.complete(&request(64)).await.unwrap();
     assert_eq!(r.thinking.as_deref(), Some("**Planning** the answer"));
     assert_eq!(r.text.as_deref(), Some("{\"answer\":\"42\"}"));
+}
+
+/// A tool round trip on each vendor's wire: the first request offers the tool, the reply's
+/// call is decoded, and the second request carries the call and its result back in the
+/// vendor's own shape (Anthropic's StrictTool mode lets the model pick any tool, not only
+/// the schema tool, when tools are offered).
+#[tokio::test]
+async fn each_vendor_offers_tools_and_carries_a_round_back() {
+    use openwop_providers::tools::{AssistantTurn, ToolResult, ToolSpec, ToolTurn};
+    let specs = vec![ToolSpec {
+        name: "lookup".into(),
+        description: Some("Looks a word up".into()),
+        input_schema: json!({"type": "object", "properties": {"q": {"type": "string"}}}),
+    }];
+    let with_tools = |turns: Vec<ToolTurn>| {
+        let mut r = request(512);
+        r.tools = specs.clone();
+        r.turns = turns;
+        r
+    };
+    let round = |first: &openwop_protocol::retry::NormalizedResponse| {
+        let call = &first.tool_calls[0];
+        vec![
+            ToolTurn::Assistant(AssistantTurn::of(first)),
+            ToolTurn::Results(vec![ToolResult {
+                call_id: call.id.clone(),
+                name: call.name.clone(),
+                content: "<UNTRUSTED tool=\"lookup\">42</UNTRUSTED>".into(),
+                is_error: false,
+            }]),
+        ]
+    };
+
+    // OpenAI chat.
+    let f = fake(vec![
+        ok(json!({
+            "id": "c1", "model": "gpt-4.1",
+            "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {"role": "assistant", "content": null,
+                "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "lookup", "arguments": "{\"q\":\"x\"}"}}]}}],
+            "usage": {"prompt_tokens": 5, "completion_tokens": 6}
+        })),
+        ok(json!({
+            "id": "c2", "model": "gpt-4.1",
+            "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "{\"answer\":\"42\"}"}}],
+            "usage": {"prompt_tokens": 5, "completion_tokens": 6}
+        })),
+    ])
+    .await;
+    let p = openai(&f.base);
+    let first = p.complete(&with_tools(vec![])).await.unwrap();
+    assert_eq!(first.tool_calls.len(), 1);
+    assert_eq!(first.tool_calls[0].name, "lookup");
+    p.complete(&with_tools(round(&first))).await.unwrap();
+    let sent = f.requests();
+    assert_eq!(sent[0].body["tools"][0]["function"]["name"], "lookup");
+    let msgs = sent[1].body["messages"].as_array().unwrap();
+    assert_eq!(
+        msgs.len(),
+        4,
+        "system, user, the model's call, the result: {msgs:?}"
+    );
+    assert_eq!(msgs[2]["tool_calls"][0]["id"], "call_1");
+    assert_eq!(msgs[3]["role"], "tool");
+    assert_eq!(msgs[3]["tool_call_id"], "call_1");
+    assert!(
+        sent[1].body["response_format"].is_object(),
+        "the schema is still sent"
+    );
+
+    // Anthropic, StrictTool mode.
+    let f = fake(vec![
+        ok(anthropic_reply(
+            "tool_use",
+            json!([{"type": "tool_use", "id": "toolu_9", "name": "lookup", "input": {"q": "x"}}]),
+        )),
+        ok(anthropic_reply(
+            "tool_use",
+            json!([{"type": "tool_use", "id": "toolu_10", "name": "answer", "input": {"answer": "42"}}]),
+        )),
+    ])
+    .await;
+    let p = AnthropicProvider::new(
+        &f.base,
+        "claude-sonnet-4-5",
+        ApiKey::new(KEY),
+        8192,
+        AnthropicMode::StrictTool,
+        fast(),
+    )
+    .unwrap();
+    let first = p.complete(&with_tools(vec![])).await.unwrap();
+    assert_eq!(first.tool_calls[0].id, "toolu_9");
+    assert_eq!(
+        first.structured, None,
+        "a call of another tool is not the answer"
+    );
+    let last = p.complete(&with_tools(round(&first))).await.unwrap();
+    assert!(
+        last.tool_calls.is_empty(),
+        "the schema tool is the answer, not a call"
+    );
+    assert_eq!(last.structured, Some(json!({"answer": "42"})));
+    let sent = f.requests();
+    let names: Vec<&str> = sent[0].body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert_eq!(names, ["lookup", "answer"]);
+    assert_eq!(sent[0].body["tool_choice"], json!({"type": "any"}));
+    let msgs = sent[1].body["messages"].as_array().unwrap();
+    assert_eq!(msgs[1]["content"][0]["type"], "tool_use");
+    assert_eq!(msgs[2]["content"][0]["tool_use_id"], "toolu_9");
+
+    // Gemini.
+    let f = fake(vec![
+        ok(json!({
+            "candidates": [{"content": {"role": "model", "parts": [
+                {"functionCall": {"name": "lookup", "args": {"q": "x"}}, "thoughtSignature": "sig-1"}
+            ]}, "finishReason": "STOP", "index": 0}],
+            "usageMetadata": {"promptTokenCount": 9, "candidatesTokenCount": 2, "totalTokenCount": 11}
+        })),
+        ok(gemini_reply("STOP", "{\"answer\":\"42\"}", json!([]))),
+    ])
+    .await;
+    let p = GeminiProvider::new(
+        format!("{}/v1beta", f.base),
+        "gemini-2.5-flash",
+        ApiKey::new(KEY),
+        8192,
+        fast(),
+    )
+    .unwrap();
+    let first = p.complete(&with_tools(vec![])).await.unwrap();
+    assert_eq!(first.tool_calls[0].name, "lookup");
+    p.complete(&with_tools(round(&first))).await.unwrap();
+    let sent = f.requests();
+    assert_eq!(
+        sent[0].body["tools"][0]["functionDeclarations"][0]["name"],
+        "lookup"
+    );
+    let contents = sent[1].body["contents"].as_array().unwrap();
+    assert_eq!(contents.len(), 3);
+    assert_eq!(
+        contents[1]["parts"][0]["thoughtSignature"], "sig-1",
+        "echoed unchanged"
+    );
+    assert_eq!(
+        contents[2]["parts"][0]["functionResponse"]["name"],
+        "lookup"
+    );
 }
