@@ -408,27 +408,10 @@ fn check_node(
 fn llm_tool_members(type_id: &str, config: &Value) -> Result<(), Vec<ValidationIssue>> {
     use crate::run::nodes::{Executor, executor_of};
     match executor_of(type_id) {
-        Some(Executor::Prompt) => {
-            let tools = crate::tools::ToolsConfig::parse(config)?;
-            // The worker's tool loop is not built yet: a workflow that declares tools is
-            // refused rather than run without them.
-            if tools.entries.is_empty() && config.get("maxToolRounds").is_none() {
-                Ok(())
-            } else {
-                Err(vec![ValidationIssue {
-                    instance_path: "/tools".into(),
-                    keyword: "unsupported".into(),
-                    message: TOOLS_NOT_YET.into(),
-                }])
-            }
-        }
+        Some(Executor::Prompt) => crate::tools::ToolsConfig::parse(config).map(|_| ()),
         _ => Ok(()),
     }
 }
-
-/// Why an LLM node's `tools` are refused in this release.
-pub const TOOLS_NOT_YET: &str = "this release does not run tool calls yet (the LLM node's \
-    tool loop is not built); remove `tools` and `maxToolRounds` from the node's config";
 
 /// The checks that make every condition and variable reference decidable before a run
 /// starts: no `expression` (edge conditions, port values), regex patterns that compile, and

@@ -170,7 +170,16 @@ pub fn calls_in_earlier_attempts(
         .iter()
         .filter(|e| e.node_id.as_deref() == Some(node_id))
         .filter_map(ResponseRecord::of_event)
-        .filter(|r| keys.contains(&r.step_key))
+        // The model turns of a tool loop are journaled under the emission's key
+        // (`tools::record::rounds_key`): they were calls too.
+        .filter(|r| {
+            keys.iter().any(|k| {
+                r.step_key == *k
+                    || r.step_key
+                        .strip_prefix(k.as_str())
+                        .is_some_and(|rest| rest.starts_with('/'))
+            })
+        })
         .count()
 }
 
@@ -226,5 +235,54 @@ impl Journal {
             return None;
         }
         r.response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::events::EventFactory;
+    use crate::retry::response::StopReason;
+
+    fn record(f: &mut EventFactory, node: &str, key: &str, attempt: u32) -> RunEventDoc {
+        let r = NormalizedResponse {
+            stop: StopReason::Clean,
+            text: Some("{}".into()),
+            structured: None,
+            refusal_text: None,
+            thinking: None,
+            tool_calls: vec![],
+            usage: Default::default(),
+            provider: "mock".into(),
+            model: "m".into(),
+        };
+        let (rec, _) = ResponseRecord::new(key, attempt, 100, &r, &Redactor::default());
+        let mut e = f.emit(&format!("{key}/{attempt}"), "t", &rec.to_payload(node));
+        e.node_id = Some(node.to_owned());
+        e
+    }
+
+    /// A restarted node attempt moves a scripted provider past every call the earlier
+    /// attempts made, the model turns of their tool loops included; calls of the current
+    /// attempt, another turn, another node or a key that merely starts alike do not count.
+    #[test]
+    fn earlier_attempts_count_their_tool_rounds() {
+        let mut f = EventFactory::new("run-1", 0);
+        let a0 = step_key("n", 0, 0);
+        let a1 = step_key("n", 0, 1);
+        let events = vec![
+            record(&mut f, "n", &crate::tools::record::rounds_key(&a0, 1), 1),
+            record(&mut f, "n", &crate::tools::record::rounds_key(&a0, 1), 2),
+            record(&mut f, "n", &a0, 1),
+            record(&mut f, "n", &a1, 1),
+            record(&mut f, "n", &step_key("n", 1, 0), 1),
+            record(&mut f, "m", &step_key("m", 0, 0), 1),
+            record(&mut f, "n", &format!("{a0}0/tools"), 1),
+        ];
+        assert_eq!(calls_in_earlier_attempts(&events, "n", 0, 1), 3);
+        assert_eq!(calls_in_earlier_attempts(&events, "n", 0, 2), 4);
+        assert_eq!(calls_in_earlier_attempts(&events, "n", 0, 0), 0);
+        // The router's journal of an emission reads only its own calls.
+        assert_eq!(Journal::restore(&events, "n", &a0).len(), 1);
     }
 }

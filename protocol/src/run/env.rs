@@ -70,6 +70,9 @@ pub const PROVIDERS_DIR: &str = "/var/run/openwop/providers";
 /// Where the Workflow's `spec.secrets` live (`<dir>/<name>/<key>`), for the HTTP node's
 /// headers.
 pub const WORKFLOW_SECRETS_DIR: &str = "/var/run/openwop/workflow-secrets";
+/// Where the run's tool-credentials Secret lives (its ToolServers' `headersFrom` values,
+/// one file per header), for the MCP client.
+pub const TOOL_HEADERS_DIR: &str = "/var/run/openwop/tool-headers";
 /// Where worker pods mount the copy of the NATS credentials.
 pub const NATS_CREDENTIALS_MOUNT: &str = "/var/run/openwop/nats";
 /// NATS URL of a worker started without [`NATS_URL`] (a local nats-server).

@@ -133,6 +133,55 @@ pub fn interrupt_id(run_id: &str, node_id: &str, attempt: u32) -> String {
     event_id_for(run_id, &step(node_id, attempt, "")).replacen("evt-", "int-", 1)
 }
 
+/// The `artifactType` of a tool call's approval: the approver is shown the call itself.
+pub const TOOL_CALL_ARTIFACT: &str = "tool-call";
+
+/// The interrupt id of the approval a tool call at `step` waits for (deterministic, like a
+/// gate's: a replayed node waits on, and finds the answer to, the same interrupt).
+pub fn tool_call_interrupt_id(run_id: &str, step: &crate::tools::ToolStep) -> String {
+    event_id_for(run_id, &format!("{}/approval", step.key())).replacen("evt-", "int-", 1)
+}
+
+/// The step key of one of a tool call approval's events.
+pub fn tool_call_step(step: &crate::tools::ToolStep, suffix: &str) -> String {
+    format!("{}/approval{suffix}", step.key())
+}
+
+/// The approval a call of a tool that needs one waits for (`needs_approval`): an approval
+/// gate whose artifact is the call — the tool, its server, tier and the (redacted)
+/// arguments the approver decides on — with the gates' actions (accept / reject). It
+/// records and resolves like any approval gate, so every answer path (REST, `kubectl openwop
+/// resume`, the web UI) answers it; accept makes the call, reject tells the model it was
+/// refused. The tool's own output never reaches this gate: only a person's answer does.
+pub fn tool_call_approval(node_id: &str, called: &crate::tools::ToolCalled) -> Gate {
+    let tool = called.tool_id.as_deref().unwrap_or(&called.base.tool_name);
+    let tier = called.safety_tier.map(|t| t.as_str());
+    let mut data = json!({
+        "title": format!("Call tool {tool}?"),
+        "artifactId": called.base.call_id,
+        "artifactType": TOOL_CALL_ARTIFACT,
+        "toolCall": {
+            "callId": called.base.call_id,
+            "toolName": called.base.tool_name,
+            "toolId": called.tool_id,
+            "server": called.server,
+            "safetyTier": tier,
+            "arguments": called.base.inputs,
+            "argsHash": called.args_hash,
+        },
+    });
+    let approval = approval_spec(node_id, &data);
+    data["actions"] = json!(approval.actions);
+    Gate {
+        kind: InterruptKind::Approval,
+        key: format!("{node_id}/tool/{}", called.base.call_id),
+        data,
+        approval: Some(approval),
+        questions: vec![],
+        timeout_ms: None,
+    }
+}
+
 /// The key of a gate's interrupt whose config names none (`interrupt.requested.key`).
 pub fn default_key(node_id: &str) -> String {
     format!("{node_id}/interrupt")
@@ -643,6 +692,71 @@ mod tests {
             panic!("{t}: {issues:?} in {v}");
         }
         v
+    }
+
+    /// A tool call's approval shows the call (tool, server, tier, redacted arguments), waits
+    /// like an approval gate under an id of its own step, and resolves like one: accept
+    /// completes, reject fails, an untrusted answer never approves.
+    #[test]
+    fn a_tool_call_waits_for_an_approval_that_shows_the_call() {
+        use crate::redact::Redactor;
+        use crate::tools::policy::{OfferedTool, SafetyTier};
+        use crate::tools::{ToolCalled, ToolStep};
+        let offered = OfferedTool {
+            model_name: "tickets__close".into(),
+            server: "tickets".into(),
+            tool: "close".into(),
+            description: None,
+            input_schema: json!({"type": "object"}),
+            tier: SafetyTier::Write,
+            needs_approval: true,
+        };
+        let step = ToolStep::new("agent:t0", 0, 1);
+        let redactor = Redactor::new(vec![("k".into(), "s3cr3t-value".into())]);
+        let called = ToolCalled::new(
+            "host:agent",
+            &step,
+            "tickets__close",
+            &json!({"id": 7, "note": "token s3cr3t-value"}),
+            &redactor,
+            Some(&offered),
+        );
+        let g = tool_call_approval("agent", &called);
+        let id = tool_call_interrupt_id("run-1", &step);
+        assert!(id.starts_with("int-"));
+        assert_ne!(
+            id,
+            tool_call_interrupt_id("run-1", &ToolStep::new("agent:t0", 0, 0))
+        );
+        let w = g.wait("agent", &id, "2026-12-08T10:00:00Z");
+        let requested = valid("interrupt.requested", &w.requested);
+        assert_eq!(requested["data"]["artifactType"], TOOL_CALL_ARTIFACT);
+        assert_eq!(requested["data"]["toolCall"]["toolId"], "mcp:tickets/close");
+        assert_eq!(requested["data"]["toolCall"]["safetyTier"], "write");
+        assert_eq!(requested["data"]["toolCall"]["arguments"]["id"], 7);
+        assert!(
+            !requested.to_string().contains("s3cr3t-value"),
+            "the approver sees redacted arguments: {requested}"
+        );
+        let approval = valid("approval.requested", w.approval.as_ref().unwrap());
+        assert_eq!(approval["title"], "Call tool mcp:tickets/close?");
+        assert_eq!(approval["actions"], json!(["accept", "reject"]));
+        let accept = answer(json!({"interruptId": id, "action": "accept", "answeredBy": "ana"}));
+        assert!(matches!(
+            g.resolve("agent", &id, &accept).unwrap().outcome,
+            GateEnd::Completed(_)
+        ));
+        let reject = answer(json!({"interruptId": id, "action": "reject"}));
+        assert!(matches!(
+            g.resolve("agent", &id, &reject).unwrap().outcome,
+            GateEnd::Failed(_)
+        ));
+        let untrusted =
+            answer(json!({"interruptId": id, "action": "accept", "contentTrust": "untrusted"}));
+        assert_eq!(
+            g.resolve("agent", &id, &untrusted).unwrap_err(),
+            Refusal::Untrusted
+        );
     }
 
     #[test]

@@ -45,6 +45,9 @@ pub enum Executor {
     /// `core.subWorkflow`: records intent (`node.dispatched`); the operator runs the child
     /// and writes its outcome into the snapshot (`run::waits`).
     SubWorkflow,
+    /// `core.mcp.toolCall`: one call of one ToolServer tool without a model, recorded and
+    /// approved like an LLM node's tool call (`crate::tools::config::ToolCallConfig`).
+    ToolCall,
 }
 
 /// How a node type's `config` is checked at registration.
@@ -126,6 +129,8 @@ const PARALLEL_CONFIG: &str =
 const MERGE_CONFIG: &str = include_str!("../../../schemas/nodes/core.merge.config.schema.json");
 const SET_VARIABLE_CONFIG: &str =
     include_str!("../../../schemas/nodes/core.setVariable.config.schema.json");
+const TOOL_CALL_CONFIG: &str =
+    include_str!("../../../schemas/nodes/core.mcp.toolCall.config.schema.json");
 const GET_VARIABLE_CONFIG: &str =
     include_str!("../../../schemas/nodes/core.getVariable.config.schema.json");
 
@@ -272,7 +277,24 @@ pub const BUILTIN_NODES: &[BuiltinNode] = &[
         executor: Executor::SubWorkflow,
         config: ConfigCheck::AnyObject,
     },
+    BuiltinNode {
+        type_id: crate::tools::config::TOOL_CALL_TYPE_ID,
+        executor: Executor::ToolCall,
+        config: schema(TOOL_CALL_CONFIG),
+    },
 ];
+
+/// The ToolServers a node of `type_id` with `config` calls, as an LLM node's tool config:
+/// an LLM node's `tools` (`None` when they do not read), a `core.mcp.toolCall`'s one tool;
+/// `None` for every other node type.
+pub fn tools_of(type_id: &str, config: &serde_json::Value) -> Option<crate::tools::ToolsConfig> {
+    use crate::tools::config::ToolCallConfig;
+    match executor_of(type_id)? {
+        Executor::Prompt => crate::tools::ToolsConfig::parse(config).ok(),
+        Executor::ToolCall => ToolCallConfig::parse(config).ok().map(|c| c.as_tools()),
+        _ => None,
+    }
+}
 
 /// The error code `core.fail` fails with unless its config names one (FX).
 pub const FAIL_DEFAULT_CODE: &str = "conformance_test_failure";

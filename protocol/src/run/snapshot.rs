@@ -67,6 +67,27 @@ pub struct SecretMount {
     pub path: String,
 }
 
+/// A ToolServer a node of the run names (`tools[].server`), as the worker reaches it: the
+/// operator resolved it (namespace allowed, spec read) when it built the snapshot, and
+/// mounted its `headersFrom` values as files of the run's tool-credentials Secret.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolServerMount {
+    /// The ToolServer's `metadata.name` (what `tools[].server` names).
+    pub name: String,
+    pub namespace: String,
+    pub url: String,
+    /// Each header's name and the file holding its value.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub headers: Vec<SecretMount>,
+    pub timeout_seconds: u32,
+    pub max_result_bytes: u32,
+    #[serde(default)]
+    pub protocol_version: crate::tools::mcp::RevisionPolicy,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_tiers: Vec<crate::tools::policy::TierAssignment>,
+}
+
 /// An answer to an interrupt.
 // An item of the Run CRD's `spec.answers` (hence the schema annotations, with the Kubernetes
 // CEL rule as a plain schema keyword), copied as is into the snapshot the worker reads. Built
@@ -429,6 +450,9 @@ pub struct RunSnapshot {
     /// The Workflow's `spec.secrets`, as mounted.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub secrets: Vec<SecretMount>,
+    /// The ToolServers the Workflow's LLM nodes name, resolved by the operator.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_servers: Vec<ToolServerMount>,
     #[serde(default = "empty_object")]
     pub inputs: Value,
     #[serde(default = "empty_object")]

@@ -43,8 +43,11 @@ pub enum ApprovalPolicy {
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ToolsEntry {
-    /// The ToolServer's `metadata.name`, in the Workflow's namespace.
+    /// The ToolServer's `metadata.name`.
     pub server: String,
+    /// The ToolServer's namespace; `None`: the Workflow's (the run's) own.
+    #[serde(default)]
+    pub namespace: Option<String>,
     /// The tools the model may call; `None`: every tool the server lists.
     #[serde(default)]
     pub names: Option<Vec<String>>,
@@ -55,6 +58,11 @@ pub struct ToolsEntry {
 }
 
 impl ToolsEntry {
+    /// The ToolServer's namespace for a run in `run_namespace`.
+    pub fn namespace_in<'a>(&'a self, run_namespace: &'a str) -> &'a str {
+        self.namespace.as_deref().unwrap_or(run_namespace)
+    }
+
     /// Whether the node declared `tool` of this server.
     pub fn allows(&self, tool: &str) -> bool {
         self.names
@@ -158,6 +166,63 @@ fn issue(path: &str, keyword: &str, message: impl Into<String>) -> ValidationIss
         instance_path: path.to_owned(),
         keyword: keyword.to_owned(),
         message: message.into(),
+    }
+}
+
+/// The node type of one tool call without a model.
+pub const TOOL_CALL_TYPE_ID: &str = "core.mcp.toolCall";
+
+static TOOL_CALL_SCHEMA: LazyLock<CompiledSchema> = LazyLock::new(|| {
+    let doc: Value = serde_json::from_str(include_str!(
+        "../../../schemas/nodes/core.mcp.toolCall.config.schema.json"
+    ))
+    .unwrap_or_else(|e| panic!("core.mcp.toolCall.config.schema.json is not JSON: {e}"));
+    schema::compile(&doc).unwrap_or_else(|e| panic!("core.mcp.toolCall.config.schema.json: {e}"))
+});
+
+/// `core.mcp.toolCall`'s config: one tool of one ToolServer, its arguments, and whether the
+/// call waits for approval (shape by `schemas/nodes/core.mcp.toolCall.config.schema.json`).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolCallConfig {
+    pub server: String,
+    #[serde(default)]
+    pub namespace: Option<String>,
+    pub tool: String,
+    #[serde(default)]
+    pub arguments: Option<Value>,
+    #[serde(default)]
+    pub require_approval: Option<bool>,
+}
+
+impl ToolCallConfig {
+    /// Reads and checks a `core.mcp.toolCall` config.
+    pub fn parse(config: &Value) -> Result<ToolCallConfig, Vec<ValidationIssue>> {
+        TOOL_CALL_SCHEMA.validate(config)?;
+        serde_json::from_value(config.clone())
+            .map_err(|e| vec![issue("", "type", format!("config unreadable: {e}"))])
+    }
+
+    /// The call as an LLM node's tool config: its server, only its tool, its approval policy
+    /// and one round — so the node is offered, approved, recorded and replayed by the same
+    /// rules as a model's call.
+    pub fn as_tools(&self) -> ToolsConfig {
+        ToolsConfig {
+            entries: vec![ToolsEntry {
+                server: self.server.clone(),
+                namespace: self.namespace.clone(),
+                names: Some(vec![self.tool.clone()]),
+                require_approval: self.require_approval.map(ApprovalPolicy::All),
+            }],
+            max_rounds: 1,
+        }
+    }
+
+    /// The call's arguments (absent: none).
+    pub fn arguments(&self) -> Value {
+        self.arguments
+            .clone()
+            .unwrap_or_else(|| Value::Object(Default::default()))
     }
 }
 
@@ -290,6 +355,35 @@ mod tests {
                 .as_str()
                 .unwrap()
                 .contains(&format!("Default {DEFAULT_MAX_TOOL_ROUNDS}."))
+        );
+    }
+
+    /// A `core.mcp.toolCall` reads as a one-tool, one-round tool config with its approval
+    /// policy; a config with an unknown member or no tool is refused where it is wrong.
+    #[test]
+    fn a_tool_call_node_is_a_one_tool_config() {
+        let c = ToolCallConfig::parse(&serde_json::json!({
+            "server": "kb", "tool": "file_note", "arguments": {"text": "x"}, "requireApproval": false
+        }))
+        .unwrap();
+        let t = c.as_tools();
+        assert_eq!(t.max_rounds, 1);
+        assert_eq!(
+            t.entries[0].names.as_deref(),
+            Some(&["file_note".to_owned()][..])
+        );
+        assert_eq!(t.entries[0].approval_for("file_note"), Some(false));
+        assert_eq!(c.arguments(), serde_json::json!({"text": "x"}));
+        let bare =
+            ToolCallConfig::parse(&serde_json::json!({"server": "kb", "tool": "t"})).unwrap();
+        assert_eq!(bare.as_tools().entries[0].approval_for("t"), None);
+        assert_eq!(bare.arguments(), serde_json::json!({}));
+        let issues =
+            ToolCallConfig::parse(&serde_json::json!({"server": "kb", "url": "x"})).unwrap_err();
+        assert!(issues.iter().any(|i| i.keyword == "required"), "{issues:?}");
+        assert!(
+            issues.iter().any(|i| i.keyword == "additionalProperties"),
+            "{issues:?}"
         );
     }
 }

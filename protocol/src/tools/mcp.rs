@@ -13,6 +13,10 @@ pub const DEFAULT_TIMEOUT_SECONDS: u32 = 30;
 /// Largest `timeoutSeconds`: a longer call holds the node's pod; a longer wait belongs in an
 /// approval or a durable wait, not a call.
 pub const MAX_TIMEOUT_SECONDS: u32 = 600;
+/// Largest MCP answer (one response body) read; a larger one fails the exchange unread. A
+/// result is cut to the ToolServer's `maxResultBytes` after it is read, so this bound is
+/// well above that one: it only protects the worker's and the operator's memory.
+pub const MAX_RESPONSE_BYTES: u64 = 8 << 20;
 
 /// Request headers the MCP client owns beyond the HTTP client's
 /// ([`crate::egress::CLIENT_OWNED_HEADERS`]): the body's type and what it accepts,

@@ -142,6 +142,14 @@ impl ToolStep {
     }
 }
 
+/// The step key under which the model turns that asked for tools are journaled, for call
+/// `call_attempt` of emission `emission` (`retry::journal::ResponseRecord::step_key`): under
+/// the emission's own key, so a node's earlier attempts count them, and apart from the
+/// emission's calls, so the router's journal never reads one as its answer.
+pub fn rounds_key(emission: &str, call_attempt: u32) -> String {
+    format!("{emission}/a{call_attempt}/tools")
+}
+
 /// `agent.toolCalled` as the tool loop records it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
