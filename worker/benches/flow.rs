@@ -117,6 +117,7 @@ fn child(shape: Shape, n: usize, url: &str) {
         mock_programs: Default::default(),
         providers: ProviderSet::default(),
         secrets: vec![],
+        tools: Default::default(),
     };
     let policy = RetryPolicy::default();
     let rt = tokio::runtime::Builder::new_current_thread()

@@ -10,6 +10,7 @@
 //! * [`reasoning`] — the MEUP reasoning-transparency subject;
 //! * [`stop`] — SIGTERM: stop at a safe point (and cancel);
 //! * [`pause`] — the operator's pause: stop at a safe point, record `run.paused`;
+//! * [`tools`] — the run's ToolServers and their MCP sessions;
 //! * [`telemetry`] — OTLP spans for run, node, provider call and envelope (off by default);
 //! * [`mod@run`] — one process's run, from its parsed environment to its exit code (the
 //!   binary only parses [`openwop_protocol::run::env::WorkerEnv`] and calls [`run()`]).
@@ -23,6 +24,7 @@ pub mod reasoning;
 pub mod run;
 pub mod stop;
 pub mod telemetry;
+pub mod tools;
 
 pub use openwop_protocol::run::exit;
 pub use run::{RunError, run};

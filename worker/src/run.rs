@@ -218,10 +218,15 @@ fn exec_config(
         }
         _ => ProviderSet::default(),
     };
+    // Tool server header values are redacted like every other secret.
+    let (tools, tool_secrets) = crate::tools::ToolServers::from_mounts(&snap.tool_servers);
+    let mut secrets = secrets;
+    secrets.extend(tool_secrets);
     Some(ExecConfig {
         mock_programs,
         providers,
         secrets,
+        tools,
     })
 }
 

@@ -271,6 +271,10 @@ fn every_registered_node_type_executes() {
             // Completes only once the operator ran its child Run: the executor's durable
             // tests and the e2e journey cover it.
             Executor::SubWorkflow => continue,
+            // A read of the fake MCP server declared below.
+            Executor::ToolCall => {
+                json!({"server": "kb", "tool": "lookup", "arguments": {"query": "q"}})
+            }
         };
         let mut node = json!({"id": id, "typeId": n.type_id, "config": config});
         if n.executor == Executor::Iterator {
@@ -292,6 +296,12 @@ fn every_registered_node_type_executes() {
         Value::Object(mocks),
     );
     files.set_snapshot_field("host", json!({"http": {"allowHosts": ["127.0.0.1"]}}));
+    let kb = openwop_providers::testing::mcp::FakeMcp::start(Default::default());
+    files.set_snapshot_field(
+        "toolServers",
+        json!([{"name": "kb", "namespace": "ns", "url": kb.url, "timeoutSeconds": 5,
+                "maxResultBytes": 4096, "toolTiers": [{"name": "lookup", "tier": "read"}]}]),
+    );
     // The gates wait; everything else settles (core.fail fails, by design).
     let (code, stderr) = files.run(&nats.url());
     assert_eq!(code, 3, "suspended: {stderr}");

@@ -38,6 +38,7 @@ mod http;
 mod outcome;
 mod prompt;
 mod subworkflow;
+mod toolcalls;
 mod wait;
 
 use futures::stream::{FuturesUnordered, StreamExt};
@@ -82,6 +83,8 @@ pub struct ExecConfig {
     pub providers: ProviderSet,
     /// `(secretId, value)` pairs redacted everywhere.
     pub secrets: Vec<(String, String)>,
+    /// The ToolServers the run's LLM nodes may call.
+    pub tools: crate::tools::ToolServers,
 }
 
 impl std::fmt::Debug for ExecConfig {
@@ -93,6 +96,7 @@ impl std::fmt::Debug for ExecConfig {
             )
             .field("providers", &self.providers)
             .field("secrets", &self.secrets.len())
+            .field("tools", &self.tools)
             .finish()
     }
 }
@@ -952,6 +956,7 @@ impl<'a, P: Publisher> Executor<'a, P> {
             Some(NodeExecutor::Gate) => self.gate(node, attempt).await,
             Some(NodeExecutor::Delay) => self.delay(node, inputs).await,
             Some(NodeExecutor::SubWorkflow) => self.sub_workflow(node, variables).await,
+            Some(NodeExecutor::ToolCall) => self.tool_call_node(node, attempt).await,
             None => {
                 let other = node.type_id.as_str();
                 Ok(NodeOutcome::Failed(ErrorInfo {
@@ -1041,3 +1046,5 @@ mod gate_tests;
 mod pause_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tool_tests;

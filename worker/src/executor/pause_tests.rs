@@ -121,6 +121,7 @@ fn a_drain_lets_the_node_in_flight_finish_and_starts_nothing() {
         mock_programs: snap.mock_programs().unwrap(),
         providers: ProviderSet::default(),
         secrets: vec![],
+        tools: crate::tools::ToolServers::from_mounts(&snap.tool_servers).0,
     };
     let drain = StopSignal::new();
     let events = rt().block_on(async {

@@ -20,6 +20,9 @@ use openwop_protocol::retry::{
     Accepted, CallRequest, Failure, Journal, PayloadValidator, Step as RouterStep,
 };
 use openwop_protocol::run::telemetry as run_telemetry;
+use openwop_providers::tools::ToolTurn;
+
+use super::toolcalls::{Conversation, NodeTools};
 
 /// What a prompt node's config asks for, read and checked once for all its turns.
 struct PromptNode<'n> {
@@ -68,6 +71,11 @@ struct TurnProvider<'p> {
 struct Emission<'e> {
     spec: &'e PromptNode<'e>,
     turn: &'e Turn,
+    /// The emission's step key (`retry::step_key`): its journal, its tool rounds and their
+    /// calls are keyed by it.
+    key: String,
+    /// The tools the node offers its model (`None`: it offers none).
+    tools: Option<&'e NodeTools>,
     via: TurnProvider<'e>,
     run_id: &'e str,
     deadline: Option<Instant>,
@@ -109,6 +117,10 @@ impl<P: Publisher> Executor<'_, P> {
             ControlFlow::Continue(s) => s,
             ControlFlow::Break(end) => return Ok(end),
         };
+        let tools = match self.node_tools(node).await {
+            Ok(t) => t,
+            Err(end) => return Ok(end),
+        };
         let run_id = self.run_id().to_owned();
         let mut answers: Vec<Value> = Vec::new();
         let mut turn_number: u64 = 0;
@@ -133,12 +145,14 @@ impl<P: Publisher> Executor<'_, P> {
             let em = Emission {
                 spec: &spec,
                 turn: &turn,
+                key: openwop_protocol::retry::step_key(&node.id, turn.number, attempt),
+                tools: tools.as_ref(),
                 via,
                 run_id: &run_id,
                 deadline,
                 node_span,
             };
-            let rc = self.router_config(&em, attempt, user_prompt(&spec, inputs, &answers));
+            let rc = self.router_config(&em, user_prompt(&spec, inputs, &answers));
             let (mut router, step, mut journal) = match self.start_emission(&em, rc, attempt).await
             {
                 ControlFlow::Continue(started) => started,
@@ -376,7 +390,7 @@ impl<P: Publisher> Executor<'_, P> {
     /// The retry router's settings for the emission: its step key names the node, the turn
     /// and the node attempt (the router's event ids derive from it), its budget, prompts,
     /// schema rounds and truncation multiplier are the node's within the host's limits.
-    fn router_config(&self, em: &Emission<'_>, attempt: u32, user: String) -> RouterConfig {
+    fn router_config(&self, em: &Emission<'_>, user: String) -> RouterConfig {
         let spec = em.spec;
         let id = spec.node.id.as_str();
         let c = &spec.node.config;
@@ -389,7 +403,7 @@ impl<P: Publisher> Executor<'_, P> {
             spec.max_tokens,
             provider.output_ceiling(),
         );
-        rc.step_key = openwop_protocol::retry::step_key(id, em.turn.number, attempt);
+        rc.step_key = em.key.clone();
         rc.system_prompt = c
             .get("systemPrompt")
             .and_then(Value::as_str)
@@ -474,25 +488,18 @@ impl<P: Publisher> Executor<'_, P> {
         mut step: RouterStep,
         journal: &mut Journal,
     ) -> Result<ControlFlow<NodeOutcome, Accepted>, LogError> {
+        let mut conv = Conversation::default();
         loop {
             let events = std::mem::take(&mut step.events);
             self.append(events).await?;
             match step.action {
                 Action::Call(req) => {
-                    // A response recorded by an earlier worker is never requested again.
-                    let response = match journal.take(req.attempt, req.max_tokens) {
-                        Some(r) => {
-                            if std::ptr::addr_eq(em.via.provider, &self.mock) {
-                                // The mock plays the provider: the recorded call used its step.
-                                self.mock.skip(&em.via.program_key);
-                            }
-                            tracing::info!(key = %em.via.program_key, attempt = req.attempt, "provider response restored from the run's log; no provider call");
-                            r
-                        }
-                        None => match self.call_provider(em, router, &req).await? {
-                            ControlFlow::Continue(r) => r,
-                            ControlFlow::Break(end) => return Ok(ControlFlow::Break(end)),
-                        },
+                    let response = match self
+                        .model_answer(em, router, &req, journal, &mut conv)
+                        .await?
+                    {
+                        ControlFlow::Continue(r) => r,
+                        ControlFlow::Break(end) => return Ok(ControlFlow::Break(end)),
                     };
                     step = match self.route_response(em, router, &req, &response).await? {
                         ControlFlow::Continue(s) => s,
@@ -505,6 +512,104 @@ impl<P: Publisher> Executor<'_, P> {
         }
     }
 
+    /// The model's answer to router call `req`: recorded by an earlier worker (never
+    /// requested again), else the provider's. A node with tools may get turns that ask for
+    /// tools first: each is journaled as a round (`tools::record::rounds_key`), its calls
+    /// run ([`Executor::tool_round`]), and the provider is asked again with the results,
+    /// until a turn asks for none — the answer the router routes. A replay tells the two
+    /// apart by the journals: at each position a recorded round, else the router's record.
+    async fn model_answer(
+        &self,
+        em: &Emission<'_>,
+        router: &NodeRouter<'_>,
+        req: &CallRequest,
+        journal: &mut Journal,
+        conv: &mut Conversation,
+    ) -> Result<ControlFlow<NodeOutcome, NormalizedResponse>, LogError> {
+        let id = em.spec.node.id.as_str();
+        let rounds_key = openwop_protocol::tools::record::rounds_key(&em.key, req.attempt);
+        let mut rounds = match em.tools {
+            Some(_) => Journal::restore(self.writer.lock().await.log.events(), id, &rounds_key),
+            None => Journal::default(),
+        };
+        loop {
+            let number = conv.round() + 1;
+            let response = if let Some(r) = rounds.take(number, req.max_tokens) {
+                self.restored(em, req.attempt);
+                r
+            } else if let Some(r) = journal.take(req.attempt, req.max_tokens) {
+                self.restored(em, req.attempt);
+                return Ok(ControlFlow::Continue(r));
+            } else {
+                match self.call_provider(em, router, req, &conv.turns).await? {
+                    ControlFlow::Continue(r) => r,
+                    ControlFlow::Break(end) => return Ok(ControlFlow::Break(end)),
+                }
+            };
+            let Some(tools) = em.tools.filter(|_| !response.tool_calls.is_empty()) else {
+                return Ok(ControlFlow::Continue(response));
+            };
+            // Recorded again when restored: the log keeps one of each (same ids), and a
+            // worker killed between the record and its usage completes the pair.
+            let response = self
+                .record_round(em, &rounds_key, number, req.max_tokens, &response)
+                .await?;
+            if let ControlFlow::Break(end) =
+                self.tool_round(id, &em.key, tools, conv, &response).await?
+            {
+                return Ok(ControlFlow::Break(end));
+            }
+        }
+    }
+
+    /// A response read back from the run's log instead of requested: the mock, which plays
+    /// the provider by position, moves past the step the recorded call used.
+    fn restored(&self, em: &Emission<'_>, attempt: u32) {
+        if std::ptr::addr_eq(em.via.provider, &self.mock) {
+            self.mock.skip(&em.via.program_key);
+        }
+        tracing::info!(key = %em.via.program_key, attempt, "provider response restored from the run's log; no provider call");
+    }
+
+    /// Journals a model turn that asked for tools (round `number` of the emission), with its
+    /// usage, before any of its calls is made; returns the recorded (redacted) turn, whose
+    /// calls are the ones made.
+    async fn record_round(
+        &self,
+        em: &Emission<'_>,
+        rounds_key: &str,
+        number: u32,
+        max_tokens: u32,
+        response: &NormalizedResponse,
+    ) -> Result<NormalizedResponse, LogError> {
+        let id = em.spec.node.id.as_str();
+        let (record, redacted) = openwop_protocol::retry::ResponseRecord::new(
+            rounds_key,
+            number,
+            max_tokens,
+            response,
+            &self.redactor,
+        );
+        let key = format!("{rounds_key}/{number}");
+        self.emit(&format!("{key}/response"), Some(id), &record.to_payload(id))
+            .await?;
+        self.emit_value(
+            &format!("{key}/usage"),
+            Some(id),
+            EventType::ProviderUsage,
+            json!({
+                "provider": response.provider,
+                "model": response.model,
+                "inputTokens": response.usage.input_tokens,
+                "outputTokens": response.usage.output_tokens,
+                "totalTokens": response.usage.input_tokens + response.usage.output_tokens,
+                "nodeId": id,
+            }),
+        )
+        .await?;
+        Ok(redacted)
+    }
+
     /// Makes one provider call, under the node's deadline, the worker's stop and the run's
     /// abandon, inside its `openwop.provider.call` span. A stop abandons the call unrecorded
     /// (a later worker makes it again); a timeout is recorded, as the call was made, and
@@ -514,6 +619,7 @@ impl<P: Publisher> Executor<'_, P> {
         em: &Emission<'_>,
         router: &NodeRouter<'_>,
         req: &CallRequest,
+        turns: &[ToolTurn],
     ) -> Result<ControlFlow<NodeOutcome, NormalizedResponse>, LogError> {
         let id = em.spec.node.id.as_str();
         let provider = em.via.provider;
@@ -529,6 +635,8 @@ impl<P: Publisher> Executor<'_, P> {
                 .clone()
                 .unwrap_or_else(|| "output".into())
                 .replace('.', "_"),
+            tools: em.tools.map(|t| t.specs().to_vec()).unwrap_or_default(),
+            turns: turns.to_vec(),
         };
         let call_span = em.node_span.child("openwop.provider.call");
         call_span.set_str("openwop.run_id", em.run_id);

@@ -47,6 +47,8 @@ pub(super) struct Outcome {
     pub(super) events: Vec<RunEventDoc>,
     /// Provider calls this worker made, by program key.
     pub(super) calls: Vec<String>,
+    /// The same calls, with what each carried.
+    pub(super) mock_calls: Vec<openwop_providers::MockCall>,
 }
 
 /// Runs (or replays over `existing`) the workflow with `mocks` and `answers`.
@@ -84,9 +86,11 @@ pub(super) fn execute(snap: &RunSnapshot, existing: Vec<RunEventDoc>) -> Outcome
         mock_programs: snap.mock_programs().unwrap(),
         providers: ProviderSet::default(),
         secrets: vec![],
+        tools: crate::tools::ToolServers::from_mounts(&snap.tool_servers).0,
     };
+    // All drivers: the tool loop's MCP client does network I/O.
     let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
+        .enable_all()
         .build()
         .unwrap();
     rt.block_on(async {
@@ -100,11 +104,13 @@ pub(super) fn execute(snap: &RunSnapshot, existing: Vec<RunEventDoc>) -> Outcome
         let reasoning = ReasoningStream::new("openwop.reasoning.ns.run-1", 64);
         let mut exec = Executor::new(snap, &graph, &cfg, log, reasoning);
         let end = exec.run().await.unwrap();
-        let calls = exec.mock.calls().into_iter().map(|c| c.node_id).collect();
+        let mock_calls = exec.mock.calls();
+        let calls = mock_calls.iter().map(|c| c.node_id.clone()).collect();
         Outcome {
             end,
             events: exec.log_mut().events().to_vec(),
             calls,
+            mock_calls,
         }
     })
 }

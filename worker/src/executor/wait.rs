@@ -127,7 +127,7 @@ impl<P: Publisher> Executor<'_, P> {
     }
 
     /// The payload recorded at `step` of this run, if any.
-    async fn recorded_at_step(&self, step: &str) -> Option<Value> {
+    pub(super) async fn recorded_at_step(&self, step: &str) -> Option<Value> {
         let event_id = openwop_protocol::events::event_id_for(self.run_id(), step);
         self.writer
             .lock()
