@@ -43,6 +43,12 @@ pub fn snapshot_name(run: &str) -> String {
     format!("{run}-snapshot")
 }
 
+/// The run's tool-credentials Secret: its ToolServers' header values, copied into the run's
+/// namespace for the worker pod to mount (`controller::tools`).
+pub fn tool_headers_secret_name(run: &str) -> String {
+    format!("{run}-tool-headers")
+}
+
 /// Owner reference making `run` the controller of a child object.
 pub fn owner_ref(run: &Run) -> OwnerReference {
     OwnerReference {

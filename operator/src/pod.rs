@@ -26,7 +26,9 @@ use crate::names::{
     NATS_CREDENTIALS_COMPONENT, owner_ref, pod_name, run_labels, snapshot_name,
 };
 
-pub use run_env::{NATS_CREDENTIALS_MOUNT, PROVIDERS_DIR, SNAPSHOT_DIR, WORKFLOW_SECRETS_DIR};
+pub use run_env::{
+    NATS_CREDENTIALS_MOUNT, PROVIDERS_DIR, SNAPSHOT_DIR, TOOL_HEADERS_DIR, WORKFLOW_SECRETS_DIR,
+};
 
 /// The Kubernetes-side inputs of a worker pod taken from the Workflow.
 #[derive(Debug, Clone, Default)]
@@ -34,6 +36,9 @@ pub struct WorkerInputs<'a> {
     pub providers: &'a [ProviderCredential],
     /// The Workflow's `spec.secrets` (the HTTP node's header secrets), mounted as files.
     pub secrets: &'a [WorkflowSecret],
+    /// The run's tool-credentials Secret, when its LLM nodes name ToolServers: mounted
+    /// optional (it exists only when a server has `headersFrom`).
+    pub tool_headers: Option<String>,
     pub overrides: Option<&'a WorkerOverrides>,
 }
 
@@ -262,6 +267,24 @@ fn mount_inputs(
         );
         volumes.push(v);
         mounts.push(m);
+    }
+    if let Some(secret) = &inputs.tool_headers {
+        volumes.push(Volume {
+            name: "tool-headers".into(),
+            secret: Some(SecretVolumeSource {
+                secret_name: Some(secret.clone()),
+                default_mode: Some(0o400),
+                optional: Some(true),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        mounts.push(VolumeMount {
+            name: "tool-headers".into(),
+            mount_path: TOOL_HEADERS_DIR.into(),
+            read_only: Some(true),
+            ..Default::default()
+        });
     }
 }
 
@@ -601,6 +624,7 @@ mod tests {
         let inputs = WorkerInputs {
             providers: &[],
             secrets: &secrets,
+            tool_headers: Some("triage-1-tool-headers".into()),
             overrides: None,
         };
         let pod = worker_pod(&run(), &inputs, &OperatorConfig::default(), 1);
@@ -632,6 +656,20 @@ mod tests {
             !v.to_string().contains("\"value\":\"tok"),
             "no inline value"
         );
+        // The run's tool credentials: optional (only servers with headers have a copy).
+        let vol = v["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["name"] == "tool-headers")
+            .unwrap();
+        assert_eq!(
+            vol["secret"],
+            json!({"secretName": "triage-1-tool-headers", "defaultMode": 0o400, "optional": true})
+        );
+        assert!(mounts.iter().any(|m| m["name"] == "tool-headers"
+            && m["mountPath"] == TOOL_HEADERS_DIR
+            && m["readOnly"] == true));
     }
 
     #[test]
@@ -659,6 +697,7 @@ mod tests {
         let inputs = WorkerInputs {
             providers: &providers,
             secrets: &[],
+            tool_headers: None,
             overrides: None,
         };
         let pod = worker_pod(&run(), &inputs, &OperatorConfig::default(), 1);
@@ -734,6 +773,7 @@ mod tests {
         let inputs = WorkerInputs {
             providers: &needed_credentials(&r, &spec),
             secrets: &[],
+            tool_headers: None,
             overrides: None,
         };
         let pod =
@@ -755,6 +795,7 @@ mod tests {
         let inputs = WorkerInputs {
             providers: &[],
             secrets: &[],
+            tool_headers: None,
             overrides: Some(&o),
         };
         let spec = worker_pod(&run(), &inputs, &OperatorConfig::default(), 1)

@@ -32,6 +32,9 @@ pub enum Reason {
     Snapshotted,
     WorkflowNotFound,
     WorkflowNotReady,
+    /// A ToolServer an LLM node names is absent, does not admit the Run's namespace, or a
+    /// header Secret it names cannot be read: the Run waits for it.
+    ToolServerUnavailable,
     // Scheduled.
     Queued,
     PreviousRunTerminating,
@@ -80,6 +83,7 @@ impl Reason {
             Reason::Snapshotted => "Snapshotted",
             Reason::WorkflowNotFound => "WorkflowNotFound",
             Reason::WorkflowNotReady => "WorkflowNotReady",
+            Reason::ToolServerUnavailable => "ToolServerUnavailable",
             Reason::Queued => "Queued",
             Reason::PreviousRunTerminating => "PreviousRunTerminating",
             Reason::PodRejected => "PodRejected",
@@ -129,6 +133,7 @@ mod tests {
             (Reason::Snapshotted, "Snapshotted"),
             (Reason::WorkflowNotFound, "WorkflowNotFound"),
             (Reason::WorkflowNotReady, "WorkflowNotReady"),
+            (Reason::ToolServerUnavailable, "ToolServerUnavailable"),
             (Reason::Queued, "Queued"),
             (Reason::PreviousRunTerminating, "PreviousRunTerminating"),
             (Reason::PodRejected, "PodRejected"),

@@ -258,6 +258,8 @@ fn snapshot_of(
                 path: format!("{WORKFLOW_SECRETS_DIR}/{}/{}", s.name, s.secret_ref.key),
             })
             .collect(),
+        // Resolved against the API by the run controller (`controller::tools`).
+        tool_servers: vec![],
         inputs: run.spec.inputs.clone().unwrap_or_else(|| json!({})),
         configurable: run
             .spec

@@ -165,8 +165,40 @@ pub fn summary(event_type: &str, p: &Value) -> String {
             Some(c) => format!("{} (confidence {c})", one_line(s(p, "decision"), 120)),
             None => one_line(s(p, "decision"), 160),
         },
-        "agent.toolCalled" | "agent.toolReturned" => {
-            format!("{} {}", s(p, "toolName"), s(p, "callId"))
+        // The tool loop's records name the tool by id, tier and arguments; the conformance
+        // mock agent's carry only a name.
+        "agent.toolCalled" => {
+            let tool = Some(s(p, "toolId"))
+                .filter(|t| !t.is_empty())
+                .unwrap_or(s(p, "toolName"));
+            let mut out = format!("{tool} {}", s(p, "callId"));
+            if !s(p, "safetyTier").is_empty() {
+                out.push_str(&format!(" ({})", s(p, "safetyTier")));
+            }
+            if let Some(args) = p.get("inputs") {
+                out.push_str(&format!(" args {}", one_line(&args.to_string(), 100)));
+            }
+            out
+        }
+        "agent.toolReturned" => {
+            let tool = Some(s(p, "toolId"))
+                .filter(|t| !t.is_empty())
+                .unwrap_or(s(p, "toolName"));
+            let mut out = format!("{tool} {}", s(p, "status"));
+            if let Some(ms) = p.get("durationMs").and_then(Value::as_u64) {
+                out.push_str(&format!(" {ms} ms"));
+            }
+            match p.get("error") {
+                Some(e) => out.push_str(&format!(" {}", err(e))),
+                None if !s(p, "resultPreview").is_empty() => {
+                    out.push_str(&format!(" → {}", one_line(s(p, "resultPreview"), 100)))
+                }
+                None => {}
+            }
+            out
+        }
+        "approval.requested" if s(p, "artifactType") == "tool-call" => {
+            format!("interrupt {} {}", s(p, "interruptId"), s(p, "title"))
         }
         "agent.handoff" => format!("{} → {}", s(p, "fromAgentId"), s(p, "toAgentId")),
         "envelope.retry.attempted" => format!(
@@ -491,6 +523,38 @@ mod tests {
         assert_eq!(
             summary("log.appended", &json!({"level": "warn", "message": "m"})),
             "[warn] m"
+        );
+        assert_eq!(
+            summary(
+                "agent.toolCalled",
+                &json!({"toolName": "lookup", "callId": "call-1", "toolId": "mcp:kb/lookup",
+                        "safetyTier": "read", "inputs": {"query": "rust"}})
+            ),
+            "mcp:kb/lookup call-1 (read) args {\"query\":\"rust\"}"
+        );
+        assert_eq!(
+            summary(
+                "agent.toolReturned",
+                &json!({"toolName": "lookup", "callId": "call-1", "toolId": "mcp:kb/lookup",
+                        "status": "ok", "durationMs": 12, "resultPreview": "found:\nrust"})
+            ),
+            "mcp:kb/lookup ok 12 ms → found: rust"
+        );
+        assert_eq!(
+            summary(
+                "agent.toolReturned",
+                &json!({"toolName": "write_note", "status": "error",
+                        "error": {"code": "tool_outcome_unknown", "message": "may or may not"}})
+            ),
+            "write_note error tool_outcome_unknown: may or may not"
+        );
+        assert_eq!(
+            summary(
+                "approval.requested",
+                &json!({"interruptId": "int-1", "artifactType": "tool-call",
+                        "title": "Call tool mcp:kb/write_note?"})
+            ),
+            "interrupt int-1 Call tool mcp:kb/write_note?"
         );
         assert_eq!(summary("run.started", &json!({})), "");
         assert_eq!(summary("x.custom", &json!({"a": 1})), "{\"a\":1}");

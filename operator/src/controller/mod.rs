@@ -18,6 +18,8 @@
 //! * [`pause_start`] — the snapshot a pause-recording or resuming worker starts from;
 //! * [`waits`] — durable waits: timers woken at their time, child runs created and their
 //!   outcomes written back;
+//! * [`tools`] — the ToolServers a run's LLM nodes name, resolved for its snapshot, and the
+//!   run's copy of their header values;
 //! * [`namespace`] — what a Run namespace needs: the worker ServiceAccount and the NATS
 //!   credentials copy;
 //! * [`ending`] — the terminal event of a run the operator ended itself;
@@ -42,6 +44,7 @@ mod run;
 mod slots;
 mod start;
 mod state;
+mod tools;
 mod triggers;
 mod waits;
 mod workflow;

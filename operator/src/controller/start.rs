@@ -20,6 +20,7 @@ use super::namespace::{ensure_nats_credentials, ensure_worker_service_account};
 use super::observe::observe_worker;
 use super::slots::Full;
 use super::state::{RunReconcile, WorkerState};
+use super::tools;
 use super::waits;
 use crate::names::{owned_by, pod_name, snapshot_name};
 use crate::pod::{WorkerInputs, needed_credentials, worker_pod};
@@ -214,7 +215,7 @@ async fn snapshot(rr: &mut RunReconcile<'_>) -> Result<Snapshotted, Error> {
         None => match resolve_workflow(rr).await? {
             Resolved::Found(wf) => {
                 let host = cfg.host_profile_for(&ns);
-                let doc = match build_snapshot(
+                let mut doc = match build_snapshot(
                     run,
                     &wf,
                     &ctx.definitions.of(&wf),
@@ -228,6 +229,22 @@ async fn snapshot(rr: &mut RunReconcile<'_>) -> Result<Snapshotted, Error> {
                         return Ok(Snapshotted::Done(Action::await_change()));
                     }
                 };
+                match tools::resolve(ctx, run, &wf).await? {
+                    tools::Resolution::Ready { mounts, headers } => {
+                        doc.tool_servers = mounts;
+                        if let Some(data) = headers {
+                            tools::apply_headers(ctx, run, data).await?;
+                        }
+                    }
+                    tools::Resolution::Unavailable(msg) => {
+                        rr.draft.status.phase = Some(RunPhase::Pending);
+                        rr.draft.status.workflow = Some(wf.name_any());
+                        let reason = Reason::ToolServerUnavailable;
+                        rr.draft
+                            .set_condition(ConditionType::Ready, false, reason, msg);
+                        return Ok(Snapshotted::Done(Action::requeue(Duration::from_secs(30))));
+                    }
+                }
                 let cm = snapshot_configmap(run, &doc);
                 rr.draft.status.workflow = Some(wf.name_any());
                 let msg = format!(
@@ -549,6 +566,10 @@ pub(super) async fn build_worker_pod(
     let inputs = WorkerInputs {
         providers: &credentials,
         secrets: wf_spec.as_ref().map_or(&[][..], |s| s.secrets.as_slice()),
+        tool_headers: wf_spec
+            .as_ref()
+            .filter(|s| !tools::named_servers(s, &rr.ns).is_empty())
+            .map(|_| crate::names::tool_headers_secret_name(&rr.name)),
         overrides: wf_spec.as_ref().and_then(|s| s.worker.as_ref()),
     };
     let pod = worker_pod(run, &inputs, &rr.ctx.config, attempt);

@@ -42,8 +42,19 @@ export function approvalValue(action, { scope, section, feedback, edited }) {
   return { value: { action } };
 }
 
-function Card({ runId, it, canUpdate, onAnswered }) {
+// The call a tool-call approval decides on (the LLM node's tool loop): the tool, its tier as
+// the host classified it, and the arguments (redacted by the host) it would be called with.
+function ToolCall({ call }) {
+  return html`<div class="tool-call" data-tool-id=${call.toolId || call.toolName}>
+    <p class="tool">Tool <code>${call.toolId || call.toolName}</code>${call.safetyTier ? html` · <span class="tier">${call.safetyTier}</span>` : ''}</p>
+    <pre class="json arguments">${textOf(call.arguments ?? {})}</pre>
+  </div>`;
+}
+
+function Card({ runId, it, events, canUpdate, onAnswered }) {
   const approval = it.kind === 'approval';
+  const req = interruptRequest(events, it.interruptId);
+  const toolCall = req && req.data && req.data.artifactType === 'tool-call' ? req.data.toolCall : null;
   const actions = it.actions && it.actions.length ? it.actions : DEFAULT_ACTIONS;
   const [answers, setAnswers] = useState({});
   const [comment, setComment] = useState('');
@@ -68,6 +79,7 @@ function Card({ runId, it, canUpdate, onAnswered }) {
       ? ` (confidence ${it.observed} below ${it.threshold})` : ''}${it.agentId ? ` · agent ${it.agentId}` : ''}</p>`}
     ${it.title && html`<p class="title">${it.title}</p>`}
     ${it.message && html`<p class="message">${it.message}</p>`}
+    ${toolCall && html`<${ToolCall} call=${toolCall} />`}
     ${!approval && html`<form onSubmit=${(e) => { e.preventDefault(); send({ answers }); }}>
       ${qs.map((qq) => html`<label class="question">${qq.question}
         <input name=${qq.id} data-question-id=${qq.id} disabled=${!canUpdate} value=${answers[qq.id] || ''}
@@ -156,7 +168,7 @@ export function Interrupts({ runId, snapshot, events, canUpdate, onAnswered }) {
   if (!pending.length && !done.length) return null;
   return html`<section class="interrupts" id="interrupts">
     ${pending.map((it) => (FORM_KINDS.has(it.kind)
-    ? html`<${Card} key=${it.interruptId} runId=${runId} it=${it} canUpdate=${canUpdate} onAnswered=${onAnswered} />`
+    ? html`<${Card} key=${it.interruptId} runId=${runId} it=${it} events=${events} canUpdate=${canUpdate} onAnswered=${onAnswered} />`
     : html`<${CustomCard} key=${it.interruptId} runId=${runId} it=${it} events=${events} canUpdate=${canUpdate} onAnswered=${onAnswered} />`))}
     ${done.length > 0 && html`<ul class="resolved" id="resolved">
       ${done.map((e) => {

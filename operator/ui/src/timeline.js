@@ -12,6 +12,10 @@ function summary(e) {
     case 'node.failed': return p.error ? `${p.error.code}: ${p.error.message}` : '';
     case 'run.failed': return p.error ? `${p.error.code}: ${p.error.message}` : '';
     case 'envelope.truncated': return `${p.stopReason || ''} ${p.outputTokenCount ?? ''}`;
+    // Each tool call: the tool and its arguments, then how it returned, how long it took
+    // and the start of what the model read.
+    case 'agent.toolCalled': return `${p.toolId || p.toolName || ''}${p.safetyTier ? ` (${p.safetyTier})` : ''} ${p.inputs !== undefined ? JSON.stringify(p.inputs) : ''}`;
+    case 'agent.toolReturned': return `${p.toolId || p.toolName || ''} ${p.status || ''}${p.durationMs !== undefined ? ` ${p.durationMs} ms` : ''}${p.error ? ` ${p.error.code}: ${p.error.message}` : (p.resultPreview ? ` → ${p.resultPreview}` : '')}`;
     default: return '';
   }
 }
