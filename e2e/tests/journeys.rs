@@ -373,6 +373,7 @@ async fn examples_apply_workflow_ready_run_completed_events_gapless() {
     })
     .await;
     examples::ticket_escalation(&c, &ns).await;
+    examples::agent_tools(&c, &ns).await;
     delete_namespace(&c.client, &ns).await;
 }
 

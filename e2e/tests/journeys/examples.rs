@@ -142,3 +142,237 @@ fn node_ids<'a>(evs: &'a [Value], ty: &str) -> Vec<&'a str> {
         .filter_map(|e| e["nodeId"].as_str())
         .collect()
 }
+
+/// The placeholder the agent-tools example documents for its MCP server.
+const KB: &str = "http://kb.tools.svc:8000/mcp";
+
+/// Issue #42's example (`examples/08-agent-tools.yaml`) as CI applies it, against a real MCP
+/// server built with the `rmcp` SDK on this host's loopback (`kb_server`), its placeholder
+/// URL and token replaced: the ToolServer becomes Ready with the admin's tiers; the agent
+/// looks the question up (a read, no approval), then waits holding no pod before its write;
+/// accepted, the write is made once; each call is in the events and the CLI timeline, and
+/// the token is in none of them.
+pub(super) async fn agent_tools(c: &Cluster, ns: &str) {
+    if !c.local {
+        eprintln!(
+            "SKIPPED examples/08-agent-tools.yaml: its MCP server listens on this host's loopback, which only the mini-cluster's workers share"
+        );
+        return;
+    }
+    let token = "Bearer kb-token-7f3a91";
+    let (url, calls) = kb_server(token).await;
+    let file = std::fs::read_to_string(repo().join("examples/08-agent-tools.yaml")).unwrap();
+    assert!(file.contains(KB), "the example's placeholder URL moved");
+    let manifests = file.replace(KB, &url).replace("Bearer replace-me", token);
+    ok(
+        apply(c, ns, &manifests),
+        "apply examples/08-agent-tools.yaml",
+    );
+
+    // The operator lists the server's tools with the admin's tiers.
+    let servers = api(c, ns, "ToolServer");
+    let listed = wait_for(Duration::from_secs(60), "ToolServer kb Ready", || {
+        let servers = servers.clone();
+        async move {
+            let o = servers.get_opt("kb").await.ok().flatten()?;
+            condition(&o, "Ready")
+                .filter(|c| c["status"] == "True")
+                .map(|_| status(&o))
+        }
+    })
+    .await;
+    let tiers: Vec<(String, String)> = listed["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            (
+                t["name"].as_str().unwrap().to_owned(),
+                t["tier"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        tiers,
+        [
+            ("file_note".into(), "write".into()),
+            ("lookup".into(), "read".into())
+        ],
+        "{listed:#}"
+    );
+
+    // The read is made; the write waits for a person, and no pod waits with it.
+    let st = wait_run(c, ns, "agent-tools", "waiting-approval", 120).await;
+    assert_eq!(st["pendingInterrupts"][0]["nodeId"], "answer", "{st:#}");
+    assert_eq!(kb_calls(&calls), ["lookup"]);
+    wait_for(Duration::from_secs(30), "no worker is held", || {
+        let c = c.clone();
+        let ns = ns.to_owned();
+        async move { worker_pods(&c, &ns).await.is_empty().then_some(()) }
+    })
+    .await;
+    let timeline = ok(
+        cli(c, &["events", "agent-tools", "-n", ns]),
+        "kubectl openwop events agent-tools",
+    );
+    assert!(
+        timeline.contains("mcp:kb/lookup") && timeline.contains("Call tool mcp:kb/file_note?"),
+        "{timeline}"
+    );
+
+    ok(
+        cli(
+            c,
+            &["resume", "agent-tools", "-n", ns, "--action", "accept"],
+        ),
+        "kubectl openwop resume agent-tools",
+    );
+    let st = wait_run(c, ns, "agent-tools", "completed", 120).await;
+    assert_eq!(
+        kb_calls(&calls),
+        ["lookup", "file_note"],
+        "each call made once"
+    );
+    let evs = events(c, ns, "agent-tools");
+    assert_gapless(&evs);
+    let returned: Vec<(&str, &str)> = evs
+        .iter()
+        .filter(|e| e["type"] == "agent.toolReturned")
+        .map(|e| {
+            (
+                e["payload"]["toolId"].as_str().unwrap_or(""),
+                e["payload"]["status"].as_str().unwrap_or(""),
+            )
+        })
+        .collect();
+    assert_eq!(
+        returned,
+        [("mcp:kb/lookup", "ok"), ("mcp:kb/file_note", "ok")]
+    );
+    let done = evs
+        .iter()
+        .find(|e| e["type"] == "node.completed" && e["nodeId"] == "answer")
+        .unwrap();
+    assert_eq!(
+        done["payload"]["outputs"]["output"]["answer"],
+        "Open the VPN client, choose Reset, and sign in again."
+    );
+    let token_value = token.trim_start_matches("Bearer ");
+    for (what, text) in [
+        ("events", serde_json::to_string(&evs).unwrap()),
+        ("status", st.to_string()),
+        ("ToolServer status", listed.to_string()),
+    ] {
+        assert!(!text.contains(token_value), "the token reached the {what}");
+    }
+}
+
+fn kb_calls(calls: &std::sync::Arc<std::sync::Mutex<Vec<String>>>) -> Vec<String> {
+    calls.lock().unwrap().clone()
+}
+
+/// A knowledge-base MCP server built with the `rmcp` SDK (streamable HTTP), requiring
+/// `Authorization: <token>`: `lookup {query}` and `file_note {text}`, each call counted.
+/// Serves until the test's runtime ends; returns its URL and the calls it ran.
+async fn kb_server(token: &'static str) -> (String, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    use std::sync::{Arc, Mutex};
+
+    use axum::response::IntoResponse;
+    use rmcp::model::{
+        CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ListToolsResult,
+        PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+    };
+    use rmcp::service::RequestContext;
+    use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+    use rmcp::transport::streamable_http_server::{
+        StreamableHttpServerConfig, StreamableHttpService,
+    };
+    use rmcp::{ErrorData, RoleServer, ServerHandler};
+
+    #[derive(Clone)]
+    struct Kb(Arc<Mutex<Vec<String>>>);
+
+    impl ServerHandler for Kb {
+        fn get_info(&self) -> ServerConfig {
+            ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+        }
+
+        async fn list_tools(
+            &self,
+            _request: Option<PaginatedRequestParams>,
+            _context: RequestContext<RoleServer>,
+        ) -> Result<ListToolsResult, ErrorData> {
+            let arg = |name: &str| {
+                let s = json!({"type": "object", "properties": {name: {"type": "string"}},
+                               "required": [name]});
+                Arc::new(s.as_object().cloned().unwrap_or_default())
+            };
+            Ok(ListToolsResult::with_all_items(vec![
+                Tool::new(
+                    "lookup",
+                    "Looks a question up in the knowledge base.",
+                    arg("query"),
+                ),
+                Tool::new("file_note", "Files a note.", arg("text")),
+            ]))
+        }
+
+        async fn call_tool(
+            &self,
+            request: CallToolRequestParams,
+            _context: RequestContext<RoleServer>,
+        ) -> Result<CallToolResponse, ErrorData> {
+            let args = request.arguments.unwrap_or_default();
+            let text = |k: &str| {
+                args.get(k)
+                    .and_then(|v| v.as_str())
+                    .unwrap_or("")
+                    .to_owned()
+            };
+            self.0.lock().unwrap().push(request.name.to_string());
+            let answer = match request.name.as_ref() {
+                "lookup" => format!(
+                    "KB-12: to reset the VPN ({}) open the client and choose Reset.",
+                    text("query")
+                ),
+                "file_note" => format!("note filed: {}", text("text")),
+                other => {
+                    return Ok(CallToolResult::error(vec![ContentBlock::text(format!(
+                        "no tool {other}"
+                    ))])
+                    .into());
+                }
+            };
+            Ok(CallToolResult::success(vec![ContentBlock::text(answer)]).into())
+        }
+    }
+
+    let calls: Arc<Mutex<Vec<String>>> = Arc::default();
+    let kb = Kb(calls.clone());
+    let service: StreamableHttpService<Kb, LocalSessionManager> = StreamableHttpService::new(
+        move || Ok(kb.clone()),
+        Default::default(),
+        StreamableHttpServerConfig::default(),
+    );
+    let router =
+        axum::Router::new()
+            .nest_service("/mcp", service)
+            .layer(axum::middleware::from_fn(
+                move |req: axum::extract::Request, next: axum::middleware::Next| async move {
+                    let authorized = req
+                        .headers()
+                        .get("authorization")
+                        .is_some_and(|v| v.as_bytes() == token.as_bytes());
+                    if !authorized {
+                        return axum::http::StatusCode::UNAUTHORIZED.into_response();
+                    }
+                    next.run(req).await
+                },
+            ));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, router).await;
+    });
+    (format!("http://{addr}/mcp"), calls)
+}
