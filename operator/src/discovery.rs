@@ -575,7 +575,8 @@ mod tests {
         // on by default) and the tool-call records; no MCP server is mounted.
         assert_eq!(
             doc["mcp"],
-            json!({"supported": true, "protocolVersions": ["2025-03-26", "2025-06-18", "2025-11-25"],
+            json!({"supported": true, "serverUrls": [],
+                   "protocolVersions": ["2025-03-26", "2025-06-18", "2025-11-25"],
                    "preferredVersion": "2025-06-18"})
         );
         assert_eq!(

@@ -285,6 +285,9 @@ pub enum ReasoningVerbosity {
 #[serde(rename_all = "camelCase")]
 pub struct Mcp {
     pub supported: bool,
+    /// Where this host mounts an MCP server: none (the v1.0 discoverability shape has the
+    /// member; ToolServers' own URLs are not published, discovery being public).
+    pub server_urls: Vec<String>,
     /// Every revision the client can speak (a ToolServer's `protocolVersion` chooses).
     pub protocol_versions: Vec<String>,
     /// What a ToolServer asks for unless it says otherwise; listed in `protocolVersions`.
@@ -297,6 +300,7 @@ impl Mcp {
         use crate::tools::mcp::McpRevision;
         Mcp {
             supported: true,
+            server_urls: Vec::new(),
             protocol_versions: McpRevision::ALL
                 .iter()
                 .map(|r| r.as_str().to_owned())
