@@ -15,7 +15,7 @@ use kube::runtime::controller::Action;
 use openwop_crds::ToolServer;
 use openwop_operator::metrics::Metrics;
 use openwop_operator::toolservers::reconcile::{MIN_RETRY, READY_RECHECK};
-use openwop_operator::toolservers::{ToolServerContext, reconcile_tool_server};
+use openwop_operator::toolservers::{ToolServerContext, reconcile_tool_server, resolve};
 use openwop_providers::testing::mcp::{FakeMcp, Knobs};
 use serde_json::{Value, json};
 
@@ -395,4 +395,62 @@ async fn an_unchanged_condition_writes_nothing_and_records_no_event() {
         .unwrap();
     assert_eq!(action, Action::requeue(READY_RECHECK));
     assert_eq!(mcp.log(|l| l.sessions), 2);
+}
+
+#[tokio::test]
+async fn headers_from_one_secret_are_read_with_one_get_and_come_as_pairs() {
+    let (client, mut api) = ApiServerVerifier::pair();
+    let ts = tool_server(
+        json!({"url": "http://s/mcp", "headersFrom": [
+            {"name": "Authorization", "secretKeyRef": {"name": "mcp-auth", "key": "token"}},
+            {"name": "X-Tenant", "secretKeyRef": {"name": "mcp-auth", "key": "tenant"}},
+        ]}),
+        None,
+    );
+    let b64 = |v: &str| base64::engine::general_purpose::STANDARD.encode(v);
+    let scenario = Scenario::new().then(Expect::new(Method::GET, GET_SECRET).reply(
+        200,
+        secret(json!({"token": b64(SECRET), "tenant": b64(" acme\n")})),
+    ));
+    let resolved = api
+        .play(scenario, resolve(&client, &ts))
+        .await
+        .expect("resolved");
+    assert_eq!(
+        resolved.pairs().collect::<Vec<_>>(),
+        [
+            ("Authorization", SECRET.as_bytes()),
+            ("X-Tenant", &b"acme"[..])
+        ]
+    );
+    assert!(!format!("{resolved:?}").contains("s3cr3t"));
+}
+
+#[tokio::test]
+async fn an_unreadable_or_unusable_secret_value_is_named_without_the_value() {
+    for (answer, says) in [
+        (
+            Expect::new(Method::GET, GET_SECRET).reply(
+                403,
+                json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Forbidden", "code": 403,
+                       "message": "secrets \"mcp-auth\" is forbidden"}),
+            ),
+            "may not read Secret team-a/mcp-auth",
+        ),
+        (
+            Expect::new(Method::GET, GET_SECRET).reply(200, secret(token("Bearer s3cr3t\r\nX-Injected: 1"))),
+            "not a valid HTTP header value",
+        ),
+    ] {
+        let (client, mut api) = ApiServerVerifier::pair();
+        let ts = tool_server(with_header("http://s/mcp", json!({})), None);
+        let e = api
+            .play(Scenario::new().then(answer), resolve(&client, &ts))
+            .await
+            .expect_err("refused");
+        let text = format!("{e} {e:?}");
+        assert!(text.contains(says) && text.contains("Authorization"), "{text}");
+        assert!(!text.contains("s3cr3t"), "{text}");
+        assert_eq!(e.reason(), Some("HeaderSecretMissing"));
+    }
 }
