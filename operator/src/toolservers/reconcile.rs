@@ -188,6 +188,8 @@ pub async fn reconcile_tool_server(
     let previous = ready_of(&old.conditions);
     // One Event per change of the condition, not one per listing.
     if previous.map(|c| (&c.status, &c.reason)) != Some((&ready.status, &ready.reason)) {
+        // Names and reasons only: the message may name a Secret, never its value.
+        tracing::info!(toolserver = %format!("{ns}/{name}"), ready = %ready.status, reason = %ready.reason, "ToolServer Ready changed");
         let type_ = if ready.status == "True" {
             EventType::Normal
         } else {
