@@ -45,6 +45,9 @@ const LIST_TIMEOUT: Duration = Duration::from_secs(30);
 const MAX_LIST_BYTES: u64 = 8 << 20;
 /// Longest part of the MCP client's own description of a malformed answer kept in a message.
 const MAX_WHY_CHARS: usize = 200;
+/// Longest tool name `status.tools` admits (`CatalogTool.name`'s bound in the CRD schema,
+/// MCP's own limit): a longer one would make the apiserver refuse the whole status.
+const MAX_TOOL_NAME_CHARS: usize = 128;
 /// The metrics' controller label.
 const CONTROLLER: &str = "toolserver";
 
@@ -126,7 +129,8 @@ pub async fn reconcile_tool_server(
     };
     let ready = match &outcome {
         Ok(listing) => {
-            status.set_tools(&listing.tools, &ts.spec.tool_tiers);
+            let (tools, unnamed) = admissible(&listing.tools);
+            status.set_tools(&tools, &ts.spec.tool_tiers);
             let revision = listing.negotiated.revision();
             status.protocol_version = Some(revision.as_str().to_owned());
             let count = status.tool_count.unwrap_or_default() as usize;
@@ -143,6 +147,11 @@ pub async fn reconcile_tool_server(
             if count > MAX_STATUS_TOOLS {
                 message.push_str(&format!(
                     "; status.tools holds the first {MAX_STATUS_TOOLS} by name"
+                ));
+            }
+            if unnamed > 0 {
+                message.push_str(&format!(
+                    "; {unnamed} more have an empty name or one longer than {MAX_TOOL_NAME_CHARS} characters and are not offered"
                 ));
             }
             let reason = match listing.negotiated {
@@ -217,6 +226,17 @@ pub async fn reconcile_tool_server(
         Ok(_) => READY_RECHECK,
         Err(_) => retry_after(&ready, now),
     }))
+}
+
+/// The listed tools whose names `status.tools` can hold, and how many were left out.
+fn admissible(listed: &[DiscoveredTool]) -> (Vec<DiscoveredTool>, usize) {
+    let ok: Vec<DiscoveredTool> = listed
+        .iter()
+        .filter(|t| (1..=MAX_TOOL_NAME_CHARS).contains(&t.name.chars().count()))
+        .cloned()
+        .collect();
+    let left_out = listed.len() - ok.len();
+    (ok, left_out)
 }
 
 fn ready_of(conditions: &[Condition]) -> Option<&Condition> {
@@ -378,6 +398,26 @@ mod tests {
         assert_eq!(retry_after(&ready, at(0)), MIN_RETRY);
         assert_eq!(retry_after(&ready, at(40)), Duration::from_secs(40));
         assert_eq!(retry_after(&ready, at(100_000)), READY_RECHECK);
+    }
+
+    #[test]
+    fn tools_whose_names_the_status_cannot_hold_are_left_out() {
+        let tool = |name: String| DiscoveredTool {
+            name,
+            description: None,
+            input_schema: serde_json::json!({"type": "object"}),
+            annotations: None,
+        };
+        let listed = [
+            tool("lookup".into()),
+            tool(String::new()),
+            tool("x".repeat(MAX_TOOL_NAME_CHARS)),
+            tool("x".repeat(MAX_TOOL_NAME_CHARS + 1)),
+        ];
+        let (ok, left_out) = admissible(&listed);
+        assert_eq!(left_out, 2);
+        assert_eq!(ok.len(), 2);
+        assert_eq!(ok[0].name, "lookup");
     }
 
     #[test]
