@@ -29,12 +29,11 @@ use kube::CustomResourceExt;
 /// API group of the custom resources.
 pub const GROUP: &str = "openwop.dev";
 
-/// The CRDs the chart installs, in a stable order. `ToolServer` is defined and tested
-/// (`crds/tests/toolserver.rs`) but not installed
-/// until its reconciler and the worker's tool loop exist: a resource nothing acts on would
-/// mislead users.
+/// The CRDs the chart installs, in a stable order (new ones last, so an index stays valid).
+/// `ToolServer` is reconciled by the operator (`operator::toolservers`), which lists its
+/// tools and reports `Ready`.
 pub fn crds() -> Vec<CustomResourceDefinition> {
-    vec![Workflow::crd(), Run::crd()]
+    vec![Workflow::crd(), Run::crd(), ToolServer::crd()]
 }
 
 /// The CRDs as a multi-document YAML stream (the content of `crds/openwop.dev_crds.yaml`).

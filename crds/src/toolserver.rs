@@ -225,6 +225,8 @@ pub const REASON_PROTOCOL_UNSUPPORTED: &str = "ProtocolUnsupported";
 pub const REASON_HEADER_SECRET_MISSING: &str = "HeaderSecretMissing";
 /// `Ready=False` reason: `tools/list` failed or answered outside the protocol.
 pub const REASON_LIST_FAILED: &str = "ListFailed";
+/// `Ready=False` reason: the server refused the credentials (HTTP 401 or 403).
+pub const REASON_UNAUTHORIZED: &str = "Unauthorized";
 
 /// Observed state of a ToolServer.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
@@ -234,7 +236,8 @@ pub struct ToolServerStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
     /// `Ready`: the tools are listed (reasons `Listed`, `ProtocolFallback`) or not
-    /// (`Unreachable`, `ProtocolUnsupported`, `HeaderSecretMissing`, `ListFailed`).
+    /// (`Unreachable`, `Unauthorized`, `ProtocolUnsupported`, `HeaderSecretMissing`,
+    /// `ListFailed`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
     /// The MCP revision in use: the preferred one, or the named fallback.

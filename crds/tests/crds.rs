@@ -43,7 +43,7 @@ fn committed_yaml_is_up_to_date() {
 #[test]
 fn crds_have_names_columns_and_status_subresource() {
     let crds = openwop_crds::crds();
-    assert_eq!(crds.len(), 2);
+    assert_eq!(crds.len(), 3);
     for crd in &crds {
         assert_eq!(crd.spec.group, "openwop.dev");
         assert_eq!(crd.spec.scope, "Namespaced");
@@ -87,7 +87,7 @@ fn free_form_fields_preserve_unknown_fields() {
         .filter(|d| d.contains("kind: CustomResourceDefinition"))
         .map(|d| serde_yaml::from_str(d).unwrap())
         .collect();
-    assert_eq!(docs.len(), 2);
+    assert_eq!(docs.len(), 3);
     let wf = &docs[0]["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"];
     assert_eq!(
         wf["nodes"]["items"]["properties"]["config"]["x-kubernetes-preserve-unknown-fields"],

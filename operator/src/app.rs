@@ -17,10 +17,11 @@ use k8s_openapi::api::core::v1::{ConfigMap, Pod, ServiceAccount};
 use kube::api::{Api, PartialObjectMeta, Patch, PatchParams};
 use kube::runtime::controller::{self, Controller};
 use kube::runtime::events::Reporter;
+use kube::runtime::predicates;
 use kube::runtime::reflector::{ObjectRef, reflector};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
-use openwop_crds::{Run, RunPhase, Workflow};
+use openwop_crds::{Run, RunPhase, ToolServer, Workflow};
 use openwop_protocol::workflow_check::NodeRegistry;
 
 use crate::config::OperatorConfig;
@@ -36,6 +37,7 @@ use crate::kube_events::EventSink;
 use crate::leader::{Elector, LeaseLost, Round, Timing};
 use crate::metrics::Metrics;
 use crate::names::{MANAGER, worker_selector};
+use crate::toolservers::{self, ToolServerContext, reconcile_tool_server};
 use crate::{conformance, rest};
 
 /// Runs the operator with `cfg` (already validated) until SIGTERM or SIGINT, or until a part
@@ -59,14 +61,15 @@ pub async fn run(cfg: OperatorConfig, identity: Option<String>) -> anyhow::Resul
     let ready = Arc::new(AtomicBool::new(false));
     let runs_listable = RunsHealth::default();
 
-    let (run_feed, wf_feed, feeds) = watch_runs_and_workflows(&client, &cfg, &runs_listable);
+    let (run_feed, wf_feed, ts_feed, feeds) =
+        watch_runs_and_workflows(&client, &cfg, &runs_listable);
     // One reading of each Workflow generation for the API and the controllers.
     let definitions = Definitions::default();
     let (api, api_caches, feeds_when_leading) = rest_api(
         &client,
         &cfg,
         (&discovery_state, &definitions),
-        (&run_feed, &wf_feed),
+        (&run_feed, &wf_feed, &ts_feed),
         feeds,
     );
     let draining = Arc::new(AtomicBool::new(false));
@@ -111,6 +114,7 @@ pub async fn run(cfg: OperatorConfig, identity: Option<String>) -> anyhow::Resul
             writers: cache_writers,
             runs: run_feed,
             workflows: wf_feed,
+            tool_servers: ts_feed,
             unstarted: feeds_when_leading,
         },
         runs_listable,
@@ -152,11 +156,11 @@ fn check_startup(cfg: &OperatorConfig) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// This process's one watch of the Runs and one of the Workflows (`controller::Feed`), and
-/// the future that runs both: the REST API reads their stores on every replica, and the
-/// leader's controllers read the same stores and follow their events (one copy of every Run,
-/// not one per reader). They run from the start when the REST API is on, else once this
-/// replica leads.
+/// This process's one watch of the Runs, one of the Workflows and one of the ToolServers
+/// (`controller::Feed`), and the future that runs them: the REST API reads their stores on
+/// every replica, and the leader's controllers read the same stores and follow their events
+/// (one copy of every Run, not one per reader). They run from the start when the REST API is
+/// on, else once this replica leads.
 fn watch_runs_and_workflows(
     client: &Client,
     cfg: &OperatorConfig,
@@ -164,6 +168,7 @@ fn watch_runs_and_workflows(
 ) -> (
     Feed<Run>,
     Feed<Workflow>,
+    Feed<ToolServer>,
     impl Future<Output = ()> + Send + 'static,
 ) {
     let mine = watcher::Config::default().labels(&cfg.instance_selector());
@@ -174,13 +179,20 @@ fn watch_runs_and_workflows(
     );
     let (wf_feed, wf_watch) = Feed::new(
         scoped::<Workflow>(client, cfg),
-        mine,
+        mine.clone(),
         runs_listable.on_watch_error(),
     );
+    // A failing ToolServer watch does not make the operator unready: `helm upgrade` does not
+    // install a new CRD, and runs without tools must go on while the admin applies it.
+    let (ts_feed, ts_watch) = Feed::new(
+        scoped::<ToolServer>(client, cfg),
+        mine,
+        |e| tracing::warn!(error = %e, "cannot list or watch ToolServers (is the ToolServer CRD installed? `kubectl apply -f charts/openwop/crds/`)"),
+    );
     let feeds = async move {
-        futures::join!(run_watch, wf_watch);
+        futures::join!(run_watch, wf_watch, ts_watch);
     };
-    (run_feed, wf_feed, feeds)
+    (run_feed, wf_feed, ts_feed, feeds)
 }
 
 /// The REST API (with the web UI and, when on, the conformance seams), which reads this
@@ -191,7 +203,7 @@ fn rest_api<F: Future<Output = ()>>(
     client: &Client,
     cfg: &Arc<OperatorConfig>,
     (discovery_state, definitions): (&DiscoveryState, &Definitions),
-    (run_feed, wf_feed): (&Feed<Run>, &Feed<Workflow>),
+    (run_feed, wf_feed, ts_feed): (&Feed<Run>, &Feed<Workflow>, &Feed<ToolServer>),
     feeds: F,
 ) -> (
     Option<axum::Router>,
@@ -215,6 +227,7 @@ fn rest_api<F: Future<Output = ()>>(
     )
     .with_discovery(discovery_state.clone())
     .with_definitions(definitions.clone())
+    .with_tool_servers(ts_feed.store())
     .with_run_hooks(conformance::run_hooks(cfg));
     let seams = conformance::background(state.clone());
     // Every replica delivers webhooks (one durable consumer per subscription, shared).
@@ -464,6 +477,7 @@ async fn lead_then_run(
         writers,
         runs: run_feed,
         workflows: wf_feed,
+        tool_servers: ts_feed,
         unstarted: feeds,
     } = inputs;
     let renew = Duration::from_secs(u64::from(cfg.leader_election.renew_interval_seconds));
@@ -520,11 +534,12 @@ async fn lead_then_run(
         tokio::join!(
             run_controllers(
                 client.clone(),
-                ctx,
+                ctx.clone(),
                 (writers, wf_feed),
                 run_controller,
                 runs_listable
             ),
+            run_tool_server_controller(&ctx, ts_feed),
             purges,
             crate::events::run_consumer(client.clone(), cfg.clone(), Some(runs), slot, events,),
             async {
@@ -564,7 +579,33 @@ struct Inputs<F> {
     writers: CacheWriters,
     runs: Feed<Run>,
     workflows: Feed<Workflow>,
+    tool_servers: Feed<ToolServer>,
     unstarted: Option<F>,
+}
+
+/// The ToolServer controller (leader only, like the others): follows the process's
+/// ToolServer watch, reconciling on each new generation (its own status writes do not
+/// trigger one) and on the reconciler's own schedule (a listing every few minutes).
+async fn run_tool_server_controller(ctx: &Context, feed: Feed<ToolServer>) {
+    let ts_ctx = Arc::new(ToolServerContext {
+        client: ctx.client.clone(),
+        events: ctx.events.clone(),
+        metrics: ctx.metrics.clone(),
+        now: ctx.now,
+    });
+    let changes = feed
+        .subscribe()
+        .applied_objects()
+        .predicate_filter(predicates::generation, Default::default());
+    Controller::for_stream(changes, feed.store())
+        .shutdown_on_signal()
+        .run(reconcile_tool_server, toolservers::error_policy, ts_ctx)
+        .for_each(|r| async move {
+            if let Err(e) = r {
+                tracing::debug!(error = %e, "tool server reconcile");
+            }
+        })
+        .await
 }
 
 /// `Api::all`, or the one namespace the operator is restricted to.

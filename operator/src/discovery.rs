@@ -96,6 +96,10 @@ pub fn capabilities_config(
         secret_scopes: vec![SecretScope::Tenant],
         // Only where deliveries work: enabled, with run events on NATS.
         webhooks: cfg.webhooks_active(),
+        // LLM nodes call the tools of ToolServers (the worker's tool loop, its records).
+        tools: true,
+        // The catalog is a REST route.
+        tool_catalog: cfg.rest.enabled,
         // Only where the routes are served and a signing key is configured.
         interrupt_tokens: cfg.rest.enabled && cfg.rest.interrupt_tokens.enabled(),
         fixtures: seams::advertised_fixtures(cfg, registry),
@@ -488,7 +492,7 @@ mod tests {
             (etag, serde_json::from_slice::<Value>(&body).unwrap())
         };
         let (etag0, body0) = get(state.clone()).await;
-        assert!(body0.get("host").is_none());
+        assert!(body0["host"].get("aiEnvelope").is_none());
         let mut o = BTreeMap::new();
         o.insert("host.aiEnvelope.supported".to_owned(), false);
         o.insert("agents.supported".to_owned(), false);
@@ -496,6 +500,8 @@ mod tests {
         let (etag1, body1) = get(state.clone()).await;
         assert_ne!(etag0, etag1);
         assert_eq!(body1["host"]["aiEnvelope"]["supported"], false);
+        // The overlay adds to a family, it does not replace it.
+        assert_eq!(body1["host"]["toolHooks"]["supported"], true);
         assert_eq!(body1["capabilities"]["agents"]["supported"], false);
         schema::validate(schema::Document::Capabilities, &body1).expect("still valid");
         state.set_overlay(BTreeMap::new());
@@ -565,6 +571,20 @@ mod tests {
             json!({"transport": "nats-jetstream", "subject": "openwop.events.<namespace>.<runId>"})
         );
         assert_eq!(doc["implementation"]["name"], "openwop-operator");
+        // Tools: the MCP client's revisions (its default among them), the catalog (REST is
+        // on by default) and the tool-call records; no MCP server is mounted.
+        assert_eq!(
+            doc["mcp"],
+            json!({"supported": true, "serverUrls": [],
+                   "protocolVersions": ["2025-03-26", "2025-06-18", "2025-11-25"],
+                   "preferredVersion": "2025-06-18"})
+        );
+        assert_eq!(
+            doc["toolCatalog"],
+            json!({"supported": true, "sources": ["mcp", "host-extension"], "sessionLifecycle": false})
+        );
+        assert_eq!(doc["host"]["toolHooks"]["prePostEvents"], true);
+        assert_eq!(doc["host"]["toolHooks"]["perToolAuthorization"], false);
         let types: Vec<&str> = reg.type_ids().collect();
         assert_eq!(doc["nodeTypes"], json!(types));
         for (k, v) in doc.as_object().unwrap() {

@@ -22,6 +22,7 @@ pub mod rest;
 pub mod signing_key;
 pub mod snapshot;
 pub mod status;
+pub mod toolservers;
 pub mod ui;
 pub mod versioning;
 pub mod webhooks;

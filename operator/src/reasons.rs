@@ -2,12 +2,15 @@
 //! Events. The wire strings are the enums' `as_str`; users and scripts read them
 //! (`kubectl get events`, `kubectl wait --for=condition=Ready`), so they never change.
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::jiff::Timestamp;
 use openwop_protocol::run::status::EndReason;
 
-/// A condition type on a Workflow or a Run.
+/// A condition type on a Workflow, a Run or a ToolServer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ConditionType {
-    /// Workflow: the definition is valid. Run: its workflow is snapshotted.
+    /// Workflow: the definition is valid. Run: its workflow is snapshotted. ToolServer: its
+    /// tools are listed.
     Ready,
     /// Run: a worker pod was started (or why not).
     Scheduled,
@@ -75,6 +78,9 @@ pub enum Reason {
     Invalid,
     // Ready (Workflow).
     Valid,
+    /// A ToolServer's `Ready` reason (`crds::toolserver::REASON_*`), also the reason of the
+    /// Event that reports its change.
+    ToolServer(&'static str),
 }
 
 impl Reason {
@@ -108,8 +114,45 @@ impl Reason {
             Reason::Validated => "Validated",
             Reason::Invalid => "Invalid",
             Reason::Valid => "Valid",
+            Reason::ToolServer(r) => r,
         }
     }
+}
+
+/// Condition `type_`, keeping the transition time of `old`'s condition of that type when its
+/// status is unchanged. `reason` is a [`Reason`] or, for a Workflow, its check's error code, or a ToolServer's
+/// `crds::toolserver::REASON_*`.
+pub fn condition(
+    type_: ConditionType,
+    ok: bool,
+    reason: &str,
+    message: String,
+    generation: Option<i64>,
+    now: Timestamp,
+    old: &[Condition],
+) -> Condition {
+    let type_ = type_.as_str();
+    let status = if ok { "True" } else { "False" };
+    let since = old
+        .iter()
+        .find(|c| c.type_ == type_ && c.status == status)
+        .map(|c| c.last_transition_time.clone())
+        .unwrap_or(Time(now));
+    Condition {
+        type_: type_.into(),
+        status: status.into(),
+        reason: reason.into(),
+        message,
+        observed_generation: generation,
+        last_transition_time: since,
+    }
+}
+
+/// Replaces the condition of `c`'s type in `list` (kept sorted by type).
+pub fn set_condition(list: &mut Vec<Condition>, c: Condition) {
+    list.retain(|x| x.type_ != c.type_);
+    list.push(c);
+    list.sort_by(|a, b| a.type_.cmp(&b.type_));
 }
 
 #[cfg(test)]

@@ -1,7 +1,8 @@
 //! The operator against the real mini-cluster (kube-apiserver, etcd, kube-controller-manager,
 //! node agent, nats-server): CRDs accepted, examples applied, CEL refusals, Workflow
 //! validation, worker pods, deletion, missing workflows, leader election, discovery over
-//! HTTP and live status from the JetStream event stream.
+//! HTTP, live status from the JetStream event stream, and a ToolServer listed into its status
+//! and served by the tool catalog.
 //!
 //! Each test uses a fresh namespace and its own operator process restricted to it
 //! (`watchNamespace`), so the tests run in parallel with each other and with other suites.
@@ -692,6 +693,138 @@ async fn run_for_a_missing_workflow_waits_with_a_clear_condition_then_proceeds()
             .then_some(())
     })
     .await;
+}
+
+// ---------------------------------------------------------------- tool servers
+
+#[tokio::test]
+async fn a_tool_server_is_listed_into_its_status_with_one_event_and_its_secret_nowhere() {
+    let Some(c) =
+        cluster("a_tool_server_is_listed_into_its_status_with_one_event_and_its_secret_nowhere")
+            .await
+    else {
+        return;
+    };
+    use openwop_providers::testing::mcp::{FakeMcp, Knobs};
+    const TOKEN: &str = "Bearer tok-7c2e90d1";
+    ensure_crds(&c.client).await;
+    let ns = Namespace::new(&c, "opi-tools").await;
+    // The operator runs on this host: the fake server on loopback is reachable.
+    let mcp = FakeMcp::start(Knobs {
+        authorization: Some(TOKEN.into()),
+        ..Knobs::default()
+    });
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+        Api::namespaced(c.client.clone(), &ns.name);
+    create(
+        &secrets,
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "mcp-auth"},
+               "stringData": {"token": TOKEN}}),
+    )
+    .await;
+    let servers: Api<openwop_crds::ToolServer> = Api::namespaced(c.client.clone(), &ns.name);
+    create(
+        &servers,
+        json!({"apiVersion": "openwop.dev/v1alpha1", "kind": "ToolServer", "metadata": {"name": "search"},
+               "spec": {"url": mcp.url,
+                        "headersFrom": [{"name": "Authorization", "secretKeyRef": {"name": "mcp-auth", "key": "token"}}],
+                        "toolTiers": [{"name": "lookup", "tier": "read"}]}}),
+    )
+    .await;
+    let op = Operator::start(&c, &ns.name, "op-tools", "");
+    let status = wait_for(30, "ToolServer search Ready", || async {
+        let st = servers.get("search").await.ok()?.status?;
+        st.conditions
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True")
+            .then_some(st)
+    })
+    .await;
+    let ready = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .unwrap();
+    assert_eq!(ready.reason, "Listed", "{ready:?}");
+    assert_eq!(status.protocol_version.as_deref(), Some("2025-06-18"));
+    assert_eq!(status.tool_count, Some(5));
+    let lookup = status.tools.iter().find(|t| t.name == "lookup").unwrap();
+    assert_eq!(lookup.tier.as_str(), "read");
+    let events: Api<Event> = Api::namespaced(c.client.clone(), &ns.name);
+    let notes: Vec<String> = wait_for(30, "the Listed Event on ToolServer search", || async {
+        let list = events.list(&ListParams::default()).await.ok()?;
+        let mine: Vec<&Event> = list
+            .items
+            .iter()
+            .filter(|e| e.regarding.as_ref().and_then(|o| o.kind.as_deref()) == Some("ToolServer"))
+            .collect();
+        mine.iter()
+            .any(|e| e.reason.as_deref() == Some("Listed"))
+            .then(|| mine.iter().filter_map(|e| e.note.clone()).collect())
+    })
+    .await;
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    let written = serde_json::to_string(&servers.get("search").await.unwrap()).unwrap();
+    for (what, text) in [
+        ("status", written),
+        ("Events", notes.join("\n")),
+        ("log", op.log_text()),
+    ] {
+        assert!(
+            !text.contains("tok-7c2e90d1"),
+            "the header's Secret value in the {what}: {text}"
+        );
+    }
+    assert_eq!(mcp.log(|l| l.sessions), 1);
+
+    // The catalog over real HTTP, for a ServiceAccount with the Role of docs/rest-api.md.
+    let (ok, out) = kubectl(
+        &c.kubeconfig,
+        &["create", "serviceaccount", "team", "-n", &ns.name],
+    );
+    assert!(ok, "create serviceaccount: {out}");
+    let role = std::env::temp_dir().join(format!("{}-role.yaml", ns.name));
+    std::fs::write(&role, openwop_e2e::rest_role("team")).unwrap();
+    let (ok, out) = kubectl(
+        &c.kubeconfig,
+        &["apply", "-n", &ns.name, "-f", role.to_str().unwrap()],
+    );
+    let _ = std::fs::remove_file(&role);
+    assert!(ok, "apply the team Role: {out}");
+    let (ok, token) = kubectl(
+        &c.kubeconfig,
+        &[
+            "create",
+            "token",
+            "team",
+            "-n",
+            &ns.name,
+            "--duration",
+            "1h",
+        ],
+    );
+    assert!(ok, "kubectl create token: {token}");
+    let http = reqwest::Client::new();
+    let get = |path: String| {
+        http.get(op.url(&path))
+            .bearer_auth(token.trim())
+            .timeout(Duration::from_secs(30))
+            .send()
+    };
+    let list: Value = wait_for(30, "GET /v1/tools to list the server's tools", || async {
+        let r = get("/v1/tools".into()).await.ok()?;
+        let v: Value = r.json().await.ok()?;
+        (v["tools"].as_array()?.len() == 5).then_some(v)
+    })
+    .await;
+    assert_eq!(list["tools"][2]["toolId"], "mcp:search/lookup", "{list:#}");
+    assert_eq!(list["tools"][2]["safetyTier"], "read");
+    assert_eq!(list["tools"][2]["auth"], json!({"credentialRef": true}));
+    assert!(!list.to_string().contains("tok-7c2e90d1"));
+    let one = get("/v1/tools/mcp:search%2Flookup".into()).await.unwrap();
+    assert_eq!(one.status(), reqwest::StatusCode::OK);
+    let missing = get("/v1/tools/mcp:search%2Fnope".into()).await.unwrap();
+    assert_eq!(missing.status(), reqwest::StatusCode::NOT_FOUND);
 }
 
 // ---------------------------------------------------------------- leader election

@@ -422,6 +422,8 @@ async fn every_endpoint_answers_each_status_of_the_spec_and_declares_it() {
     let cancel = "/v1/runs/{runId}/cancel";
     let bulk = "/v1/runs:bulk-cancel";
     let wf = "/v1/workflows/{workflowId}";
+    let tools = "/v1/tools";
+    let tool = "/v1/tools/{toolId}";
     let resolve = "/v1/runs/{runId}/interrupts/{nodeId}";
     let by_token = "/v1/interrupts/{token}";
     let pause = "/v1/runs/{runId}:pause";
@@ -438,6 +440,13 @@ async fn every_endpoint_answers_each_status_of_the_spec_and_declares_it() {
         row("workflow with a bad token", call(get.clone(), "/v1/workflows/w").token(Some("bad")), 401, Some("unauthenticated")).at(wf),
         row("unknown workflow", call(get.clone(), "/v1/workflows/nope"), 404, Some("not_found")).at(wf),
         row("workflow the caller may not read", call(get.clone(), "/v1/workflows/w").token(Some("outsider")), 404, Some("not_found")).at(wf),
+        // The tool catalog (no ToolServer in this world: an empty list).
+        row("tools", call(get.clone(), "/v1/tools"), 200, None).at(tools),
+        row("tools without a token", call(get.clone(), "/v1/tools").token(None), 401, Some("unauthenticated")).at(tools),
+        row("tools of a bad source", call(get.clone(), "/v1/tools?source=plugins"), 400, Some("validation_error")).at(tools),
+        row("tools of a tenant the caller may not read", call(get.clone(), "/v1/tools").token(Some("outsider")), 403, Some("forbidden")).at(tools),
+        row("unknown tool", call(get.clone(), "/v1/tools/mcp:search%2Flookup"), 404, Some("not_found")).at(tool),
+        row("tool without a token", call(get.clone(), "/v1/tools/mcp:search%2Flookup").token(None), 401, Some("unauthenticated")).at(tool),
         // Create (auth.test.ts: 401, never 403, for a missing or bad token).
         row("create", create(json!({"workflowId": "w", "scopeId": "batch-7"})), 201, None).at(runs),
         row("create without a token", create(json!({"workflowId": "w"})).token(None), 401, Some("unauthenticated")).at(runs),

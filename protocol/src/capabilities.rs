@@ -109,6 +109,16 @@ pub struct CapabilityFamilies {
     /// Run controls beyond create and cancel (`capabilities.md` §`runs`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runs: Option<Runs>,
+    /// `mcp` (`mcp-integration.md` §A): the MCP revisions this host's client speaks to
+    /// ToolServers. Present only while LLM nodes may call tools.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mcp: Option<Mcp>,
+    /// `toolCatalog` (`tool-catalog.md` §A): `GET /v1/tools` is served.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_catalog: Option<ToolCatalog>,
+    /// `host` services; this host advertises `toolHooks` (RFC 0064 §A) in it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<HostServices>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fixtures: Option<Vec<String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -266,6 +276,70 @@ pub enum ReasoningVerbosity {
     Summary,
     Full,
     Off,
+}
+
+/// `mcp`: the MCP client (`mcp-integration.md` §A). Revisions in MCP's date form; no
+/// `profiles` (a version may be listed without one, and this host's client is not a
+/// 2026-07-28 client), no `serverMount` (this host serves no MCP server).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Mcp {
+    pub supported: bool,
+    /// Where this host mounts an MCP server: none (the v1.0 discoverability shape has the
+    /// member; ToolServers' own URLs are not published, discovery being public).
+    pub server_urls: Vec<String>,
+    /// Every revision the client can speak (a ToolServer's `protocolVersion` chooses).
+    pub protocol_versions: Vec<String>,
+    /// What a ToolServer asks for unless it says otherwise; listed in `protocolVersions`.
+    pub preferred_version: String,
+}
+
+impl Mcp {
+    /// The client of `tools::mcp`: its revisions, oldest first, and its default.
+    pub fn client() -> Mcp {
+        use crate::tools::mcp::McpRevision;
+        Mcp {
+            supported: true,
+            server_urls: Vec::new(),
+            protocol_versions: McpRevision::ALL
+                .iter()
+                .map(|r| r.as_str().to_owned())
+                .collect(),
+            preferred_version: McpRevision::DEFAULT.as_str().to_owned(),
+        }
+    }
+}
+
+/// `toolCatalog` (`tool-catalog.md` §A).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolCatalog {
+    pub supported: bool,
+    /// The sources the catalog projects (an admin's `exec`-tier MCP tool is listed as
+    /// `host-extension`, as the spec requires of exec tools).
+    pub sources: Vec<String>,
+    /// No `tool.session.*` events are emitted.
+    pub session_lifecycle: bool,
+}
+
+/// `host` services advertised by this host.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HostServices {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_hooks: Option<ToolHooks>,
+}
+
+/// `host.toolHooks` (RFC 0064 §A): `agent.toolCalled` carries `argsHash` and `transport`,
+/// `agent.toolReturned` `status` and `durationMs`, for every tool call. No per-tool scopes
+/// or rate limits (a node's allowlist and approval govern calls instead).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolHooks {
+    pub supported: bool,
+    pub pre_post_events: bool,
+    pub per_tool_authorization: bool,
+    pub per_tool_rate_limit: bool,
 }
 
 /// `webhooks`: subscriptions (`POST/DELETE /v1/webhooks`) and the signature schemes of their
@@ -505,6 +579,11 @@ pub struct CapabilitiesConfig {
     pub secret_scopes: Vec<SecretScope>,
     /// Webhook subscriptions are served and delivered (advertised as `webhooks` only then).
     pub webhooks: bool,
+    /// LLM nodes call tools on ToolServers through the MCP client, recording each call
+    /// (advertised as `mcp` and `host.toolHooks`).
+    pub tools: bool,
+    /// `GET /v1/tools` is served (advertised as `toolCatalog`).
+    pub tool_catalog: bool,
     /// Signed interrupt tokens are minted and served (`extensions.interrupts`).
     pub interrupt_tokens: bool,
     pub fixtures: Vec<String>,
@@ -539,6 +618,8 @@ impl Default for CapabilitiesConfig {
             agents_supported: false,
             secret_scopes: Vec::new(),
             webhooks: false,
+            tools: false,
+            tool_catalog: false,
             interrupt_tokens: false,
             fixtures: Vec::new(),
             test_seams: TestSeams::default(),
@@ -821,6 +902,20 @@ pub fn build(cfg: &CapabilitiesConfig) -> Result<CapabilitiesDocument, Capabilit
             max_inline_media_bytes: cfg.max_inline_media_bytes,
         }),
         runs: Some(Runs::served()),
+        mcp: cfg.tools.then(Mcp::client),
+        tool_catalog: cfg.tool_catalog.then(|| ToolCatalog {
+            supported: true,
+            sources: vec!["mcp".to_owned(), "host-extension".to_owned()],
+            session_lifecycle: false,
+        }),
+        host: cfg.tools.then_some(HostServices {
+            tool_hooks: Some(ToolHooks {
+                supported: true,
+                pre_post_events: true,
+                per_tool_authorization: false,
+                per_tool_rate_limit: false,
+            }),
+        }),
         fixtures: Some(cfg.fixtures.clone()),
         supported_transports: Some(dedup(&cfg.transports)),
         implementation: Some(cfg.implementation.clone()),

@@ -623,3 +623,49 @@ fn sub_workflow_input_mapping_is_advertised_while_a_sub_workflow_type_is_registe
     valid(&v);
     assert!(v.get("subWorkflow").is_none(), "{v:#}");
 }
+
+#[test]
+fn tools_are_advertised_only_when_served() {
+    let off = build(&CapabilitiesConfig::default()).unwrap().to_value();
+    valid(&off);
+    for family in ["mcp", "toolCatalog", "host"] {
+        assert!(off.get(family).is_none(), "{family}: {off:#}");
+    }
+    let on = build(&CapabilitiesConfig {
+        tools: true,
+        tool_catalog: true,
+        ..Default::default()
+    })
+    .unwrap()
+    .to_value();
+    valid(&on);
+    for doc in [&on, &on["capabilities"]] {
+        let mcp = &doc["mcp"];
+        assert_eq!(mcp["supported"], true);
+        assert_eq!(mcp["serverUrls"], json!([]));
+        // The client's revisions in MCP's date form, the preferred one among them.
+        let versions = mcp["protocolVersions"].as_array().unwrap();
+        assert!(versions.contains(&mcp["preferredVersion"]), "{mcp}");
+        assert_eq!(
+            doc["toolCatalog"],
+            json!({"supported": true, "sources": ["mcp", "host-extension"], "sessionLifecycle": false})
+        );
+        assert_eq!(
+            doc["host"]["toolHooks"],
+            json!({"supported": true, "prePostEvents": true, "perToolAuthorization": false, "perToolRateLimit": false})
+        );
+    }
+    // Our schema keeps the families closed and the revisions in date form.
+    for (pointer, value) in [
+        ("/mcp/preferredVersion", json!("latest")),
+        ("/toolCatalog/sources/0", json!("plugins")),
+        ("/host/toolHooks/rateLimit", json!(true)),
+    ] {
+        let mut bad = on.clone();
+        set(&mut bad, pointer, value);
+        assert!(
+            schema::validate(Document::Capabilities, &bad).is_err(),
+            "{pointer} accepted"
+        );
+    }
+}

@@ -62,6 +62,9 @@ for f in conformance-noop conformance-idempotent conformance-multi-node conforma
 done
 grep -q '^kind: ServiceMonitor' "$work/full-sm.yaml" || fail "full values render no ServiceMonitor"
 grep -q '^kind: NetworkPolicy' "$work/full.yaml" || fail "full values render no NetworkPolicy"
+# networkPolicy.workerEgress: one worker egress policy per listed namespace, none by default.
+[ "$(grep -c -- '-worker-egress$' "$work/full.yaml")" = 2 ] || fail "full values render no worker egress NetworkPolicy per listed namespace"
+grep -q -- '-worker-egress$' "$work/default.yaml" && fail "default values render a worker egress NetworkPolicy"
 grep -q 'volumeClaimTemplates' "$work/full.yaml" || fail "persistence renders no volumeClaimTemplates"
 grep -q '^kind: StatefulSet' "$work/external-nats.yaml" && fail "external NATS still renders the StatefulSet"
 grep -q 'retention: "2592000"' "$work/full.yaml" || fail "nats.stream.maxAge in seconds not passed as events.retention"
@@ -84,13 +87,15 @@ assert mount == {"name": "nats-credentials", "mountPath": "/var/run/openwop/nats
 cfg = yaml.safe_load(find(ext, "ConfigMap", "-operator")["data"]["config.yaml"])
 assert cfg["natsCredentials"] == {"dir": "/var/run/openwop/nats", "workerSecret": "openwop-nats-credentials"}, cfg
 rules = find(ext, "ClusterRole", "-operator")["rules"]
-assert {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create", "patch"]} in rules, rules
+assert {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "create", "patch", "delete"]} in rules, rules
 dpod = find(default, "Deployment", "-operator")["spec"]["template"]["spec"]
 assert all(v["name"] != "nats-credentials" for v in dpod["volumes"]), dpod["volumes"]
 dcfg = yaml.safe_load(find(default, "ConfigMap", "-operator")["data"]["config.yaml"])
 assert dcfg["natsCredentials"]["dir"] == "", dcfg
 assert dcfg["events"]["retention"] == "168h", dcfg["events"]
-assert all("secrets" not in r["resources"] for r in find(default, "ClusterRole", "-operator")["rules"])
+# Secrets are read one by one (a ToolServer's headersFrom), never listed or watched.
+drules = find(default, "ClusterRole", "-operator")["rules"]
+assert all(not ({"list", "watch"} & set(r["verbs"])) for r in drules if "secrets" in r["resources"]), drules
 PY
 
 # rest.*: every value reaches the operator config (full-values.yaml sets each one).

@@ -210,7 +210,20 @@ schema = {
                                "labels": STR_MAP}),
         "podDisruptionBudget": obj({"enabled": BOOL,
                                     "maxUnavailable": {"type": ["integer", "string"]}}),
-        "networkPolicy": obj({"enabled": BOOL, "natsClients": ANY_LIST, "operatorClients": ANY_LIST}),
+        "networkPolicy": obj({
+            "enabled": BOOL, "natsClients": ANY_LIST, "operatorClients": ANY_LIST,
+            "workerEgress": obj({
+                "enabled": BOOL,
+                "namespaces": {"type": "array", "items": {"type": "string", "minLength": 1}, "uniqueItems": True},
+                "toolServers": {"type": "array", "items": obj({
+                    "cidr": {"type": "string", "pattern": r"^[0-9a-fA-F.:]+/[0-9]{1,3}$"},
+                    "ports": {"type": "array", "minItems": 1, "items": obj({
+                        "port": PORT, "protocol": {"enum": ["TCP", "UDP", "SCTP"]}}, required=["port"])},
+                }, required=["cidr", "ports"])},
+                "toolServerPeers": ANY_LIST,
+                "internet": BOOL,
+            }),
+        }),
     },
 }
 

@@ -16,40 +16,8 @@ use super::context::{Context, Error};
 use crate::config::OperatorConfig;
 use crate::kube_events::Note;
 use crate::reasons::{ConditionType, Reason};
-
-/// Condition `type_`, keeping the transition time of `old`'s condition of that type when its
-/// status is unchanged. `reason` is a [`Reason`] or, for a Workflow, its check's error code.
-pub(super) fn condition(
-    type_: ConditionType,
-    ok: bool,
-    reason: &str,
-    message: String,
-    generation: Option<i64>,
-    now: Timestamp,
-    old: &[Condition],
-) -> Condition {
-    let type_ = type_.as_str();
-    let status = if ok { "True" } else { "False" };
-    let since = old
-        .iter()
-        .find(|c| c.type_ == type_ && c.status == status)
-        .map(|c| c.last_transition_time.clone())
-        .unwrap_or(Time(now));
-    Condition {
-        type_: type_.into(),
-        status: status.into(),
-        reason: reason.into(),
-        message,
-        observed_generation: generation,
-        last_transition_time: since,
-    }
-}
-
-pub(super) fn set_condition(list: &mut Vec<Condition>, c: Condition) {
-    list.retain(|x| x.type_ != c.type_);
-    list.push(c);
-    list.sort_by(|a, b| a.type_.cmp(&b.type_));
-}
+// One definition for every resource's conditions (the ToolServer reconciler's too).
+pub(super) use crate::reasons::{condition, set_condition};
 
 /// Whether `list` has condition `type_` True (with `reason`, when given).
 pub(super) fn has_condition(

@@ -9,7 +9,7 @@
 //! One file per resource — [`runs`] (create, read), [`cancel`] (one run, or many with
 //! `:bulk-cancel`), [`pause`] (`:pause` / `:resume`), [`interrupts`] (run-scoped and by
 //! signed token), [`events`] (SSE and JSON by stream mode, and long-poll),
-//! [`workflows`] — over [`types`] (request and response bodies),
+//! [`workflows`], [`tools`] (the tool catalog) — over [`types`] (request and response bodies),
 //! [`support`] (cache lookups shared by several resources), [`json`] (the one JSON body
 //! extractor: a malformed body is an [`ApiError`], never axum's plain text), [`idempotency`]
 //! (`Idempotency-Key` on every mutation) and [`error`]
@@ -54,6 +54,7 @@ pub mod runs;
 pub mod session;
 pub mod state;
 pub mod support;
+mod tools;
 pub mod types;
 mod variables;
 pub mod view;
@@ -161,6 +162,14 @@ fn api_routes() -> OpenApiRouter<RestState> {
         .routes(routes!(browse::run_reasoning))
         .routes(routes!(webhooks::register_webhook))
         .routes(routes!(webhooks::unregister_webhook))
+        .routes(routes!(tools::list_tools))
+        .routes(routes!(tools::get_tool))
+        // A `toolId` sent with its `/` unencoded (see `tools`); the parameter keeps the
+        // name of the route above, as the router requires at one position.
+        .route(
+            "/v1/tools/{toolId}/{tool}",
+            axum::routing::get(tools::get_tool_unencoded),
+        )
 }
 
 /// 429 with `Retry-After` once `rest.maxInFlight` requests are being served. A request counts
@@ -246,6 +255,8 @@ mod tests {
             "/v1/runs/{runId}/interrupts/{nodeId}",
             "/v1/interrupts/{token}",
             "/v1/workflows/{workflowId}",
+            "/v1/tools",
+            "/v1/tools/{toolId}",
         ] {
             assert!(paths.contains_key(p), "{p} missing from {:?}", paths.keys());
         }

@@ -11,7 +11,7 @@ use axum::extract::FromRef;
 use futures::future::BoxFuture;
 use kube::Client;
 use kube::runtime::reflector::Store;
-use openwop_crds::{ProviderMock, Run, Workflow};
+use openwop_crds::{ProviderMock, Run, ToolServer, Workflow};
 use tokio::sync::Semaphore;
 
 use super::auth::{Authenticator, Caller};
@@ -29,6 +29,9 @@ pub struct RestState {
     pub runs: Store<Run>,
     /// This replica's cache of the Workflows the operator instance handles.
     pub workflows: Store<Workflow>,
+    /// This replica's cache of the ToolServers the operator instance handles (the tool
+    /// catalog); empty until [`RestState::with_tool_servers`].
+    pub tool_servers: Store<ToolServer>,
     /// Requests in flight beyond which the API answers 429.
     pub(super) load: Arc<Semaphore>,
     /// JetStream, connected on first use (every replica reads run events itself); the
@@ -71,6 +74,7 @@ impl RestState {
             config,
             runs,
             workflows,
+            tool_servers: kube::runtime::reflector::store().0,
             idempotency: Default::default(),
             discovery: crate::discovery::DiscoveryState::new(""),
             run_hooks: None,
@@ -81,6 +85,12 @@ impl RestState {
     /// Shares `definitions` (the Workflow definitions read so far) with the API.
     pub fn with_definitions(mut self, definitions: Definitions) -> Self {
         self.definitions = definitions;
+        self
+    }
+
+    /// Serves the tool catalog from `tool_servers` (the process's ToolServer watch).
+    pub fn with_tool_servers(mut self, tool_servers: Store<ToolServer>) -> Self {
+        self.tool_servers = tool_servers;
         self
     }
 

@@ -11,13 +11,15 @@
 //!   key, and the lookup that answers a replayed call from the log;
 //! - [`call`]: a model's tool call, vendor-neutral, and a mock provider step's;
 //! - [`mcp`]: the MCP revisions a ToolServer may ask for and the no-silent-downgrade rule,
-//!   and a `tools/call` result as text.
+//!   and a `tools/call` result as text;
+//! - [`catalog`]: the tool catalog's entries (`GET /v1/tools`) and the `mcp:` tool id.
 //!
 //! Spec: `mcp-integration.md` (trust boundary, RFC 0153 §B), RFC 0064 (`host.toolHooks`),
 //! `tool-catalog.md` (v1 and v2), `SECURITY/threat-model-prompt-injection.md` §4.4–4.5,
 //! `replay.md` §Suppression.
 
 pub mod call;
+pub mod catalog;
 pub mod config;
 pub mod mcp;
 pub mod policy;
