@@ -98,21 +98,25 @@ pub(super) async fn resolve(
                 }
             }
         }
-        let mut mounted = Vec::with_capacity(ts.spec.headers_from.len());
-        for (i, h) in ts.spec.headers_from.iter().enumerate() {
-            let Some(value) = header_value(ctx, ns, &h.secret_key_ref).await? else {
+        let resolved = match crate::toolservers::resolve(&ctx.client, &ts).await {
+            Ok(r) => r,
+            // A failed GET is retried as it is; anything else is the admin's to fix.
+            Err(crate::toolservers::HeaderError::Api { source, .. }) => return Err(source.into()),
+            Err(e) => {
                 return Ok(Resolution::Unavailable(format!(
-                    "ToolServer {ns}/{name}: header {} reads key {} of Secret {ns}/{}, which does not exist; create it",
-                    h.name, h.secret_key_ref.key, h.secret_key_ref.name
+                    "ToolServer {ns}/{name}: {e}"
                 )));
-            };
+            }
+        };
+        let mut mounted = Vec::with_capacity(resolved.len());
+        for (i, (header, value)) in resolved.pairs().enumerate() {
             // Secret keys allow `[-._a-zA-Z0-9]`: namespace and name are DNS names.
             let key = format!("{ns}.{name}.{i}");
             mounted.push(SecretMount {
-                name: h.name.clone(),
+                name: header.to_owned(),
                 path: format!("{TOOL_HEADERS_DIR}/{key}"),
             });
-            headers.insert(key, value);
+            headers.insert(key, ByteString(value.to_vec()));
         }
         mounts.push(ToolServerMount {
             name: name.clone(),
@@ -129,21 +133,6 @@ pub(super) async fn resolve(
         mounts,
         headers: (!headers.is_empty()).then_some(headers),
     })
-}
-
-/// The value of a header's Secret key (`None`: the Secret or the key is missing). One GET
-/// of one named Secret; the value is never logged.
-async fn header_value(
-    ctx: &Context,
-    ns: &str,
-    r: &openwop_crds::SecretKeyRef,
-) -> Result<Option<ByteString>, Error> {
-    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
-    Ok(secrets
-        .get_opt(&r.name)
-        .await?
-        .and_then(|s| s.data)
-        .and_then(|mut d| d.remove(&r.key)))
 }
 
 /// The run's tool-credentials Secret holding `data` (applied: a retried reconcile writes the

@@ -10,20 +10,8 @@ use super::policy::{
     CatalogTool, SafetyTier, UnknownOutcome, after_unknown_outcome, needs_approval,
 };
 
-/// The `toolId` of `server`'s tool `tool` (the `mcp:` scope of `tool-catalog.md` §C): the
-/// ToolServer's name as a Workflow names it, then the tool's name on that server.
-pub fn tool_id(server: &str, tool: &str) -> String {
-    format!("{MCP_SCOPE}{server}/{tool}")
-}
-
-/// The `(server, tool)` of an MCP `toolId`, `None` for any other. A ToolServer's name has no
-/// `/` (a Kubernetes name), so the first one ends it; a tool's name may hold more.
-pub fn parse_tool_id(id: &str) -> Option<(&str, &str)> {
-    let (server, tool) = id.strip_prefix(MCP_SCOPE)?.split_once('/')?;
-    (!server.is_empty() && !tool.is_empty()).then_some((server, tool))
-}
-
-const MCP_SCOPE: &str = "mcp:";
+// The ids are the policy's (an offered tool names itself by the same id).
+pub use super::policy::{parse_tool_id, tool_id};
 
 /// Which surface backs a tool (`source`; this host projects MCP only).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

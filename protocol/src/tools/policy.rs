@@ -190,9 +190,24 @@ impl OfferedTool {
     /// The tool's catalog id, `mcp:<server>/<tool>` (`tool-catalog.md`'s `<scope>:` form;
     /// server names and tool names contain no `/`).
     pub fn tool_id(&self) -> String {
-        format!("mcp:{}/{}", self.server, self.tool)
+        tool_id(&self.server, &self.tool)
     }
 }
+
+/// The `toolId` of `server`'s tool `tool` (the `mcp:` scope of `tool-catalog.md` §C): the
+/// ToolServer's name as a Workflow names it, then the tool's name on that server.
+pub fn tool_id(server: &str, tool: &str) -> String {
+    format!("{MCP_SCOPE}{server}/{tool}")
+}
+
+/// The `(server, tool)` of an MCP `toolId`, `None` for any other. A ToolServer's name has no
+/// `/` (a Kubernetes name), so the first one ends it; a tool's name may hold more.
+pub fn parse_tool_id(id: &str) -> Option<(&str, &str)> {
+    let (server, tool) = id.strip_prefix(MCP_SCOPE)?.split_once('/')?;
+    (!server.is_empty() && !tool.is_empty()).then_some((server, tool))
+}
+
+const MCP_SCOPE: &str = "mcp:";
 
 /// Why the tool set of a node cannot be built: the node fails with [`ToolSetError::code`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
