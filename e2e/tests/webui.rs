@@ -260,6 +260,72 @@ async fn login_follow_a_run_read_its_attempts_answer_and_deep_link() {
     delete_namespace(&c.client, &ns).await;
 }
 
+/// An agent's write waits for approval: its card names the tool and its tier and shows the
+/// arguments (model output, so markup in them stays text); approving it from the card makes
+/// the call once; the timeline shows the call and how it returned.
+#[tokio::test]
+async fn a_tool_call_approval_shows_the_call_and_the_timeline_its_result() {
+    use openwop_providers::testing::mcp::{FakeMcp, Knobs};
+    let _g = SERIAL.lock().await;
+    let Some(c) = local().await else { return };
+    let base = base_url();
+    let ns = namespace(&c.client, "j-webui-tools").await;
+    let token = sa_with_role(&c, &ns, "team", TEAM_RULES);
+    let kb = FakeMcp::start(Knobs::default());
+    let manifests = json!({"apiVersion": "v1", "kind": "List", "items": [
+        {"apiVersion": "openwop.dev/v1alpha1", "kind": "ToolServer", "metadata": {"name": "kb"},
+         "spec": {"url": kb.url, "toolTiers": [{"name": "lookup", "tier": "read"}]}},
+        {"apiVersion": "openwop.dev/v1alpha1", "kind": "Workflow", "metadata": {"name": "noter"},
+         "spec": {"id": "noter", "name": "noter", "version": "1", "settings": {"timeout": 0},
+                  "nodes": [{"id": "agent", "typeId": "core.ai.callPrompt",
+                    "config": {"provider": "mock", "prompt": "note it",
+                               "outputSchema": {"type": "object", "required": ["answer"],
+                                                "properties": {"answer": {"type": "string"}}},
+                               "tools": [{"server": "kb", "names": ["write_note"]}]}}]}},
+        {"apiVersion": "openwop.dev/v1alpha1", "kind": "Run", "metadata": {"name": "note-me"},
+         "spec": {"workflowRef": {"name": "noter"}, "timeoutSeconds": 300, "providerMocks": {"agent": {"responses": [
+            {"stopReason": "tool_calls", "toolCalls": [{"name": "write_note", "arguments": {"text": XSS}}]},
+            {"stopReason": "stop", "content": {"answer": "noted"}}]}}}}]});
+    apply(&c, &ns, &manifests.to_string());
+    let id = run_id(&c, &ns, "note-me").await;
+    wait_run(&c, &ns, "note-me", "waiting-approval", 120).await;
+    assert_eq!(
+        kb.log(|l| l.calls.len()),
+        0,
+        "nothing is written before the approval"
+    );
+
+    let b = Browser::start(&base, false).await;
+    b.login(&token).await;
+    b.goto(&format!("/ui/runs/{id}")).await;
+    let card = ".interrupt-card[data-kind='approval'][data-node-id='agent']";
+    b.wait(
+        &format!("{card} .tool-call[data-tool-id='mcp:kb/write_note']"),
+        60,
+    )
+    .await;
+    let shown = b.text(&format!("{card} .tool-call")).await.unwrap();
+    assert!(
+        shown.contains("mcp:kb/write_note") && shown.contains("write"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("onerror"),
+        "the arguments are shown as text: {shown}"
+    );
+    assert_inert(&b, "tool-call arguments").await;
+    b.wait(&format!("{card} button.approve"), 30).await;
+    b.click(&format!("{card} button.approve")).await;
+    b.wait_text("#run-status", 120, |t| t == "completed").await;
+    assert_eq!(kb.log(|l| l.calls.len()), 1, "approved once, called once");
+    b.wait_text("#timeline", 30, |t| {
+        t.contains("agent.toolReturned") && t.contains("mcp:kb/write_note ok")
+    })
+    .await;
+    b.close().await;
+    delete_namespace(&c.client, &ns).await;
+}
+
 fn approval_run(name: &str) -> String {
     let wf =
         std::fs::read_to_string(repo().join("examples/02-conformance-mock-agent.yaml")).unwrap();
