@@ -4342,8 +4342,10 @@ async fn conformance_seams_with_kubernetes_auth() {
         json!({"reset": true}),
     );
     assert_eq!((code, out["overlay"].clone()), (200, json!({})));
+    // The toggled member is gone (discovery's own `host` members, the tool hooks, stay).
     let (_, doc) = seam_call("GET", &url("/.well-known/openwop"), None, None);
-    assert!(doc.get("host").is_none(), "{doc}");
+    assert!(doc.pointer("/host/aiEnvelope").is_none(), "{doc}");
+    assert_eq!(doc["host"]["toolHooks"]["supported"], true, "{doc}");
 
     // persistedDedup: decided once, replayed after, and still after the operator pod is gone.
     let dedup = |kind: &str| {
