@@ -79,6 +79,21 @@ pub struct NormalizedResponse {
     pub model: String,
 }
 
+impl NormalizedResponse {
+    /// The `provider.usage` payload of this response to a call of node `node_id` (every
+    /// provider call records one: the router's and a tool loop's model turns alike).
+    pub fn usage_payload(&self, node_id: &str) -> serde_json::Value {
+        serde_json::json!({
+            "provider": self.provider,
+            "model": self.model,
+            "inputTokens": self.usage.input_tokens,
+            "outputTokens": self.usage.output_tokens,
+            "totalTokens": self.usage.input_tokens + self.usage.output_tokens,
+            "nodeId": node_id,
+        })
+    }
+}
+
 // Model output may carry user data; Debug shows sizes, not content.
 impl std::fmt::Debug for NormalizedResponse {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

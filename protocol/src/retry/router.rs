@@ -461,14 +461,7 @@ impl<V: PayloadValidator> Router<V> {
             em.push_value(
                 "usage",
                 EventType::ProviderUsage,
-                json!({
-                    "provider": response.provider,
-                    "model": response.model,
-                    "inputTokens": response.usage.input_tokens,
-                    "outputTokens": response.usage.output_tokens,
-                    "totalTokens": response.usage.input_tokens + response.usage.output_tokens,
-                    "nodeId": self.cfg.node_id,
-                }),
+                response.usage_payload(&self.cfg.node_id),
             );
             let decision = self.route(response, purpose, &mut em);
             events.append(&mut em.events);

@@ -597,14 +597,7 @@ impl<P: Publisher> Executor<'_, P> {
             &format!("{key}/usage"),
             Some(id),
             EventType::ProviderUsage,
-            json!({
-                "provider": response.provider,
-                "model": response.model,
-                "inputTokens": response.usage.input_tokens,
-                "outputTokens": response.usage.output_tokens,
-                "totalTokens": response.usage.input_tokens + response.usage.output_tokens,
-                "nodeId": id,
-            }),
+            response.usage_payload(id),
         )
         .await?;
         Ok(redacted)

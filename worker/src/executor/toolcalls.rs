@@ -201,15 +201,8 @@ impl<P: Publisher> Executor<'_, P> {
                     InterruptKind::Approval,
                 ));
             }
-            Decided::Make {
-                step,
-                called,
-                namespace,
-                tool,
-                arguments,
-            } => {
-                self.make_call(id, &step, &called, namespace, tool, arguments)
-                    .await?
+            make @ Decided::Make { .. } => {
+                self.make(id, &make).await?.expect("a call to make is made")
             }
         };
         if returned.status() == ToolStatus::Ok {
@@ -261,22 +254,7 @@ impl<P: Publisher> Executor<'_, P> {
         }
         // Make every call that may be made now, at once (a turn's calls are independent);
         // each is recorded before it is made and its return as soon as it comes.
-        let made = futures::future::join_all(decided.iter().map(|d| async move {
-            match d {
-                Decided::Make {
-                    step,
-                    called,
-                    namespace,
-                    tool,
-                    arguments,
-                } => self
-                    .make_call(node_id, step, called, namespace, tool, arguments.clone())
-                    .await
-                    .map(Some),
-                _ => Ok(None),
-            }
-        }))
-        .await;
+        let made = futures::future::join_all(decided.iter().map(|d| self.make(node_id, d))).await;
         let mut results = Vec::with_capacity(decided.len());
         let mut waiting = None;
         for (d, made) in decided.into_iter().zip(made) {
@@ -472,6 +450,23 @@ impl<P: Publisher> Executor<'_, P> {
         self.emit(&key("/resumed"), Some(node_id), &r.resumed)
             .await?;
         Ok(Some(matches!(r.outcome, GateEnd::Completed(_))))
+    }
+
+    /// Makes `d` when it is a call to make (`None` for any other decision).
+    async fn make(&self, node_id: &str, d: &Decided<'_>) -> Result<Option<ToolReturned>, LogError> {
+        let Decided::Make {
+            step,
+            called,
+            namespace,
+            tool,
+            arguments,
+        } = d
+        else {
+            return Ok(None);
+        };
+        self.make_call(node_id, step, called, namespace, tool, arguments.clone())
+            .await
+            .map(Some)
     }
 
     /// Records the call, makes it on its ToolServer (bounded by the server's timeout, given
